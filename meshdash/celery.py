@@ -1,0 +1,11 @@
+"""The Celery application; configuration comes from Django settings (CELERY_*)."""
+
+import os
+
+from celery import Celery
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "meshdash.settings")
+
+app = Celery("meshdash")
+app.config_from_object("django.conf:settings", namespace="CELERY")
+app.autodiscover_tasks()

@@ -1,0 +1,224 @@
+"""The stored state: packages, their pinned revisions and files, serving nodes and their reports.
+
+Every table has a natural key under a unique constraint, so a re-run, a retry or two racing
+workers write the same rows (design.md).
+"""
+
+from __future__ import annotations
+
+from django.db import models
+from django.db.models import Q
+
+
+class Package(models.Model):
+    """A layer-package repo on the Hub, e.g. ``meshllm/Qwen3.5-35B-A3B-UD-Q4_K_XL-layers``."""
+
+    repo_id = models.CharField(max_length=96, unique=True)
+    tracked = models.BooleanField(default=True, help_text="Synced by the periodic task.")
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_synced_at = models.DateTimeField(null=True, blank=True)
+    sync_error = models.TextField(blank=True)
+    # The newest revision by commit date, kept here so the catalog needs no subquery per row.
+    latest_revision = models.ForeignKey(
+        "Revision", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+
+    class Meta:
+        ordering = ["repo_id"]
+
+    def __str__(self) -> str:
+        return self.repo_id
+
+    @property
+    def owner(self) -> str:
+        return self.repo_id.split("/", 1)[0]
+
+    @property
+    def name(self) -> str:
+        return self.repo_id.split("/", 1)[-1]
+
+
+class RevisionQuerySet(models.QuerySet["Revision"]):
+    def unfinished(self) -> RevisionQuerySet:
+        """Revisions queued or running: what the ingest status page lists."""
+        return self.filter(status__in=[Revision.Status.QUEUED, Revision.Status.RUNNING])
+
+    def done(self) -> RevisionQuerySet:
+        return self.filter(status=Revision.Status.DONE)
+
+
+class Revision(models.Model):
+    """One commit of a package, pinned by its 40-hex sha, with the manifest it held."""
+
+    class Status(models.TextChoices):
+        QUEUED = "queued"
+        RUNNING = "running"
+        DONE = "done"
+        FAILED = "failed"
+
+    package = models.ForeignKey(Package, on_delete=models.CASCADE, related_name="revisions")
+    commit_sha = models.CharField(max_length=40)
+    committed_at = models.DateTimeField(null=True, blank=True)
+    title = models.CharField(max_length=500, blank=True)
+
+    status = models.CharField(max_length=8, choices=Status.choices, default=Status.QUEUED, db_index=True)
+    error = models.TextField(blank=True)
+    attempts = models.PositiveIntegerField(default=0)
+    files_total = models.PositiveIntegerField(default=0)
+    files_done = models.PositiveIntegerField(default=0)
+    queued_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    fetch_requests = models.PositiveIntegerField(default=0)
+    fetch_bytes = models.BigIntegerField(default=0)
+
+    manifest_bytes = models.BinaryField(null=True, blank=True)
+    manifest_sha256 = models.CharField(max_length=64, blank=True, db_index=True)
+    manifest_json = models.JSONField(null=True, blank=True)
+    schema_version = models.PositiveSmallIntegerField(null=True, blank=True)
+
+    # Summary of what the weights hold, copied from the headers for filtering and sorting.
+    architecture = models.CharField(max_length=64, blank=True, db_index=True)
+    block_count = models.PositiveIntegerField(null=True, blank=True)
+    nextn_predict_layers = models.PositiveIntegerField(null=True, blank=True)
+    total_bytes = models.BigIntegerField(default=0)
+
+    # The capability audit (capability.py), recomputed by `manage.py reaudit`.
+    verdict = models.CharField(max_length=32, blank=True, db_index=True)
+    mtp_detected = models.BooleanField(null=True)
+    mtp_declared = models.BooleanField(null=True)
+    audit = models.JSONField(null=True, blank=True)
+    audited_at = models.DateTimeField(null=True, blank=True)
+
+    objects = RevisionQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-committed_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(fields=["package", "commit_sha"], name="revision_natural_key"),
+            models.CheckConstraint(
+                condition=Q(commit_sha__regex=r"^[0-9a-f]{40}$"), name="revision_sha_is_40_hex"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.package.repo_id}@{self.commit_sha[:12]}"
+
+    @property
+    def short_sha(self) -> str:
+        return self.commit_sha[:8]
+
+
+class PackageFile(models.Model):
+    """One file of a revision as the Hub lists it, plus the summary of its GGUF header."""
+
+    class Role(models.TextChoices):
+        MANIFEST = "manifest"
+        METADATA = "metadata"
+        COMMON = "common"
+        LAYER = "layer"
+        PROJECTOR = "projector"
+        OTHER = "other"
+
+    class HeaderStatus(models.TextChoices):
+        PENDING = "pending"
+        PARSED = "parsed"
+        FAILED = "failed"
+        SKIPPED = "skipped"
+
+    revision = models.ForeignKey(Revision, on_delete=models.CASCADE, related_name="files")
+    path = models.CharField(max_length=500)
+    role = models.CharField(max_length=10, choices=Role.choices, default=Role.OTHER)
+    layer_index = models.PositiveIntegerField(null=True, blank=True)
+    part_index = models.PositiveIntegerField(null=True, blank=True)
+    size = models.BigIntegerField(default=0)
+    lfs_sha256 = models.CharField(max_length=64, blank=True)
+    blob_id = models.CharField(max_length=64, blank=True)
+
+    header_status = models.CharField(
+        max_length=8, choices=HeaderStatus.choices, default=HeaderStatus.PENDING
+    )
+    header_error = models.TextField(blank=True)
+    header_bytes = models.BigIntegerField(null=True, blank=True)
+    gguf_version = models.PositiveSmallIntegerField(null=True, blank=True)
+    architecture = models.CharField(max_length=64, blank=True)
+    block_count = models.PositiveIntegerField(null=True, blank=True)
+    nextn_predict_layers = models.PositiveIntegerField(null=True, blank=True)
+    kv = models.JSONField(null=True, blank=True, help_text="KV metadata; big arrays summarised.")
+    tensors = models.JSONField(null=True, blank=True, help_text="Tensor infos as in the header JSON.")
+    tensor_count = models.PositiveIntegerField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["path"]
+        constraints = [
+            models.UniqueConstraint(fields=["revision", "path"], name="packagefile_natural_key"),
+        ]
+
+    def __str__(self) -> str:
+        return self.path
+
+
+class Node(models.Model):
+    """A serving node allowed to post reports; its token is stored only as a SHA-256 digest."""
+
+    name = models.CharField(max_length=100, unique=True)
+    token_hash = models.CharField(max_length=64, unique=True)
+    token_prefix = models.CharField(max_length=12, help_text="First characters, to tell tokens apart.")
+    created_at = models.DateTimeField(auto_now_add=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    last_seen_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Report(models.Model):
+    """One timing report posted by a node, stored exactly once per (node, report_id)."""
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="reports")
+    report_id = models.UUIDField()
+    body_sha256 = models.CharField(max_length=64, help_text="Digest of the canonical body, for replays.")
+    received_at = models.DateTimeField(db_index=True)
+    observed_at = models.DateTimeField()
+    clock_skew_seconds = models.FloatField(default=0)
+    clock_skew_flagged = models.BooleanField(default=False)
+
+    repo_id = models.CharField(max_length=96)
+    commit_sha = models.CharField(max_length=40, blank=True)
+    manifest_sha256 = models.CharField(max_length=64, blank=True)
+    revision = models.ForeignKey(
+        Revision, null=True, blank=True, on_delete=models.SET_NULL, related_name="reports"
+    )
+
+    topology_id = models.CharField(max_length=200, blank=True)
+    stage_splits = models.CharField(max_length=200, blank=True, help_text="e.g. 0..27|27..41")
+    requested_strategy = models.CharField(max_length=64, blank=True)
+    effective_strategy = models.CharField(max_length=64, blank=True)
+    mtp_source = models.CharField(max_length=16, blank=True)
+
+    predicted_per_second = models.FloatField(null=True, blank=True)
+    prompt_per_second = models.FloatField(null=True, blank=True)
+    predicted_n = models.BigIntegerField(null=True, blank=True)
+    draft_n = models.BigIntegerField(null=True, blank=True)
+    draft_n_accepted = models.BigIntegerField(null=True, blank=True)
+    speculative_proposed_n = models.BigIntegerField(null=True, blank=True)
+    speculative_accepted_n = models.BigIntegerField(null=True, blank=True)
+    mtp_used = models.BooleanField(default=False, help_text="Any native-MTP or draft activity.")
+
+    body = models.JSONField(help_text="The report as posted.")
+
+    class Meta:
+        ordering = ["-received_at"]
+        constraints = [
+            models.UniqueConstraint(fields=["node", "report_id"], name="report_natural_key"),
+        ]
+        indexes = [
+            models.Index(fields=["revision", "received_at"], name="report_revision_time"),
+            models.Index(fields=["repo_id", "commit_sha"], name="report_package_ref"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.node.name}:{self.report_id}"
