@@ -110,6 +110,12 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATIC_ROOT = BASE_DIR / "staticfiles"
 STATICFILES_DIRS = [BASE_DIR / "static"]
+STATICFILES_FINDERS = [
+    "django.contrib.staticfiles.finders.FileSystemFinder",
+    "django.contrib.staticfiles.finders.AppDirectoriesFinder",
+    # plotly.js comes from the installed plotly package (never a CDN, never committed).
+    "packages_app.staticfinders.PlotlyFinder",
+]
 
 # --- Celery ---------------------------------------------------------------------------------
 CELERY_BROKER_URL = envstr("CELERY_BROKER_URL")
@@ -132,11 +138,28 @@ CELERY_BEAT_SCHEDULE = {
         "task": "packages_app.tasks.sync_all_packages",
         "schedule": envint("MESHDASH_SYNC_INTERVAL", 900),
     },
+    "reconcile-stuck-revisions": {
+        "task": "packages_app.tasks.reconcile_stuck_revisions",
+        "schedule": envint("MESHDASH_RECONCILE_INTERVAL", 300),
+    },
     "discover-namespace-packages": {
         "task": "packages_app.tasks.discover_packages",
         "schedule": envint("MESHDASH_DISCOVER_INTERVAL", 3600),
     },
 }
+
+# --- Cache (the node rate limiter counts here, so it must be shared by all web workers) -------
+# CACHE_URL or REDIS_URL (redis://...) selects Redis; a redis:// Celery broker is reused otherwise.
+# With none, each process has its own local-memory cache: fine for one process, per-worker limits
+# under gunicorn.
+_CACHE_URL = envstr("CACHE_URL") or envstr("REDIS_URL") or envstr("CELERY_BROKER_URL")
+if _CACHE_URL.startswith(("redis://", "rediss://", "unix://")):
+    CACHES = {"default": {"BACKEND": "meshdash.cache.PooledRedisCache", "LOCATION": _CACHE_URL}}
+else:
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+
+# --- Node reports ---------------------------------------------------------------------------
+MESHDASH_NODE_RATE_LIMIT = envint("MESHDASH_NODE_RATE_LIMIT", 1200)  # requests/minute/node; 0 = off
 
 # --- The Hub --------------------------------------------------------------------------------
 # HF_ENDPOINT and HF_TOKEN are read by huggingface_hub itself, from the environment, inside hub.py.
@@ -144,6 +167,7 @@ HF_ENDPOINT = envstr("HF_ENDPOINT", "https://huggingface.co")
 MESHDASH_NAMESPACES = [n for n in envstr("MESHDASH_NAMESPACES", "meshllm").split(",") if n]
 MESHDASH_CATALOG_DATASET = envstr("MESHDASH_CATALOG_DATASET", "meshllm/catalog")
 MESHDASH_FETCH_CONCURRENCY = envint("MESHDASH_FETCH_CONCURRENCY", 8)
+MESHDASH_MAX_REVISIONS = envint("MESHDASH_MAX_REVISIONS", 50)
 
 LOGGING = {
     "version": 1,

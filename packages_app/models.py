@@ -64,6 +64,8 @@ class Revision(models.Model):
     status = models.CharField(max_length=8, choices=Status.choices, default=Status.QUEUED, db_index=True)
     error = models.TextField(blank=True)
     attempts = models.PositiveIntegerField(default=0)
+    # Who holds the ingest: the Celery task id, so a redelivered task (same id) may take over after a crash.
+    claim_token = models.CharField(max_length=64, blank=True)
     files_total = models.PositiveIntegerField(default=0)
     files_done = models.PositiveIntegerField(default=0)
     queued_at = models.DateTimeField(auto_now_add=True)
@@ -135,9 +137,7 @@ class PackageFile(models.Model):
     lfs_sha256 = models.CharField(max_length=64, blank=True)
     blob_id = models.CharField(max_length=64, blank=True)
 
-    header_status = models.CharField(
-        max_length=8, choices=HeaderStatus.choices, default=HeaderStatus.PENDING
-    )
+    header_status = models.CharField(max_length=8, choices=HeaderStatus.choices, default=HeaderStatus.PENDING)
     header_error = models.TextField(blank=True)
     header_bytes = models.BigIntegerField(null=True, blank=True)
     gguf_version = models.PositiveSmallIntegerField(null=True, blank=True)
@@ -167,6 +167,9 @@ class Node(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
     last_seen_at = models.DateTimeField(null=True, blank=True)
+    rate_limit_per_minute = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Requests per minute; empty = MESHDASH_NODE_RATE_LIMIT."
+    )
 
     class Meta:
         ordering = ["name"]
@@ -194,7 +197,7 @@ class Report(models.Model):
     )
 
     topology_id = models.CharField(max_length=200, blank=True)
-    stage_splits = models.CharField(max_length=200, blank=True, help_text="e.g. 0..27|27..41")
+    stage_splits = models.CharField(max_length=400, blank=True, help_text="e.g. 0..27|27..41")
     requested_strategy = models.CharField(max_length=64, blank=True)
     effective_strategy = models.CharField(max_length=64, blank=True)
     mtp_source = models.CharField(max_length=16, blank=True)
@@ -206,6 +209,7 @@ class Report(models.Model):
     draft_n_accepted = models.BigIntegerField(null=True, blank=True)
     speculative_proposed_n = models.BigIntegerField(null=True, blank=True)
     speculative_accepted_n = models.BigIntegerField(null=True, blank=True)
+    speculative_windows = models.BigIntegerField(null=True, blank=True, help_text="Draft rounds.")
     mtp_used = models.BooleanField(default=False, help_text="Any native-MTP or draft activity.")
 
     body = models.JSONField(help_text="The report as posted.")

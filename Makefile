@@ -1,0 +1,58 @@
+# meshdash: `make run` starts the demo dashboard, `make test` runs every check. Both work from a fresh clone.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+PG_URL ?= postgres://postgres@127.0.0.1:5432/meshdash
+REDIS_URL ?= redis://127.0.0.1:6379/0
+DEVHUB_PORT ?= 8765
+PORT ?= 8000
+
+.PHONY: install system-deps services lint test test-sqlite test-services run demo-data clean
+
+$(STAMP): pyproject.toml requirements.lock
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -r requirements.lock
+	$(PY) -m pip install -q --no-deps --no-build-isolation -e .
+	touch $@
+
+install: $(STAMP)
+
+# Debian's Chromium drives the browser tests (Playwright's own browser download cannot work here).
+system-deps:
+	@command -v chromium >/dev/null || { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; }
+
+# PostgreSQL and Redis: start them if they are not answering.
+services:
+	@pg_isready -q -h 127.0.0.1 -p 5432 || pg_ctlcluster --skip-systemctl-redirect $$(ls /etc/postgresql) main start
+	@for i in $$(seq 30); do pg_isready -q -h 127.0.0.1 -p 5432 && break; sleep 1; done
+	@redis-cli -h 127.0.0.1 ping >/dev/null 2>&1 || redis-server --daemonize yes --bind 127.0.0.1 -::1 --port 6379 --save "" --appendonly no
+	@for i in $$(seq 30); do redis-cli -h 127.0.0.1 ping >/dev/null 2>&1 && break; sleep 1; done
+	@psql -h 127.0.0.1 -U postgres -tAc "SELECT 1 FROM pg_database WHERE datname='meshdash'" | grep -q 1 \
+		|| createdb -h 127.0.0.1 -U postgres meshdash
+
+lint: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy packages_app meshdash
+
+# The suite runs twice: on the zero-configuration default (SQLite, eager tasks), then against the machine's real
+# PostgreSQL and Redis, where the task tests also start a real Celery worker process.
+test-sqlite: install system-deps
+	env -u DATABASE_URL -u CELERY_BROKER_URL $(VENV)/bin/pytest -p no:cacheprovider
+
+test-services: install system-deps services
+	DATABASE_URL=$(PG_URL) CELERY_BROKER_URL=$(REDIS_URL) $(VENV)/bin/pytest -p no:cacheprovider
+
+test: lint test-sqlite test-services
+
+# The demo: devhub serves generated packages, a Celery worker ingests them from Redis, runserver shows them.
+run: install services
+	$(PY) manage.py migrate --noinput
+	$(PY) manage.py collect_plotly
+	CELERY_BROKER_URL=$(REDIS_URL) HF_ENDPOINT=http://127.0.0.1:$(DEVHUB_PORT) bin/run-demo $(DEVHUB_PORT) $(PORT)
+
+clean:
+	rm -rf $(VENV) db.sqlite3* staticfiles artifacts

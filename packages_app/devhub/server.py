@@ -1,0 +1,687 @@
+"""devhub's HTTP side: a local, Hub-compatible server (the routes huggingface_hub uses) over a devhub root.
+
+It speaks the read-only part of the Hub API - repo listing and info, refs, commits, tree,
+paths-info, and `resolve` downloads with byte ranges - from the records and sparse blobs in
+`store.py`, with the Hub's error codes (`X-Error-Code`) and auth behaviour for private and gated
+repos. It counts requests and bytes per path and can be scripted to fail (429/5xx + Retry-After).
+It must not import huggingface_hub: it is what that client talks to.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import itertools
+import json
+import logging
+import re
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlencode, urlsplit
+
+from .generator import DEVHUB_TOKEN
+from .store import Commit, FileEntry, RepoRecord, Store
+
+logger = logging.getLogger(__name__)
+
+MAX_RANGE_BYTES = 64 << 20  # one response never carries more than this from a ranged read
+MAX_BODY_BYTES = 1 << 20
+MAX_PATHS = 1000
+_CHUNK = 1 << 20
+_RANGE = re.compile(r"^bytes=(\d{0,19})-(\d{0,19})$")  # bounded: int() of huge digit strings raises
+_INVALID_TOKEN = "Invalid credentials in Authorization header"  # noqa: S105 - the Hub's message
+
+
+class HubError(Exception):
+    """An error answered the way the Hub answers it: status, `X-Error-Code`, JSON `{"error": ...}`."""
+
+    def __init__(
+        self, status: int, message: str, code: str | None = None, headers: Mapping[str, str] | None = None
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.code = code
+        self.headers = dict(headers or {})
+
+
+# --- counters and scripted faults -------------------------------------------------------------
+
+
+@dataclass
+class PathStats:
+    requests: int = 0
+    bytes: int = 0
+
+
+@dataclass
+class Counters:
+    """Requests and body bytes served, in total and per URL path (query string excluded)."""
+
+    requests: int = 0
+    bytes_served: int = 0
+    api_requests: int = 0
+    resolve_requests: int = 0
+    by_path: dict[str, PathStats] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def count_request(self, path: str) -> None:
+        with self._lock:
+            self.requests += 1
+            if "/resolve/" in path:
+                self.resolve_requests += 1
+            elif path.startswith("/api/"):
+                self.api_requests += 1
+            self.by_path.setdefault(path, PathStats()).requests += 1
+
+    def count_bytes(self, path: str, n: int) -> None:
+        with self._lock:
+            self.bytes_served += n
+            self.by_path.setdefault(path, PathStats()).bytes += n
+
+    def reset(self) -> None:
+        with self._lock:
+            self.requests = self.bytes_served = self.api_requests = self.resolve_requests = 0
+            self.by_path.clear()
+
+    def snapshot(self) -> dict[str, Any]:
+        with self._lock:
+            return {
+                "requests": self.requests,
+                "bytes_served": self.bytes_served,
+                "api_requests": self.api_requests,
+                "resolve_requests": self.resolve_requests,
+                "by_path": {p: {"requests": s.requests, "bytes": s.bytes} for p, s in self.by_path.items()},
+            }
+
+
+@dataclass
+class _Fault:
+    status: int
+    remaining: int
+    retry_after: int | None
+    match: str
+
+
+class FaultPlan:
+    """Scripted failures: the next `count` requests whose path contains `match` get `status`."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._faults: list[_Fault] = []
+
+    def add(self, status: int = 429, count: int = 1, *, retry_after: int | None = 1, match: str = "") -> None:
+        with self._lock:
+            self._faults.append(_Fault(status, count, retry_after, match))
+
+    def clear(self) -> None:
+        with self._lock:
+            self._faults.clear()
+
+    def take(self, path: str) -> HubError | None:
+        with self._lock:
+            fault = next((f for f in self._faults if f.remaining > 0 and f.match in path), None)
+            if fault is None:
+                return None
+            fault.remaining -= 1
+        return _fault_error(fault)
+
+
+def _fault_error(fault: _Fault) -> HubError:
+    headers = {}
+    if fault.retry_after is not None:
+        headers["Retry-After"] = str(fault.retry_after)
+    if fault.status == 429:
+        resource = "resolvers" if "/resolve/" in fault.match else "api"
+        headers["RateLimit"] = f'"{resource}";r=0;t={fault.retry_after or 0}'
+        headers["RateLimit-Policy"] = f'"fixed window";"{resource}";q=500;w=300'
+        return HubError(429, "You have exceeded our hourly quotas for action: api.", headers=headers)
+    return HubError(fault.status, "devhub: injected failure", headers=headers)
+
+
+# --- the server -------------------------------------------------------------------------------
+
+
+class DevHub:
+    """The server in a background thread (for tests and benches); `url` is valid after `start()`."""
+
+    def __init__(
+        self,
+        root: Path,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        token: str | None = None,
+        faults: FaultPlan | None = None,
+        *,
+        page_size: int | None = None,
+        max_range_bytes: int = MAX_RANGE_BYTES,
+    ) -> None:
+        self.root = root
+        self.host = host
+        self.port = port
+        self.token = token or DEVHUB_TOKEN
+        self.faults = faults or FaultPlan()
+        self.page_size = page_size
+        self.max_range_bytes = max_range_bytes
+        self.counters = Counters()
+        self.repos: dict[tuple[str, str], RepoRecord] = {}
+        self.store = Store(root)
+        self.url = ""
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> DevHub:
+        self.repos = self.store.load_repos()
+        handler = type("BoundHandler", (_Handler,), {"hub": self})
+        server = ThreadingHTTPServer((self.host, self.port), handler)
+        server.daemon_threads = True  # idle keep-alive connections must not block stop()
+        self._server = server
+        self.port = int(server.server_address[1])
+        self.url = f"http://{self.host}:{self.port}"
+        # A short poll interval makes stop() take ~0.1 s instead of serve_forever's default 0.5 s.
+        serve = lambda: server.serve_forever(poll_interval=0.1)  # noqa: E731
+        self._thread = threading.Thread(target=serve, name="devhub", daemon=True)
+        self._thread.start()
+        return self
+
+    def serve_forever(self) -> None:
+        """Block the calling thread (the management command) until KeyboardInterrupt, then stop."""
+        if self._server is None:
+            self.start()
+        assert self._thread is not None
+        try:
+            while self._thread.is_alive():
+                self._thread.join(0.5)
+        except KeyboardInterrupt:
+            pass
+        finally:
+            self.stop()
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+        if self._thread is not None:
+            self._thread.join()
+        self._server = self._thread = None
+
+    def __enter__(self) -> DevHub:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def fail_next(
+        self, count: int = 1, status: int = 429, *, retry_after: int | None = 1, match: str = ""
+    ) -> None:
+        self.faults.add(status, count, retry_after=retry_after, match=match)
+
+
+# --- request handling -------------------------------------------------------------------------
+
+
+@dataclass
+class _Request:
+    method: str
+    path: str  # the raw (percent-encoded) URL path
+    query: dict[str, list[str]]
+    authorized: bool
+    bad_token: bool
+    base_url: str
+
+    def flag(self, name: str) -> bool:
+        return self.query.get(name, ["false"])[-1].lower() in ("1", "true")
+
+    def param(self, name: str) -> str | None:
+        values = self.query.get(name)
+        return values[-1] if values else None
+
+
+class _Handler(BaseHTTPRequestHandler):
+    hub: DevHub
+    _responded = False
+    protocol_version = "HTTP/1.1"
+    server_version = "devhub"
+    timeout = 60
+
+    def do_GET(self) -> None:
+        self._dispatch("GET")
+
+    def do_HEAD(self) -> None:
+        self._dispatch("HEAD")
+
+    def do_POST(self) -> None:
+        self._dispatch("POST")
+
+    def log_message(self, format: str, *args: Any) -> None:
+        logger.debug("devhub: " + format, *args)
+
+    def _dispatch(self, method: str) -> None:
+        url = urlsplit(self.path)
+        self.hub.counters.count_request(url.path)
+        self._responded = False
+        try:
+            body = self._read_body()  # also on GET: an unread body would corrupt the next keep-alive request
+            fault = self.hub.faults.take(url.path)
+            if fault is not None:
+                raise fault
+            self._route(self._request(method, url.path, url.query), body)
+        except HubError as err:
+            self._send_json(err.status, {"error": err.message}, _error_headers(err))
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
+        except Exception:  # a bug must cost one request a 500, never the server
+            logger.exception("devhub: %s %s failed", method, self.path)
+            if self._responded:  # mid-body: the only honest signal left is closing the connection
+                self.close_connection = True
+            else:
+                self._send_json(500, {"error": "devhub internal error"})
+
+    def _request(self, method: str, path: str, query: str) -> _Request:
+        header = self.headers.get("Authorization", "")
+        token = header[7:].strip() if header.lower().startswith("bearer ") else ""
+        ok = bool(token) and hmac.compare_digest(token.encode(), self.hub.token.encode())
+        host = self.headers.get("Host") or urlsplit(self.hub.url).netloc
+        return _Request(method, path, parse_qs(query), ok, bool(token) and not ok, f"http://{host}")
+
+    def _read_body(self) -> bytes:
+        try:
+            length = int(self.headers.get("Content-Length") or 0)
+        except ValueError:
+            raise HubError(400, "Content-Length is not a number") from None
+        if length < 0 or length > MAX_BODY_BYTES:
+            self.close_connection = True  # the unread body would poison the connection
+            raise HubError(413, f"request body over {MAX_BODY_BYTES} bytes")
+        return self.rfile.read(length)
+
+    def _route(self, req: _Request, body: bytes) -> None:
+        segs = req.path.split("/")[1:]
+        if segs[:1] == ["api"] and len(segs) >= 2 and segs[1] in ("models", "datasets"):
+            return self._api(req, segs[1][:-1], segs[2:], body)
+        if segs[:1] == ["datasets"] and len(segs) >= 5 and segs[3] == "resolve":
+            return self._resolve(req, "dataset", segs[1:3], segs[4:])
+        if len(segs) >= 4 and segs[2] == "resolve":
+            return self._resolve(req, "model", segs[0:2], segs[3:])
+        raise HubError(404, "Sorry, we can't find the page you are looking for.")
+
+    def _api(self, req: _Request, repo_type: str, segs: list[str], body: bytes) -> None:
+        if not segs or segs == [""]:
+            return self._send_list(req, repo_type)
+        if len(segs) < 2:
+            raise HubError(404, "Sorry, we can't find the page you are looking for.")
+        record = self._repo(req, repo_type, segs[:2])
+        action, rest = (segs[2], segs[3:]) if len(segs) > 2 else ("revision", [])
+        expected = "POST" if action == "paths-info" else "GET"
+        if req.method != expected:
+            raise HubError(405, f"{req.method} is not allowed here")
+        handler = _API_ACTIONS.get(action)
+        if handler is None:
+            raise HubError(404, "Sorry, we can't find the page you are looking for.")
+        status, payload, headers = handler(self.hub, req, record, rest, body)
+        self._send_json(status, payload, headers)
+
+    def _send_list(self, req: _Request, repo_type: str) -> None:
+        if req.method != "GET":
+            raise HubError(405, f"{req.method} is not allowed here")
+        status, payload, headers = _page(self.hub, req, _list_items(self.hub, req, repo_type), 1000)
+        self._send_json(status, payload, headers)
+
+    def _repo(self, req: _Request, repo_type: str, owner_name: list[str]) -> RepoRecord:
+        repo_id = "/".join(unquote(s) for s in owner_name)
+        record = self.hub.repos.get((repo_type, repo_id))
+        if record is not None and record.private and not req.authorized:
+            if req.bad_token:
+                raise HubError(401, _INVALID_TOKEN)
+            record = None  # the Hub does not reveal that a private repo exists
+        if record is None:
+            raise HubError(401, "Repository not found", "RepoNotFound")
+        return record
+
+    def _resolve(self, req: _Request, repo_type: str, owner_name: list[str], rest: list[str]) -> None:
+        if req.method not in ("GET", "HEAD"):
+            raise HubError(405, f"{req.method} is not allowed here")
+        record = self._repo(req, repo_type, owner_name)
+        if record.gated and not req.authorized:
+            raise HubError(401, _gated_message(record), "GatedRepo")
+        if len(rest) < 2:
+            raise HubError(404, "Entry not found", "EntryNotFound")
+        commit = _commit(record, unquote(rest[0]))
+        path = unquote("/".join(rest[1:]))
+        entry = commit.files.get(path)
+        if entry is None:
+            raise HubError(404, "Entry not found", "EntryNotFound")
+        self._send_file(req, commit, path, entry)
+
+    def _send_file(self, req: _Request, commit: Commit, path: str, entry: FileEntry) -> None:
+        start, end, status = 0, entry.size - 1, 200
+        range_header = self.headers.get("Range")
+        if range_header:
+            start, end = _parse_range(range_header, entry.size)
+            end = min(end, start + self.hub.max_range_bytes - 1)
+            status = 206
+        etag = f'"{entry.lfs_sha256 or entry.git_oid}"'
+        headers = {
+            "Content-Type": "application/octet-stream",
+            "Accept-Ranges": "bytes",
+            "ETag": etag,
+            "X-Repo-Commit": commit.sha,
+            "Content-Disposition": f'inline; filename="{path.rsplit("/", 1)[-1]}"',
+        }
+        if entry.lfs_sha256:
+            headers |= {"X-Linked-Etag": etag, "X-Linked-Size": str(entry.size)}
+        if status == 206:
+            headers["Content-Range"] = f"bytes {start}-{end}/{entry.size}"
+        length = max(0, end - start + 1)
+        self._start(status, headers | {"Content-Length": str(length)})
+        if req.method == "GET" and length:
+            self._stream(self.hub.store.blob_path(entry.blob), start, length, req.path)
+
+    def _stream(self, blob: Path, start: int, length: int, counted_path: str) -> None:
+        with blob.open("rb") as handle:
+            handle.seek(start)
+            while length > 0:
+                chunk = handle.read(min(_CHUNK, length))
+                if not chunk:
+                    break
+                self.wfile.write(chunk)
+                self.hub.counters.count_bytes(counted_path, len(chunk))
+                length -= len(chunk)
+
+    def _start(self, status: int, headers: Mapping[str, str]) -> None:
+        self._responded = True
+        self.send_response(status)
+        for name, value in headers.items():
+            self.send_header(name, value)
+        self.end_headers()
+
+    def _send_json(self, status: int, payload: Any, headers: Mapping[str, str] | None = None) -> None:
+        body = json.dumps(payload).encode()
+        base = {"Content-Type": "application/json; charset=utf-8", "Content-Length": str(len(body))}
+        self._start(status, base | dict(headers or {}))
+        if self.command != "HEAD":
+            self.wfile.write(body)
+            self.hub.counters.count_bytes(urlsplit(self.path).path, len(body))
+
+
+def _error_headers(err: HubError) -> dict[str, str]:
+    headers = {"X-Error-Message": err.message} | err.headers
+    if err.code:
+        headers["X-Error-Code"] = err.code
+    return headers
+
+
+def _gated_message(record: RepoRecord) -> str:
+    return (
+        f"Access to {record.repo_type} {record.repo_id} is restricted. You must have access to it "
+        "and be authenticated to access it. Please log in."
+    )
+
+
+def _parse_range(header: str, size: int) -> tuple[int, int]:
+    """One `bytes=a-b`, `bytes=a-` or `bytes=-n` range -> inclusive (start, end) within the file."""
+    match = _RANGE.match(header.strip())
+    if match is None or match.groups() == ("", ""):
+        raise _unsatisfiable(f"unsupported Range header {header[:80]!r}", size)
+    first, last = match.groups()
+    if first == "":
+        start, end = max(0, size - int(last)), size - 1
+    else:
+        start = int(first)
+        end = min(int(last), size - 1) if last else size - 1
+    if start >= size or end < start:
+        raise _unsatisfiable(f"range {header[:80]!r} is outside the file ({size} bytes)", size)
+    return start, end
+
+
+def _unsatisfiable(message: str, size: int) -> HubError:
+    return HubError(416, message, headers={"Content-Range": f"bytes */{size}"})
+
+
+# --- API actions: (hub, request, repo, remaining path segments, body) -> (status, json, headers) ---
+
+_Response = tuple[int, Any, dict[str, str]]
+
+
+def _commit(record: RepoRecord, revision: str) -> Commit:
+    commit = record.resolve(revision)
+    if commit is None:
+        raise HubError(404, f"Invalid rev id: {revision[:100]}", "RevisionNotFound")
+    return commit
+
+
+def _iso(moment: datetime) -> str:
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+
+
+def _repo_summary(record: RepoRecord) -> dict[str, Any]:
+    summary = {
+        "_id": hashlib.sha1(record.repo_id.encode(), usedforsecurity=False).hexdigest()[:24],
+        "id": record.repo_id,
+        "author": record.author,
+        "private": record.private,
+        "gated": record.gated,
+        "disabled": False,
+        "downloads": 0,
+        "likes": 0,
+        "tags": list(record.tags),
+        "createdAt": _iso(record.created_at),
+    }
+    if record.repo_type == "model":
+        summary |= {"modelId": record.repo_id, "library_name": "gguf"}
+    return summary
+
+
+def _repo_info(record: RepoRecord, commit: Commit, blobs: bool) -> dict[str, Any]:
+    siblings = []
+    for path, entry in sorted(commit.files.items()):
+        sibling: dict[str, Any] = {"rfilename": path}
+        if blobs:
+            sibling |= {"size": entry.size, "blobId": entry.git_oid}
+            if entry.lfs_sha256:
+                sibling["lfs"] = {
+                    "sha256": entry.lfs_sha256,
+                    "size": entry.size,
+                    "pointerSize": entry.pointer_size,
+                }
+        siblings.append(sibling)
+    return _repo_summary(record) | {
+        "sha": commit.sha,
+        "lastModified": _iso(commit.date),
+        "cardData": dict(record.card_data),
+        "siblings": siblings,
+        "usedStorage": sum(e.size for e in commit.files.values()),
+    }
+
+
+def _info_action(hub: DevHub, req: _Request, record: RepoRecord, rest: list[str], body: bytes) -> _Response:
+    commit = _commit(record, unquote("/".join(rest)) if rest else "main")
+    return 200, _repo_info(record, commit, req.flag("blobs")), {}
+
+
+def _refs_action(hub: DevHub, req: _Request, record: RepoRecord, rest: list[str], body: bytes) -> _Response:
+    def refs(kind: str, names: Mapping[str, str]) -> list[dict[str, str]]:
+        return [
+            {"name": n, "ref": f"refs/{kind}/{n}", "targetCommit": sha} for n, sha in sorted(names.items())
+        ]
+
+    payload: dict[str, Any] = {
+        "branches": refs("heads", record.branches),
+        "converts": [],
+        "tags": refs("tags", record.tag_refs),
+    }
+    if req.flag("include_prs"):
+        payload["pullRequests"] = []
+    return 200, payload, {}
+
+
+def _commits_action(
+    hub: DevHub, req: _Request, record: RepoRecord, rest: list[str], body: bytes
+) -> _Response:
+    head = _commit(record, unquote("/".join(rest)) if rest else "main")
+    formatted = "formatted" in req.query.get("expand[]", [])
+    items = [_commit_json(c, formatted) for c in record.history(head)]
+    return _page(hub, req, items, default_size=50)
+
+
+def _commit_json(commit: Commit, formatted: bool) -> dict[str, Any]:
+    item: dict[str, Any] = {
+        "id": commit.sha,
+        "title": commit.title,
+        "message": commit.message,
+        "authors": [{"user": commit.author, "avatar": None}],
+        "date": _iso(commit.date),
+    }
+    if formatted:
+        item["formatted"] = {"title": commit.title, "message": commit.message}
+    return item
+
+
+def _tree_action(hub: DevHub, req: _Request, record: RepoRecord, rest: list[str], body: bytes) -> _Response:
+    if not rest:
+        raise HubError(404, "Sorry, we can't find the page you are looking for.")
+    commit = _commit(record, unquote(rest[0]))
+    base = unquote("/".join(rest[1:])).strip("/")
+    tree = _Tree(commit)
+    if base and base not in tree.dirs:
+        raise HubError(404, f"{base} does not exist on {commit.sha}", "EntryNotFound")
+    expand = req.flag("expand")
+    history = record.history(commit) if expand else []
+    items = [tree.entry(p, history) for p in tree.listing(base, req.flag("recursive"))]
+    return _page(hub, req, items, default_size=50 if expand else 1000)
+
+
+def _paths_info_action(
+    hub: DevHub, req: _Request, record: RepoRecord, rest: list[str], body: bytes
+) -> _Response:
+    commit = _commit(record, unquote("/".join(rest)) if rest else "main")
+    paths, expand = _parse_paths_body(body)
+    tree = _Tree(commit)
+    history = record.history(commit) if expand else []
+    wanted = [p.strip("/") for p in paths]
+    items = [tree.entry(p, history) for p in dict.fromkeys(wanted) if p in commit.files or p in tree.dirs]
+    return 200, items, {}
+
+
+def _parse_paths_body(body: bytes) -> tuple[list[str], bool]:
+    """`paths` and `expand` from a form (huggingface_hub) or JSON body."""
+    text = body.decode("utf-8", errors="replace")
+    if text.lstrip().startswith("{"):
+        try:
+            data = json.loads(text)
+        except ValueError:
+            raise HubError(400, "paths-info body is not valid JSON") from None
+        paths, expand = data.get("paths") if isinstance(data, dict) else None, data.get("expand", False)
+    else:
+        form = parse_qs(text)
+        paths, expand = form.get("paths"), form.get("expand", ["false"])[-1].lower() == "true"
+    if isinstance(paths, str):
+        paths = [paths]
+    if not isinstance(paths, list) or not paths or not all(isinstance(p, str) for p in paths):
+        raise HubError(400, "paths-info needs a non-empty list of string `paths`")
+    if len(paths) > MAX_PATHS:
+        raise HubError(400, f"paths-info accepts at most {MAX_PATHS} paths")
+    return paths, bool(expand)
+
+
+_API_ACTIONS: dict[str, Callable[[DevHub, _Request, RepoRecord, list[str], bytes], _Response]] = {
+    "revision": _info_action,
+    "refs": _refs_action,
+    "commits": _commits_action,
+    "tree": _tree_action,
+    "paths-info": _paths_info_action,
+}
+
+
+class _Tree:
+    """The folder structure implied by a commit's file paths."""
+
+    def __init__(self, commit: Commit) -> None:
+        self.commit = commit
+        self.dirs: set[str] = set()
+        for path in commit.files:
+            parts = path.split("/")[:-1]
+            self.dirs.update("/".join(parts[: i + 1]) for i in range(len(parts)))
+
+    def listing(self, base: str, recursive: bool) -> list[str]:
+        prefix = f"{base}/" if base else ""
+        below = [p for p in sorted(self.dirs | set(self.commit.files)) if p.startswith(prefix)]
+        return below if recursive else [p for p in below if "/" not in p[len(prefix) :]]
+
+    def entry(self, path: str, history: list[Commit]) -> dict[str, Any]:
+        if path in self.commit.files:
+            file = self.commit.files[path]
+            item: dict[str, Any] = {"type": "file", "oid": file.git_oid, "size": file.size, "path": path}
+            if file.lfs_sha256:
+                item["lfs"] = {"oid": file.lfs_sha256, "size": file.size, "pointerSize": file.pointer_size}
+        else:
+            item = {"type": "directory", "oid": self._tree_oid(path), "size": 0, "path": path}
+        if history:
+            item["lastCommit"] = _last_commit(path, history)
+        return item
+
+    def _tree_oid(self, folder: str) -> str:
+        inside = sorted((p, e.git_oid) for p, e in self.commit.files.items() if p.startswith(folder + "/"))
+        return hashlib.sha1(json.dumps(inside).encode(), usedforsecurity=False).hexdigest()
+
+
+def _last_commit(path: str, history: list[Commit]) -> dict[str, str]:
+    """The newest commit (of `history`, newest first) that changed `path` or anything below it."""
+
+    def state(commit: Commit) -> list[tuple[str, str]]:
+        return sorted(
+            (p, e.git_oid) for p, e in commit.files.items() if p == path or p.startswith(path + "/")
+        )
+
+    changed = history[-1]
+    for newer, older in itertools.pairwise(history):
+        if state(newer) != state(older):
+            changed = newer
+            break
+    return {"id": changed.sha, "title": changed.title, "date": _iso(changed.date)}
+
+
+# --- listing and pagination ---------------------------------------------------------------------
+
+
+def _list_items(hub: DevHub, req: _Request, repo_type: str) -> list[dict[str, Any]]:
+    author = (req.param("author") or "").lower()
+    search = (req.param("search") or "").lower()
+    wanted_tags = set(req.query.get("filter", []))
+    full = req.flag("full")
+    records = [
+        r
+        for (kind, _), r in sorted(hub.repos.items())
+        if kind == repo_type
+        and (req.authorized or not r.private)
+        and (not author or r.author.lower() == author)
+        and search in r.repo_id.lower()
+        and wanted_tags <= set(r.tags)
+    ]
+    if req.param("sort") == "lastModified":
+        records.sort(key=lambda r: r.commits[-1].date, reverse=True)
+    return [_repo_info(r, r.commits[-1], False) if full else _repo_summary(r) for r in records]
+
+
+def _page(hub: DevHub, req: _Request, items: list[Any], default_size: int) -> _Response:
+    """One page of `items` with a GitHub-style `Link: <...>; rel="next"` header when more remain."""
+    size = hub.page_size or default_size
+    limit = req.param("limit")
+    if limit is not None and _small_int(limit) > 0:
+        size = min(size, _small_int(limit))
+    start = _small_int(req.param("cursor") or "0")
+    page = items[start : start + size]
+    headers = {}
+    if start + size < len(items):
+        query = {k: v for k, v in req.query.items() if k != "cursor"} | {"cursor": [str(start + size)]}
+        headers["Link"] = f'<{req.base_url}{req.path}?{urlencode(query, doseq=True)}>; rel="next"'
+    return 200, page, headers
+
+
+def _small_int(text: str) -> int:
+    """A non-negative query number; anything else (or absurdly long) counts as 0."""
+    return int(text) if text.isdigit() and len(text) <= 12 else 0

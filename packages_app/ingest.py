@@ -1,0 +1,394 @@
+"""Services that write ingest results: package revisions, their files, GGUF header summaries and audits.
+
+Every write is keyed on a natural key, and a revision is claimed before it is worked on, so re-runs,
+retries and racing workers leave the same rows. Nothing here talks to the Hub directly: a source
+object (hub.py) is passed in or built from the repo id.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import F, Q
+from django.utils import timezone
+
+from packages_app import capability, hub, inspection
+from packages_app.gguf_header import GGUFHeader
+from packages_app.models import Package, PackageFile, Revision
+
+log = logging.getLogger(__name__)
+
+ProgressFn = Callable[[int, int], None]
+STALE_CLAIM = timedelta(seconds=getattr(settings, "CELERY_TASK_TIME_LIMIT", 660) * 2)
+
+
+# --- packages and revisions ------------------------------------------------------------------
+
+
+def track_package(repo_id: str) -> Package:
+    """Start following a package: store it and enqueue a sync once the transaction commits."""
+    from packages_app import tasks
+
+    hub.validate_repo_id(repo_id)
+    package, _ = Package.objects.get_or_create(repo_id=repo_id, defaults={"tracked": True})
+    if not package.tracked:
+        Package.objects.filter(pk=package.pk).update(tracked=True)
+    tasks.sync_package.delay_on_commit(repo_id)
+    return package
+
+
+def sync_package(repo_id: str, source: hub.PackageSource | None = None) -> list[Revision]:
+    """Record every commit of the package and enqueue the ingest of those not done yet."""
+    from packages_app import tasks
+
+    source = source or hub.HubSource(repo_id)
+    package, _ = Package.objects.get_or_create(repo_id=repo_id)
+    try:
+        commits = source.list_commits()[: settings.MESHDASH_MAX_REVISIONS]
+    except hub.HubError as exc:
+        Package.objects.filter(pk=package.pk).update(sync_error=str(exc), last_synced_at=timezone.now())
+        raise
+    revisions = [_revision_for_commit(package, c) for c in commits]
+    _refresh_latest(package)
+    Package.objects.filter(pk=package.pk).update(sync_error="", last_synced_at=timezone.now())
+    for revision in revisions:
+        if revision.status == Revision.Status.QUEUED:
+            tasks.ingest_revision.delay_on_commit(repo_id, revision.commit_sha)
+    return revisions
+
+
+def discover_packages(namespaces: list[str], catalog_dataset: str | None) -> list[str]:
+    """Track every ``-layers`` repo of the namespaces and every package the curated catalog lists."""
+    found: set[str] = set()
+    for namespace in namespaces:
+        found.update(hub.list_namespace_packages(namespace))
+    if catalog_dataset:
+        try:
+            found.update(
+                r for r in hub.catalog_package_repos(catalog_dataset) if r.split("/")[0] in namespaces
+            )
+        except hub.HubNotFound:
+            log.info("catalog dataset %s not found; skipped", catalog_dataset)
+    known = set(Package.objects.filter(repo_id__in=found).values_list("repo_id", flat=True))
+    for repo_id in sorted(found - known):
+        track_package(repo_id)
+    return sorted(found)
+
+
+def _revision_for_commit(package: Package, commit: hub.CommitInfo) -> Revision:
+    revision, created = Revision.objects.get_or_create(
+        package=package,
+        commit_sha=commit.sha,
+        defaults={"committed_at": commit.date, "title": commit.title},
+    )
+    if not created and revision.committed_at is None and commit.date is not None:
+        Revision.objects.filter(pk=revision.pk).update(committed_at=commit.date, title=commit.title)
+    return revision
+
+
+def _refresh_latest(package: Package) -> None:
+    latest = package.revisions.order_by(F("committed_at").desc(nulls_last=True), "-id").first()
+    Package.objects.filter(pk=package.pk).update(latest_revision=latest)
+
+
+# --- claiming ---------------------------------------------------------------------------------
+
+
+def claim_revision(revision_id: int, token: str) -> bool:
+    """Take the revision for this worker; False when it is done or another live worker holds it.
+
+    A redelivered task carries the same token, so it takes over from a worker that died mid-way.
+    """
+    now = timezone.now()
+    claimable = Q(status__in=[Revision.Status.QUEUED, Revision.Status.FAILED]) | Q(
+        status=Revision.Status.RUNNING
+    ) & (Q(claim_token=token) | Q(started_at__lt=now - STALE_CLAIM))
+    updated = Revision.objects.filter(claimable, pk=revision_id).update(
+        status=Revision.Status.RUNNING,
+        claim_token=token,
+        started_at=now,
+        finished_at=None,
+        error="",
+        attempts=F("attempts") + 1,
+    )
+    return updated == 1
+
+
+# --- ingest -----------------------------------------------------------------------------------
+
+
+@dataclass
+class IngestOutcome:
+    revision: Revision
+    ran: bool
+
+
+def ingest_revision(
+    repo_id: str,
+    revision: str | None = None,
+    *,
+    source: hub.PackageSource | None = None,
+    claim: str | None = None,
+    progress: ProgressFn | None = None,
+) -> IngestOutcome:
+    """Ingest one pinned revision: manifest, file list, headers, audit. Idempotent."""
+    source = source or hub.HubSource(repo_id)
+    sha = revision if revision and hub.SHA_RE.match(revision) else source.resolve_revision(revision)
+    package, _ = Package.objects.get_or_create(repo_id=repo_id)
+    rev, _ = Revision.objects.get_or_create(package=package, commit_sha=sha)
+    if rev.committed_at is None:
+        _fill_commit_info(rev, source)
+    if not claim_revision(rev.pk, claim or uuid.uuid4().hex):
+        rev.refresh_from_db()
+        return IngestOutcome(rev, ran=False)
+    try:
+        _ingest_claimed(rev, source, progress)
+    except hub.HubError as exc:
+        status = Revision.Status.QUEUED if exc.retryable else Revision.Status.FAILED
+        _finish(rev, status, str(exc))
+        raise
+    except Exception as exc:
+        log.exception("ingest of %s failed", rev)
+        _finish(rev, Revision.Status.FAILED, f"internal error: {type(exc).__name__}: {exc}")
+        raise
+    _refresh_latest(package)
+    _link_reports(rev)
+    rev.refresh_from_db()
+    return IngestOutcome(rev, ran=True)
+
+
+def _fill_commit_info(rev: Revision, source: hub.PackageSource) -> None:
+    try:
+        commits = {c.sha: c for c in source.list_commits()}
+    except hub.HubError:
+        return  # the commit date is cosmetic; the ingest itself will report a real Hub failure
+    commit = commits.get(rev.commit_sha)
+    if commit:
+        Revision.objects.filter(pk=rev.pk).update(committed_at=commit.date, title=commit.title)
+
+
+def _finish(rev: Revision, status: str, error: str = "") -> None:
+    Revision.objects.filter(pk=rev.pk).update(status=status, error=error, finished_at=timezone.now())
+
+
+def _ingest_claimed(rev: Revision, source: hub.PackageSource, progress: ProgressFn | None) -> None:
+    sha = rev.commit_sha
+    manifest_error = _store_manifest(rev, source)
+    rev.refresh_from_db(fields=["schema_version"])
+    files = source.list_files(sha)
+    _store_files(rev, files)
+    if manifest_error is None:
+        _read_headers(rev, source, files, progress)
+    audit_revision(rev)
+    if manifest_error:
+        _finish(rev, Revision.Status.FAILED, manifest_error)
+    else:
+        _finish(rev, Revision.Status.DONE)
+    stats = getattr(source, "stats", None)
+    if stats is not None:
+        Revision.objects.filter(pk=rev.pk).update(fetch_requests=stats.requests, fetch_bytes=stats.bytes)
+
+
+def _store_manifest(rev: Revision, source: hub.PackageSource) -> str | None:
+    """Keep the manifest's exact bytes; return why the revision cannot be read further, if so."""
+    try:
+        data = source.read_manifest(rev.commit_sha)
+    except hub.HubNotFound:
+        return f"{hub.MANIFEST_PATH} not found at {rev.commit_sha[:12]}: not a layer package revision"
+    except hub.HubError as exc:
+        if exc.retryable:
+            raise
+        return str(exc)
+    parsed, error = _decode_manifest(data)
+    schema = parsed.get("schema_version") if isinstance(parsed, dict) else None
+    Revision.objects.filter(pk=rev.pk).update(
+        manifest_bytes=data,
+        manifest_sha256=hashlib.sha256(data).hexdigest(),
+        manifest_json=parsed,
+        schema_version=schema if isinstance(schema, int) and 0 < schema < 100 else None,
+    )
+    return error
+
+
+def _decode_manifest(data: bytes) -> tuple[object, str | None]:
+    try:
+        return json.loads(data.decode("utf-8")), None
+    except UnicodeDecodeError as exc:
+        return None, f"{hub.MANIFEST_PATH} is not UTF-8 text (byte {exc.start})"
+    except RecursionError:
+        return None, f"{hub.MANIFEST_PATH} is nested too deeply to read"
+    except ValueError as exc:
+        return None, f"{hub.MANIFEST_PATH} is not valid JSON: {exc}"
+
+
+def _store_files(rev: Revision, files: list[hub.RemoteFile]) -> None:
+    rows = []
+    for f in files:
+        role, layer, part = inspection.file_role(f.path)
+        rows.append(
+            PackageFile(
+                revision=rev,
+                path=f.path[:500],
+                role=role,
+                layer_index=layer,
+                part_index=part,
+                size=f.size,
+                lfs_sha256=f.lfs_sha256 or "",
+                blob_id=f.blob_id[:64],
+            )
+        )
+    PackageFile.objects.bulk_create(
+        rows,
+        update_conflicts=True,
+        unique_fields=["revision", "path"],
+        update_fields=["role", "layer_index", "part_index", "size", "lfs_sha256", "blob_id"],
+    )
+    ggufs = sum(1 for f in files if f.path.endswith(".gguf"))
+    Revision.objects.filter(pk=rev.pk).update(
+        files_total=ggufs, files_done=0, total_bytes=sum(f.size for f in files)
+    )
+
+
+def _read_headers(
+    rev: Revision, source: hub.PackageSource, files: list[hub.RemoteFile], progress: ProgressFn | None
+) -> None:
+    total = sum(1 for f in files if f.path.endswith(".gguf"))
+    done = 0
+
+    def advance(count: int) -> None:
+        nonlocal done
+        done += count
+        if progress:
+            progress(done, total)
+
+    def record(result: hub.HeaderResult) -> None:
+        _store_header(rev, result)
+        advance(1)
+
+    def skip(paths: list[str]) -> None:
+        skipped = PackageFile.objects.filter(revision=rev, path__in=paths).update(
+            header_status=PackageFile.HeaderStatus.SKIPPED, header_error=""
+        )
+        Revision.objects.filter(pk=rev.pk).update(files_done=F("files_done") + skipped)
+        advance(skipped)
+
+    inspection.fetch_package_headers(
+        source,
+        rev.commit_sha,
+        files,
+        schema_version=rev.schema_version,
+        concurrency=settings.MESHDASH_FETCH_CONCURRENCY,
+        on_result=record,
+        on_skipped=skip,
+    )
+
+
+def _store_header(rev: Revision, result: hub.HeaderResult) -> None:
+    rows = PackageFile.objects.filter(revision=rev, path=result.path)
+    if result.header is None:
+        rows.update(header_status=PackageFile.HeaderStatus.FAILED, header_error=result.error[:2000])
+    else:
+        rows.update(**header_fields(result.header))
+    Revision.objects.filter(pk=rev.pk).update(files_done=F("files_done") + 1)
+
+
+def header_fields(header: GGUFHeader) -> dict[str, object]:
+    doc = header.to_json()
+    return {
+        "header_status": PackageFile.HeaderStatus.PARSED,
+        "header_error": "",
+        "header_bytes": header.header_bytes,
+        "gguf_version": header.version,
+        "architecture": (header.architecture or "")[:64],
+        "block_count": _small_int(header.block_count),
+        "nextn_predict_layers": _small_int(header.nextn_predict_layers),
+        "kv": doc["kv"],
+        "tensors": doc["tensors"],
+        "tensor_count": len(header.tensors),
+    }
+
+
+def _small_int(value: object) -> int | None:
+    return value if isinstance(value, int) and 0 <= value < 2**31 else None
+
+
+# --- audit ------------------------------------------------------------------------------------
+
+
+def stored_header_json(f: PackageFile) -> dict[str, object]:
+    """The header JSON of design.md, rebuilt from a stored file row."""
+    kv = f.kv or {}
+    return {
+        "version": f.gguf_version,
+        "header_bytes": f.header_bytes,
+        "alignment": kv.get("general.alignment", 32) if isinstance(kv, dict) else 32,
+        "kv": kv,
+        "tensors": f.tensors or [],
+    }
+
+
+def audit_revision(rev: Revision) -> capability.Audit:
+    """(Re)compute a revision's audit from what is stored; no Hub access."""
+    rev.refresh_from_db()
+    files = list(rev.files.all())
+    listing = [capability.FileInfo(path=f.path, size=f.size, lfs_sha256=f.lfs_sha256 or None) for f in files]
+    parsed = [f for f in files if f.header_status == PackageFile.HeaderStatus.PARSED]
+    headers = {f.path: stored_header_json(f) for f in parsed}
+    errors = {f.path: f.header_error for f in files if f.header_status == PackageFile.HeaderStatus.FAILED}
+    manifest = bytes(rev.manifest_bytes) if rev.manifest_bytes is not None else None
+    result = capability.audit(manifest, listing, headers, revision=rev.commit_sha, header_errors=errors)
+    doc = result.to_json()
+    detected, declared = doc["detected"], doc["declared"]
+    Revision.objects.filter(pk=rev.pk).update(
+        verdict=doc["verdict"],
+        audit=doc,
+        audited_at=timezone.now(),
+        mtp_detected=bool(detected.get("has_mtp_weights")),
+        mtp_declared=bool(declared.get("uses_native_mtp")),
+        architecture=(detected.get("architecture") or "")[:64],
+        block_count=_small_int(detected.get("block_count")),
+        nextn_predict_layers=_small_int(detected.get("nextn_predict_layers")),
+    )
+    return result
+
+
+def reaudit_all(progress: ProgressFn | None = None) -> int:
+    """Recompute every stored revision's audit (after the audit logic changed)."""
+    ids = list(Revision.objects.exclude(status=Revision.Status.QUEUED).values_list("pk", flat=True))
+    for i, pk in enumerate(ids, 1):
+        audit_revision(Revision.objects.get(pk=pk))
+        if progress:
+            progress(i, len(ids))
+    return len(ids)
+
+
+def _link_reports(rev: Revision) -> None:
+    try:
+        from packages_app.reports import link_reports_to_revision
+    except ImportError:  # the reports service is optional for ingest
+        return
+    link_reports_to_revision(rev)
+
+
+def reconcile_stuck(older_than: timedelta = STALE_CLAIM) -> list[tuple[str, str]]:
+    """Revisions left queued or running past the claim lease: re-enqueue them (beat runs this)."""
+    from packages_app import tasks
+
+    cutoff = timezone.now() - older_than
+    stuck = Revision.objects.filter(
+        Q(status=Revision.Status.RUNNING, started_at__lt=cutoff)
+        | Q(status=Revision.Status.QUEUED, queued_at__lt=cutoff)
+    ).select_related("package")
+    pairs = [(r.package.repo_id, r.commit_sha) for r in stuck]
+    with transaction.atomic():
+        for repo_id, sha in pairs:
+            tasks.ingest_revision.delay_on_commit(repo_id, sha)
+    return pairs

@@ -1,0 +1,154 @@
+"""Read-only inspection of a source, without the database: one GGUF header, or a whole package audit.
+
+The header-reading plan (which files, in which order, which to skip) lives here so that the
+``audit_package`` command and the ingest service read a package the same way.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from packages_app import capability, hub
+
+METADATA_ONLY_KEY = "skippy.package.metadata_only"
+METADATA_READ_CAP = 64 * 1024 * 1024
+LAYER_RE = re.compile(r"(?:^|/)layer-(\d{3,5})(?:-part(\d{2}))?\.gguf$")
+
+
+def file_role(path: str) -> tuple[str, int | None, int | None]:
+    """Role, layer index and part index of a package file, from the path conventions of domain.md."""
+    if path == hub.MANIFEST_PATH:
+        return "manifest", None, None
+    if match := LAYER_RE.search(path):
+        return "layer", int(match[1]), int(match[2]) if match[2] else None
+    name = path.rsplit("/", 1)[-1]
+    if "mmproj" in name or "projector" in path:
+        return "projector", None, None
+    if name.startswith("metadata") and name.endswith(".gguf"):
+        return "metadata", None, None
+    if path.startswith("shared/") and name.endswith(".gguf"):
+        return "common", None, None
+    return "other", None, None
+
+
+def header_order(paths: list[str]) -> list[str]:
+    """Metadata first (it describes everything in v2), then layers in order, then the rest."""
+
+    def key(path: str) -> tuple[int, int, str]:
+        role, layer, _ = file_role(path)
+        rank = {"metadata": 0, "layer": 1}.get(role, 2)
+        return rank, layer if layer is not None else -1, path
+
+    return sorted(paths, key=key)
+
+
+def fetch_package_headers(
+    source: hub.RangeReader,
+    sha: str,
+    files: list[hub.RemoteFile],
+    *,
+    schema_version: int | None,
+    concurrency: int = 8,
+    on_result: Callable[[hub.HeaderResult], None] | None = None,
+    on_skipped: Callable[[list[str]], None] | None = None,
+) -> list[hub.HeaderResult]:
+    """Read the GGUF headers a package needs.
+
+    For schema v2, ``shared/metadata.gguf`` holds every KV and the full tensor directory and no
+    tensor data, so it is read whole in one request, and the layer files are read only when it
+    turns out not to describe them (no ``skippy.package.metadata_only``).
+    """
+    ordered = header_order([f.path for f in files if f.path.endswith(".gguf")])
+    fetcher = hub.HeaderFetcher(source, sha, concurrency=concurrency)
+    metadata = [p for p in ordered if file_role(p)[0] == "metadata"]
+    if schema_version != 2 or not metadata:
+        return fetcher.fetch(ordered, on_result)
+    sizes = {f.path: f.size for f in files}
+    whole = min(sizes[metadata[0]], METADATA_READ_CAP) or hub.FIRST_READ
+    results = fetcher.fetch(metadata, on_result, first_read=whole)
+    rest = [p for p in ordered if p not in metadata]
+    if any(r.header is not None and r.header.kv.get(METADATA_ONLY_KEY) and r.header.tensors for r in results):
+        skipped = [p for p in rest if file_role(p)[0] == "layer"]
+        rest = [p for p in rest if p not in skipped]
+        if on_skipped and skipped:
+            on_skipped(skipped)
+    return results + fetcher.fetch(rest, on_result, learned=results[0])
+
+
+@dataclass(frozen=True)
+class PackageAudit:
+    audit: capability.Audit
+    source: str
+    revision: str
+    requests: int
+    bytes: int
+
+
+def open_package_source(spec: str) -> hub.HubSource | hub.LocalFolderSource:
+    """A local folder if ``spec`` names one, else a Hub repo id (validated before any request)."""
+    if Path(spec).is_dir():
+        return hub.LocalFolderSource(spec)
+    return hub.HubSource(spec)
+
+
+def audit_source(source: hub.HubSource | hub.LocalFolderSource, revision: str | None = None) -> PackageAudit:
+    """Audit one revision straight from its source: manifest, file list, headers. Writes nothing."""
+    sha = source.resolve_revision(revision)
+    try:
+        manifest: bytes | None = source.read_manifest(sha)
+    except hub.HubNotFound:
+        manifest = None
+    files = source.list_files(sha)
+    schema = _schema_version(manifest)
+    results = fetch_package_headers(source, sha, files, schema_version=schema)
+    headers = {r.path: r.header.to_json() for r in results if r.header is not None}
+    errors = {r.path: r.error for r in results if r.header is None}
+    listing = [capability.FileInfo(path=f.path, size=f.size, lfs_sha256=f.lfs_sha256) for f in files]
+    shown_revision = None if isinstance(source, hub.LocalFolderSource) else sha
+    result = capability.audit(manifest, listing, headers, revision=shown_revision, header_errors=errors)
+    return PackageAudit(result, source.label, sha, source.stats.requests, source.stats.bytes)
+
+
+def _schema_version(manifest: bytes | None) -> int | None:
+    if manifest is None:
+        return None
+    try:
+        value = json.loads(manifest).get("schema_version")
+    except (ValueError, AttributeError, RecursionError):
+        return None
+    return value if isinstance(value, int) else None
+
+
+class LocalFileReader:
+    """Ranged reads of one local file, counted like remote ones (inspect_gguf on a path)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = Path(path)
+        if not self.path.is_file():
+            raise hub.HubNotFound(f"{path}: no such file")
+        self.stats = hub.FetchStats()
+
+    def read_range(self, sha: str, path: str, start: int, length: int) -> bytes:
+        with self.path.open("rb") as fh:
+            fh.seek(start)
+            data = fh.read(max(0, length))
+        self.stats.add(len(data))
+        return data
+
+
+def inspect_header(spec: str) -> tuple[hub.HeaderResult, hub.FetchStats]:
+    """One file's header from a local path, an http(s) URL or ``hf://owner/repo@revision/path``."""
+    if spec.startswith("hf://"):
+        repo_id, revision, path = hub.parse_hf_uri(spec)
+        source = hub.HubSource(repo_id)
+        sha = source.resolve_revision(revision)
+        return hub.read_header(source, sha, path), source.stats
+    if spec.startswith(("http://", "https://")):
+        url_source = hub.UrlSource(spec)
+        return hub.read_header(url_source, "", spec), url_source.stats
+    local = LocalFileReader(spec)
+    return hub.read_header(local, "", spec), local.stats

@@ -1,0 +1,67 @@
+"""`manage.py audit_package SOURCE [--revision REV] [--json]`: MTP capability audit of a folder or Hub repo.
+
+Exit 0: consistent and no error; 1: inconsistent or an error-severity problem; 2: could not audit.
+A local folder needs no database and no network: a builder's check before publishing.
+"""
+
+import json
+import sys
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandParser
+
+from packages_app import capability, hub, inspection
+
+
+class Command(BaseCommand):
+    help = "Audit a package's MTP declaration against its weights (a local folder or a Hub repo id)."
+    requires_system_checks: list[str] = []
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("source", help="a local package folder or a Hub repo id (owner/name)")
+        parser.add_argument("--revision", help="branch, tag or commit sha (Hub only; default: main)")
+        parser.add_argument("--json", action="store_true", help="print the audit as JSON")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        try:
+            source = inspection.open_package_source(options["source"])
+            result = inspection.audit_source(source, options["revision"])
+        except hub.HubError as exc:
+            self.stderr.write(f"error: could not audit {options['source']}: {exc}")
+            sys.exit(2)
+        doc = result.audit.to_json()
+        if options["json"]:
+            self.stdout.write(json.dumps(doc, indent=2, ensure_ascii=False))
+        else:
+            self.stdout.write(render_report(result, doc))
+        sys.exit(exit_code(doc))
+
+
+def exit_code(doc: dict[str, Any]) -> int:
+    failing = not capability.verdict_is_consistent(doc["verdict"])
+    failing = failing or any(p["severity"] == "error" for p in doc["problems"])
+    return 1 if failing else 0
+
+
+def render_report(result: inspection.PackageAudit, doc: dict[str, Any]) -> str:
+    detected, declared, runtime = doc["detected"], doc["declared"], doc["runtime"]
+    lines = [
+        f"{result.source} @ {result.revision}",
+        f"verdict: {doc['verdict']}",
+        f"detected: {detected['architecture']}, {detected['block_count']} blocks, "
+        f"nextn_predict_layers={detected['nextn_predict_layers']}, "
+        f"MTP blocks {detected['mtp_blocks'] or 'none'}",
+        f"declared: default strategy {declared['default_strategy'] or 'none'}, "
+        f"native MTP {'yes' if declared['uses_native_mtp'] else 'no'}"
+        + (f", layer_indices {declared['layer_indices']}" if declared["layer_indices"] else ""),
+        f"runtime: auto -> {runtime['auto']['explanation']}",
+        f"         mtp  -> {runtime['mtp']['explanation']}",
+    ]
+    if doc["problems"]:
+        lines.append("problems:")
+        lines += [f"  [{p['severity']}] {p['code']}: {p['message']}" for p in doc["problems"]]
+    if doc["suggested_generation"]:
+        lines.append("suggested fix (add to model-package.json):")
+        lines.append(doc["suggested_generation"]["diff"])
+    lines.append(f"fetched {result.bytes} bytes in {result.requests} requests")
+    return "\n".join(lines)

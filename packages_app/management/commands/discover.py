@@ -1,0 +1,25 @@
+"""`manage.py discover`: track the namespaces' packages and the curated catalog's (what beat runs hourly)."""
+
+from typing import Any
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from packages_app import hub, ingest
+
+
+class Command(BaseCommand):
+    help = "Track every -layers repo of MESHDASH_NAMESPACES and every package of the catalog dataset."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--namespace", action="append", help="namespace (default: MESHDASH_NAMESPACES)")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        namespaces = options["namespace"] or settings.MESHDASH_NAMESPACES
+        try:
+            found = ingest.discover_packages(namespaces, settings.MESHDASH_CATALOG_DATASET)
+        except hub.HubError as exc:
+            raise CommandError(str(exc)) from exc
+        for repo_id in found:
+            self.stdout.write(repo_id)
+        self.stdout.write(f"{len(found)} packages tracked")

@@ -1,0 +1,64 @@
+"""Shared fixtures: the generated demo catalog, a devhub server on loopback, and Hub sources pointed at it.
+
+The catalog is generated once into var/devhub-test (keyed on the generator's version) and reused by
+later runs, so a test session pays for generation at most once.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+if TYPE_CHECKING:
+    from packages_app import hub
+    from packages_app.devhub import DevHub
+
+ROOT = Path(__file__).resolve().parent.parent
+CATALOG_ROOT = ROOT / "var" / "devhub-test"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # huggingface_hub reads HF_ENDPOINT at import; tests always pass the endpoint explicitly instead.
+    os.environ.pop("HF_TOKEN", None)
+    os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+
+
+@pytest.fixture(scope="session")
+def demo_catalog() -> Path:
+    from packages_app.devhub import ensure_catalog
+
+    return ensure_catalog(CATALOG_ROOT)
+
+
+@pytest.fixture(scope="session")
+def devhub(demo_catalog: Path) -> Iterator[DevHub]:
+    from packages_app.devhub import DevHub
+
+    server = DevHub(demo_catalog).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def hub_settings(settings: pytest.FixtureRequest, devhub: DevHub) -> DevHub:
+    """Point the app at devhub for one test."""
+    settings.HF_ENDPOINT = devhub.url  # type: ignore[attr-defined]
+    return devhub
+
+
+@pytest.fixture
+def hub_source(devhub: DevHub) -> type[hub.HubSource]:
+    """HubSource bound to devhub: ``hub_source(repo_id)``."""
+    from packages_app import hub
+
+    class DevHubSource(hub.HubSource):
+        def __init__(self, repo_id: str, **kwargs: object) -> None:
+            kwargs.setdefault("endpoint", devhub.url)
+            kwargs.setdefault("max_retries", 1)
+            super().__init__(repo_id, **kwargs)  # type: ignore[arg-type]
+
+    return DevHubSource
