@@ -49,7 +49,7 @@ SHA_RE = re.compile(r"^[0-9a-f]{40}$")
 # Range sizing. A first read of unknown size asks for FIRST_READ; the parser's estimate of the rest
 # is padded by a small factor so the third request, when needed, is the last.
 FIRST_READ = 256 * 1024
-ESTIMATE_PAD = 1.04
+ESTIMATE_PAD = 1.06
 TENSOR_INFO_SLACK = 16 * 1024
 
 
@@ -516,8 +516,10 @@ def read_header(source: RangeReader, sha: str, path: str, *, first_read: int = F
 
 
 def _next_read(parser: HeaderParser) -> int:
-    remaining = parser.estimate_total() - parser.received
-    return max(parser.bytes_wanted(), int(remaining * ESTIMATE_PAD) + 4096)
+    """Read up to the estimated end plus a margin: estimates from a vocabulary's early, short tokens
+    run low, and one more round trip costs more than a few percent of extra bytes."""
+    target = int(parser.estimate_total() * ESTIMATE_PAD) + 4096
+    return max(parser.bytes_wanted(), target - parser.received)
 
 
 class HeaderFetcher:

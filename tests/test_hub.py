@@ -9,12 +9,14 @@ import pytest
 
 from packages_app import hub, inspection
 from packages_app.devhub import (
+    DEMO_PACKAGES,
     DEVHUB_TOKEN,
     GATED_REPO,
     GLM47_REPO,
     PRIVATE_REPO,
     QWEN35_FIRST_SHA,
     QWEN35_REPO,
+    DemoPackage,
     DevHub,
     write_package_folder,
 )
@@ -143,6 +145,20 @@ def test_one_header_of_unknown_size_costs_at_most_3_requests_and_its_size_plus_1
     assert result.header.header_bytes > 6 * 1024 * 1024
     assert result.requests <= 3
     assert result.bytes <= 1.10 * result.header.header_bytes + 256 * KIB
+
+
+@pytest.mark.parametrize("package", DEMO_PACKAGES, ids=lambda p: p.repo_id.split("/")[1])
+def test_every_big_demo_header_of_unknown_size_costs_at_most_3_requests(
+    hub_source: type[hub.HubSource], package: DemoPackage
+) -> None:
+    source = hub_source(package.repo_id)
+    ggufs = [f.path for f in source.list_files(package.main_sha) if f.path.endswith(".gguf")]
+    shared = [p for p in ggufs if not p.startswith("layers/")]
+    for path in [*shared, next(p for p in ggufs if p.startswith("layers/"))]:
+        result = hub.read_header(source, package.main_sha, path)
+        assert result.header is not None, result.error
+        assert result.requests <= 3, path
+        assert result.bytes <= 1.10 * result.header.header_bytes + 256 * KIB, path
 
 
 def test_a_whole_v1_package_costs_about_one_request_per_file(hub_source: type[hub.HubSource]) -> None:

@@ -29,6 +29,10 @@ class Command(BaseCommand):
         except hub.HubError as exc:
             self.stderr.write(f"error: could not audit {options['source']}: {exc}")
             sys.exit(2)
+        if not result.audit.auditable:
+            reason = "the GGUF headers that would show MTP could not be read"
+            self.stderr.write(f"error: could not audit {options['source']}: {reason}")
+            sys.exit(2)
         doc = result.audit.to_json()
         if options["json"]:
             self.stdout.write(json.dumps(doc, indent=2, ensure_ascii=False))
