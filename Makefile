@@ -15,7 +15,6 @@ $(STAMP): pyproject.toml requirements.lock
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -r requirements.lock
-	$(PY) -m pip install -q --no-deps --no-build-isolation -e .
 	touch $@
 
 install: $(STAMP)

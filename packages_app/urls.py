@@ -2,10 +2,25 @@
 
 from django.urls import path
 
-from packages_app import views
+from packages_app import api, api_read, views
 
 app_name = "packages_app"
 
 urlpatterns = [
     path("", views.catalog, name="catalog"),
+    path("ingest/", views.ingest_status, name="ingest"),
+    path("packages/<str:owner>/<str:name>/", views.package_detail, name="package"),
+    path(
+        "packages/<str:owner>/<str:name>/manifest.patched.json",
+        views.patched_manifest,
+        name="patched_manifest",
+    ),
+    path("packages/<str:owner>/<str:name>/files/<path:path>", views.file_detail, name="file"),
+    path("packages/<str:owner>/<str:name>/diff", views.revision_diff, name="diff"),
+    path("api/v1/reports", api.report_create, name="api_reports"),
+    path("api/v1/reports/batch", api.report_batch, name="api_reports_batch"),
+    path("api/v1/ping", api.ping, name="api_ping"),
+    path("api/v1/openapi.json", api.openapi_json, name="api_openapi"),
+    path("api/v1/packages", api_read.packages_list, name="api_packages"),
+    path("api/v1/packages/<str:owner>/<str:name>", api_read.package_detail, name="api_package"),
 ]

@@ -3,7 +3,7 @@
 from pathlib import Path
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from packages_app.devhub import DEFAULT_ROOT, DEVHUB_TOKEN, DevHub, ensure_catalog
 
@@ -22,6 +22,9 @@ class Command(BaseCommand):
         self.stdout.write(f"devhub: preparing the demo catalog in {options['root']} ...")
         root = ensure_catalog(options["root"], include_bench=options["bench"])
         hub = DevHub(root, host=options["host"], port=options["port"], token=options["token"])
-        hub.start()
+        try:
+            hub.start()
+        except OSError as exc:
+            raise CommandError(f"cannot listen on {options['host']}:{options['port']}: {exc.strerror}") from exc
         self.stdout.write(f"devhub: serving on {hub.url} (HF_ENDPOINT={hub.url}); Ctrl-C stops it")
         hub.serve_forever()

@@ -1,0 +1,154 @@
+"""Server time of the dashboard's pages at scale: median and p95 of N in-process requests per page.
+
+Seed first, then run against the same database (PostgreSQL is what the target is about):
+
+    createdb -h 127.0.0.1 -U postgres meshdash_bench_pages
+    export DATABASE_URL=postgres://postgres@127.0.0.1:5432/meshdash_bench_pages
+    .venv/bin/python manage.py migrate
+    .venv/bin/python manage.py seed_synthetic --packages 10000 --reports 1000000
+    .venv/bin/python bench/bench_pages.py --requests 30
+
+It uses Django's test Client (no network, no web server), so the figures are view + ORM + template
+time. Exit status 1 when a page's median is over --target milliseconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+# Production-like: DEBUG off (no query log kept in memory); values only for this in-process run.
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "meshdash.settings")
+os.environ.setdefault("DEBUG", "false")
+os.environ.setdefault("SECRET_KEY", "bench-pages-only")
+os.environ.setdefault("ALLOWED_HOSTS", "testserver")
+
+
+def setup_django() -> None:
+    import django
+    from django.conf import settings
+
+    django.setup()
+    # Plain storage: {% static %} must not need a collectstatic manifest for an in-process benchmark.
+    settings.STORAGES = {
+        **settings.STORAGES,
+        "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+    }
+
+
+def pick_packages(owner: str) -> dict[str, str]:  # label -> repo id
+    """The busiest package (most reports), one at the median, and one no node reported on."""
+    from django.db.models import Count
+
+    from packages_app.models import Package
+
+    packages = Package.objects.filter(repo_id__startswith=owner + "/", latest_revision__verdict__gt="")
+    ranked = list(
+        packages.annotate(n=Count("latest_revision__reports"))
+        .order_by("-n", "repo_id")
+        .values_list("repo_id", "n")
+    )
+    if not ranked:
+        sys.exit(f"No synthetic packages under {owner}/: run manage.py seed_synthetic first.")
+    quiet = next((repo for repo, n in reversed(ranked) if n == 0), ranked[-1][0])
+    return {
+        f"busiest ({ranked[0][1]} reports)": ranked[0][0],
+        f"median ({ranked[len(ranked) // 2][1]} reports)": ranked[len(ranked) // 2][0],
+        "no reports": quiet,
+    }
+
+
+def pages(owner: str) -> dict[str, str]:
+    urls = {
+        "catalog /": "/",
+        "catalog any inconsistent": "/?verdict=inconsistent",
+        "catalog search + sort by size": "/?q=Qwen3.5&sort=-size",
+        "catalog MTP detected, not declared": "/?mtp_detected=yes&mtp_declared=no&sort=-updated",
+        "catalog throughput alerts": "/?alert=on",
+        "catalog page 100": "/?page=100",
+        "api list": "/api/v1/packages?per_page=50",
+    }
+    picked = pick_packages(owner)
+    busiest = next(iter(picked.values()))
+    urls["catalog row of the busiest package"] = f"/?q={busiest.split('/', 1)[1]}"
+    for label, repo_id in picked.items():
+        urls[f"package page, {label}"] = f"/packages/{repo_id}/"
+        urls[f"api package, {label}"] = f"/api/v1/packages/{repo_id}"
+    return urls
+
+
+def measure(client: Any, url: str, requests: int, cold: bool) -> dict[str, Any]:
+    from django.core.cache import cache
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    with CaptureQueriesContext(connection) as captured:
+        status = client.get(url).status_code  # also warms caches
+    # Read now: the next request clears the connection's query log that the context slices.
+    queries = len(captured)
+    times = []
+    for _ in range(requests):
+        if cold:
+            cache.clear()  # as after every new report on that revision
+        start = time.perf_counter()
+        response = client.get(url)
+        times.append((time.perf_counter() - start) * 1000)
+        assert response.status_code == status
+    times.sort()
+    p95 = times[min(len(times) - 1, round(0.95 * (len(times) - 1)))]
+    return {"status": status, "queries": queries, "median_ms": statistics.median(times), "p95_ms": p95}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--requests", type=int, default=30)
+    parser.add_argument("--owner", default="meshllm-synthetic")
+    parser.add_argument("--target", type=float, default=150.0, help="Milliseconds a median must not exceed.")
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--cold", action="store_true", help="Clear the cache before every request.")
+    args = parser.parse_args()
+    setup_django()
+    from django.db import connection
+    from django.test import Client
+
+    client = Client()
+    urls = pages(args.owner)
+    results = {label: measure(client, url, args.requests, args.cold) for label, url in urls.items()}
+    if args.json:
+        print(
+            json.dumps({"database": connection.vendor, "requests": args.requests, "pages": results}, indent=2)
+        )
+    else:
+        print_table(
+            results,
+            connection.vendor,
+            args.requests,
+            args.target,
+            ", cache cleared before each request" if args.cold else "",
+        )
+    return 1 if any(r["median_ms"] > args.target or r["status"] != 200 for r in results.values()) else 0
+
+
+def print_table(
+    results: dict[str, dict[str, Any]], vendor: str, requests: int, target: float, cold: str
+) -> None:
+    print(f"{vendor}, {requests} requests per page, target median <= {target:.0f} ms{cold}")
+    print(f"{'page':<52} {'status':>6} {'queries':>7} {'median ms':>10} {'p95 ms':>8}")
+    for label, r in results.items():
+        flag = "" if r["median_ms"] <= target else "  OVER"
+        figures = f"{r['status']:>6} {r['queries']:>7} {r['median_ms']:>10.1f} {r['p95_ms']:>8.1f}"
+        print(f"{label:<52} {figures}{flag}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

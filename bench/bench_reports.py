@@ -1,0 +1,278 @@
+"""Report API throughput and latency under gunicorn + PostgreSQL, beside a trivial endpoint.
+
+    .venv/bin/python bench/bench_reports.py [--workers 4] [--worker-class sync] [--clients 20]
+
+Recreates the database named by --database-url (default: meshdash_bench on the local
+PostgreSQL), migrates it, starts gunicorn on a loopback port with the Redis cache, and drives it
+with 20 concurrent keep-alive clients: GET /api/v1/ping (the trivial endpoint), single reports,
+and batches of 100. Prints a markdown table and whether each target is met. Then runs the
+throughput selectors on the stored rows, so PostgreSQL's percentile_cont path is exercised too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+import load_reports as lr
+
+ROOT = Path(__file__).resolve().parent.parent
+PYTHON = ROOT / ".venv" / "bin" / "python"
+GUNICORN = ROOT / ".venv" / "bin" / "gunicorn"
+
+
+@dataclass
+class Row:
+    name: str
+    requests: int
+    reports: int
+    seconds: float
+    p50: float
+    p99: float
+    errors: int
+    app_cpu: float  # CPU seconds the gunicorn processes used during the run
+    db_cpu: float  # CPU seconds PostgreSQL and Redis used during the run
+
+    @property
+    def units(self) -> int:
+        return self.reports or self.requests
+
+    def cells(self) -> list[str]:
+        return [
+            self.name,
+            str(self.requests),
+            str(self.reports),
+            f"{self.seconds:.1f}",
+            f"{self.requests / self.seconds:.0f}",
+            f"{self.reports / self.seconds:.0f}" if self.reports else "-",
+            f"{self.p50 * 1000:.1f}",
+            f"{self.p99 * 1000:.1f}",
+            str(self.errors),
+            f"{self.app_cpu / self.units * 1000:.2f}",
+            f"{self.db_cpu / self.units * 1000:.2f}",
+            f"{2 * self.units / (self.app_cpu + self.db_cpu):.0f}",
+        ]
+
+
+def server_env(args: argparse.Namespace) -> dict[str, str]:
+    return os.environ | {
+        "DATABASE_URL": args.database_url,
+        "REDIS_URL": args.redis_url,
+        "DEBUG": "false",
+        "SECRET_KEY": "bench-only",
+        "ALLOWED_HOSTS": "127.0.0.1",
+        "LOG_LEVEL": "ERROR",
+        "MESHDASH_NODE_RATE_LIMIT": "0",
+    }
+
+
+def recreate_database(args: argparse.Namespace) -> None:
+    parts = urllib.parse.urlsplit(args.database_url)
+    name, host = (
+        parts.path.lstrip("/"),
+        ["-h", parts.hostname or "127.0.0.1", "-U", parts.username or "postgres"],
+    )
+    subprocess.run(["dropdb", *host, "--if-exists", name], check=True)
+    subprocess.run(["createdb", *host, name], check=True)
+    subprocess.run([PYTHON, "manage.py", "migrate", "-v0"], cwd=ROOT, env=server_env(args), check=True)
+
+
+def start_server(args: argparse.Namespace) -> subprocess.Popen[bytes]:
+    command = [str(GUNICORN), "meshdash.wsgi", "-b", f"127.0.0.1:{args.port}", "-w", str(args.workers)]
+    command += ["-k", args.worker_class, "--threads", str(args.threads), "--backlog", "256"]
+    server = subprocess.Popen(command, cwd=ROOT, env=server_env(args), stdout=subprocess.DEVNULL)
+    for _ in range(100):
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{args.port}/api/v1/ping", timeout=1).read()
+            return server
+        except OSError:
+            time.sleep(0.2)
+    server.kill()
+    raise SystemExit("gunicorn did not answer /api/v1/ping")
+
+
+def cpu_by_pid(pids: list[int]) -> dict[int, float]:
+    """User+system CPU seconds of each process, from /proc."""
+    found = {}
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        found[pid] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return found
+
+
+def cpu_used(before: dict[int, float], after: dict[int, float]) -> float:
+    # A process born during the run (a new PostgreSQL backend) counts from zero.
+    return sum(seconds - before.get(pid, 0.0) for pid, seconds in after.items())
+
+
+def server_pids(server: subprocess.Popen[bytes]) -> list[int]:
+    children = Path(f"/proc/{server.pid}/task/{server.pid}/children").read_text().split()
+    return [server.pid, *map(int, children)]
+
+
+def database_pids() -> list[int]:
+    # Every postgres/redis process: other users of the machine's PostgreSQL are counted too.
+    return [
+        int(p.name)
+        for p in Path("/proc").iterdir()
+        if p.name.isdigit() and _comm(p) in ("postgres", "redis-server")
+    ]
+
+
+def _comm(proc: Path) -> str:
+    try:
+        return (proc / "comm").read_text().strip()
+    except OSError:
+        return ""
+
+
+SERVER: subprocess.Popen[bytes] | None = None
+
+
+def measure(name: str, url: str, lanes: list[list[lr.Call]], per_call: int, ok: set[int]) -> Row:
+    assert SERVER is not None
+    app_before, db_before = cpu_by_pid(server_pids(SERVER)), cpu_by_pid(database_pids())
+    seconds = asyncio.run(lr.run_calls(url, lanes))
+    app_cpu = cpu_used(app_before, cpu_by_pid(server_pids(SERVER)))
+    db_cpu = cpu_used(db_before, cpu_by_pid(database_pids()))
+    calls = [call for lane in lanes for call in lane]
+    latencies = [call.seconds for call in calls]
+    return Row(
+        name=name,
+        requests=len(calls),
+        reports=len(calls) * per_call,
+        seconds=seconds,
+        p50=lr.percentile(latencies, 50),
+        p99=lr.percentile(latencies, 99),
+        errors=sum(call.status not in ok for call in calls),
+        app_cpu=app_cpu,
+        db_cpu=db_cpu,
+    )
+
+
+def ping_lanes(clients: int, per_lane: int) -> list[list[lr.Call]]:
+    return [[lr.Call("/api/v1/ping", b"", "", method="GET") for _ in range(per_lane)] for _ in range(clients)]
+
+
+def report_lanes(
+    tokens: list[str], clients: int, per_lane: int, batch: int, rng: random.Random
+) -> list[list[lr.Call]]:
+    lanes = []
+    for lane in range(clients):
+        token = tokens[lane % len(tokens)]
+        calls = []
+        for _ in range(per_lane):
+            if batch == 1:
+                calls.append(lr.Call("/api/v1/reports", json.dumps(lr.report_body(rng)).encode(), token))
+            else:
+                body = {"reports": [lr.report_body(rng) for _ in range(batch)]}
+                calls.append(lr.Call("/api/v1/reports/batch", json.dumps(body).encode(), token))
+        lanes.append(calls)
+    return lanes
+
+
+def table(rows: list[Row]) -> str:
+    head = ["scenario", "requests", "reports", "wall s", "req/s", "reports/s", "p50 ms", "p99 ms", "errors"]
+    head += ["app CPU ms/unit", "db CPU ms/unit", "units/s on 2 free cores"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    return "\n".join(lines + ["| " + " | ".join(row.cells()) + " |" for row in rows])
+
+
+def targets(ping: Row, single: Row, batch: Row) -> list[str]:
+    checks = [
+        (">= 300 single reports/s", single.reports / single.seconds >= 300),
+        ("single p99 <= 100 ms", single.p99 <= 0.100),
+        (">= 3,000 batched reports/s", batch.reports / batch.seconds >= 3000),
+        (
+            ">= half the ping request rate, in batched reports/s",
+            batch.reports / batch.seconds >= ping.requests / ping.seconds / 2,
+        ),
+        ("no errors", not (ping.errors or single.errors or batch.errors)),
+    ]
+    return [f"- {'PASS' if ok else 'FAIL'}: {label}" for label, ok in checks]
+
+
+def selector_check() -> str:
+    from packages_app.models import Revision
+    from packages_app.throughput import catalog_throughput, revision_throughput
+
+    revision = Revision.objects.get(commit_sha=lr.BENCH_SHA)
+    started = time.perf_counter()
+    detail = revision_throughput(revision.pk)
+    catalog = catalog_throughput([revision.pk])
+    ms = (time.perf_counter() - started) * 1000
+    return (
+        f"selectors on PostgreSQL ({ms:.0f} ms): mtp_on {detail['mtp_on']}, mtp_off {detail['mtp_off']}, "
+        f"alert {detail['alert'] and detail['alert']['message']!r}, catalog {catalog[revision.pk]}"
+    )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--database-url", default="postgres://postgres@127.0.0.1:5432/meshdash_bench")
+    parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/5")
+    parser.add_argument("--port", type=int, default=8765)
+    parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument("--worker-class", default="sync")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--clients", type=int, default=20)
+    parser.add_argument("--singles", type=int, default=6000)
+    parser.add_argument("--batches", type=int, default=300, help="batches of --batch-size")
+    parser.add_argument("--batch-size", type=int, default=100)
+    args = parser.parse_args()
+    recreate_database(args)
+    os.environ.update({k: v for k, v in server_env(args).items() if k in ("DATABASE_URL", "REDIS_URL")})
+    lr.setup_django()
+    rng = random.Random(7)
+    tokens = lr.bench_nodes(args.clients // 4 or 1, prefix="bench-perf")
+    singles = report_lanes(tokens, args.clients, args.singles // args.clients, 1, rng)
+    batches = report_lanes(tokens, args.clients, args.batches // args.clients, args.batch_size, rng)
+    url = f"http://127.0.0.1:{args.port}"
+    global SERVER
+    server = SERVER = start_server(args)
+    try:
+        measure("warm-up", url, ping_lanes(args.clients, 20), 0, {200})
+        ping = measure(
+            "GET /api/v1/ping (trivial)",
+            url,
+            ping_lanes(args.clients, args.singles // args.clients),
+            0,
+            {200},
+        )
+        single = measure("POST /api/v1/reports", url, singles, 1, {201})
+        batch = measure(
+            f"POST /api/v1/reports/batch ({args.batch_size}/request)", url, batches, args.batch_size, {200}
+        )
+    finally:
+        server.send_signal(signal.SIGTERM)
+        server.wait(timeout=30)
+    config = (
+        f"gunicorn -w {args.workers} -k {args.worker_class} --threads {args.threads}; {args.clients} clients"
+    )
+    print(f"\n{config}; PostgreSQL; Redis cache; {os.cpu_count()} CPUs shared\n")
+    print(table([ping, single, batch]))
+    print("\n(unit = a report, or a request for ping; the last column = 2 CPUs / CPU per unit, what")
+    print(" the server would do with both cores to itself and the load generator elsewhere)")
+    print("\n" + "\n".join(targets(ping, single, batch)))
+    print("\n" + selector_check())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,184 @@
+"""The JSON API: node report endpoints (authenticated POSTs), a health ping and the OpenAPI document.
+
+Views stay thin: small decorators do auth, rate limiting and body parsing; report_schema.py
+validates; reports.py stores. Every answer, errors included, is JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from functools import wraps
+from typing import Any
+
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.utils import timezone
+from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.http import require_GET
+
+from packages_app import nodes, reports
+from packages_app.models import Node
+from packages_app.openapi import openapi_document
+from packages_app.report_schema import BodyError, validate_batch, validate_report_body
+
+log = logging.getLogger(__name__)
+
+MAX_SINGLE_BYTES = 64 * 1024
+MAX_BATCH_BYTES = 4 * 1024 * 1024
+
+NodeView = Callable[[HttpRequest, Node, Any], HttpResponse]
+View = Callable[[HttpRequest], HttpResponse]
+
+
+class BodyTooLarge(Exception):
+    pass
+
+
+class NotJson(Exception):
+    pass
+
+
+def error_response(status: int, message: str, field: str | None = None, **headers: str) -> JsonResponse:
+    body: dict[str, str] = {"error": message}
+    if field is not None:
+        body["field"] = field
+    response = JsonResponse(body, status=status)
+    for name, value in headers.items():
+        response[name.replace("_", "-")] = value
+    return response
+
+
+def node_json_endpoint(max_bytes: int) -> Callable[[NodeView], View]:
+    """POST-only, CSRF-exempt, bearer-token, rate-limited, JSON-body endpoint for serving nodes."""
+
+    def decorate(view: NodeView) -> View:
+        @csrf_exempt
+        @wraps(view)
+        def wrapper(request: HttpRequest) -> HttpResponse:
+            try:
+                return _guarded(request, view, max_bytes)
+            except Exception:  # the last guard: never an HTML 500 page for a node
+                log.exception("report endpoint failed")
+                return error_response(500, "Internal error; the request was not fully processed.")
+
+        return wrapper
+
+    return decorate
+
+
+def _guarded(request: HttpRequest, view: NodeView, max_bytes: int) -> HttpResponse:
+    if request.method != "POST":
+        return error_response(405, "Only POST is allowed here.", Allow="POST")
+    node = _bearer_node(request)
+    if node is None:
+        return error_response(
+            401, "A valid node token is required (Authorization: Bearer <token>).", WWW_Authenticate="Bearer"
+        )
+    retry_after = nodes.node_rate_limit(node)
+    if retry_after is not None:
+        return error_response(429, "Too many requests from this node.", Retry_After=str(retry_after))
+    try:
+        data = read_json(request, max_bytes)
+    except NotJson:
+        return error_response(415, "The body must be sent as Content-Type: application/json.")
+    except BodyTooLarge:
+        return error_response(413, f"The body must be at most {max_bytes // 1024} KiB.")
+    except BodyError as exc:
+        return error_response(400, exc.message, exc.field)
+    nodes.node_touch(node)
+    return view(request, node, data)
+
+
+def _bearer_node(request: HttpRequest) -> Node | None:
+    scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        return None
+    return nodes.node_authenticate(token.strip())
+
+
+def read_json(request: HttpRequest, max_bytes: int) -> Any:
+    """Parse the body as JSON within max_bytes, judged by Content-Length and by the bytes read.
+
+    Reads the stream directly: request.body would apply DATA_UPLOAD_MAX_MEMORY_SIZE (2.5 MiB),
+    which is below the batch limit; our own limit is the one that counts here.
+    """
+    if request.content_type != "application/json":
+        raise NotJson
+    try:
+        declared = int(request.META.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        declared = 0
+    if declared > max_bytes:
+        raise BodyTooLarge
+    raw = request.read(max_bytes + 1)
+    if len(raw) > max_bytes:
+        raise BodyTooLarge
+    try:
+        return json.loads(raw, parse_constant=_reject_constant)
+    except (ValueError, RecursionError):
+        raise BodyError("The body is not valid JSON.", "") from None
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+@node_json_endpoint(MAX_SINGLE_BYTES)
+def report_create(request: HttpRequest, node: Node, data: Any) -> HttpResponse:
+    try:
+        item = _valid_report(data, "")
+    except BodyError as exc:
+        return error_response(400, exc.message, exc.field)
+    outcome = reports.report_store(node, item, timezone.now())
+    if outcome.status == reports.CONFLICT:
+        return _conflict_response()
+    return JsonResponse({"id": outcome.id, "duplicate": outcome.duplicate}, status=outcome.status)
+
+
+@node_json_endpoint(MAX_BATCH_BYTES)
+def report_batch(request: HttpRequest, node: Node, data: Any) -> HttpResponse:
+    try:
+        bodies = validate_batch(data)
+    except BodyError as exc:
+        return error_response(400, exc.message, exc.field)
+    results: list[dict[str, Any]] = [{"index": i} for i in range(len(bodies))]
+    valid: list[tuple[int, reports.ValidReport]] = []
+    for index, body in enumerate(bodies):
+        try:
+            valid.append((index, _valid_report(body, f"reports.{index}")))
+        except BodyError as exc:
+            results[index].update(status=400, error=exc.message, field=exc.field)
+    if valid:
+        outcomes = reports.reports_store_batch(node, [item for _, item in valid], timezone.now())
+        for (index, _), outcome in zip(valid, outcomes, strict=True):
+            results[index].update(_item_result(outcome))
+    return JsonResponse({"results": results}, status=200)
+
+
+def _valid_report(data: Any, prefix: str) -> reports.ValidReport:
+    report, digest = validate_report_body(data, prefix)
+    return reports.ValidReport(report=report, digest=digest, body=data)
+
+
+def _item_result(outcome: reports.StoreOutcome) -> dict[str, Any]:
+    if outcome.status == reports.CONFLICT:
+        return {"status": 409, "error": _CONFLICT_MESSAGE, "field": "report_id"}
+    return {"status": outcome.status, "id": outcome.id, "duplicate": outcome.duplicate}
+
+
+_CONFLICT_MESSAGE = "This report_id was already stored with a different body."
+
+
+def _conflict_response() -> JsonResponse:
+    return error_response(409, _CONFLICT_MESSAGE, "report_id")
+
+
+@require_GET
+def ping(request: HttpRequest) -> JsonResponse:
+    return JsonResponse({"ok": True})
+
+
+@require_GET
+def openapi_json(request: HttpRequest) -> JsonResponse:
+    return JsonResponse(openapi_document())

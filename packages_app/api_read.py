@@ -1,0 +1,267 @@
+"""The read-only JSON API: ``GET /api/v1/packages`` and ``GET /api/v1/packages/<owner>/<name>``.
+
+Same filters and selectors as the HTML catalog; every error is ``{"error": "<one sentence>"}``.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from django import forms
+from django.core.paginator import EmptyPage
+from django.http import HttpRequest, JsonResponse
+from django.urls import reverse
+from pydantic import BaseModel
+
+from packages_app import queries
+from packages_app.forms import CatalogFilterForm
+from packages_app.models import Package, Revision
+
+JsonView = Callable[..., JsonResponse]
+
+
+def error(message: str, status: int) -> JsonResponse:
+    return JsonResponse({"error": message}, status=status)
+
+
+def read_only(view: JsonView) -> JsonView:
+    """GET (and HEAD) only; lookup failures become JSON 404/400 instead of HTML pages."""
+
+    @functools.wraps(view)
+    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> JsonResponse:
+        if request.method not in ("GET", "HEAD"):
+            response = error(f"{request.method} is not allowed here; this API is read-only (use GET).", 405)
+            response["Allow"] = "GET, HEAD"
+            return response
+        try:
+            return view(request, *args, **kwargs)
+        except queries.LookupFailed as exc:
+            return error(str(exc), 404)
+        except queries.AmbiguousRevision as exc:
+            return error(str(exc), 400)
+
+    return wrapper
+
+
+@read_only
+def packages_list(request: HttpRequest) -> JsonResponse:
+    form = CatalogFilterForm(request.GET)
+    if not form.is_valid():
+        return error("Invalid filter: " + "; ".join(form.error_sentences()), 400)
+    try:
+        result = queries.catalog_page(form.filters(), form.page_number(), form.page_size(), clamp=False)
+    except EmptyPage:
+        return error(f"Page {form.page_number()} is past the last page of results.", 404)
+    page = result.page
+    return JsonResponse(
+        {
+            "count": page.paginator.count,
+            "page": page.number,
+            "pages": page.paginator.num_pages,
+            "per_page": page.paginator.per_page,
+            "next": _page_url(request, page.next_page_number()) if page.has_next() else None,
+            "previous": _page_url(request, page.previous_page_number()) if page.has_previous() else None,
+            "facets": {"verdict": result.facets},
+            "results": [_catalog_row_json(row) for row in result.rows],
+        }
+    )
+
+
+def _page_url(request: HttpRequest, number: int) -> str:
+    params = request.GET.copy()
+    params["page"] = str(number)
+    return f"{request.path}?{params.urlencode()}"
+
+
+def _catalog_row_json(row: queries.CatalogRow) -> dict[str, Any]:
+    return {
+        "repo_id": row.package.repo_id,
+        "url": _package_api_url(row.package),
+        "latest_revision": _revision_summary(row.revision) if row.revision else None,
+        "throughput": row.throughput,
+    }
+
+
+def _package_api_url(package: Package) -> str:
+    return reverse("packages_app:api_package", args=[package.owner, package.name])
+
+
+def _revision_summary(revision: Revision) -> dict[str, Any]:
+    return {
+        "commit_sha": revision.commit_sha,
+        "committed_at": revision.committed_at,
+        "status": revision.status,
+        "files_total": revision.files_total,
+        "files_done": revision.files_done,
+        "error": revision.error or None,
+        "schema_version": revision.schema_version,
+        "architecture": revision.architecture or None,
+        "block_count": revision.block_count,
+        "nextn_predict_layers": revision.nextn_predict_layers,
+        "total_bytes": revision.total_bytes,
+        "verdict": revision.verdict or None,
+        "mtp_detected": revision.mtp_detected,
+        "mtp_declared": revision.mtp_declared,
+    }
+
+
+@read_only
+def package_detail(request: HttpRequest, owner: str, name: str) -> JsonResponse:
+    package = queries.package_get(owner, name)
+    revision = queries.revision_resolve(package, request.GET.get("revision"))
+    history = queries.revision_history(package)
+    body: dict[str, Any] = {
+        "repo_id": package.repo_id,
+        "sync_error": package.sync_error or None,
+        "revision": _revision_summary(revision) if revision else None,
+        "revisions": [_history_entry(r) for r in history],
+    }
+    body.update(_audit_json(revision) if revision else _empty_audit())
+    return JsonResponse(body)
+
+
+def _history_entry(revision: Revision) -> dict[str, Any]:
+    return {
+        "commit_sha": revision.commit_sha,
+        "committed_at": revision.committed_at,
+        "title": revision.title,
+        "status": revision.status,
+        "verdict": revision.verdict or None,
+    }
+
+
+def _audit_json(revision: Revision) -> dict[str, Any]:
+    audit = revision.audit if isinstance(revision.audit, dict) else {}
+    throughput = queries.revision_throughput_for(revision)
+    alert = throughput.get("alert") if throughput else None
+    return {
+        "verdict": revision.verdict or None,
+        "detected": audit.get("detected"),
+        "declared": audit.get("declared"),
+        "problems": audit.get("problems", []),
+        "provenance": audit.get("provenance"),
+        "runtime": audit.get("runtime"),
+        "suggested_generation": audit.get("suggested_generation"),
+        "throughput": _throughput_summary(throughput),
+        "alerts": [alert] if alert else [],
+    }
+
+
+def _empty_audit() -> dict[str, Any]:
+    keys = ("verdict", "detected", "declared", "provenance", "runtime", "suggested_generation", "throughput")
+    return {**dict.fromkeys(keys), "problems": [], "alerts": []}
+
+
+def _throughput_summary(throughput: dict[str, Any] | None) -> dict[str, Any] | None:
+    if not throughput:
+        return None
+    # The time series and the raw recent reports stay on the HTML page; the API gives the figures.
+    keys = ("mtp_on", "mtp_off", "by_strategy", "acceptance_rate", "mean_accepted_length", "stage_splits")
+    return {key: throughput.get(key) for key in keys}
+
+
+# --- the response shapes, for the OpenAPI document (openapi.py) and the tests -------------------
+
+
+class RevisionSummaryOut(BaseModel):
+    commit_sha: str
+    committed_at: datetime | None
+    status: str
+    files_total: int
+    files_done: int
+    error: str | None
+    schema_version: int | None
+    architecture: str | None
+    block_count: int | None
+    nextn_predict_layers: int | None
+    total_bytes: int
+    verdict: str | None
+    mtp_detected: bool | None
+    mtp_declared: bool | None
+
+
+class CatalogThroughputOut(BaseModel):
+    tps_mtp: float | None
+    tps_no_mtp: float | None
+    reports: int
+    alert: bool
+
+
+class PackageRowOut(BaseModel):
+    repo_id: str
+    url: str
+    latest_revision: RevisionSummaryOut | None
+    throughput: CatalogThroughputOut | None
+
+
+class PackageListOut(BaseModel):
+    """``GET /api/v1/packages``: one page of the catalog; ``facets.verdict`` counts packages per verdict."""
+
+    count: int
+    page: int
+    pages: int
+    per_page: int
+    next: str | None
+    previous: str | None
+    facets: dict[str, dict[str, int]]
+    results: list[PackageRowOut]
+
+
+class HistoryEntryOut(BaseModel):
+    commit_sha: str
+    committed_at: datetime | None
+    title: str
+    status: str
+    verdict: str | None
+
+
+class AlertOut(BaseModel):
+    message: str
+    reports: int
+    nodes: int
+
+
+class ThroughputSummaryOut(BaseModel):
+    mtp_on: dict[str, Any]
+    mtp_off: dict[str, Any]
+    by_strategy: list[dict[str, Any]]
+    acceptance_rate: float | None
+    mean_accepted_length: float | None
+    stage_splits: list[str]
+
+
+class PackageDetailOut(BaseModel):
+    """``GET /api/v1/packages/{owner}/{name}``: the audit of one revision (capability.py's shape)."""
+
+    repo_id: str
+    sync_error: str | None
+    revision: RevisionSummaryOut | None
+    revisions: list[HistoryEntryOut]
+    verdict: str | None
+    detected: dict[str, Any] | None
+    declared: dict[str, Any] | None
+    problems: list[dict[str, Any]]
+    provenance: dict[str, Any] | None
+    runtime: dict[str, Any] | None
+    suggested_generation: dict[str, Any] | None
+    throughput: ThroughputSummaryOut | None
+    alerts: list[AlertOut]
+
+
+def catalog_query_parameters() -> list[dict[str, Any]]:
+    """The catalog filters as OpenAPI query parameters, read from the form so the two never drift."""
+    return [_query_parameter(name, field) for name, field in CatalogFilterForm.base_fields.items()]
+
+
+def _query_parameter(name: str, field: forms.Field) -> dict[str, Any]:
+    schema: dict[str, Any] = {"type": "integer" if isinstance(field, forms.IntegerField) else "string"}
+    if isinstance(field, forms.ChoiceField):
+        choices: Any = field.choices  # always a list of pairs on this form
+        schema["enum"] = [str(value) for value, _ in choices if value != ""]
+    if isinstance(field, forms.BooleanField):
+        schema = {"type": "boolean"}
+    description = str(field.label or name.replace("_", " ").capitalize())
+    return {"name": name, "in": "query", "required": False, "schema": schema, "description": description}

@@ -1,0 +1,319 @@
+"""Pure chart building: audit and throughput data in, plotly figure dicts out; no Django, no I/O.
+
+The dicts go to the page through ``json_script`` and static/packages_app/charts.js draws them.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from typing import Any
+
+Figure = dict[str, Any]
+
+MIB = 1024 * 1024
+MTP_COLOUR = "#d6336c"
+# Legend order and colour: a block is coloured by its first kind in this order.
+KIND_COLOURS = {
+    "attention": "#1c7ed6",
+    "ssm": "#0ca678",
+    "ffn": "#7048e8",
+    "moe": "#f59f00",
+    "other": "#868e96",
+}
+KIND_ORDER = list(KIND_COLOURS)
+SERIES_COLOURS = ["#1c7ed6", "#d6336c", "#0ca678", "#f59f00", "#7048e8", "#e8590c", "#495057", "#1098ad"]
+_FONT = {"family": "system-ui, -apple-system, Segoe UI, sans-serif", "size": 12}
+
+
+def _layout(title: str, x_title: str, y_title: str, **extra: Any) -> dict[str, Any]:
+    layout: dict[str, Any] = {
+        "title": {"text": title},
+        "xaxis": {"title": {"text": x_title}, "automargin": True},
+        "yaxis": {"title": {"text": y_title}, "automargin": True, "rangemode": "tozero"},
+        "font": _FONT,
+        "margin": {"l": 60, "r": 60, "t": 50, "b": 90},
+        "legend": {"orientation": "h", "x": 0, "y": -0.22, "yanchor": "top"},
+        "hovermode": "closest",
+        "height": 420,
+        "paper_bgcolor": "rgba(0,0,0,0)",
+    }
+    layout.update(extra)
+    return layout
+
+
+# --- layer layout --------------------------------------------------------------------------------
+
+
+def block_category(block: dict[str, Any]) -> str:
+    """The legend group of a block: ``mtp`` for NextN blocks, else its kinds joined (``attention+moe``)."""
+    if block.get("mtp"):
+        return "mtp"
+    raw = block.get("kinds")
+    kinds = {str(k) for k in raw if k != "nextn"} if isinstance(raw, list) else set()
+    return "+".join(sorted(kinds, key=_kind_rank)) or "other"
+
+
+def _kind_rank(kind: str) -> tuple[int, str]:
+    return (KIND_ORDER.index(kind) if kind in KIND_ORDER else len(KIND_ORDER), kind)
+
+
+def _category_colour(category: str) -> str:
+    if category == "mtp":
+        return MTP_COLOUR
+    return KIND_COLOURS.get(category.split("+")[0], KIND_COLOURS["other"])
+
+
+def layer_layout_figure(blocks: list[dict[str, Any]], stage_splits: Iterable[str] = ()) -> Figure:
+    """Bytes per block as bars (MTP highlighted), tensor counts as a line, stage boundaries as lines."""
+    ordered = sorted(blocks, key=lambda b: _as_int(b.get("index")))
+    data = _block_bar_traces(ordered)
+    data.append(_tensor_count_trace(ordered))
+    shapes, annotations = _stage_boundaries(stage_splits)
+    most_tensors = max((_as_int(b.get("tensor_count")) for b in ordered), default=0)
+    layout = _layout(
+        "Layer layout: tensor data and tensor count per block",
+        "Block index",
+        "Tensor data (MiB)",
+        yaxis2={
+            "title": {"text": "Tensors (count)"},
+            "overlaying": "y",
+            "side": "right",
+            "range": [0, max(1, math.ceil(most_tensors * 1.15))],
+            # Whole tensors: a step of at least 1, about five ticks.
+            "tickmode": "linear",
+            "tick0": 0,
+            "dtick": max(1, math.ceil(most_tensors / 5)),
+            "showgrid": False,
+        },
+        barmode="overlay",
+        bargap=0.15,
+        shapes=shapes,
+        annotations=annotations,
+    )
+    return {"data": data, "layout": layout}
+
+
+def _block_bar_traces(blocks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for block in blocks:
+        groups.setdefault(block_category(block), []).append(block)
+    # MTP last, so it is drawn on top and listed last in the legend.
+    names = sorted(groups, key=lambda name: (name == "mtp", _kind_rank(name.split("+")[0]), name))
+    return [_bar_trace(name, groups[name]) for name in names]
+
+
+def _bar_trace(category: str, blocks: list[dict[str, Any]]) -> dict[str, Any]:
+    colour = _category_colour(category)
+    mtp = category == "mtp"
+    return {
+        "type": "bar",
+        # A fixed width: plotly would otherwise size each trace's bars by its own x spacing.
+        "width": 0.8,
+        "name": "MTP (NextN) block" if mtp else plain(category),
+        "x": [_as_int(b.get("index")) for b in blocks],
+        "y": [round(_as_int(b.get("bytes")) / MIB, 2) for b in blocks],
+        "customdata": [[plain(b.get("file") or ""), _as_int(b.get("tensor_count"))] for b in blocks],
+        "hovertemplate": "block %{x}<br>%{y:.1f} MiB, %{customdata[1]} tensors<br>%{customdata[0]}"
+        "<extra>" + plain(category) + "</extra>",
+        "marker": {
+            "color": colour,
+            "line": {
+                "color": "#000000" if mtp else colour,
+                "width": 2 if mtp else 0,
+            },
+        },
+    }
+
+
+def _tensor_count_trace(blocks: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "type": "scatter",
+        "mode": "lines+markers",
+        "name": "tensors",
+        "yaxis": "y2",
+        "x": [_as_int(b.get("index")) for b in blocks],
+        "y": [_as_int(b.get("tensor_count")) for b in blocks],
+        "line": {"color": "#343a40", "width": 1},
+        "marker": {"size": 4},
+        "hovertemplate": "block %{x}: %{y} tensors<extra></extra>",
+    }
+
+
+def stage_boundaries(splits: Iterable[str]) -> dict[int, list[str]]:
+    """Interior block boundaries of stage splits such as ``0..27|27..41``: {27: ["0..27|27..41"]}."""
+    boundaries: dict[int, list[str]] = {}
+    for split in splits:
+        for start in _range_starts(split):
+            if start > 0:
+                boundaries.setdefault(start, []).append(split)
+    return dict(sorted(boundaries.items()))
+
+
+def _range_starts(split: str) -> list[int]:
+    starts = []
+    for part in split.split("|"):
+        start, sep, _end = part.partition("..")
+        if sep and start.strip().isdigit():
+            starts.append(int(start))
+    return starts
+
+
+def _stage_boundaries(splits: Iterable[str]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    shapes, annotations = [], []
+    for boundary, names in stage_boundaries(splits).items():
+        # Between the last block of one stage and the first of the next.
+        x = boundary - 0.5
+        shapes.append(
+            {
+                "type": "line",
+                "xref": "x",
+                "yref": "paper",
+                "x0": x,
+                "x1": x,
+                "y0": 0,
+                "y1": 1,
+                "line": {"color": "#212529", "width": 2, "dash": "dash"},
+            }
+        )
+        annotations.append(
+            {
+                "x": x,
+                "y": 1.02,
+                "xref": "x",
+                "yref": "paper",
+                "text": f"stage split at {boundary}",
+                "hovertext": plain(", ".join(names)),
+                "showarrow": False,
+                "font": {"size": 11},
+            }
+        )
+    return shapes, annotations
+
+
+# --- throughput ----------------------------------------------------------------------------------
+
+
+def throughput_timeline_figure(series: list[dict[str, Any]]) -> Figure:
+    """Median decode tokens/s per time bucket, one line per (strategy, topology)."""
+    lines: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for point in series:
+        key = (str(point.get("strategy") or "unknown"), str(point.get("topology") or ""))
+        lines.setdefault(key, []).append(point)
+    data = [_timeline_trace(key, points, i) for i, (key, points) in enumerate(sorted(lines.items()))]
+    layout = _layout("Decode throughput over time", "Time (UTC)", "Decode tokens/s (median)", showlegend=True)
+    layout["xaxis"]["type"] = "date"
+    return {"data": data, "layout": layout}
+
+
+def _timeline_trace(key: tuple[str, str], points: list[dict[str, Any]], index: int) -> dict[str, Any]:
+    strategy, topology = key
+    points = sorted(points, key=lambda p: plotly_time(p.get("bucket")))
+    return {
+        "type": "scatter",
+        "mode": "lines+markers",
+        "name": plain(f"{strategy} @ {topology}" if topology else strategy),
+        "x": [plotly_time(p.get("bucket")) for p in points],
+        "y": [_as_float(p.get("tps")) for p in points],
+        "customdata": [_as_int(p.get("reports")) for p in points],
+        "hovertemplate": "%{x}<br>%{y:.2f} tok/s from %{customdata} reports<extra>%{fullData.name}</extra>",
+        "line": {"color": SERIES_COLOURS[index % len(SERIES_COLOURS)]},
+    }
+
+
+def mtp_comparison_figure(mtp_on: dict[str, Any] | None, mtp_off: dict[str, Any] | None) -> Figure:
+    """Median decode tokens/s with native MTP in use vs without."""
+    groups = [("MTP on", mtp_on or {}, MTP_COLOUR), ("MTP off", mtp_off or {}, "#868e96")]
+    data = [
+        {
+            "type": "bar",
+            "x": [name for name, _, _ in groups],
+            "y": [_as_float(values.get("tps")) for _, values, _ in groups],
+            "customdata": [_as_int(values.get("reports")) for _, values, _ in groups],
+            "marker": {"color": [colour for _, _, colour in groups]},
+            "hovertemplate": "%{x}: %{y:.2f} tok/s from %{customdata} reports<extra></extra>",
+            "name": "median decode tokens/s",
+        }
+    ]
+    return {
+        "data": data,
+        "layout": _layout(
+            "MTP on vs off", "Speculative decoding", "Decode tokens/s (median)", showlegend=False
+        ),
+    }
+
+
+def strategy_figure(by_strategy: list[dict[str, Any]]) -> Figure:
+    """Median decode tokens/s (bars) and draft acceptance rate (markers, %) per effective strategy."""
+    names = [plain(_strategy_label(row)) for row in by_strategy]
+    bars = {
+        "type": "bar",
+        "x": names,
+        "y": [_as_float(row.get("tps")) for row in by_strategy],
+        "customdata": [_as_int(row.get("reports")) for row in by_strategy],
+        "marker": {"color": [SERIES_COLOURS[i % len(SERIES_COLOURS)] for i in range(len(names))]},
+        "hovertemplate": "%{x}: %{y:.2f} tok/s from %{customdata} reports<extra></extra>",
+        "name": "median decode tokens/s",
+    }
+    acceptance = {
+        "type": "scatter",
+        "mode": "markers",
+        "x": names,
+        "y": [_percent(row.get("acceptance_rate")) for row in by_strategy],
+        "yaxis": "y2",
+        "marker": {"color": "#212529", "size": 11, "symbol": "diamond"},
+        "hovertemplate": "%{x}: %{y:.1f}% of drafted tokens accepted<extra></extra>",
+        "name": "acceptance rate (%)",
+    }
+    layout = _layout(
+        "Throughput and acceptance by strategy",
+        "Effective strategy",
+        "Decode tokens/s (median)",
+        yaxis2={
+            "title": {"text": "Acceptance rate (%)"},
+            "overlaying": "y",
+            "side": "right",
+            "range": [0, 105],
+            "tickmode": "linear",
+            "tick0": 0,
+            "dtick": 25,
+            "showgrid": False,
+        },
+    )
+    return {"data": [bars, acceptance], "layout": layout}
+
+
+def _percent(value: Any) -> float | None:
+    rate = _as_float(value)
+    return None if rate is None else round(rate * 100, 2)
+
+
+def plotly_time(value: Any) -> str:
+    """A time plotly's date axis reads: UTC, no offset suffix (it does not parse ``+00:00`` or ``Z``)."""
+    if isinstance(value, datetime):
+        moment: datetime = value.astimezone(UTC) if value.tzinfo is not None else value
+        return moment.strftime("%Y-%m-%d %H:%M:%S")
+    return str(value)
+
+
+def _strategy_label(row: dict[str, Any]) -> str:
+    strategy = str(row.get("strategy") or "unknown")
+    topology = row.get("topology")
+    return f"{strategy} @ {topology}" if topology else strategy
+
+
+def plain(value: Any) -> str:
+    """Text plotly shows literally: it reads a few HTML tags in labels, so markup is entity-escaped."""
+    return html.escape(str(value), quote=False)
+
+
+def _as_int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def _as_float(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return round(float(value), 3)

@@ -1,0 +1,154 @@
+"""Forms that validate what a browser or API client sends: catalog filters and the track-a-package form."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from django import forms
+from django.core.exceptions import ValidationError
+
+from packages_app.models import Revision
+
+# The audit verdicts (capability.py); the first two are the consistent ones.
+CONSISTENT_VERDICTS = ("consistent-mtp", "consistent-no-mtp")
+INCONSISTENT_VERDICTS = (
+    "undeclared-mtp",
+    "declared-without-weights",
+    "declaration-mismatch",
+    "invalid-manifest",
+)
+VERDICTS = CONSISTENT_VERDICTS + INCONSISTENT_VERDICTS
+ANY_INCONSISTENT = "inconsistent"
+NOT_AUDITED = "unaudited"
+
+SORTS = {
+    "repo": "repository A-Z",
+    "-repo": "repository Z-A",
+    "-updated": "newest revision first",
+    "updated": "oldest revision first",
+    "-size": "largest first",
+    "size": "smallest first",
+    "-layers": "most layers first",
+    "layers": "fewest layers first",
+    "verdict": "verdict",
+}
+PER_PAGE_DEFAULT = 50
+PER_PAGE_MAX = 200
+
+_PART = re.compile(r"[A-Za-z0-9._-]{1,96}")
+_ARCHITECTURE = re.compile(r"[A-Za-z0-9._-]{1,64}")
+_YES_NO = [("", "any"), ("yes", "yes"), ("no", "no")]
+
+
+def validate_repo_id(value: str) -> None:
+    """Accept ``owner/name`` as the Hub spells repo ids; reject URLs, paths and malformed names.
+
+    Mirrors huggingface_hub's ``validate_repo_id`` (which only hub.py may import) but also requires the
+    owner, because every layer package lives under a namespace.
+    """
+    if "://" in value or value.startswith(("/", "~", "\\")) or "\\" in value:
+        raise ValidationError("Give a repo id such as meshllm/Model-layers, not a URL or a path.")
+    parts = value.split("/")
+    if len(parts) != 2:
+        raise ValidationError("A repo id is owner/name, with exactly one slash.")
+    for part in parts:
+        _validate_repo_part(part)
+    if "--" in value or ".." in value:
+        raise ValidationError("A repo id cannot contain '--' or '..'.")
+    if value.endswith(".git"):
+        raise ValidationError("A repo id cannot end with '.git'.")
+    if len(value) > 96:
+        raise ValidationError("A repo id is at most 96 characters long.")
+
+
+def _validate_repo_part(part: str) -> None:
+    if not _PART.fullmatch(part):
+        raise ValidationError("Owner and name are 1-96 characters of letters, digits, '.', '_' and '-' each.")
+    if part[0] in ".-" or part[-1] in ".-":
+        raise ValidationError("Owner and name cannot start or end with '.' or '-'.")
+
+
+def validate_architecture(value: str) -> None:
+    if not _ARCHITECTURE.fullmatch(value):
+        raise ValidationError("An architecture name is letters, digits, '.', '_' and '-' (e.g. qwen35moe).")
+
+
+class TrackPackageForm(forms.Form):
+    repo_id = forms.CharField(
+        label="Repo id",
+        max_length=200,
+        strip=True,
+        validators=[validate_repo_id],
+        widget=forms.TextInput(attrs={"placeholder": "meshllm/Qwen3.5-35B-A3B-UD-Q4_K_XL-layers"}),
+    )
+
+
+@dataclass(frozen=True)
+class CatalogFilters:
+    """Validated catalog filters; the empty value of each field means "no filter"."""
+
+    q: str = ""
+    verdict: str = ""
+    architecture: str = ""
+    schema: int | None = None
+    mtp_detected: bool | None = None
+    mtp_declared: bool | None = None
+    status: str = ""
+    alert: bool = False
+    sort: str = "repo"
+
+
+class CatalogFilterForm(forms.Form):
+    """The catalog's GET parameters; shared by the HTML catalog and ``GET /api/v1/packages``."""
+
+    q = forms.CharField(label="Search", max_length=96, required=False, strip=True)
+    verdict = forms.ChoiceField(
+        required=False,
+        choices=[("", "any verdict"), (ANY_INCONSISTENT, "any inconsistent")]
+        + [(v, v) for v in VERDICTS]
+        + [(NOT_AUDITED, "not audited yet")],
+    )
+    architecture = forms.CharField(max_length=64, required=False, validators=[validate_architecture])
+    schema = forms.TypedChoiceField(
+        required=False, choices=[("", "any schema"), ("1", "v1"), ("2", "v2")], coerce=int, empty_value=None
+    )
+    mtp_detected = forms.ChoiceField(label="MTP detected", required=False, choices=_YES_NO)
+    mtp_declared = forms.ChoiceField(label="MTP declared", required=False, choices=_YES_NO)
+    status = forms.ChoiceField(
+        label="Ingest", required=False, choices=[("", "any status"), *Revision.Status.choices]
+    )
+    alert = forms.BooleanField(label="Only throughput alerts", required=False)
+    sort = forms.ChoiceField(required=False, choices=list(SORTS.items()))
+    page = forms.IntegerField(required=False, min_value=1, max_value=1_000_000)
+    per_page = forms.IntegerField(required=False, min_value=1, max_value=PER_PAGE_MAX)
+
+    def filters(self) -> CatalogFilters:
+        """The validated filters; call only after ``is_valid()`` returned True."""
+        data: dict[str, Any] = self.cleaned_data
+        return CatalogFilters(
+            q=data["q"],
+            verdict=data["verdict"],
+            architecture=data["architecture"],
+            schema=data["schema"],
+            mtp_detected=_tri_state(data["mtp_detected"]),
+            mtp_declared=_tri_state(data["mtp_declared"]),
+            status=data["status"],
+            alert=data["alert"],
+            sort=data["sort"] or "repo",
+        )
+
+    def page_number(self) -> int:
+        return int(self.cleaned_data["page"] or 1)
+
+    def page_size(self) -> int:
+        return int(self.cleaned_data["per_page"] or PER_PAGE_DEFAULT)
+
+    def error_sentences(self) -> list[str]:
+        """One plain sentence per invalid parameter, naming the parameter."""
+        return [f"{field}: {' '.join(str(e) for e in errors)}" for field, errors in self.errors.items()]
+
+
+def _tri_state(value: str) -> bool | None:
+    return {"yes": True, "no": False}.get(value)

@@ -1,0 +1,434 @@
+"""``manage.py seed_synthetic``: bulk-insert a large synthetic catalog and node reports, for scale benchmarks.
+
+Rows are realistic in shape (audits as capability.py writes them, per-layer files, reports spread over
+weeks with a few very busy packages) but made up; every repo id lives under ``--owner`` so
+``--reset`` can remove exactly them. Nothing is downloaded; no task is enqueued.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from itertools import accumulate
+from typing import Any, TypeVar
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import connection, transaction
+from django.db.models import Model, OuterRef, Subquery
+
+from packages_app.models import Node, Package, PackageFile, Report, Revision
+
+T = TypeVar("T", bound=Model)
+NOW = datetime(2026, 6, 1, tzinfo=UTC)
+
+
+@dataclass(frozen=True)
+class Latest:
+    id: int
+    block_count: int
+    mtp_detected: bool
+    repo_id: str
+    commit_sha: str
+
+
+@dataclass(frozen=True)
+class Profile:
+    """A model family: architecture, trunk blocks, bytes per block, whether it ships an MTP block."""
+
+    name: str
+    architecture: str
+    trunk: int
+    block_bytes: int
+    mtp: bool
+
+
+PROFILES = [
+    Profile("Qwen3.5-35B-A3B", "qwen35moe", 40, 480_000_000, True),
+    Profile("Qwen3.8-27B", "qwen35", 64, 250_000_000, True),
+    Profile("GLM-4.7-Flash", "glm4moe", 47, 380_000_000, True),
+    Profile("NVIDIA-Nemotron-3-Super-120B-A12B", "nemotron_h_moe", 88, 760_000_000, True),
+    Profile("DeepSeek-V3.2", "deepseek2", 61, 6_600_000_000, True),
+    Profile("Qwen3-235B-A22B", "qwen3moe", 94, 1_420_000_000, False),
+    Profile("Qwen3-30B-A3B-Thinking-2507", "qwen3moe", 48, 360_000_000, False),
+    Profile("Llama-3.2-1B-Instruct", "llama", 16, 48_000_000, False),
+    Profile("gemma-4-26B-A4B-it-qat", "gemma3", 30, 520_000_000, False),
+]
+QUANTS = ["UD-Q4_K_XL", "Q4_K_M", "UD-Q3_K_XL", "Q8_0", "UD-Q5_K_XL"]
+# (verdict, weight) for packages whose weights hold MTP, and for those without.
+MTP_VERDICTS = [
+    ("consistent-mtp", 45),
+    ("undeclared-mtp", 40),
+    ("declaration-mismatch", 10),
+    ("invalid-manifest", 5),
+]
+NO_MTP_VERDICTS = [("consistent-no-mtp", 90), ("declared-without-weights", 7), ("invalid-manifest", 3)]
+STRATEGIES_ON = ["native-mtp", "native-mtp+ngram-cache", "native-mtp+ngram-suffix"]
+STRATEGIES_OFF = ["disabled", "ngram-cache", "ngram-suffix"]
+
+
+def digest(text: str, size: int = 64) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:size]
+
+
+def batched(items: Iterator[T], size: int) -> Iterator[list[T]]:
+    batch: list[T] = []
+    for item in items:
+        batch.append(item)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+class Command(BaseCommand):
+    help = "Bulk-insert synthetic packages, revisions, files, nodes and reports (for bench/bench_pages.py)."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--packages", type=int, default=1000)
+        parser.add_argument("--reports", type=int, default=100_000)
+        parser.add_argument("--revisions", type=int, default=2, help="Revisions per package, at most.")
+        parser.add_argument("--nodes", type=int, default=40)
+        parser.add_argument("--owner", default="meshllm-synthetic", help="Namespace of every synthetic repo.")
+        parser.add_argument("--batch", type=int, default=5000)
+        parser.add_argument("--seed", type=int, default=1)
+        parser.add_argument("--reset", action="store_true", help="Delete earlier synthetic rows first.")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        if options["packages"] < 1 or options["reports"] < 0 or options["revisions"] < 1:
+            raise CommandError("--packages and --revisions must be at least 1, --reports at least 0")
+        seeder = Seeder(options, self._progress)
+        if options["reset"]:
+            seeder.reset()
+        elif Package.objects.filter(repo_id__startswith=seeder.prefix).exists():
+            raise CommandError(f"Synthetic packages under {seeder.prefix} exist already; pass --reset.")
+        seeder.run()
+
+    def _progress(self, message: str) -> None:
+        self.stdout.write(message)
+        self.stdout.flush()
+
+
+class Seeder:
+    def __init__(self, options: dict[str, Any], say: Callable[[str], None]) -> None:
+        self.options = options
+        self.say = say
+        self.random = random.Random(options["seed"])
+        self.prefix = options["owner"] + "/"
+        self.batch = options["batch"]
+        self.audits: dict[tuple[Profile, str], dict[str, Any]] = {}
+
+    def timed(self, label: str, action: Callable[[], int]) -> None:
+        start = time.perf_counter()
+        with transaction.atomic():
+            if connection.vendor == "postgresql":
+                # Synthetic rows can be re-made: no need to wait for each commit to reach the disk.
+                with connection.cursor() as cursor:
+                    cursor.execute("SET LOCAL synchronous_commit TO OFF")
+            count = action()
+        self.say(f"{label}: {count} rows in {time.perf_counter() - start:.1f}s")
+
+    def reset(self) -> None:
+        def delete() -> int:
+            reports, _ = Report.objects.filter(repo_id__startswith=self.prefix).delete()
+            files, _ = PackageFile.objects.filter(revision__package__repo_id__startswith=self.prefix).delete()
+            packages, _ = Package.objects.filter(repo_id__startswith=self.prefix).delete()
+            return reports + files + packages
+
+        self.timed("deleted earlier synthetic rows", delete)
+
+    def run(self) -> None:
+        self.timed("nodes", self.create_nodes)
+        self.timed("packages", self.create_packages)
+        self.timed("revisions", self.create_revisions)
+        self.timed("latest revision links", self.link_latest)
+        self.timed("files of latest revisions", self.create_files)
+        self.timed("reports", self.create_reports)
+        self.vacuum()
+
+    def vacuum(self) -> None:
+        if connection.vendor != "postgresql":
+            return
+        start = time.perf_counter()
+        with connection.cursor() as cursor:
+            # Fresh statistics for the planner, and a visibility map so index-only scans work.
+            for model in (Package, Revision, PackageFile, Report):
+                cursor.execute(f"VACUUM ANALYZE {connection.ops.quote_name(model._meta.db_table)}")
+        self.say(f"vacuum analyze: {time.perf_counter() - start:.1f}s")
+
+    # --- nodes and packages -------------------------------------------------------------------
+
+    def create_nodes(self) -> int:
+        names = [f"{self.options['owner']}-node-{i:03d}" for i in range(self.options["nodes"])]
+        nodes = [Node(name=n, token_hash=digest(n), token_prefix=digest(n, 12)) for n in names]
+        Node.objects.bulk_create(nodes, ignore_conflicts=True)
+        self.nodes = list(Node.objects.filter(name__in=names).values_list("id", flat=True))
+        return len(self.nodes)
+
+    def create_packages(self) -> int:
+        count = self.options["packages"]
+        self.profiles = [PROFILES[i % len(PROFILES)] for i in range(count)]
+        rows = (Package(repo_id=self.repo_id(i, p)) for i, p in enumerate(self.profiles))
+        for batch in batched(rows, self.batch):
+            Package.objects.bulk_create(batch)
+        self.packages = dict(
+            Package.objects.filter(repo_id__startswith=self.prefix).values_list("repo_id", "id")
+        )
+        return len(self.packages)
+
+    def repo_id(self, index: int, profile: Profile) -> str:
+        quant = QUANTS[index // len(PROFILES) % len(QUANTS)]
+        return f"{self.prefix}{profile.name}-{quant}-v{index:05d}-layers"
+
+    # --- revisions ----------------------------------------------------------------------------
+
+    def create_revisions(self) -> int:
+        total = 0
+        for batch in batched(self.revision_rows(), max(1, self.batch // 5)):
+            Revision.objects.bulk_create(batch)
+            total += len(batch)
+        return total
+
+    def revision_rows(self) -> Iterator[Revision]:
+        for index, profile in enumerate(self.profiles):
+            package_id = self.packages[self.repo_id(index, profile)]
+            count = self.random.randint(1, self.options["revisions"])
+            for age in range(count):
+                yield self.revision_row(package_id, index, profile, age, latest=age == 0)
+
+    def revision_row(self, package_id: int, index: int, profile: Profile, age: int, latest: bool) -> Revision:
+        sha = digest(f"{index}-{age}", 40)
+        status = self.status(latest)
+        verdict = self.verdict(profile) if status == Revision.Status.DONE else ""
+        blocks = profile.trunk + (1 if profile.mtp else 0)
+        return Revision(
+            package_id=package_id,
+            commit_sha=sha,
+            committed_at=NOW - timedelta(days=age * 20 + self.random.randint(0, 19), minutes=index),
+            title="Upload layer package" if age else "Republish layer package",
+            status=status,
+            error="HubUnavailable: 503 Service Unavailable after 5 tries" if status == "failed" else "",
+            files_total=blocks + 3,
+            files_done=blocks + 3 if status == "done" else self.random.randint(0, blocks),
+            schema_version=2 if index % 3 == 0 else 1,
+            architecture=profile.architecture if verdict else "",
+            block_count=blocks if verdict else None,
+            nextn_predict_layers=(1 if profile.mtp else 0) if verdict else None,
+            total_bytes=blocks * profile.block_bytes if verdict else 0,
+            manifest_sha256=digest(f"manifest-{index}-{age}"),
+            verdict=verdict,
+            mtp_detected=profile.mtp if verdict else None,
+            mtp_declared=self.declared(verdict, profile) if verdict else None,
+            audit=self.audit(profile, verdict, sha) if verdict else None,
+            manifest_json=self.manifest(profile, verdict) if verdict else None,
+        )
+
+    def status(self, latest: bool) -> str:
+        roll = self.random.random()
+        if not latest or roll > 0.03:
+            return Revision.Status.DONE
+        return [Revision.Status.QUEUED, Revision.Status.RUNNING, Revision.Status.FAILED][int(roll * 100)]
+
+    def verdict(self, profile: Profile) -> str:
+        choices = MTP_VERDICTS if profile.mtp else NO_MTP_VERDICTS
+        names, weights = zip(*choices, strict=True)
+        return str(self.random.choices(names, weights=weights, k=1)[0])
+
+    @staticmethod
+    def declared(verdict: str, profile: Profile) -> bool:
+        return verdict in ("consistent-mtp", "declared-without-weights", "declaration-mismatch")
+
+    def audit(self, profile: Profile, verdict: str, sha: str) -> dict[str, Any]:
+        template = self.audits.get((profile, verdict))
+        if template is None:
+            template = self.audits[(profile, verdict)] = build_audit(profile, verdict)
+        # Shares the nested template; only the revision differs per row.
+        return {**template, "provenance": {**template["provenance"], "revision": sha}}
+
+    def manifest(self, profile: Profile, verdict: str) -> dict[str, Any]:
+        blocks = profile.trunk + (1 if profile.mtp else 0)
+        manifest: dict[str, Any] = {
+            "schema_version": 1,
+            "model_id": f"unsloth/{profile.name}-GGUF:UD-Q4_K_XL",
+            "format": "layer-package",
+            "layer_count": blocks,
+            "layers": [
+                {"layer_index": i, "path": layer_path(i), "sha256": digest(f"l{i}")} for i in range(blocks)
+            ],
+        }
+        if self.declared(verdict, profile):
+            manifest["generation"] = {"speculative_decoding": {"default": "mtp"}}
+        return manifest
+
+    def link_latest(self) -> int:
+        newest = (
+            Revision.objects.filter(package=OuterRef("pk")).order_by("-committed_at", "-id").values("id")[:1]
+        )
+        packages = Package.objects.filter(repo_id__startswith=self.prefix)
+        return packages.update(latest_revision=Subquery(newest))
+
+    # --- files and reports --------------------------------------------------------------------
+
+    def latest_revisions(self) -> list[Latest]:
+        rows = Revision.objects.filter(
+            package__repo_id__startswith=self.prefix, id__in=Package.objects.values("latest_revision_id")
+        ).exclude(block_count=None)
+        fields = ("id", "block_count", "mtp_detected", "package__repo_id", "commit_sha")
+        return [Latest(*row) for row in rows.values_list(*fields).order_by("id")]
+
+    def create_files(self) -> int:
+        total = 0
+        rows = (f for latest in self.latest_revisions() for f in file_rows(latest.id, latest.block_count))
+        for batch in batched(rows, self.batch):
+            PackageFile.objects.bulk_create(batch)
+            total += len(batch)
+        return total
+
+    def create_reports(self) -> int:
+        latest = self.latest_revisions()
+        if not latest or not self.options["reports"]:
+            return 0
+        self.random.shuffle(latest)
+        # Zipf-like: a few packages get most of the traffic, as on a real mesh.
+        cumulative = list(accumulate(1 / (rank + 1) ** 1.1 for rank in range(len(latest))))
+        total = 0
+        rows = (self.report_row(latest, cumulative) for _ in range(self.options["reports"]))
+        for batch in batched(rows, self.batch):
+            Report.objects.bulk_create(batch)
+            total += len(batch)
+        return total
+
+    def report_row(self, latest: list[Latest], cumulative: list[float]) -> Report:
+        revision = self.random.choices(latest, cum_weights=cumulative, k=1)[0]
+        mtp_used = revision.mtp_detected and self.random.random() < 0.6
+        strategy = self.random.choice(STRATEGIES_ON if mtp_used else STRATEGIES_OFF)
+        tps = self.random.gauss(9.5 if mtp_used else 3.2, 0.6)
+        proposed = self.random.randint(50, 200) if mtp_used else 0
+        at = NOW - timedelta(seconds=self.random.randint(0, 30 * 24 * 3600))
+        return Report(
+            node_id=self.random.choice(self.nodes),
+            report_id=uuid.UUID(int=self.random.getrandbits(128)),
+            body_sha256="0" * 64,
+            received_at=at,
+            observed_at=at,
+            repo_id=revision.repo_id,
+            commit_sha=revision.commit_sha,
+            revision_id=revision.id,
+            topology_id="two-node",
+            stage_splits=self.random.choice(["0..27|27..41", "0..41", "0..20|20..41"]),
+            requested_strategy="auto",
+            effective_strategy=strategy,
+            mtp_source="Integrated" if mtp_used else "Disabled",
+            predicted_per_second=max(0.1, tps),
+            predicted_n=self.random.randint(64, 1024),
+            speculative_proposed_n=proposed,
+            speculative_accepted_n=int(proposed * self.random.uniform(0.5, 0.8)),
+            speculative_windows=proposed,
+            mtp_used=mtp_used,
+            body={"timings": {"predicted_per_second": round(tps, 3)}},
+        )
+
+
+def layer_path(index: int) -> str:
+    return f"layers/layer-{index:05d}.gguf"
+
+
+def file_rows(revision_id: int, blocks: int) -> Iterator[PackageFile]:
+    for i in range(blocks):
+        yield PackageFile(
+            revision_id=revision_id,
+            path=layer_path(i),
+            role=PackageFile.Role.LAYER,
+            layer_index=i,
+            size=500_000_000,
+            lfs_sha256=digest(f"l{i}"),
+            header_status=PackageFile.HeaderStatus.PARSED,
+            header_bytes=65_536,
+            tensor_count=19,
+        )
+    for path, role in (("shared/metadata.gguf", "metadata"), ("shared/common.gguf", "common")):
+        yield PackageFile(
+            revision_id=revision_id, path=path, role=role, size=1_000_000, header_status="parsed"
+        )
+    yield PackageFile(revision_id=revision_id, path="model-package.json", role="manifest", size=20_000)
+
+
+def build_audit(profile: Profile, verdict: str) -> dict[str, Any]:
+    """An audit dict in capability.py's shape for a synthetic package of ``profile``."""
+    blocks = profile.trunk + (1 if profile.mtp else 0)
+    mtp_blocks = [profile.trunk] if profile.mtp else []
+    declared = Seeder.declared(verdict, profile)
+    return {
+        "verdict": verdict,
+        "detected": {
+            "architecture": profile.architecture,
+            "block_count": blocks,
+            "nextn_predict_layers": len(mtp_blocks),
+            "mtp_blocks": mtp_blocks,
+            "has_mtp_weights": profile.mtp,
+            "key_and_tensors_agree": True,
+            "expected_nextn_tensors": ["eh_proj", "enorm", "hnorm", "shared_head_norm"]
+            if profile.mtp
+            else [],
+            "missing_nextn_tensors": {},
+            "blocks": [_block(i, profile, i in mtp_blocks) for i in range(blocks)],
+        },
+        "declared": {
+            "present": declared,
+            "default_strategy": "mtp" if declared else None,
+            "uses_native_mtp": declared,
+            "layer_indices": mtp_blocks if declared else [],
+            "prediction_depth": 1 if declared else None,
+            "strategies": {"mtp": "native-mtp"} if declared else {},
+        },
+        "problems": _problems(verdict),
+        "provenance": {
+            "revision": "",
+            "manifest_sha256": digest(profile.name),
+            "source_model_path": f"/source/{profile.name}.gguf",
+            "build_host_path": True,
+            "files": [_provenance(i) for i in range(blocks)],
+        },
+        "runtime": {
+            "auto": {"native_mtp": declared and profile.mtp, "explanation": "Decided by the manifest."},
+            "mtp": {"allowed": declared and profile.mtp, "explanation": "Needs a declaration and weights."},
+        },
+        "suggested_generation": None,
+    }
+
+
+def _block(index: int, profile: Profile, mtp: bool) -> dict[str, Any]:
+    kinds = ["attention", "moe"] if index % 4 == 3 else ["ssm", "moe"]
+    return {
+        "index": index,
+        "file": layer_path(index),
+        "tensor_count": 20 if mtp else 19,
+        "bytes": profile.block_bytes,
+        "kinds": [*kinds, "nextn"] if mtp else kinds,
+        "mtp": mtp,
+    }
+
+
+def _provenance(index: int) -> dict[str, Any]:
+    sha = digest(f"l{index}")
+    return {
+        "path": layer_path(index),
+        "role": "layer",
+        "manifest_size": 500_000_000,
+        "manifest_sha256": sha,
+        "hub_size": 500_000_000,
+        "hub_sha256": sha,
+        "status": "match",
+    }
+
+
+def _problems(verdict: str) -> list[dict[str, Any]]:
+    if verdict.startswith("consistent"):
+        return []
+    code = verdict.replace("-", "_")
+    return [{"code": code, "severity": "error", "message": f"Synthetic {verdict} finding.", "evidence": {}}]

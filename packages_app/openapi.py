@@ -1,0 +1,196 @@
+"""The OpenAPI 3.1 document of the JSON API, built as a dict from one small function per path.
+
+To document a new endpoint, write a ``_path_...`` function returning ``(path, path_item)`` and add
+it to PATHS; add its pydantic models to SCHEMA_MODELS. Schemas come from the pydantic models.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import cache
+from typing import Any, Literal
+
+from pydantic import BaseModel
+from pydantic.json_schema import models_json_schema
+
+from packages_app.api_read import PackageDetailOut, PackageListOut, catalog_query_parameters
+from packages_app.report_schema import (
+    MAX_BATCH,
+    BatchIn,
+    BatchOut,
+    ErrorOut,
+    ReportAccepted,
+    ReportIn,
+)
+
+PathItem = tuple[str, dict[str, Any]]
+JsonMode = Literal["validation", "serialization"]
+
+SCHEMA_MODELS: list[tuple[type[BaseModel], JsonMode]] = [
+    (ReportIn, "validation"),
+    (BatchIn, "validation"),
+    (ReportAccepted, "serialization"),
+    (BatchOut, "serialization"),
+    (ErrorOut, "serialization"),
+    (PackageListOut, "serialization"),
+    (PackageDetailOut, "serialization"),
+]
+
+
+def ref(name: str) -> dict[str, str]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def json_content(schema: dict[str, Any]) -> dict[str, Any]:
+    return {"content": {"application/json": {"schema": schema}}}
+
+
+def error(description: str, **headers: dict[str, Any]) -> dict[str, Any]:
+    answer = {"description": description, **json_content(ref("ErrorOut"))}
+    if headers:
+        answer["headers"] = {name.replace("_", "-"): spec for name, spec in headers.items()}
+    return answer
+
+
+def node_errors() -> dict[str, Any]:
+    """Answers every node endpoint can give besides its success."""
+    return {
+        "400": error("Malformed JSON or an invalid report; `field` is the dotted path of the culprit."),
+        "401": error("Missing, wrong or revoked node token."),
+        "405": error("Only POST is allowed."),
+        "413": error("Body over the size limit."),
+        "415": error("Content-Type is not application/json."),
+        "429": error(
+            "Over the node's rate limit.",
+            Retry_After={"description": "Seconds to wait.", "schema": {"type": "integer"}},
+        ),
+    }
+
+
+def _path_reports() -> PathItem:
+    responses = {
+        "201": {"description": "Stored.", **json_content(ref("ReportAccepted"))},
+        "200": {"description": "A verbatim replay; nothing stored.", **json_content(ref("ReportAccepted"))},
+        "409": error("This report_id was already stored with a different body."),
+        **node_errors(),
+    }
+    operation = {
+        "operationId": "report_create",
+        "summary": "Post one timing report (at most 64 KiB).",
+        "security": [{"nodeToken": []}],
+        "requestBody": {"required": True, **json_content(ref("ReportIn"))},
+        "responses": responses,
+    }
+    return "/api/v1/reports", {"post": operation}
+
+
+def _path_reports_batch() -> PathItem:
+    operation = {
+        "operationId": "report_batch",
+        "summary": f"Post up to {MAX_BATCH} reports (at most 4 MiB); one result per item, in order.",
+        "description": "Each result's `status` is what the single endpoint would have answered.",
+        "security": [{"nodeToken": []}],
+        "requestBody": {"required": True, **json_content(ref("BatchIn"))},
+        "responses": {"200": {"description": "Per-item results.", **json_content(ref("BatchOut"))}}
+        | node_errors(),
+    }
+    return "/api/v1/reports/batch", {"post": operation}
+
+
+def _path_ping() -> PathItem:
+    ok = {"type": "object", "properties": {"ok": {"const": True}}, "required": ["ok"]}
+    operation = {
+        "operationId": "ping",
+        "summary": "Health check.",
+        "responses": {"200": {"description": "The web process answers.", **json_content(ok)}},
+    }
+    return "/api/v1/ping", {"get": operation}
+
+
+def _path_openapi() -> PathItem:
+    operation = {
+        "operationId": "openapi",
+        "summary": "This document.",
+        "responses": {"200": {"description": "OpenAPI 3.1.", **json_content({"type": "object"})}},
+    }
+    return "/api/v1/openapi.json", {"get": operation}
+
+
+def read_errors() -> dict[str, Any]:
+    """Answers every read-only package endpoint can give besides its success."""
+    return {"405": error("Only GET and HEAD are allowed; this API is read-only.")}
+
+
+def _path_packages() -> PathItem:
+    operation = {
+        "operationId": "packages_list",
+        "summary": "The catalog: packages with their latest revision's audit, filtered, sorted, paginated.",
+        "parameters": catalog_query_parameters(),
+        "responses": {
+            "200": {"description": "One page.", **json_content(ref("PackageListOut"))},
+            "400": error("A filter parameter is invalid; the message names it."),
+            "404": error("The page is past the last page."),
+            **read_errors(),
+        },
+    }
+    return "/api/v1/packages", {"get": operation}
+
+
+def _path_package() -> PathItem:
+    revision = {
+        "name": "revision",
+        "in": "query",
+        "required": False,
+        "schema": {"type": "string", "pattern": "^[0-9a-fA-F]{4,40}$"},
+        "description": "A commit sha or a unique prefix of at least 4 hex digits; default the latest.",
+    }
+    operation = {
+        "operationId": "package_detail",
+        "summary": "One package: the audit of a revision, its history, throughput and alerts.",
+        "parameters": [_path_parameter("owner"), _path_parameter("name"), revision],
+        "responses": {
+            "200": {"description": "The package.", **json_content(ref("PackageDetailOut"))},
+            "400": error("The revision prefix matches several revisions."),
+            "404": error("No such package, or no such revision of it."),
+            **read_errors(),
+        },
+    }
+    return "/api/v1/packages/{owner}/{name}", {"get": operation}
+
+
+def _path_parameter(name: str) -> dict[str, Any]:
+    schema = {"type": "string", "pattern": "^[A-Za-z0-9._-]{1,96}$"}
+    return {"name": name, "in": "path", "required": True, "schema": schema}
+
+
+PATHS: list[Callable[[], PathItem]] = [
+    _path_reports,
+    _path_reports_batch,
+    _path_ping,
+    _path_openapi,
+    _path_packages,
+    _path_package,
+]
+
+
+def component_schemas() -> dict[str, Any]:
+    _, top = models_json_schema(SCHEMA_MODELS, ref_template="#/components/schemas/{model}")
+    schemas: dict[str, Any] = top.get("$defs", {})
+    return schemas
+
+
+@cache
+def openapi_document() -> dict[str, Any]:
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "meshdash API",
+            "version": "1",
+            "description": "Serving nodes post timing reports; the dashboard reads packages.",
+        },
+        "paths": dict(build() for build in PATHS),
+        "components": {
+            "schemas": component_schemas(),
+            "securitySchemes": {"nodeToken": {"type": "http", "scheme": "bearer"}},
+        },
+    }

@@ -1,0 +1,509 @@
+"""Read-side selectors for the dashboard and the read-only JSON API; they never write.
+
+Every selector issues a fixed number of queries, independent of how many packages, revisions or
+reports exist, so pages stay fast at scale (tests pin the counts).
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from django.core.cache import cache
+from django.core.paginator import Page, Paginator
+from django.db.models import Count, F, Max, Min, Q, QuerySet, Value
+from django.db.models.functions import NullIf
+
+from packages_app import throughput
+from packages_app.forms import (
+    ANY_INCONSISTENT,
+    CONSISTENT_VERDICTS,
+    INCONSISTENT_VERDICTS,
+    NOT_AUDITED,
+    VERDICTS,
+    CatalogFilters,
+)
+from packages_app.models import Package, PackageFile, Report, Revision
+
+# Columns a catalog row shows; the audit and manifest JSON stay in the database.
+_CATALOG_FIELDS = (
+    "repo_id",
+    "sync_error",
+    "latest_revision__commit_sha",
+    "latest_revision__committed_at",
+    "latest_revision__status",
+    "latest_revision__error",
+    "latest_revision__files_total",
+    "latest_revision__files_done",
+    "latest_revision__schema_version",
+    "latest_revision__architecture",
+    "latest_revision__block_count",
+    "latest_revision__nextn_predict_layers",
+    "latest_revision__total_bytes",
+    "latest_revision__verdict",
+    "latest_revision__mtp_detected",
+    "latest_revision__mtp_declared",
+)
+_HISTORY_FIELDS = (
+    "package_id",
+    "commit_sha",
+    "committed_at",
+    "title",
+    "status",
+    "verdict",
+    "mtp_detected",
+    "mtp_declared",
+    "schema_version",
+    "total_bytes",
+)
+_SORT_ORDER: dict[str, tuple[Any, ...]] = {
+    "repo": ("repo_id",),
+    "-repo": ("-repo_id",),
+    "updated": (F("latest_revision__committed_at").asc(nulls_last=True), "repo_id"),
+    "-updated": (F("latest_revision__committed_at").desc(nulls_last=True), "repo_id"),
+    # A size of 0 means "not measured yet" (ingest unfinished): sorted last, like a missing revision.
+    "size": (NullIf("latest_revision__total_bytes", Value(0)).asc(nulls_last=True), "repo_id"),
+    "-size": (NullIf("latest_revision__total_bytes", Value(0)).desc(nulls_last=True), "repo_id"),
+    "layers": (F("latest_revision__block_count").asc(nulls_last=True), "repo_id"),
+    "-layers": (F("latest_revision__block_count").desc(nulls_last=True), "repo_id"),
+    "verdict": (F("latest_revision__verdict").asc(nulls_last=True), "repo_id"),
+}
+HISTORY_LIMIT = 200
+CACHE_FROM_REPORTS = 2000
+THROUGHPUT_CACHE_SECONDS = 3600
+DIFF_LINE_LIMIT = 4000
+_SHA_PREFIX = re.compile(r"[0-9a-fA-F]{4,40}")
+
+
+class LookupFailed(Exception):
+    """A package, revision or file the request named does not exist (HTTP 404)."""
+
+
+class AmbiguousRevision(Exception):
+    """A sha prefix matches more than one revision (HTTP 400)."""
+
+
+# --- throughput (aggregated over node reports by throughput.py) ---------------------------------
+
+
+def catalog_throughput_for(revision_ids: list[int]) -> dict[int, dict[str, Any]]:
+    return throughput.catalog_throughput(revision_ids) if revision_ids else {}
+
+
+def revision_throughput_for(revision: Revision) -> dict[str, Any] | None:
+    """The revision's throughput figures, or None while no node has reported running it.
+
+    Aggregating a busy revision's reports (10^5 rows) takes far longer than a page may, so figures
+    over CACHE_FROM_REPORTS reports are cached under a key that changes with every new, removed or
+    relinked report: never stale, and quiet revisions (and tests) always compute afresh.
+    """
+    seen = Report.objects.filter(revision_id=revision.pk).aggregate(
+        n=Count("*"), first=Min("received_at"), last=Max("received_at")
+    )
+    if not seen["n"]:
+        return None
+    bucket = time_bucket(seen["last"] - seen["first"])
+    if seen["n"] < CACHE_FROM_REPORTS:
+        return throughput.revision_throughput(revision.pk, bucket=bucket)
+    key = f"meshdash:throughput:{revision.pk}:{revision.mtp_detected}:{seen['n']}:{seen['last'].timestamp()}"
+    figures: dict[str, Any] | None = cache.get_or_set(
+        key, lambda: throughput.revision_throughput(revision.pk, bucket=bucket), THROUGHPUT_CACHE_SECONDS
+    )
+    return figures
+
+
+def time_bucket(span: timedelta) -> str:
+    """The bucket that gives a throughput timeline some tens to a few hundred points per line."""
+    for bucket, longest in (
+        ("minute", timedelta(hours=3)),
+        ("hour", timedelta(days=4)),
+        ("day", timedelta(days=200)),
+    ):
+        if span <= longest:
+            return bucket
+    return "week"
+
+
+# --- catalog -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CatalogRow:
+    package: Package
+    revision: Revision | None
+    throughput: dict[str, Any] | None
+
+
+@dataclass(frozen=True)
+class CatalogResult:
+    page: Page[Package]
+    rows: list[CatalogRow]
+    facets: dict[str, int]
+    architectures: list[str]
+
+
+def catalog_queryset(filters: CatalogFilters) -> QuerySet[Package]:
+    """Packages matching ``filters``, each with its latest revision joined, in the requested order."""
+    packages = Package.objects.select_related("latest_revision").only(*_CATALOG_FIELDS)
+    packages = _filter_packages(packages, filters).filter(_verdict_q(filters.verdict))
+    return packages.order_by(*_SORT_ORDER.get(filters.sort, _SORT_ORDER["repo"]))
+
+
+def _filter_packages(packages: QuerySet[Package], filters: CatalogFilters) -> QuerySet[Package]:
+    """Every filter except the verdict, which the verdict facets must ignore."""
+    if filters.q:
+        packages = packages.filter(repo_id__icontains=filters.q)
+    if filters.architecture:
+        packages = packages.filter(latest_revision__architecture=filters.architecture)
+    if filters.schema is not None:
+        packages = packages.filter(latest_revision__schema_version=filters.schema)
+    if filters.mtp_detected is not None:
+        packages = packages.filter(latest_revision__mtp_detected=filters.mtp_detected)
+    if filters.mtp_declared is not None:
+        packages = packages.filter(latest_revision__mtp_declared=filters.mtp_declared)
+    if filters.status:
+        packages = packages.filter(latest_revision__status=filters.status)
+    if filters.alert:
+        packages = packages.filter(latest_revision_id__in=throughput.alert_revision_ids())
+    return packages
+
+
+def _verdict_q(verdict: str) -> Q:
+    if not verdict:
+        return Q()
+    if verdict == ANY_INCONSISTENT:
+        return Q(latest_revision__verdict__in=INCONSISTENT_VERDICTS)
+    if verdict == NOT_AUDITED:
+        return Q(latest_revision__isnull=True) | Q(latest_revision__verdict="")
+    return Q(latest_revision__verdict=verdict)
+
+
+def catalog_facets(filters: CatalogFilters) -> dict[str, int]:
+    """How many packages each verdict would show, given every other filter (one query)."""
+    base = _filter_packages(Package.objects.all(), filters)
+    counts = {verdict: 0 for verdict in VERDICTS}
+    counts[NOT_AUDITED] = 0
+    rows = base.values("latest_revision__verdict").annotate(n=Count("id")).order_by()
+    for row in rows:
+        verdict = row["latest_revision__verdict"] or NOT_AUDITED
+        # A verdict some newer capability.py introduced still counts, under its own name.
+        counts[verdict] = counts.get(verdict, 0) + row["n"]
+    counts[ANY_INCONSISTENT] = sum(counts[v] for v in INCONSISTENT_VERDICTS)
+    return counts
+
+
+def catalog_architectures() -> list[str]:
+    """Architectures of the packages' latest revisions, for the filter's choices."""
+    names = (
+        Revision.objects.filter(id__in=Package.objects.values("latest_revision_id"))
+        .exclude(architecture="")
+        .values_list("architecture", flat=True)
+        .distinct()
+        .order_by("architecture")
+    )
+    return list(names)
+
+
+def catalog_page(
+    filters: CatalogFilters, page_number: int, per_page: int, clamp: bool = True
+) -> CatalogResult:
+    """One page of the catalog with its facets; ``clamp`` maps a page past the end to the last page.
+
+    Raises ``django.core.paginator.EmptyPage`` for a page past the end when ``clamp`` is False.
+    """
+    paginator = Paginator(catalog_queryset(filters), per_page)
+    page = paginator.get_page(page_number) if clamp else paginator.page(page_number)
+    packages = list(page.object_list)
+    throughput = catalog_throughput_for([p.latest_revision_id for p in packages if p.latest_revision_id])
+    rows = [CatalogRow(p, p.latest_revision, throughput.get(p.latest_revision_id or 0)) for p in packages]
+    return CatalogResult(page, rows, catalog_facets(filters), catalog_architectures())
+
+
+def is_consistent(verdict: str) -> bool:
+    return verdict in CONSISTENT_VERDICTS
+
+
+# --- one package ---------------------------------------------------------------------------------
+
+
+def package_get(owner: str, name: str) -> Package:
+    repo_id = f"{owner}/{name}"
+    package = Package.objects.filter(repo_id=repo_id).first()
+    if package is None:
+        raise LookupFailed(f"No package {repo_id} is tracked.")
+    return package
+
+
+def revision_resolve(package: Package, ref: str | None) -> Revision | None:
+    """The revision ``ref`` names (a full sha or a prefix of at least 4 hex digits), else the latest.
+
+    None only when no ``ref`` was given and the package has no revision yet (first sync pending).
+    """
+    if not ref:
+        return _latest_revision(package)
+    if not _SHA_PREFIX.fullmatch(ref):
+        raise LookupFailed(f"{ref!r} is not a commit sha (4 to 40 hex digits).")
+    matches = list(package.revisions.filter(commit_sha__startswith=ref.lower())[:2])
+    if not matches:
+        raise LookupFailed(f"{package.repo_id} has no revision {ref}.")
+    if len(matches) > 1:
+        raise AmbiguousRevision(f"{ref} matches several revisions of {package.repo_id}; give more digits.")
+    return matches[0]
+
+
+def _latest_revision(package: Package) -> Revision | None:
+    if package.latest_revision_id:
+        return package.revisions.filter(id=package.latest_revision_id).first()
+    return package.revisions.order_by(F("committed_at").desc(nulls_last=True), "-id").first()
+
+
+def revision_require(package: Package, ref: str | None) -> Revision:
+    revision = revision_resolve(package, ref)
+    if revision is None:
+        raise LookupFailed(f"{package.repo_id} has no revision yet; its first ingest is still queued.")
+    return revision
+
+
+def revision_history(package: Package) -> list[Revision]:
+    """The newest revisions, lightest columns only (the audit JSON stays in the database)."""
+    revisions = package.revisions.only(*_HISTORY_FIELDS).order_by(
+        F("committed_at").desc(nulls_last=True), "-id"
+    )
+    return list(revisions[:HISTORY_LIMIT])
+
+
+@dataclass(frozen=True)
+class FileRow:
+    file: PackageFile
+    manifest_size: int | None
+    manifest_sha256: str
+    status: str
+
+
+def revision_files(revision: Revision) -> list[FileRow]:
+    """The revision's files, each with what the manifest says about it (from the audit's provenance)."""
+    files = list(revision.files.defer("kv", "tensors"))
+    provenance = _provenance_by_path(revision.audit)
+    rows = [_file_row(f, provenance.pop(f.path, {})) for f in files]
+    # Files the manifest names but the Hub did not list are still rows, with no Hub side.
+    for path, entry in sorted(provenance.items()):
+        rows.append(
+            _file_row(PackageFile(revision=revision, path=path, role=str(entry.get("role", ""))), entry)
+        )
+    return rows
+
+
+def _provenance_by_path(audit: Any) -> dict[str, dict[str, Any]]:
+    files = _dig(audit, "provenance", "files")
+    if not isinstance(files, list):
+        return {}
+    return {str(e["path"]): e for e in files if isinstance(e, dict) and "path" in e}
+
+
+def _file_row(file: PackageFile, entry: dict[str, Any]) -> FileRow:
+    size = entry.get("manifest_size")
+    return FileRow(
+        file=file,
+        manifest_size=size if isinstance(size, int) else None,
+        manifest_sha256=str(entry.get("manifest_sha256") or ""),
+        status=str(entry.get("status") or ""),
+    )
+
+
+def file_get(revision: Revision, path: str) -> PackageFile:
+    file = revision.files.filter(path=path).first()
+    if file is None:
+        raise LookupFailed(f"{revision} has no file {path}.")
+    return file
+
+
+def _dig(value: Any, *keys: str) -> Any:
+    for key in keys:
+        if not isinstance(value, dict):
+            return None
+        value = value.get(key)
+    return value
+
+
+# --- GGUF metadata view --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class KvRow:
+    key: str
+    kind: str
+    summary: str
+    full: str = ""
+
+
+def kv_rows(kv: Any, text_limit: int = 240) -> list[KvRow]:
+    """KV metadata as display rows: arrays summarised, long strings (chat templates) folded."""
+    if not isinstance(kv, dict):
+        return []
+    return [_kv_row(str(key), value, text_limit) for key, value in sorted(kv.items())]
+
+
+def _kv_row(key: str, value: Any, text_limit: int) -> KvRow:
+    if isinstance(value, dict) and "array" in value:
+        return KvRow(key, "array", f"{value.get('array')}[{value.get('count')}]")
+    if isinstance(value, list):
+        head = ", ".join(json.dumps(v) for v in value[:8])
+        more = f", ... ({len(value)} items)" if len(value) > 8 else ""
+        return KvRow(key, "array", f"[{head}{more}]")
+    if isinstance(value, str):
+        if len(value) > text_limit:
+            return KvRow(key, "string", value[:text_limit] + "...", full=value)
+        return KvRow(key, "string", value)
+    kinds = {bool: "bool", int: "integer", float: "number"}
+    return KvRow(key, kinds.get(type(value), "json"), json.dumps(value))
+
+
+# --- diff between two revisions ----------------------------------------------------------------
+
+
+@dataclass
+class RevisionDiff:
+    old: Revision
+    new: Revision
+    manifest_diff: list[str] = field(default_factory=list)
+    truncated: bool = False
+    added: list[PackageFile] = field(default_factory=list)
+    removed: list[PackageFile] = field(default_factory=list)
+    changed: list[tuple[PackageFile, PackageFile]] = field(default_factory=list)
+
+    @property
+    def verdict_changed(self) -> bool:
+        return self.old.verdict != self.new.verdict
+
+
+def revision_diff(old: Revision, new: Revision) -> RevisionDiff:
+    """Manifest changes as a unified diff, plus files added, removed and changed (size or sha256)."""
+    lines = manifest_unified_diff(old, new)
+    diff = RevisionDiff(old, new, lines[:DIFF_LINE_LIMIT], len(lines) > DIFF_LINE_LIMIT)
+    old_files = _files_by_path(old)
+    new_files = _files_by_path(new)
+    diff.added = [new_files[p] for p in sorted(new_files.keys() - old_files.keys())]
+    diff.removed = [old_files[p] for p in sorted(old_files.keys() - new_files.keys())]
+    for path in sorted(old_files.keys() & new_files.keys()):
+        a, b = old_files[path], new_files[path]
+        if (a.size, a.lfs_sha256) != (b.size, b.lfs_sha256):
+            diff.changed.append((a, b))
+    return diff
+
+
+def _files_by_path(revision: Revision) -> dict[str, PackageFile]:
+    files = revision.files.only("revision_id", "path", "role", "size", "lfs_sha256")
+    return {f.path: f for f in files}
+
+
+def manifest_unified_diff(old: Revision, new: Revision) -> list[str]:
+    # Pretty-printed with sorted keys so the diff shows meaning, not key order or minified lines.
+    return list(
+        difflib.unified_diff(
+            _manifest_lines(old.manifest_json),
+            _manifest_lines(new.manifest_json),
+            fromfile=f"model-package.json@{old.short_sha}",
+            tofile=f"model-package.json@{new.short_sha}",
+            lineterm="",
+        )
+    )
+
+
+def _manifest_lines(manifest: Any) -> list[str]:
+    if manifest is None:
+        return []
+    return json.dumps(manifest, indent=2, sort_keys=True, ensure_ascii=False).splitlines()
+
+
+# --- the audit, read defensively (it is JSON written by another module, possibly older) --------
+
+
+def audit_section(revision: Revision, key: str) -> dict[str, Any]:
+    value = _dig(revision.audit, key)
+    return value if isinstance(value, dict) else {}
+
+
+@dataclass(frozen=True)
+class ProblemRow:
+    code: str
+    severity: str
+    message: str
+    evidence: list[tuple[str, str]]
+
+
+def audit_problems(revision: Revision) -> list[ProblemRow]:
+    """The audit's problems, errors first, evidence flattened to (key, JSON text) pairs."""
+    problems = _dig(revision.audit, "problems")
+    if not isinstance(problems, list):
+        return []
+    rows = [_problem_row(p) for p in problems if isinstance(p, dict)]
+    order = {"error": 0, "warning": 1, "info": 2}
+    return sorted(rows, key=lambda p: order.get(p.severity, 3))
+
+
+def _problem_row(problem: dict[str, Any]) -> ProblemRow:
+    evidence = problem.get("evidence")
+    items = evidence.items() if isinstance(evidence, dict) else []
+    return ProblemRow(
+        code=str(problem.get("code") or ""),
+        severity=str(problem.get("severity") or "info"),
+        message=str(problem.get("message") or ""),
+        evidence=[(str(k), _compact_json(v)) for k, v in items],
+    )
+
+
+def _compact_json(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+
+
+def audit_blocks(revision: Revision) -> list[dict[str, Any]]:
+    blocks = _dig(revision.audit, "detected", "blocks")
+    return [b for b in blocks if isinstance(b, dict)] if isinstance(blocks, list) else []
+
+
+def suggested_generation(revision: Revision) -> dict[str, Any] | None:
+    value = _dig(revision.audit, "suggested_generation")
+    return value if isinstance(value, dict) else None
+
+
+# --- ingest status ----------------------------------------------------------------------------
+
+_INGEST_FIELDS = (
+    "package__repo_id",
+    "commit_sha",
+    "committed_at",
+    "status",
+    "error",
+    "attempts",
+    "files_total",
+    "files_done",
+    "queued_at",
+    "started_at",
+    "finished_at",
+)
+
+
+@dataclass(frozen=True)
+class IngestOverview:
+    unfinished: list[Revision]
+    failed: list[Revision]
+    sync_errors: list[Package]
+    counts: dict[str, int]
+
+
+def ingest_overview(limit: int = 100) -> IngestOverview:
+    """Queued and running ingests (oldest first), recent failures and packages whose sync failed."""
+    revisions = Revision.objects.select_related("package").only(*_INGEST_FIELDS)
+    unfinished = revisions.unfinished().order_by("queued_at", "id")[:limit]
+    failed = revisions.filter(status=Revision.Status.FAILED).order_by(
+        F("finished_at").desc(nulls_last=True), "-id"
+    )[:limit]
+    sync_errors = Package.objects.exclude(sync_error="").only("repo_id", "sync_error", "last_synced_at")
+    counts = {status: 0 for status in Revision.Status.values}
+    for row in Revision.objects.values("status").annotate(n=Count("id")).order_by():
+        counts[row["status"]] = row["n"]
+    return IngestOverview(list(unfinished), list(failed), list(sync_errors[:limit]), counts)

@@ -1,0 +1,374 @@
+"""Pure: the node report request/response bodies as pydantic models, and JSON-tree safety checks.
+
+No Django and no I/O here: api.py parses bytes into JSON, then these models decide what is valid.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+import uuid
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AfterValidator,
+    AwareDatetime,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    Strict,
+    ValidationError,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
+
+MAX_BATCH = 500
+MAX_DEPTH = 16  # real reports nest 4 deep; the cap keeps a hostile body from exhausting the stack
+MAX_COUNT = 10**12  # fits a 64-bit column with room; no node serves a trillion tokens per request
+MAX_MS = 7 * 24 * 3600 * 1000.0  # a request longer than a week is a broken clock, not a measurement
+MAX_US = MAX_MS * 1000.0
+MAX_RATE = 1_000_000.0  # tokens/s; far above any hardware, low enough to catch unit mistakes
+MAX_TIMINGS_BYTES = 16 * 1024
+MAX_HARDWARE_BYTES = 4 * 1024
+MAX_TIMING_KEYS = 512
+EARLIEST = datetime(2000, 1, 1, tzinfo=UTC)
+LATEST = datetime(2100, 1, 1, tzinfo=UTC)
+
+
+class BodyError(ValueError):
+    """A request body that cannot be accepted: one sentence, and the dotted path of the culprit."""
+
+    def __init__(self, message: str, field: str = "") -> None:
+        super().__init__(message)
+        self.message = message
+        self.field = field
+
+
+# --- Field types ------------------------------------------------------------------------------
+
+Count = Annotated[int, Strict(), Field(ge=0, le=MAX_COUNT)]
+Millis = Annotated[float, Strict(), Field(ge=0, le=MAX_MS)]
+Micros = Annotated[float, Strict(), Field(ge=0, le=MAX_US)]
+Rate = Annotated[float, Strict(), Field(ge=0, le=MAX_RATE)]
+Fraction = Annotated[float, Strict(), Field(ge=0, le=1)]
+Text100 = Annotated[str, Strict(), Field(min_length=1, max_length=100)]
+Strategy = Annotated[str, Strict(), Field(pattern=r"^[a-z0-9][a-z0-9+._-]{0,63}$")]
+
+
+def _check_repo_id(value: str) -> str:
+    # The Hub's rules beyond the character set (domain.md section 8); pydantic regexes lack lookahead.
+    if "--" in value or ".." in value or value.endswith(".git"):
+        raise PydanticCustomError("repo_id", "A repo id must not contain '--' or '..' nor end in '.git'")
+    return value
+
+
+RepoId = Annotated[
+    str,
+    Strict(),
+    Field(max_length=96, pattern=r"^[A-Za-z0-9_-][A-Za-z0-9._-]*/[A-Za-z0-9_-][A-Za-z0-9._-]*$"),
+    AfterValidator(_check_repo_id),
+]
+CommitSha = Annotated[str, Strict(), Field(pattern=r"^[0-9a-f]{40}$")]
+Sha256Hex = Annotated[str, Strict(), Field(pattern=r"^[0-9a-f]{64}$")]
+
+
+def _require_string(value: object) -> object:
+    # Pydantic would also take a unix number for a datetime; the contract says RFC 3339 text.
+    if not isinstance(value, str):
+        raise PydanticCustomError("rfc3339", "Input should be an RFC 3339 timestamp string")
+    return value
+
+
+def _check_plausible_time(value: datetime) -> datetime:
+    if not EARLIEST <= value <= LATEST:
+        raise PydanticCustomError("implausible_time", "Timestamp should be between 2000 and 2100")
+    return value
+
+
+Timestamp = Annotated[AwareDatetime, BeforeValidator(_require_string), AfterValidator(_check_plausible_time)]
+
+
+# --- Request ----------------------------------------------------------------------------------
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, frozen=True)
+
+
+class PackageRef(_Strict):
+    repo: RepoId = Field(examples=["meshllm/Qwen3.5-35B-A3B-UD-Q4_K_XL-layers"])
+    revision: CommitSha = Field(description="The 40-hex commit the node loaded.")
+    manifest_sha256: Sha256Hex | None = Field(default=None, description="sha256 of model-package.json.")
+
+
+class Stage(_Strict):
+    node: Text100
+    layer_start: Annotated[int, Strict(), Field(ge=0, le=99_999)]
+    layer_end: Annotated[int, Strict(), Field(ge=1, le=99_999)] = Field(description="Half-open end.")
+    device: Text100 | None = None
+    stage_index: Annotated[int, Strict(), Field(ge=0, le=63)] | None = None
+
+    @model_validator(mode="after")
+    def _check_range(self) -> Stage:
+        if self.layer_end <= self.layer_start:
+            raise PydanticCustomError("stage_range", "layer_end should be greater than layer_start")
+        return self
+
+
+class Topology(_Strict):
+    topology_id: Annotated[str, Strict(), Field(max_length=200)] = ""
+    stages: list[Stage] = Field(default_factory=list, max_length=16)
+
+    def stage_splits(self) -> str:
+        """The split as the dashboard shows it, e.g. ``0..27|27..41``, in layer order."""
+        ranges = sorted((s.layer_start, s.layer_end) for s in self.stages)
+        return "|".join(f"{start}..{end}" for start, end in ranges)
+
+
+class Speculative(_Strict):
+    requested_strategy: Strategy | None = Field(default=None, examples=["auto"])
+    effective_strategy: Strategy | None = Field(default=None, examples=["native-mtp", "disabled"])
+    mtp_source: Literal["Disabled", "Integrated", "External"] | None = None
+
+
+class Timings(BaseModel):
+    """The ``timings`` object of a mesh-llm response; unknown counters are kept (nodes add them often)."""
+
+    model_config = ConfigDict(extra="allow", allow_inf_nan=False, frozen=True)
+
+    prompt_n: Count | None = None
+    prompt_ms: Millis | None = None
+    prompt_per_second: Rate | None = None
+    predicted_n: Count | None = None
+    predicted_ms: Millis | None = None
+    predicted_per_second: Rate | None = Field(default=None, description="Decode tokens/s.")
+    draft_n: Count | None = None
+    draft_n_accepted: Count | None = None
+    speculative_windows: Count | None = None
+    speculative_proposed_n: Count | None = None
+    speculative_accepted_n: Count | None = None
+    speculative_rejected_n: Count | None = None
+    speculative_accept_rate: Fraction | None = None
+    native_mtp_rejected: Count | None = None
+    native_mtp_verifications: Count | None = None
+    native_mtp_verify_window_verifications: Count | None = None
+    native_mtp_proposal_compute_us: Micros | None = None
+    native_mtp_verification_compute_us: Micros | None = None
+    verify_window_depth: Count | None = None
+    verify_window_target_depth: Count | None = None
+    verify_window_opened: Count | None = None
+    verify_window_max_in_flight: Count | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _check_size(cls, data: Any) -> Any:
+        if isinstance(data, dict) and (
+            len(data) > MAX_TIMING_KEYS or len(canonical_json(data)) > MAX_TIMINGS_BYTES
+        ):
+            raise PydanticCustomError("too_large", "timings should be at most 16 KiB and 512 counters")
+        return data
+
+    @model_validator(mode="after")
+    def _check_unknown_counters(self) -> Timings:
+        for key, value in (self.model_extra or {}).items():
+            if not _is_counter_value(value):
+                raise PydanticCustomError(
+                    "timing_counter",
+                    "Counter should be a number, a boolean, null, a short string or a list of numbers",
+                    {"key": key},
+                )
+        return self
+
+
+def _is_counter_value(value: object) -> bool:
+    if value is None or isinstance(value, bool | int):
+        return True
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, str):
+        return len(value) <= 200
+    if isinstance(value, list):
+        # survival arrays (native_mtp_survival_*) hold 8 entries; allow growth, not arbitrary data
+        return len(value) <= 64 and all(_is_number(v) for v in value)
+    return False
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _check_hardware_size(value: dict[str, Any]) -> dict[str, Any]:
+    # The one free-form object: bound its depth too (every other part has a typed shape).
+    if _depth(value) > MAX_DEPTH // 2:
+        raise PydanticCustomError("too_deep", "hardware should nest at most 8 levels")
+    if len(canonical_json(value)) > MAX_HARDWARE_BYTES:
+        raise PydanticCustomError("too_large", "hardware should be at most 4 KiB")
+    return value
+
+
+def _depth(value: Any, level: int = 0) -> int:
+    if level > MAX_DEPTH or not isinstance(value, dict | list):
+        return level
+    children = value.values() if isinstance(value, dict) else value
+    return max((_depth(child, level + 1) for child in children), default=level)
+
+
+class ReportIn(_Strict):
+    """One timing report as a node posts it."""
+
+    report_id: uuid.UUID = Field(description="Chosen by the node; a replay with the same id is a no-op.")
+    observed_at: Timestamp = Field(description="RFC 3339, with an offset; when the node measured.")
+    package: PackageRef
+    topology: Topology | None = None
+    speculative: Speculative | None = None
+    hardware: Annotated[dict[str, Any], AfterValidator(_check_hardware_size)] | None = Field(
+        default=None, description="A small free-form object (device names, memory, driver...)."
+    )
+    timings: Timings = Field(description="The response's timings object, as the node emits it.")
+
+
+class BatchIn(_Strict):
+    # Items stay untyped here so that one bad item is refused alone, with its own result.
+    reports: list[Any] = Field(
+        min_length=1,
+        max_length=MAX_BATCH,
+        description=f"1 to {MAX_BATCH} report objects.",
+        json_schema_extra={"items": {"$ref": "#/components/schemas/ReportIn"}},
+    )
+
+
+# --- Responses (documented in the OpenAPI schema; the views build plain dicts of this shape) --
+
+
+class ReportAccepted(BaseModel):
+    id: int = Field(description="The stored report's id.")
+    duplicate: bool = Field(description="True when this report_id was already stored with this body.")
+
+
+class ErrorOut(BaseModel):
+    error: str = Field(description="One sentence saying what is wrong.")
+    field: str | None = Field(default=None, description="Dotted path of the culprit, e.g. timings.prompt_ms.")
+
+
+class BatchItemResult(BaseModel):
+    index: int
+    status: Literal[200, 201, 400, 409] = Field(description="What the single endpoint would answer.")
+    id: int | None = None
+    duplicate: bool | None = None
+    error: str | None = None
+    field: str | None = None
+
+
+class BatchOut(BaseModel):
+    results: list[BatchItemResult]
+
+
+# --- Helpers the endpoint uses ----------------------------------------------------------------
+
+
+def canonical_json(value: Any) -> bytes:
+    """Key-sorted, whitespace-free UTF-8: equal for bodies that differ only in layout."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def body_digest(value: Any) -> str:
+    return hashlib.sha256(canonical_json(value)).hexdigest()
+
+
+def check_json_tree(value: Any, path: str = "", depth: int = 0) -> None:
+    """Refuse what JSON allows but storage does not: deep nesting, NUL, lone surrogates, inf."""
+    if depth > MAX_DEPTH:
+        raise BodyError(f"The body nests deeper than {MAX_DEPTH} levels.", path)
+    if isinstance(value, str):
+        _check_text(value, path)
+    elif isinstance(value, float) and not math.isfinite(value):
+        raise BodyError("Numbers must be finite.", path)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            child = f"{path}.{key}" if path else str(key)
+            _check_text(key, child)
+            check_json_tree(item, child, depth + 1)
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            check_json_tree(item, f"{path}.{index}" if path else str(index), depth + 1)
+
+
+# PostgreSQL text and jsonb cannot hold NUL, and UTF-8 cannot encode a lone surrogate.
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+
+
+def _check_text(text: str, path: str) -> None:
+    if _UNSTORABLE.search(text):
+        raise BodyError("Strings must not contain NUL characters or lone surrogates.", _safe(path))
+
+
+def _safe(path: str) -> str:
+    return path.encode("utf-8", "replace").decode().replace("\x00", "?")
+
+
+def validate_report(data: Any, prefix: str = "") -> ReportIn:
+    """Validate one report; on failure raise BodyError naming the first bad field."""
+    return validate_report_body(data, prefix)[0]
+
+
+def validate_report_body(data: Any, prefix: str = "") -> tuple[ReportIn, str]:
+    """The validated report and the digest of its canonical body (what a verbatim replay repeats)."""
+    if not isinstance(data, dict):
+        raise BodyError("A report must be a JSON object.", prefix)
+    digest = storable_digest(data, prefix)
+    try:
+        return ReportIn.model_validate(data), digest
+    except ValidationError as exc:
+        raise _first_error(exc, prefix) from None
+
+
+# In canonical JSON, NUL can only appear escaped and non-finite numbers only as these tokens.
+_SUSPECT_TOKENS = (b"\\u0000", b"Infinity", b"NaN")
+
+
+def storable_digest(data: Any, path: str = "") -> str:
+    """Digest of the canonical body, refusing what storage cannot hold.
+
+    Walking every string costs more than the rest of validation, so the tree is walked only when
+    the canonical bytes hint at a problem (or cannot be made, e.g. for a lone surrogate).
+    """
+    try:
+        canonical: bytes | None = canonical_json(data)
+    except (UnicodeEncodeError, RecursionError):
+        canonical = None
+    if canonical is None or any(token in canonical for token in _SUSPECT_TOKENS):
+        check_json_tree(data, path)  # raises naming the culprit, unless the hint was a false alarm
+    if canonical is None:
+        raise BodyError("The report cannot be stored as JSON.", path)
+    return hashlib.sha256(canonical).hexdigest()
+
+
+def validate_batch(data: Any) -> list[Any]:
+    if not isinstance(data, dict):
+        raise BodyError('The body must be a JSON object like {"reports": [...]}.')
+    try:
+        return BatchIn.model_validate(data).reports
+    except ValidationError as exc:
+        raise _first_error(exc, "") from None
+
+
+def _first_error(exc: ValidationError, prefix: str) -> BodyError:
+    error = exc.errors(include_url=False, include_input=False)[0]
+    loc = [str(part) for part in error["loc"]]
+    if error["type"] == "timing_counter":
+        loc.append(str(error.get("ctx", {}).get("key", "")))
+    field = ".".join(([prefix] if prefix else []) + loc)
+    return BodyError(_sentence(error["type"], error["msg"], loc), _safe(field))
+
+
+def _sentence(kind: str, msg: str, loc: list[str]) -> str:
+    name = repr(loc[-1]) if loc else "the body"
+    if kind == "extra_forbidden":
+        return f"Unknown key {_safe(name)} is not allowed."
+    if kind == "missing":
+        return f"Missing required key {name}."
+    return f"{_safe(name)}: {msg}."

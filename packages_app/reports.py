@@ -1,0 +1,262 @@
+"""Services that write node reports: exactly once per (node, report_id), linked to their revision.
+
+Validation happens before (report_schema.py); reading and aggregating happens after (throughput.py).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from uuid import UUID
+
+from django.conf import settings
+from django.core.cache import cache
+from django.db import IntegrityError, transaction
+from django.db.models import Q
+
+from packages_app.models import Node, Report, Revision
+from packages_app.report_schema import ReportIn
+
+log = logging.getLogger(__name__)
+
+CLOCK_SKEW_LIMIT = timedelta(minutes=5)
+INGEST_REQUEST_TTL = 3600  # seconds; one enqueue per unknown revision per hour, not one per report
+
+CREATED, DUPLICATE, CONFLICT = 201, 200, 409
+
+
+@dataclass(frozen=True)
+class StoreOutcome:
+    """What happened to one report; ``status`` is the HTTP status the single endpoint answers."""
+
+    status: int
+    id: int | None = None
+
+    @property
+    def duplicate(self) -> bool:
+        return self.status == DUPLICATE
+
+
+@dataclass(frozen=True)
+class ValidReport:
+    """A validated report with the digest of its canonical body (what a verbatim replay repeats)."""
+
+    report: ReportIn
+    digest: str
+    body: dict[str, object]
+
+
+PackageKey = tuple[str, str, str]  # (repo_id, commit_sha, manifest_sha256 or "")
+
+
+def report_store(node: Node, item: ValidReport, received_at: datetime) -> StoreOutcome:
+    """Store one report. The unique constraint decides races: the loser reads the winner's row."""
+    revisions = _resolve_revisions({_package_key(item.report)})
+    row = _build_row(node, item, received_at, revisions)
+    try:
+        with _savepoint_if_in_transaction():
+            row.save(force_insert=True)
+    except IntegrityError:
+        stored = _stored_rows(node, [item.report.report_id]).get(item.report.report_id)
+        if stored is None:
+            raise  # not our natural key: a real integrity problem, not a replay
+        return _compare(stored[:2], item.digest)
+    return StoreOutcome(CREATED, row.pk)
+
+
+def _savepoint_if_in_transaction() -> AbstractContextManager[object]:
+    # In autocommit mode one INSERT is atomic by itself, and BEGIN/COMMIT would double the round
+    # trips. Inside a transaction, a savepoint keeps a failed INSERT from aborting the caller's.
+    return transaction.atomic() if transaction.get_connection().in_atomic_block else nullcontext()
+
+
+def reports_store_batch(
+    node: Node, items: Sequence[ValidReport], received_at: datetime
+) -> list[StoreOutcome]:
+    """Store many reports with one insert and one read; a result per item, in order.
+
+    The unique constraint with ignore_conflicts keeps rows exact under any race. A row is ours
+    (201) when it carries this request's receive time; otherwise the item is a replay (200) or
+    a conflict (409) by digest. Only two requests of one node in the same microsecond could
+    both hear 201 for one row.
+    """
+    revisions = _resolve_revisions({_package_key(item.report) for item in items})
+    firsts = _first_occurrences(items)
+    rows = [_build_row(node, item, received_at, revisions) for item in firsts]
+    Report.objects.bulk_create(rows, ignore_conflicts=True)
+    stored = _stored_rows(node, [item.report.report_id for item in firsts])
+    firsts_by_id = {item.report.report_id: item for item in firsts}
+    return [_batch_outcome(item, stored, firsts_by_id, received_at) for item in items]
+
+
+def _batch_outcome(
+    item: ValidReport,
+    stored: dict[UUID, tuple[int, str, datetime]],
+    firsts: dict[UUID, ValidReport],
+    received_at: datetime,
+) -> StoreOutcome:
+    row_id, digest, row_received_at = stored[item.report.report_id]
+    inserted_now = row_received_at == received_at and digest == item.digest
+    if inserted_now and firsts[item.report.report_id] is item:
+        return StoreOutcome(CREATED, row_id)
+    return _compare((row_id, digest), item.digest)
+
+
+def _stored_rows(node: Node, report_ids: Sequence[UUID]) -> dict[UUID, tuple[int, str, datetime]]:
+    rows = Report.objects.filter(node=node, report_id__in=report_ids)
+    fields = rows.values_list("id", "report_id", "body_sha256", "received_at")
+    return {rid: (pk, digest, at) for pk, rid, digest, at in fields}
+
+
+def _first_occurrences(items: Iterable[ValidReport]) -> list[ValidReport]:
+    # A batch may repeat a report_id; the first one is the insert, the rest are replays of it.
+    seen: dict[UUID, ValidReport] = {}
+    for item in items:
+        seen.setdefault(item.report.report_id, item)
+    return list(seen.values())
+
+
+def _compare(stored: tuple[int, str], digest: str) -> StoreOutcome:
+    row_id, stored_digest = stored
+    return StoreOutcome(DUPLICATE if stored_digest == digest else CONFLICT, row_id)
+
+
+def _build_row(
+    node: Node, item: ValidReport, received_at: datetime, revisions: dict[PackageKey, int | None]
+) -> Report:
+    report = item.report
+    skew = (report.observed_at - received_at).total_seconds()
+    return Report(
+        node=node,
+        report_id=report.report_id,
+        body_sha256=item.digest,
+        received_at=received_at,
+        observed_at=report.observed_at,
+        clock_skew_seconds=skew,
+        clock_skew_flagged=abs(skew) > CLOCK_SKEW_LIMIT.total_seconds(),
+        repo_id=report.package.repo,
+        commit_sha=report.package.revision,
+        manifest_sha256=report.package.manifest_sha256 or "",
+        revision_id=revisions.get(_package_key(report)),
+        **_topology_fields(report),
+        **_timing_fields(report),
+        mtp_used=mtp_used(report),
+        body=item.body,
+    )
+
+
+def _topology_fields(report: ReportIn) -> dict[str, str]:
+    topology, spec = report.topology, report.speculative
+    return {
+        "topology_id": topology.topology_id if topology else "",
+        "stage_splits": topology.stage_splits() if topology else "",
+        "requested_strategy": (spec.requested_strategy or "") if spec else "",
+        "effective_strategy": (spec.effective_strategy or "") if spec else "",
+        "mtp_source": (spec.mtp_source or "") if spec else "",
+    }
+
+
+def _timing_fields(report: ReportIn) -> dict[str, float | int | None]:
+    t = report.timings
+    return {
+        "predicted_per_second": t.predicted_per_second,
+        "prompt_per_second": t.prompt_per_second,
+        "predicted_n": t.predicted_n,
+        "draft_n": t.draft_n,
+        "draft_n_accepted": t.draft_n_accepted,
+        "speculative_proposed_n": t.speculative_proposed_n,
+        "speculative_accepted_n": t.speculative_accepted_n,
+        "speculative_windows": t.speculative_windows,
+    }
+
+
+def mtp_used(report: ReportIn) -> bool:
+    """Native MTP really ran: the node says it was on, and the speculative counters moved.
+
+    `mtp_source=Disabled` with every counter 0 is the silent failure the dashboard exists for
+    (domain.md section 4), so either signal alone is not enough.
+    """
+    spec, t = report.speculative, report.timings
+    if spec is not None and spec.mtp_source == "Disabled":
+        return False
+    said_on = spec is not None and (
+        spec.mtp_source in ("Integrated", "External") or "native-mtp" in (spec.effective_strategy or "")
+    )
+    counters = (t.speculative_proposed_n, t.speculative_windows, t.draft_n, t.native_mtp_verifications)
+    return said_on and any((value or 0) > 0 for value in counters)
+
+
+# --- Linking reports to revisions -------------------------------------------------------------
+
+
+def _package_key(report: ReportIn) -> PackageKey:
+    ref = report.package
+    return (ref.repo, ref.revision, ref.manifest_sha256 or "")
+
+
+def _resolve_revisions(keys: set[PackageKey]) -> dict[PackageKey, int | None]:
+    """Revision id per package reference: by repo + commit, else by repo + manifest digest."""
+    if not keys:
+        return {}  # an empty Q() would match every revision
+    by_commit = Q()
+    for repo, sha, _ in keys:
+        by_commit |= Q(package__repo_id=repo, commit_sha=sha)
+    known = {
+        (repo, sha): pk
+        for pk, repo, sha in Revision.objects.filter(by_commit).values_list(
+            "id", "package__repo_id", "commit_sha"
+        )
+    }
+    resolved = {key: known.get(key[:2]) or _by_manifest(key) for key in keys}
+    for key, revision_id in resolved.items():
+        if revision_id is None:
+            request_ingest(key[0], key[1])
+    return resolved
+
+
+def _by_manifest(key: PackageKey) -> int | None:
+    repo, _, manifest = key
+    if not manifest:
+        return None
+    rows = Revision.objects.filter(package__repo_id=repo, manifest_sha256=manifest)
+    return rows.order_by("-committed_at", "-id").values_list("id", flat=True).first()
+
+
+def request_ingest(repo_id: str, commit_sha: str) -> bool:
+    """Enqueue the ingest of a revision nodes run but we have not stored, for tracked namespaces.
+
+    Never lets the ingest slow or fail the report that asked for it: with no broker, Celery runs
+    tasks eagerly, which would mean minutes of Hub reads inside a node's request, so then nothing
+    is enqueued (the periodic sync, or `manage.py ingest`, brings the revision in); a broker
+    error is logged and the request is retried by a later report.
+    """
+    if repo_id.split("/", 1)[0] not in settings.MESHDASH_NAMESPACES:
+        return False
+    if settings.CELERY_TASK_ALWAYS_EAGER:
+        log.info("no Celery broker: not ingesting %s@%s inside a report request", repo_id, commit_sha)
+        return False
+    key = f"meshdash:ingest-requested:{repo_id}@{commit_sha}"
+    if not cache.add(key, 1, INGEST_REQUEST_TTL):
+        return False  # already asked recently; the ingest is keyed on (package, sha) anyway
+    try:
+        # Imported here: tasks -> ingest -> reports would be a cycle at module load.
+        from packages_app.tasks import ingest_revision
+
+        ingest_revision.delay_on_commit(repo_id, commit_sha)
+    except Exception:  # the report is stored either way; a later report asks again
+        log.warning("could not enqueue ingest of %s@%s", repo_id, commit_sha, exc_info=True)
+        cache.delete(key)
+        return False
+    return True
+
+
+def link_reports_to_revision(revision: Revision) -> int:
+    """Attach the reports that arrived before this revision was ingested; returns how many."""
+    repo_id = revision.package.repo_id
+    match = Q(repo_id=repo_id, commit_sha=revision.commit_sha)
+    if revision.manifest_sha256:
+        match |= Q(repo_id=repo_id, manifest_sha256=revision.manifest_sha256)
+    return Report.objects.filter(match, revision__isnull=True).update(revision=revision)

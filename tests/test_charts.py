@@ -1,0 +1,112 @@
+"""charts.py: audit and throughput data -> plotly figure dicts (pure, no Django)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta, timezone
+from typing import Any
+
+import plotly.graph_objects as go
+import pytest
+
+from packages_app import charts
+from tests.dashboard_factories import block
+
+QWEN35_BLOCKS = [block(i, mtp=i == 40) for i in range(41)]
+
+
+def trace_named(figure: dict[str, Any], name: str) -> dict[str, Any]:
+    return next(t for t in figure["data"] if t["name"] == name)
+
+
+def test_it_puts_the_mtp_block_in_its_own_highlighted_trace() -> None:
+    figure = charts.layer_layout_figure(QWEN35_BLOCKS)
+    mtp = trace_named(figure, "MTP (NextN) block")
+    assert mtp["x"] == [40]
+    assert mtp["marker"]["color"] == charts.MTP_COLOUR
+    assert all(40 not in t["x"] for t in figure["data"] if t["type"] == "bar" and t is not mtp)
+
+
+def test_it_groups_trunk_blocks_by_kind_and_plots_tensor_counts_on_a_second_axis() -> None:
+    figure = charts.layer_layout_figure(QWEN35_BLOCKS)
+    bars = [t["name"] for t in figure["data"] if t["type"] == "bar"]
+    assert bars == ["attention+moe", "ssm+moe", "MTP (NextN) block"]
+    assert trace_named(figure, "attention+moe")["x"] == [3, 7, 11, 15, 19, 23, 27, 31, 35, 39]
+    tensors = trace_named(figure, "tensors")
+    assert tensors["yaxis"] == "y2"
+    assert tensors["y"][40] == 20 and tensors["y"][3] == 16 and tensors["y"][0] == 19
+
+
+def test_it_draws_one_line_per_interior_stage_boundary() -> None:
+    figure = charts.layer_layout_figure(QWEN35_BLOCKS, ["0..27|27..41", "0..41", "0..20|20..27|27..41"])
+    assert [shape["x0"] for shape in figure["layout"]["shapes"]] == [19.5, 26.5]
+    assert charts.stage_boundaries(["0..27|27..41", "0..20|20..27|27..41"]) == {
+        20: ["0..20|20..27|27..41"],
+        27: ["0..27|27..41", "0..20|20..27|27..41"],
+    }
+
+
+def test_it_ignores_stage_splits_it_cannot_read() -> None:
+    assert charts.stage_boundaries(["", "garbage", "x..y|..", "27..41"]) == {27: ["27..41"]}
+
+
+def test_it_tolerates_malformed_blocks_instead_of_crashing() -> None:
+    figure = charts.layer_layout_figure([{"index": "7", "bytes": None}, {}, {"kinds": "attention"}])
+    assert [(t["name"], t["x"]) for t in figure["data"] if t["type"] == "bar"] == [("other", [0, 0, 0])]
+
+
+def test_labels_from_reports_and_manifests_are_entity_escaped_for_plotly() -> None:
+    hostile = "<img src=x onerror=alert(1)>"
+    figure = charts.throughput_timeline_figure([{"bucket": "2026-01-01", "strategy": hostile, "tps": 1.0}])
+    assert figure["data"][0]["name"] == "&lt;img src=x onerror=alert(1)&gt;"
+    layout = charts.layer_layout_figure([block(0) | {"file": hostile}])
+    assert "<img" not in str(layout)
+
+
+def test_the_timeline_has_one_line_per_strategy_and_topology_in_time_order() -> None:
+    t0 = datetime(2026, 5, 1, 12, tzinfo=UTC)
+    series = [
+        {"bucket": t0 + timedelta(hours=1), "strategy": "disabled", "topology": "0..27|27..41", "tps": 3.2},
+        {"bucket": t0, "strategy": "disabled", "topology": "0..27|27..41", "tps": 3.1, "reports": 4},
+        {"bucket": t0, "strategy": "native-mtp", "topology": "0..41", "tps": 9.5, "reports": 2},
+    ]
+    figure = charts.throughput_timeline_figure(series)
+    assert [t["name"] for t in figure["data"]] == ["disabled @ 0..27|27..41", "native-mtp @ 0..41"]
+    assert figure["data"][0]["x"] == ["2026-05-01 12:00:00", "2026-05-01 13:00:00"]
+    assert figure["data"][0]["y"] == [3.1, 3.2]
+
+
+def test_times_are_converted_to_utc_without_an_offset_plotly_would_misread() -> None:
+    plus_two = timezone(timedelta(hours=2))
+    assert charts.plotly_time(datetime(2026, 5, 1, 14, 30, tzinfo=plus_two)) == "2026-05-01 12:30:00"
+
+
+def test_the_strategy_chart_shows_acceptance_as_a_percentage() -> None:
+    rows = [{"strategy": "native-mtp", "tps": 9.1, "reports": 3, "acceptance_rate": 0.7}]
+    figure = charts.strategy_figure(rows)
+    assert trace_named(figure, "acceptance rate (%)")["y"] == [70.0]
+    assert figure["layout"]["yaxis2"]["title"]["text"] == "Acceptance rate (%)"
+
+
+def test_missing_throughput_values_become_gaps_not_zeros() -> None:
+    figure = charts.mtp_comparison_figure({"reports": 0, "tps": None}, {"reports": 6, "tps": 3.17})
+    assert figure["data"][0]["y"] == [None, 3.17]
+
+
+def all_figures() -> list[dict[str, Any]]:
+    t0 = datetime(2026, 5, 1, 12, tzinfo=UTC)
+    return [
+        charts.layer_layout_figure(QWEN35_BLOCKS, ["0..27|27..41"]),
+        charts.throughput_timeline_figure([{"bucket": t0, "strategy": "mtp", "topology": "", "tps": 9.0}]),
+        charts.mtp_comparison_figure({"reports": 2, "tps": 9.0}, None),
+        charts.strategy_figure([{"strategy": "native-mtp", "tps": 9.0, "acceptance_rate": 0.5}]),
+    ]
+
+
+@pytest.mark.parametrize("index", range(4))
+def test_every_figure_is_valid_plotly_with_titled_axes(index: int) -> None:
+    figure = all_figures()[index]
+    go.Figure(figure)  # raises on any property plotly does not know
+    layout = figure["layout"]
+    assert layout["title"]["text"]
+    assert layout["xaxis"]["title"]["text"] and layout["yaxis"]["title"]["text"]
+    assert "(" in layout["yaxis"]["title"]["text"], "the y axis names its unit"

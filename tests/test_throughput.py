@@ -1,0 +1,209 @@
+"""Throughput selectors: series by time bucket, MTP on/off, acceptance, and the unused-MTP alert."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from packages_app import nodes
+from packages_app.models import Node, Package, Report, Revision
+from packages_app.throughput import alert_revision_ids, catalog_throughput, revision_throughput
+
+pytestmark = pytest.mark.django_db
+
+T0 = datetime(2025, 3, 1, 10, 5, tzinfo=UTC)
+
+
+@pytest.fixture
+def package() -> Package:
+    return Package.objects.create(repo_id="meshllm/Qwen3.5-35B-A3B-UD-Q4_K_XL-layers")
+
+
+@pytest.fixture
+def first(package: Package) -> Revision:
+    """The motivating revision: MTP weights, no declaration."""
+    return Revision.objects.create(
+        package=package, commit_sha="69cbd9fc1f928305e8e86e1148a1db6a6f1de8e9", mtp_detected=True
+    )
+
+
+@pytest.fixture
+def fixed(package: Package) -> Revision:
+    return Revision.objects.create(package=package, commit_sha="f" * 40, mtp_detected=True, mtp_declared=True)
+
+
+@pytest.fixture
+def node_a() -> Node:
+    return nodes.node_create("node-a").node
+
+
+@pytest.fixture
+def node_b() -> Node:
+    return nodes.node_create("node-b").node
+
+
+def add(node: Node, revision: Revision, *, tps: float, at: datetime = T0, **fields: Any) -> Report:
+    mtp = fields.pop("mtp_used", False)
+    defaults: dict[str, Any] = {
+        "effective_strategy": "native-mtp" if mtp else "disabled",
+        "mtp_source": "Integrated" if mtp else "Disabled",
+        "requested_strategy": "auto",
+        "stage_splits": "0..27|27..41",
+    }
+    return Report.objects.create(
+        node=node,
+        report_id=uuid.uuid4(),
+        body_sha256="0" * 64,
+        received_at=at,
+        observed_at=at,
+        repo_id=revision.package.repo_id,
+        commit_sha=revision.commit_sha,
+        revision=revision,
+        predicted_per_second=tps,
+        mtp_used=mtp,
+        body={},
+        **(defaults | fields),
+    )
+
+
+def test_the_series_groups_reports_by_hour_strategy_and_topology(first: Revision, node_a: Node) -> None:
+    add(node_a, first, tps=3.0)
+    add(node_a, first, tps=3.4, at=T0 + timedelta(minutes=40))
+    add(node_a, first, tps=3.1, at=T0 + timedelta(hours=1))
+    add(node_a, first, tps=9.0, at=T0 + timedelta(hours=1), stage_splits="0..41")
+    series = revision_throughput(first.pk)["series"]
+    assert [(p["bucket"].hour, p["topology"], p["reports"]) for p in series] == [
+        (10, "0..27|27..41", 2),
+        (11, "0..27|27..41", 1),
+        (11, "0..41", 1),
+    ]
+    assert series[0]["tps"] == pytest.approx(3.2)  # the mean on SQLite (median on PostgreSQL)
+    assert series[0]["strategy"] == "disabled"
+
+
+def test_the_series_can_be_bucketed_by_day(first: Revision, node_a: Node) -> None:
+    add(node_a, first, tps=3.0)
+    add(node_a, first, tps=3.0, at=T0 + timedelta(hours=5))
+    assert [p["reports"] for p in revision_throughput(first.pk, bucket="day")["series"]] == [2]
+
+
+def test_an_unknown_bucket_is_refused(first: Revision) -> None:
+    with pytest.raises(ValueError, match="bucket must be one of"):
+        revision_throughput(first.pk, bucket="fortnight")
+
+
+def test_it_splits_throughput_with_and_without_mtp(fixed: Revision, node_a: Node) -> None:
+    add(node_a, fixed, tps=3.0)
+    add(node_a, fixed, tps=3.2)
+    add(node_a, fixed, tps=7.0, mtp_used=True)
+    result = revision_throughput(fixed.pk)
+    assert result["mtp_off"] == {"reports": 2, "tps": pytest.approx(3.1)}
+    assert result["mtp_on"] == {"reports": 1, "tps": pytest.approx(7.0)}
+
+
+def test_acceptance_rate_and_mean_accepted_length_come_from_the_counters(
+    fixed: Revision, node_a: Node
+) -> None:
+    counters = {"speculative_proposed_n": 40, "speculative_accepted_n": 30, "speculative_windows": 20}
+    add(node_a, fixed, tps=7.0, mtp_used=True, **counters)
+    add(node_a, fixed, tps=7.0, mtp_used=True, draft_n=40, draft_n_accepted=30, speculative_windows=20)
+    result = revision_throughput(fixed.pk)
+    assert result["acceptance_rate"] == pytest.approx(60 / 80)
+    assert result["mean_accepted_length"] == pytest.approx(1 + 60 / 40)
+    (mtp_row,) = result["by_strategy"]
+    assert (mtp_row["strategy"], mtp_row["reports"], mtp_row["acceptance_rate"]) == ("native-mtp", 2, 0.75)
+
+
+def test_rates_are_none_without_speculative_counters(first: Revision, node_a: Node) -> None:
+    add(node_a, first, tps=3.17, speculative_proposed_n=0, speculative_accepted_n=0)
+    result = revision_throughput(first.pk)
+    assert (result["acceptance_rate"], result["mean_accepted_length"]) == (None, None)
+
+
+def test_it_alerts_when_mtp_weights_are_never_used(first: Revision, node_a: Node, node_b: Node) -> None:
+    add(node_a, first, tps=3.17)
+    add(node_a, first, tps=3.17)
+    add(node_b, first, tps=3.2)
+    alert = revision_throughput(first.pk)["alert"]
+    assert alert == {
+        "message": "MTP weights present but never used in 3 reports from 2 nodes",
+        "reports": 3,
+        "nodes": 2,
+    }
+
+
+def test_the_alert_message_speaks_of_one_report_from_one_node(first: Revision, node_a: Node) -> None:
+    add(node_a, first, tps=3.17)
+    assert revision_throughput(first.pk)["alert"]["message"].endswith("in 1 report from 1 node")
+
+
+def test_there_is_no_alert_without_mtp_weights(package: Package, node_a: Node) -> None:
+    plain = Revision.objects.create(package=package, commit_sha="a" * 40, mtp_detected=False)
+    add(node_a, plain, tps=30.0)
+    assert revision_throughput(plain.pk)["alert"] is None
+
+
+def test_there_is_no_alert_when_mtp_ran_or_the_operator_turned_it_off(fixed: Revision, node_a: Node) -> None:
+    add(node_a, fixed, tps=7.0, mtp_used=True, speculative_proposed_n=10)
+    add(node_a, fixed, tps=3.0, requested_strategy="disabled")
+    assert revision_throughput(fixed.pk)["alert"] is None
+    assert list(alert_revision_ids()) == []
+
+
+def test_stage_splits_and_recent_reports_are_listed(first: Revision, node_a: Node) -> None:
+    for minute in range(25):
+        add(node_a, first, tps=3.0, at=T0 + timedelta(minutes=minute), stage_splits="0..27|27..41")
+    add(node_a, first, tps=9.0, at=T0 - timedelta(days=1), stage_splits="0..41")
+    result = revision_throughput(first.pk)
+    assert result["stage_splits"] == ["0..27|27..41", "0..41"]
+    recent = result["recent"]
+    assert len(recent) == 20
+    assert recent[0]["received_at"] == T0 + timedelta(minutes=24)
+    assert (recent[0]["node_name"], recent[0]["mtp_source"]) == ("node-a", "Disabled")
+
+
+def test_a_revision_without_reports_gives_empty_results(fixed: Revision) -> None:
+    result = revision_throughput(fixed.pk)
+    assert result["series"] == [] and result["recent"] == [] and result["alert"] is None
+    assert result["mtp_on"] == {"reports": 0, "tps": None}
+
+
+def test_catalog_throughput_summarises_each_revision(first: Revision, fixed: Revision, node_a: Node) -> None:
+    add(node_a, first, tps=3.17)
+    add(node_a, fixed, tps=7.0, mtp_used=True)
+    add(node_a, fixed, tps=3.0, requested_strategy="disabled")
+    result = catalog_throughput([first.pk, fixed.pk, 999_999])
+    assert result[first.pk] == {
+        "tps_mtp": None,
+        "tps_no_mtp": pytest.approx(3.17),
+        "reports": 1,
+        "alert": True,
+    }
+    assert result[fixed.pk] == {"tps_mtp": 7.0, "tps_no_mtp": 3.0, "reports": 2, "alert": False}
+    assert result[999_999] == {"tps_mtp": None, "tps_no_mtp": None, "reports": 0, "alert": False}
+
+
+@pytest.mark.parametrize("count", [1, 25])
+def test_catalog_throughput_takes_one_query_whatever_the_number_of_revisions(
+    package: Package, node_a: Node, count: int, django_assert_num_queries: Any
+) -> None:
+    revisions = [
+        Revision.objects.create(package=package, commit_sha=f"{i:040x}", mtp_detected=True)
+        for i in range(count)
+    ]
+    for revision in revisions:
+        add(node_a, revision, tps=3.0)
+    with django_assert_num_queries(1):
+        result = catalog_throughput([r.pk for r in revisions])
+    assert all(summary["alert"] for summary in result.values())
+
+
+def test_alert_revision_ids_works_as_a_subquery(first: Revision, fixed: Revision, node_a: Node) -> None:
+    add(node_a, first, tps=3.17)
+    add(node_a, fixed, tps=7.0, mtp_used=True)
+    flagged = Package.objects.filter(revisions__in=alert_revision_ids()).distinct()
+    assert list(flagged) == [first.package]
+    assert list(Revision.objects.filter(pk__in=alert_revision_ids())) == [first]

@@ -1,0 +1,165 @@
+"""The read-only JSON API: ``GET /api/v1/packages`` and ``GET /api/v1/packages/<owner>/<name>``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.test import Client
+from django.test.utils import CaptureQueriesContext
+
+from packages_app.api_read import PackageDetailOut, PackageListOut
+from tests import dashboard_factories as f
+
+pytestmark = pytest.mark.django_db
+
+DETAIL = "/api/v1/packages/meshllm/Qwen3.5-35B-A3B-UD-Q4_K_XL-layers"
+
+
+def test_the_list_uses_the_catalog_filters_and_reports_facets(client: Client) -> None:
+    f.catalog_mix()
+    body = client.get("/api/v1/packages", {"verdict": "undeclared-mtp"}).json()
+    assert body["count"] == 1
+    (row,) = body["results"]
+    assert row["repo_id"] == f.QWEN35_REPO
+    assert row["url"] == DETAIL
+    assert row["latest_revision"]["commit_sha"] == f.QWEN35_SHA
+    assert row["latest_revision"]["verdict"] == "undeclared-mtp"
+    assert row["latest_revision"]["mtp_detected"] is True and row["latest_revision"]["mtp_declared"] is False
+    assert body["facets"]["verdict"]["inconsistent"] == 4
+
+
+def test_the_list_is_paginated_with_links_that_keep_the_filters(client: Client) -> None:
+    for i in range(5):
+        f.make_revision(f.make_package(f"meshllm/p{i}-layers"))
+    body = client.get("/api/v1/packages", {"per_page": "2", "page": "2", "schema": "1"}).json()
+    assert [r["repo_id"] for r in body["results"]] == ["meshllm/p2-layers", "meshllm/p3-layers"]
+    assert body["pages"] == 3
+    assert body["next"] == "/api/v1/packages?per_page=2&page=3&schema=1"
+    assert body["previous"] == "/api/v1/packages?per_page=2&page=1&schema=1"
+
+
+def test_a_page_past_the_end_is_a_json_404(client: Client) -> None:
+    response = client.get("/api/v1/packages", {"page": "3"})
+    assert response.status_code == 404
+    assert response.json() == {"error": "Page 3 is past the last page of results."}
+
+
+def test_an_invalid_filter_is_a_json_400_naming_the_parameter(client: Client) -> None:
+    response = client.get("/api/v1/packages", {"verdict": "fine", "page": "x"})
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert error.startswith("Invalid filter: ") and "verdict:" in error and "page:" in error
+
+
+def test_the_detail_carries_the_whole_audit_and_the_history(client: Client) -> None:
+    f.qwen35_package()
+    body = client.get(DETAIL).json()
+    assert body["verdict"] == "undeclared-mtp"
+    assert body["detected"]["mtp_blocks"] == [40]
+    assert body["declared"]["present"] is False
+    assert body["problems"][0]["code"] == "undeclared_mtp"
+    assert body["provenance"]["build_host_path"] is True
+    assert body["runtime"]["auto"]["native_mtp"] is False
+    assert body["suggested_generation"]["generation"]["speculative_decoding"]["default"] == "mtp"
+    assert [r["verdict"] for r in body["revisions"]] == ["undeclared-mtp", "consistent-mtp"]
+    assert body["throughput"] is None and body["alerts"] == []
+
+
+def test_the_detail_reports_throughput_and_the_alert_once_nodes_report(client: Client) -> None:
+    package = f.qwen35_package()
+    f.qwen35_reports(package.revisions.get(commit_sha=f.QWEN35_SHA))
+    body = client.get(DETAIL).json()
+    assert body["throughput"]["mtp_off"]["reports"] == 6
+    assert body["throughput"]["stage_splits"] == ["0..27|27..41"]
+    assert body["alerts"][0]["message"] == "MTP weights present but never used in 6 reports from 2 nodes"
+
+
+def test_the_detail_of_another_revision_is_chosen_by_sha_prefix(client: Client) -> None:
+    f.qwen35_package()
+    body = client.get(DETAIL, {"revision": f.sha("qwen35-old")[:10]}).json()
+    assert body["verdict"] == "consistent-mtp" and body["suggested_generation"] is None
+
+
+@pytest.mark.parametrize(
+    ("url", "params", "status", "error"),
+    [
+        ("/api/v1/packages/meshllm/nope", {}, 404, "No package meshllm/nope is tracked."),
+        (
+            DETAIL,
+            {"revision": "cafe"},
+            404,
+            "meshllm/Qwen3.5-35B-A3B-UD-Q4_K_XL-layers has no revision cafe.",
+        ),
+        (DETAIL, {"revision": "<x>"}, 404, "'<x>' is not a commit sha (4 to 40 hex digits)."),
+    ],
+)
+def test_lookup_failures_are_json_errors(
+    client: Client, url: str, params: dict[str, str], status: int, error: str
+) -> None:
+    f.qwen35_package()
+    response = client.get(url, params)
+    assert response.status_code == status
+    assert response["Content-Type"] == "application/json"
+    assert response.json() == {"error": error}
+
+
+def test_a_package_still_waiting_for_its_first_ingest_is_listed_with_empty_fields(client: Client) -> None:
+    f.make_package("meshllm/new-layers")
+    body = client.get("/api/v1/packages/meshllm/new-layers").json()
+    assert body["revision"] is None and body["verdict"] is None and body["problems"] == []
+
+
+@pytest.mark.parametrize("method", ["post", "put", "delete", "patch"])
+def test_writes_are_refused_with_a_json_405(client: Client, method: str) -> None:
+    response = getattr(client, method)("/api/v1/packages")
+    assert response.status_code == 405
+    assert response["Allow"] == "GET, HEAD"
+    assert "read-only" in response.json()["error"]
+
+
+def count_queries(client: Client, url: str) -> int:
+    with CaptureQueriesContext(connection) as queries:
+        assert client.get(url).status_code == 200
+    return len(queries)
+
+
+def test_the_number_of_queries_does_not_grow_with_the_data(
+    client: Client, django_assert_num_queries: Any
+) -> None:
+    package = f.qwen35_package()
+    node = f.make_node()
+    for i in range(3):
+        f.make_report(node, f.make_revision(f.make_package(f"meshllm/a{i}-layers"), "undeclared-mtp"), 3.0)
+    few_list = count_queries(client, "/api/v1/packages")
+    few_detail = count_queries(client, DETAIL)
+    for i in range(27):
+        f.make_report(node, f.make_revision(f.make_package(f"meshllm/b{i}-layers"), "undeclared-mtp"), 3.0)
+        f.make_revision(package, "undeclared-mtp", latest=False)
+    with django_assert_num_queries(few_list):
+        client.get("/api/v1/packages")
+    with django_assert_num_queries(few_detail):
+        client.get(DETAIL)
+
+
+def test_responses_match_the_documented_models(client: Client) -> None:
+    package = f.qwen35_package()
+    f.qwen35_reports(package.revisions.get(commit_sha=f.QWEN35_SHA))
+    f.make_package("meshllm/new-layers")
+    PackageListOut.model_validate(client.get("/api/v1/packages").json())
+    PackageDetailOut.model_validate(client.get(DETAIL).json())
+    PackageDetailOut.model_validate(client.get("/api/v1/packages/meshllm/new-layers").json())
+
+
+def test_the_openapi_document_describes_both_endpoints_and_every_filter(client: Client) -> None:
+    document = client.get("/api/v1/openapi.json").json()
+    listing = document["paths"]["/api/v1/packages"]["get"]
+    names = {p["name"] for p in listing["parameters"]}
+    assert names >= {"verdict", "architecture", "q", "sort", "page", "alert"}
+    verdict = next(p for p in listing["parameters"] if p["name"] == "verdict")
+    assert "inconsistent" in verdict["schema"]["enum"]
+    detail = document["paths"]["/api/v1/packages/{owner}/{name}"]["get"]
+    schema = detail["responses"]["200"]["content"]["application/json"]["schema"]
+    assert schema["$ref"] == "#/components/schemas/PackageDetailOut"
+    assert "PackageListOut" in document["components"]["schemas"]

@@ -1,0 +1,118 @@
+"""The catalog at ``/``: rows, filters in the URL, facets, sorting, pagination, helpful errors."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.test import Client
+from django.test.utils import CaptureQueriesContext
+
+from packages_app.models import Package
+from tests import dashboard_factories as f
+
+pytestmark = pytest.mark.django_db
+
+
+def text(response: Any) -> str:
+    return response.content.decode()
+
+
+def test_it_lists_every_package_with_its_audit_summary(client: Client) -> None:
+    mix = f.catalog_mix()
+    body = text(client.get("/"))
+    for package in mix.values():
+        assert f"/packages/{package.owner}/{package.name}/" in body
+    assert "69cbd9fc" in body and "qwen35moe" in body and "18.6\xa0GB" in body
+    assert 'class="badge verdict verdict-undeclared-mtp"' in body
+    assert "17/64" in body  # the running ingest shows its progress
+
+
+def test_filtering_to_any_inconsistent_shows_only_inconsistent_packages(client: Client) -> None:
+    mix = f.catalog_mix()
+    body = text(client.get("/", {"verdict": "inconsistent"}))
+    assert mix["undeclared-mtp"].name in body and mix["invalid-manifest"].name in body
+    assert mix["consistent-mtp"].name not in body and mix["consistent-no-mtp"].name not in body
+    assert "4 packages" in body
+
+
+def test_the_facets_link_to_each_verdict_keeping_the_other_filters(client: Client) -> None:
+    f.catalog_mix()
+    body = text(client.get("/", {"schema": "1", "sort": "-size"}))
+    assert 'href="?schema=1&amp;sort=-size&amp;verdict=undeclared-mtp"' in body
+    assert "undeclared-mtp <b>1</b>" in body
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        ({"verdict": "mostly-fine"}, "verdict: Select a valid choice."),
+        ({"schema": "7"}, "schema: Select a valid choice."),
+        ({"page": "abc"}, "page: Enter a whole number."),
+        ({"page": "0"}, "page: Ensure this value is greater than or equal to 1."),
+        ({"per_page": "100000"}, "per_page: Ensure this value is less than or equal to 200."),
+        ({"architecture": "qwen 35"}, "architecture: An architecture name is letters"),
+        ({"mtp_detected": "maybe"}, "mtp_detected: Select a valid choice."),
+        ({"sort": "price"}, "sort: Select a valid choice."),
+        ({"q": "x" * 200}, "q: Ensure this value has at most 96 characters"),
+    ],
+)
+def test_an_invalid_filter_explains_itself_with_a_400_not_a_500(
+    client: Client, params: dict[str, str], message: str
+) -> None:
+    response = client.get("/", params)
+    assert response.status_code == 400
+    assert message in text(response)
+    assert "These filters cannot be applied" in text(response)
+
+
+def test_a_hostile_filter_value_is_echoed_escaped(client: Client) -> None:
+    body = text(client.get("/", {"verdict": "<script>alert(1)</script>"}))
+    assert "<script>alert(1)</script>" not in body
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in body
+
+
+def test_sorting_and_pagination_are_in_the_url(client: Client) -> None:
+    for i in range(7):
+        f.make_revision(f.make_package(f"meshllm/pkg-{i}-layers"), total_bytes=(i + 1) * 10**9)
+    body = text(client.get("/", {"sort": "-size", "per_page": "3", "page": "2"}))
+    assert "pkg-3-layers" in body and "pkg-6-layers" not in body and "pkg-0-layers" not in body
+    assert "page 2 of 3" in body
+    assert 'href="?sort=-size&amp;per_page=3&amp;page=3"' in body
+    assert 'aria-sort="descending"' in body
+
+
+def test_throughput_and_the_alert_show_once_nodes_report(client: Client) -> None:
+    package = f.qwen35_package(with_history=False)
+    assert package.latest_revision is not None
+    f.qwen35_reports(package.latest_revision, count=3)
+    body = text(client.get("/"))
+    assert "3.2" in body and 'class="badge alert"' in body
+    assert f.QWEN35_REPO.split("/")[1] in text(client.get("/", {"alert": "on"}))
+    assert "No package matches" in text(client.get("/", {"alert": "on", "q": "Llama"}))
+
+
+def catalog_queries(client: Client, params: dict[str, str]) -> int:
+    with CaptureQueriesContext(connection) as queries:
+        assert client.get("/", params).status_code == 200
+    return len(queries)
+
+
+def add_packages(count: int, start: int) -> None:
+    node = f.make_node(f"node-{start}")
+    for i in range(start, start + count):
+        revision = f.make_revision(f.make_package(f"meshllm/p{i}-layers"), "undeclared-mtp")
+        f.make_report(node, revision, 3.0 + i)
+
+
+@pytest.mark.parametrize("params", [{}, {"verdict": "inconsistent", "alert": "on", "sort": "-updated"}])
+def test_the_number_of_queries_does_not_grow_with_the_catalog(
+    client: Client, django_assert_num_queries: Any, params: dict[str, str]
+) -> None:
+    add_packages(3, 0)
+    with_three = catalog_queries(client, params)
+    add_packages(27, 100)
+    assert Package.objects.count() == 30
+    with django_assert_num_queries(with_three):
+        client.get("/", params)

@@ -1,0 +1,244 @@
+"""Package pages: verdict, evidence, declared vs detected, the fix, files, GGUF metadata, history, diffs."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.test import Client
+from django.test.utils import CaptureQueriesContext
+
+from packages_app.models import Package, PackageFile
+from tests import dashboard_factories as f
+
+pytestmark = pytest.mark.django_db
+
+PAGE = "/packages/meshllm/Qwen3.5-35B-A3B-UD-Q4_K_XL-layers/"
+OLD_SHA = f.sha("qwen35-old")
+
+
+@pytest.fixture
+def qwen35() -> Package:
+    return f.qwen35_package()
+
+
+def text(response: Any) -> str:
+    return response.content.decode()
+
+
+def chart(response: Any, element_id: str) -> Any:
+    body = text(response)
+    marker = f'<script id="{element_id}" type="application/json">'
+    start = body.index(marker) + len(marker)
+    return json.loads(body[start : body.index("</script>", start)])
+
+
+def test_the_page_shows_the_verdict_its_evidence_and_the_fix(client: Client, qwen35: Package) -> None:
+    response = client.get(PAGE)
+    body = text(response)
+    assert response.status_code == 200
+    assert "undeclared-mtp" in body and "Block 40 holds NextN tensors" in body
+    assert "<dt>mtp_blocks</dt><dd><code>[40]</code></dd>" in body
+    assert '<td data-label="Detected" class="mtp-blocks">40</td>' in body
+    assert "No declared strategy and the build-host model path does not exist" in body
+    assert 'id="suggested-generation"' in body and "&quot;native-mtp&quot;" in body
+    assert f"manifest.patched.json?revision={f.QWEN35_SHA}" in body
+
+
+def test_the_layout_chart_highlights_block_40_and_the_reported_stage_split(
+    client: Client, qwen35: Package
+) -> None:
+    f.qwen35_reports(qwen35.revisions.get(commit_sha=f.QWEN35_SHA))
+    figure = chart(client.get(PAGE), "chart-layout")
+    mtp = [t for t in figure["data"] if t["name"] == "MTP (NextN) block"]
+    assert [t["x"] for t in mtp] == [[40]]
+    assert [s["x0"] for s in figure["layout"]["shapes"]] == [26.5]
+
+
+def test_throughput_figures_and_the_alert_appear_once_nodes_report(client: Client, qwen35: Package) -> None:
+    f.qwen35_reports(qwen35.revisions.get(commit_sha=f.QWEN35_SHA))
+    response = client.get(PAGE)
+    body = text(response)
+    assert "MTP weights present but never used in 6 reports from 2 nodes" in body
+    assert "stage0-a" in body and "auto → disabled" in body
+    assert chart(response, "chart-timeline")["data"][0]["name"] == "disabled @ 0..27|27..41"
+
+
+def test_without_reports_the_page_says_so(client: Client, qwen35: Package) -> None:
+    body = text(client.get(PAGE))
+    assert "No node has reported running this revision yet." in body
+    assert 'id="chart-timeline"' not in body
+
+
+def test_the_file_table_flags_a_sha256_mismatch_between_manifest_and_hub(client: Client) -> None:
+    package = f.make_package("meshllm/m-layers")
+    revision = f.make_revision(package, "consistent-mtp", files=True)
+    revision.audit["provenance"]["files"] = f.provenance_files(41, mismatch=12)
+    revision.save()
+    body = text(client.get("/packages/meshllm/m-layers/"))
+    assert body.count("sha-sha256_mismatch") == 1
+    assert body.count('class="badge sha sha-match"') == 40
+
+
+def test_another_revision_is_chosen_by_sha_prefix(client: Client, qwen35: Package) -> None:
+    body = text(client.get(PAGE, {"revision": OLD_SHA[:7]}))
+    assert 'class="badge verdict verdict-consistent-mtp"' in body.split('id="declared-detected"')[0]
+    assert 'id="fix"' not in body
+
+
+@pytest.mark.parametrize(
+    ("ref", "status", "message"),
+    [
+        ("deadbeef", 404, "has no revision deadbeef"),
+        ("not-a-sha", 404, "is not a commit sha"),
+    ],
+)
+def test_an_unknown_revision_is_a_404_with_a_reason(
+    client: Client, qwen35: Package, ref: str, status: int, message: str
+) -> None:
+    response = client.get(PAGE, {"revision": ref})
+    assert response.status_code == status
+    assert message in text(response)
+
+
+def test_an_ambiguous_prefix_is_a_400(client: Client) -> None:
+    package = f.make_package("meshllm/amb-layers")
+    f.make_revision(package, commit_sha="abcd" + "1" * 36)
+    f.make_revision(package, commit_sha="abcd" + "2" * 36)
+    response = client.get("/packages/meshllm/amb-layers/", {"revision": "abcd"})
+    assert response.status_code == 400 and "give more digits" in text(response)
+
+
+def test_an_unknown_package_is_a_404(client: Client) -> None:
+    response = client.get("/packages/meshllm/nothing-here/")
+    assert response.status_code == 404 and "No package meshllm/nothing-here is tracked." in text(response)
+
+
+def test_a_package_without_revisions_says_its_ingest_is_pending(client: Client) -> None:
+    f.make_package("meshllm/new-layers")
+    response = client.get("/packages/meshllm/new-layers/")
+    assert response.status_code == 200 and "No revision of this package has been ingested yet" in text(
+        response
+    )
+
+
+def test_the_patched_manifest_downloads_as_a_json_attachment(client: Client, qwen35: Package) -> None:
+    response = client.get(PAGE + "manifest.patched.json", {"revision": f.QWEN35_SHA})
+    assert response.status_code == 200
+    assert response["Content-Type"] == "application/json"
+    assert response["Content-Disposition"].startswith("attachment; filename=")
+    assert "69cbd9fc" in response["Content-Disposition"]
+    patched = json.loads(response.content)
+    assert patched["generation"]["speculative_decoding"]["strategies"]["mtp"]["layer_indices"] == [40]
+
+
+def test_a_consistent_revision_has_no_patched_manifest(client: Client, qwen35: Package) -> None:
+    response = client.get(PAGE + "manifest.patched.json", {"revision": OLD_SHA})
+    assert response.status_code == 404 and "needs no fix" in text(response)
+
+
+def test_the_gguf_metadata_page_summarises_arrays_and_lists_tensors(client: Client, qwen35: Package) -> None:
+    response = client.get(PAGE + "files/layers/layer-040.gguf")
+    body = text(response)
+    assert response.status_code == 200
+    assert "STRING[151936]" in body
+    assert "blk.40.nextn.eh_proj.weight" in body and body.count('class="mtp-row"') == 4
+    assert "<details><summary>" in body  # the long chat template is folded
+
+
+def test_a_missing_file_is_a_404(client: Client, qwen35: Package) -> None:
+    response = client.get(PAGE + "files/layers/layer-099.gguf")
+    assert response.status_code == 404 and "has no file layers/layer-099.gguf" in text(response)
+
+
+def test_the_diff_page_shows_the_manifest_change_and_the_verdict_change(
+    client: Client, qwen35: Package
+) -> None:
+    response = client.get(PAGE + "diff", {"from": OLD_SHA[:8], "to": f.QWEN35_SHA[:8]})
+    body = text(response)
+    assert response.status_code == 200
+    assert "Verdict changed: <strong>consistent-mtp</strong> → <strong>undeclared-mtp</strong>" in body
+    assert '<span class="d-del">-  &quot;generation&quot;: {</span>' in body
+    assert "No file added, removed or changed." in body
+
+
+def test_the_diff_defaults_to_the_latest_revision_against_its_predecessor(
+    client: Client, qwen35: Package
+) -> None:
+    body = text(client.get(PAGE + "diff"))
+    assert f"Changes from <code>{OLD_SHA[:8]}</code> to <code>{f.QWEN35_SHA[:8]}</code>" in body
+
+
+def test_the_oldest_revision_has_nothing_to_diff_against(client: Client, qwen35: Package) -> None:
+    response = client.get(PAGE + "diff", {"to": OLD_SHA})
+    assert response.status_code == 404 and "oldest revision" in text(response)
+
+
+def test_untrusted_text_is_escaped_and_never_evaluated_as_a_template(client: Client) -> None:
+    hostile = "</script><script>alert(1)</script> <img src=x onerror=alert(1)> {{7*7}}"
+    package = f.make_package("meshllm/x-layers")
+    revision = f.make_revision(package, "undeclared-mtp", title=hostile, files=True)
+    revision.audit["problems"][0]["message"] = hostile
+    revision.audit["detected"]["blocks"][3]["file"] = hostile
+    revision.save()
+    f.make_report(f.make_node(hostile[:90]), revision, 3.0, effective_strategy=hostile[:60])
+    PackageFile.objects.filter(revision=revision).update(kv={"general.name": hostile})
+    for url in ("/packages/meshllm/x-layers/", "/packages/meshllm/x-layers/files/layers/layer-001.gguf"):
+        body = text(client.get(url))
+        assert "<script>alert(1)</script>" not in body and "<img src=x" not in body
+        assert "{{7*7}}" in body  # rendered as a template it would read 49
+    # Chart labels are entity-escaped for plotly, then json_script escapes "&" and "<" again.
+    assert "\\u0026lt;/script\\u0026gt;" in text(client.get("/packages/meshllm/x-layers/"))
+
+
+def page_queries(client: Client, url: str) -> int:
+    with CaptureQueriesContext(connection) as queries:
+        assert client.get(url).status_code == 200
+    return len(queries)
+
+
+def test_the_number_of_queries_does_not_grow_with_revisions_files_or_reports(
+    client: Client, django_assert_num_queries: Any
+) -> None:
+    package = f.make_package("meshllm/q-layers")
+    node = f.make_node()
+    for i in range(3):
+        revision = f.make_revision(package, "undeclared-mtp", committed_at=f.BASE_TIME + timedelta(days=i))
+        f.make_report(node, revision, 3.0)
+    few = page_queries(client, "/packages/meshllm/q-layers/")
+    for i in range(3, 30):
+        revision = f.make_revision(
+            package, "undeclared-mtp", committed_at=f.BASE_TIME + timedelta(days=i), files=i == 29
+        )
+        for hour in range(5):
+            f.make_report(
+                node, revision, 3.0 + hour, at=f.BASE_TIME + timedelta(hours=hour), stage_splits=f"{hour}"
+            )
+    with django_assert_num_queries(few):
+        client.get("/packages/meshllm/q-layers/")
+
+
+@pytest.mark.parametrize(
+    ("model", "schema", "verdict"),
+    [("QWEN35", 1, "undeclared-mtp"), ("GLM47", 2, "undeclared-mtp"), ("LLAMA", 1, "consistent-no-mtp")],
+)
+def test_the_page_renders_what_capability_audit_really_writes(
+    client: Client, model: str, schema: int, verdict: str
+) -> None:
+    from tests import audit_fixtures
+
+    built = audit_fixtures.build(getattr(audit_fixtures, model), schema)
+    audit = built.audit().to_json()
+    package = f.make_package("meshllm/real")
+    f.make_revision(package, audit["verdict"], audit=audit, manifest_json=built.manifest)
+    response = client.get("/packages/meshllm/real/")
+    assert response.status_code == 200
+    assert f'class="badge verdict verdict-{verdict}"' in text(response)
+    mtp_bars = [t["x"] for t in chart(response, "chart-layout")["data"] if t["name"] == "MTP (NextN) block"]
+    assert mtp_bars == ([audit["detected"]["mtp_blocks"]] if audit["detected"]["mtp_blocks"] else [])
+    if audit["suggested_generation"]:
+        download = client.get("/packages/meshllm/real/manifest.patched.json")
+        assert json.loads(download.content)["generation"] == audit["suggested_generation"]["generation"]
