@@ -488,14 +488,6 @@ def read_header(source: RangeReader, sha: str, path: str, *, first_read: int = F
     while True:
         data = source.read_range(sha, path, parser.received, want)
         requests += 1
-        if not data:
-            return HeaderResult(
-                path,
-                error=f"{path}: the file ends inside its GGUF header",
-                error_code="truncated",
-                requests=requests,
-                bytes=parser.received,
-            )
         try:
             parser.feed(data)
         except GGUFHeaderError as exc:
@@ -504,7 +496,7 @@ def read_header(source: RangeReader, sha: str, path: str, *, first_read: int = F
             )
         if parser.done:
             return HeaderResult(path, header=parser.result(), requests=requests, bytes=parser.received)
-        if len(data) < want:  # a short read is the end of the file
+        if len(data) < want:  # a short (or empty) read is the end of the file
             return HeaderResult(
                 path,
                 error=f"{path}: the file ends inside its GGUF header",

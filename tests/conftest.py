@@ -62,3 +62,14 @@ def hub_source(devhub: DevHub) -> type[hub.HubSource]:
             super().__init__(repo_id, **kwargs)  # type: ignore[arg-type]
 
     return DevHubSource
+
+
+@pytest.fixture
+def eager_tasks() -> Iterator[None]:
+    """Run enqueued tasks in-process, whatever broker the suite was started with."""
+    from meshdash.celery import app
+
+    previous = app.conf.task_always_eager
+    app.conf.task_always_eager = True
+    yield
+    app.conf.task_always_eager = previous

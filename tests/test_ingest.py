@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,17 +20,6 @@ from packages_app.devhub import (
 from packages_app.models import Package, PackageFile, Revision
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def eager_tasks() -> Iterator[None]:
-    """Run enqueued tasks in-process, whatever broker the suite was started with."""
-    from meshdash.celery import app
-
-    previous = app.conf.task_always_eager
-    app.conf.task_always_eager = True
-    yield
-    app.conf.task_always_eager = previous
 
 
 @pytest.fixture

@@ -33,16 +33,6 @@ def test_a_retry_never_waits_longer_than_the_cap() -> None:
     assert tasks.retry_countdown(hub.HubUnavailable("429", retry_after=10**6), retries=0) == tasks.MAX_BACKOFF
 
 
-@pytest.fixture
-def eager_tasks() -> Iterator[None]:
-    from meshdash.celery import app
-
-    previous = app.conf.task_always_eager
-    app.conf.task_always_eager = True
-    yield
-    app.conf.task_always_eager = previous
-
-
 @pytest.mark.django_db
 def test_the_ingest_task_retries_a_hub_outage_and_the_retry_completes(
     hub_settings: DevHub, eager_tasks: None, monkeypatch: pytest.MonkeyPatch
