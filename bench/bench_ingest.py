@@ -8,7 +8,9 @@ DevHub on loopback in this process and measures, in one run, side by side:
 1. one file of unknown header size (``hub.read_header``): every .gguf of every package, read cold;
 2. whole packages (``inspection.fetch_package_headers``): requests and bytes against their headers;
 3. end-to-end ``ingest.ingest_revision`` into a temporary SQLite database: 41 vs 94 layers,
-   MESHDASH_FETCH_CONCURRENCY 1 vs 8, and the same with a simulated per-request latency.
+   MESHDASH_FETCH_CONCURRENCY 1 vs 8, the same with a simulated per-request latency, and the
+   headers alone of the first 41 vs all 94 layers of one model (a model's vocabulary, not its
+   layer count, sets the cost of each file).
 
 Prints markdown tables with each target and whether it is met; exits 1 if any target fails.
 """
@@ -47,6 +49,7 @@ django.setup()
 
 from django.core.management import call_command  # noqa: E402
 from django.test import override_settings  # noqa: E402
+from gguf.constants import Keys  # noqa: E402
 
 from packages_app import hub, ingest, inspection  # noqa: E402
 from packages_app.devhub import (  # noqa: E402
@@ -57,6 +60,7 @@ from packages_app.devhub import (  # noqa: E402
     DevHub,
     ensure_catalog,
 )
+from packages_app.gguf_header import ArraySummary  # noqa: E402
 from packages_app.models import Package, Revision  # noqa: E402
 
 KIB = 1024
@@ -95,6 +99,11 @@ def short(repo_id: str) -> str:
 
 def mb(nbytes: float) -> str:
     return f"{nbytes / MB:.2f}"
+
+
+def size(nbytes: int) -> str:
+    """MB, or plain bytes for the tiny headers that would all show as 0.00 MB."""
+    return mb(nbytes) if nbytes >= MB // 100 else f"{nbytes} B"
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
@@ -225,7 +234,7 @@ def sweep_rows(reads: list[ColdRead], target: str, verdicts: Verdicts) -> list[l
                 f"all {len(ALL_PACKAGES)} packages",
                 "v1+v2",
                 f"every .gguf with {label}: {len(group)} files",
-                f"{mb(min(r.header_bytes for r in group))}-{mb(max(r.header_bytes for r in group))}",
+                f"{size(min(r.header_bytes for r in group))}-{size(max(r.header_bytes for r in group))}",
                 f"max {max(r.result.requests for r in group)}",
                 f"max {mb(max(r.result.bytes for r in group))}",
                 f"max {worst.result.bytes / worst.header_bytes:.3f}",
@@ -480,6 +489,85 @@ def ingest_cases(latency: float) -> list[Case]:
     return cases
 
 
+# --- 3b. growth with the layer count, model held fixed ---------------------------------------------
+
+
+@dataclass(frozen=True)
+class Slice:
+    label: str
+    package: DemoPackage
+    layers: int  # layer files kept (the first ones), shared files always
+
+
+@dataclass
+class SliceRuns:
+    times: list[float] = field(default_factory=list)
+    requests: int = 0
+    bytes: int = 0
+    vocab: int = 0
+
+
+def growth_slices() -> list[Slice]:
+    qwen, big = DEMO_PACKAGES[0], BENCH_PACKAGE
+    return [
+        Slice(f"{short(qwen.repo_id)}, all {qwen.layer_count} layers", qwen, qwen.layer_count),
+        Slice(f"{short(big.repo_id)}, first {qwen.layer_count} layers", big, qwen.layer_count),
+        Slice(f"{short(big.repo_id)}, all {big.layer_count} layers", big, big.layer_count),
+    ]
+
+
+def fetch_slice(piece: Slice, url: str, m: SliceRuns) -> None:
+    source = source_for(piece.package.repo_id, url)
+    files = [
+        f
+        for f in source.list_files(piece.package.main_sha)
+        if (layer := inspection.file_role(f.path)[1]) is None or layer < piece.layers
+    ]
+    start = time.perf_counter()
+    results = inspection.fetch_package_headers(source, piece.package.main_sha, files, schema_version=1)
+    m.times.append(time.perf_counter() - start)
+    m.requests, m.bytes = source.stats.requests, source.stats.bytes
+    header = next(r.header for r in results if r.header is not None)
+    tokens = header.kv.get(Keys.Tokenizer.LIST)
+    m.vocab = tokens.count if isinstance(tokens, ArraySummary) else 0
+
+
+def run_growth(url: str, runs: int) -> dict[Slice, SliceRuns]:
+    measured = {piece: SliceRuns() for piece in growth_slices()}
+    for _ in range(runs):
+        for piece, m in measured.items():
+            fetch_slice(piece, url, m)
+    return measured
+
+
+def growth_section(measured: dict[Slice, SliceRuns]) -> str:
+    rows = []
+    for piece, m in measured.items():
+        med = statistics.median(m.times)
+        rows.append(
+            [
+                piece.label,
+                f"{m.vocab:,}",
+                f"{med:.2f} ({min(m.times):.2f}-{max(m.times):.2f})",
+                f"{med / piece.layers * 1000:.1f}",
+                str(m.requests),
+                mb(m.bytes),
+            ]
+        )
+    qwen, first, whole = (statistics.median(m.times) for m in measured.values())
+    rows.append(["**ratio** 94 / 41 layers, same model", "-", f"{whole / first:.2f}", "-", "-", "-"])
+    rows.append(["**ratio** Qwen3.5 / Qwen3-235B, 41 layers each", "-", f"{qwen / first:.2f}", "-", "-", "-"])
+    headers = [
+        "headers of (concurrency 8)",
+        "vocab tokens",
+        "s, median (min-max)",
+        "ms/layer",
+        "requests",
+        "MB",
+    ]
+    return table(headers, rows)
+
+
 # --- main ----------------------------------------------------------------------------------------
 
 
@@ -499,6 +587,7 @@ def run(args: argparse.Namespace) -> int:
         reads = read_every_header_cold(devhub.url)
         fetches = [fetch_package(p, devhub.url, args.runs) for p in ALL_PACKAGES]
         measured = run_ingests(ingest_cases(latency), devhub, args.runs)
+        growth = run_growth(devhub.url, args.runs)
     print("\n### 1. One file of unknown header size (`hub.read_header`, cold)\n")
     print(one_file_section(reads, verdicts))
     print("\nAnchors: the first three rows are quoted from the issue (6.15 MB header), not measured here.\n")
@@ -507,6 +596,8 @@ def run(args: argparse.Namespace) -> int:
     print(package_section(fetches, verdicts))
     print(f"\n### 3. End-to-end `ingest.ingest_revision`, SQLite, median of {args.runs}\n")
     print(ingest_section(measured, latency))
+    print(f"\n### 3b. Growth with the layer count, model held fixed (headers alone), median of {args.runs}\n")
+    print(growth_section(growth))
     print(f"\nmachine after: {machine()}")
     print("\nall targets met" if not verdicts.failed else f"\nFAILED: {'; '.join(verdicts.failed)}")
     return 1 if verdicts.failed else 0
