@@ -50,7 +50,7 @@ def exit_code(doc: dict[str, Any]) -> int:
 def render_report(result: inspection.PackageAudit, doc: dict[str, Any]) -> str:
     detected, declared, runtime = doc["detected"], doc["declared"], doc["runtime"]
     lines = [
-        f"{result.source} @ {result.revision}",
+        result.source if result.revision == hub.LOCAL_REVISION else f"{result.source} @ {result.revision}",
         f"verdict: {doc['verdict']}",
         f"detected: {detected['architecture']}, {detected['block_count']} blocks, "
         f"nextn_predict_layers={detected['nextn_predict_layers']}, "

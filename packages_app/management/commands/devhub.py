@@ -25,6 +25,7 @@ class Command(BaseCommand):
         try:
             hub.start()
         except OSError as exc:
-            raise CommandError(f"cannot listen on {options['host']}:{options['port']}: {exc.strerror}") from exc
+            where = f"{options['host']}:{options['port']}"
+            raise CommandError(f"cannot listen on {where}: {exc.strerror}") from exc
         self.stdout.write(f"devhub: serving on {hub.url} (HF_ENDPOINT={hub.url}); Ctrl-C stops it")
         hub.serve_forever()
