@@ -76,6 +76,9 @@ HISTORY_LIMIT = 200
 CACHE_FROM_REPORTS = 2000
 THROUGHPUT_CACHE_SECONDS = 3600
 DIFF_LINE_LIMIT = 4000
+# difflib is quadratic in the worst case; real manifests are under 2,000 pretty-printed lines.
+DIFF_INPUT_LIMIT = 6000
+TENSOR_ROW_LIMIT = 5000
 _SHA_PREFIX = re.compile(r"[0-9a-fA-F]{4,40}")
 
 
@@ -371,6 +374,7 @@ class RevisionDiff:
     new: Revision
     manifest_diff: list[str] = field(default_factory=list)
     truncated: bool = False
+    too_large: bool = False
     added: list[PackageFile] = field(default_factory=list)
     removed: list[PackageFile] = field(default_factory=list)
     changed: list[tuple[PackageFile, PackageFile]] = field(default_factory=list)
@@ -382,8 +386,10 @@ class RevisionDiff:
 
 def revision_diff(old: Revision, new: Revision) -> RevisionDiff:
     """Manifest changes as a unified diff, plus files added, removed and changed (size or sha256)."""
-    lines = manifest_unified_diff(old, new)
-    diff = RevisionDiff(old, new, lines[:DIFF_LINE_LIMIT], len(lines) > DIFF_LINE_LIMIT)
+    old_lines, new_lines = _manifest_lines(old.manifest_json), _manifest_lines(new.manifest_json)
+    too_large = max(len(old_lines), len(new_lines)) > DIFF_INPUT_LIMIT
+    lines = [] if too_large else manifest_unified_diff(old, new)
+    diff = RevisionDiff(old, new, lines[:DIFF_LINE_LIMIT], len(lines) > DIFF_LINE_LIMIT, too_large)
     old_files = _files_by_path(old)
     new_files = _files_by_path(new)
     diff.added = [new_files[p] for p in sorted(new_files.keys() - old_files.keys())]

@@ -14,7 +14,7 @@ from django.shortcuts import redirect, render
 from django.utils.http import content_disposition_header
 from django.views.decorators.http import require_GET, require_http_methods
 
-from packages_app import charts, queries
+from packages_app import charts, queries, staticfinders
 from packages_app.forms import SORTS, CatalogFilterForm, TrackPackageForm
 from packages_app.models import Package, Revision
 
@@ -69,6 +69,7 @@ def package_detail(request: HttpRequest, owner: str, name: str) -> HttpResponse:
         context.update(_revision_context(revision))
         context["previous"] = _previous_in(history, revision)
     context["hub_url"] = f"{settings.HF_ENDPOINT.rstrip('/')}/{package.repo_id}"
+    context["plotly_guard_ids"] = staticfinders.installed_plotly_guard_ids()
     return render(request, "packages_app/package_detail.html", context)
 
 
@@ -136,12 +137,14 @@ def file_detail(request: HttpRequest, owner: str, name: str, path: str) -> HttpR
     package = queries.package_get(owner, name)
     revision = queries.revision_require(package, request.GET.get("revision"))
     file = queries.file_get(revision, path)
+    tensors = file.tensors if isinstance(file.tensors, list) else []
     context = {
         "package": package,
         "revision": revision,
         "file": file,
         "kv": queries.kv_rows(file.kv),
-        "tensors": file.tensors if isinstance(file.tensors, list) else [],
+        "tensors": tensors[: queries.TENSOR_ROW_LIMIT],
+        "tensor_count": len(tensors),
     }
     return render(request, "packages_app/file_detail.html", context)
 

@@ -215,3 +215,12 @@ def test_a_revision_nobody_reported_on_costs_one_query(django_assert_num_queries
 )
 def test_the_timeline_bucket_grows_with_the_span_of_the_reports(span: timedelta, bucket: str) -> None:
     assert queries.time_bucket(span) == bucket
+
+
+def test_manifests_too_large_to_diff_quickly_are_not_diffed_line_by_line() -> None:
+    package = f.make_package("meshllm/huge-layers")
+    huge = {"layers": [{"i": i} for i in range(queries.DIFF_INPUT_LIMIT)]}
+    old = f.make_revision(package, manifest_json=huge, committed_at=f.BASE_TIME - timedelta(days=1))
+    new = f.make_revision(package, manifest_json={"layers": []})
+    diff = queries.revision_diff(old, new)
+    assert diff.too_large and diff.manifest_diff == []

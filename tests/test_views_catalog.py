@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from io import StringIO
 from typing import Any
 
 import pytest
@@ -116,3 +117,20 @@ def test_the_number_of_queries_does_not_grow_with_the_catalog(
     assert Package.objects.count() == 30
     with django_assert_num_queries(with_three):
         client.get("/", params)
+
+
+def test_a_seeded_synthetic_catalog_renders_with_the_same_queries(client: Client) -> None:
+    from django.core.management import call_command
+
+    from packages_app.models import Report
+
+    quiet = StringIO()
+    call_command("seed_synthetic", packages=30, reports=300, owner="synthetic-test", stdout=quiet)
+    assert Package.objects.filter(repo_id__startswith="synthetic-test/").count() == 30
+    assert Report.objects.count() == 300
+    assert catalog_queries(client, {"verdict": "inconsistent"}) == catalog_queries(client, {})
+    busiest = Package.objects.order_by("-latest_revision__reports__received_at").first()
+    assert busiest is not None
+    assert client.get(f"/packages/{busiest.repo_id}/").status_code == 200
+    call_command("seed_synthetic", packages=5, reports=0, owner="synthetic-test", reset=True, stdout=quiet)
+    assert Package.objects.filter(repo_id__startswith="synthetic-test/").count() == 5

@@ -1,4 +1,4 @@
-"""``manage.py collect_plotly``: put the installed plotly package's plotly.js where whitenoise serves it."""
+"""``manage.py collect_plotly``: put plotly.js and its stylesheet where whitenoise serves them."""
 
 from __future__ import annotations
 
@@ -9,20 +9,24 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from packages_app.staticfinders import PLOTLY_STATIC_PATH, plotly_bundle
+from packages_app.staticfinders import PLOTLY_PREFIX, PlotlyFinder, plotly_bundle
 
 
 class Command(BaseCommand):
     help = (
-        "Copy plotly.min.js from the installed plotly package into STATIC_ROOT (collectstatic does the same "
-        "for every static file; runserver and the tests serve it straight from the package)."
+        "Copy plotly.min.js from the installed plotly package, and the plotly.css extracted from it, into "
+        "STATIC_ROOT (collectstatic does the same along with every other static file; runserver and the "
+        "tests serve both straight from the package)."
     )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        source = plotly_bundle()
-        if not source.is_file():
-            raise CommandError(f"plotly.js is missing from the installed plotly package: {source}")
-        target = Path(settings.STATIC_ROOT) / PLOTLY_STATIC_PATH
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(source, target)
-        self.stdout.write(f"plotly.js {source.stat().st_size} bytes -> {target}")
+        if not plotly_bundle().is_file():
+            raise CommandError(f"plotly.js is missing from the installed plotly package: {plotly_bundle()}")
+        errors = PlotlyFinder().check()
+        if errors:
+            raise CommandError("; ".join(str(e.msg) for e in errors))
+        for name, storage in PlotlyFinder().list(None):
+            target = Path(settings.STATIC_ROOT) / PLOTLY_PREFIX / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(storage.path(name), target)
+            self.stdout.write(f"{name}: {target.stat().st_size} bytes -> {target}")

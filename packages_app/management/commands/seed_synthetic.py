@@ -155,11 +155,13 @@ class Seeder:
         if connection.vendor != "postgresql":
             return
         start = time.perf_counter()
+        # Fresh statistics for the planner, and a visibility map so index-only scans work; VACUUM
+        # cannot run inside a transaction (a caller's atomic block, or a test), ANALYZE can.
+        command = "ANALYZE" if connection.in_atomic_block else "VACUUM ANALYZE"
         with connection.cursor() as cursor:
-            # Fresh statistics for the planner, and a visibility map so index-only scans work.
             for model in (Package, Revision, PackageFile, Report):
-                cursor.execute(f"VACUUM ANALYZE {connection.ops.quote_name(model._meta.db_table)}")
-        self.say(f"vacuum analyze: {time.perf_counter() - start:.1f}s")
+                cursor.execute(f"{command} {connection.ops.quote_name(model._meta.db_table)}")
+        self.say(f"{command.lower()}: {time.perf_counter() - start:.1f}s")
 
     # --- nodes and packages -------------------------------------------------------------------
 
