@@ -9,17 +9,10 @@ from typing import Any
 from django import forms
 from django.core.exceptions import ValidationError
 
+from packages_app import hub
+from packages_app.capability import VERDICTS
 from packages_app.models import Revision
 
-# The audit verdicts (capability.py); the first two are the consistent ones.
-CONSISTENT_VERDICTS = ("consistent-mtp", "consistent-no-mtp")
-INCONSISTENT_VERDICTS = (
-    "undeclared-mtp",
-    "declared-without-weights",
-    "declaration-mismatch",
-    "invalid-manifest",
-)
-VERDICTS = CONSISTENT_VERDICTS + INCONSISTENT_VERDICTS
 ANY_INCONSISTENT = "inconsistent"
 NOT_AUDITED = "unaudited"
 
@@ -37,37 +30,16 @@ SORTS = {
 PER_PAGE_DEFAULT = 50
 PER_PAGE_MAX = 200
 
-_PART = re.compile(r"[A-Za-z0-9._-]{1,96}")
 _ARCHITECTURE = re.compile(r"[A-Za-z0-9._-]{1,64}")
 _YES_NO = [("", "any"), ("yes", "yes"), ("no", "no")]
 
 
 def validate_repo_id(value: str) -> None:
-    """Accept ``owner/name`` as the Hub spells repo ids; reject URLs, paths and malformed names.
-
-    Mirrors huggingface_hub's ``validate_repo_id`` (which only hub.py may import) but also requires the
-    owner, because every layer package lives under a namespace.
-    """
-    if "://" in value or value.startswith(("/", "~", "\\")) or "\\" in value:
-        raise ValidationError("Give a repo id such as meshllm/Model-layers, not a URL or a path.")
-    parts = value.split("/")
-    if len(parts) != 2:
-        raise ValidationError("A repo id is owner/name, with exactly one slash.")
-    for part in parts:
-        _validate_repo_part(part)
-    if "--" in value or ".." in value:
-        raise ValidationError("A repo id cannot contain '--' or '..'.")
-    if value.endswith(".git"):
-        raise ValidationError("A repo id cannot end with '.git'.")
-    if len(value) > 96:
-        raise ValidationError("A repo id is at most 96 characters long.")
-
-
-def _validate_repo_part(part: str) -> None:
-    if not _PART.fullmatch(part):
-        raise ValidationError("Owner and name are 1-96 characters of letters, digits, '.', '_' and '-' each.")
-    if part[0] in ".-" or part[-1] in ".-":
-        raise ValidationError("Owner and name cannot start or end with '.' or '-'.")
+    """Accept ``owner/name`` as the Hub spells repo ids; reject URLs, paths and malformed names."""
+    try:
+        hub.validate_repo_id(value)
+    except hub.InvalidRepoId as exc:
+        raise ValidationError(f"{exc}.") from None
 
 
 def validate_architecture(value: str) -> None:

@@ -19,14 +19,8 @@ from django.db.models import Count, F, Max, Min, Q, QuerySet, Value
 from django.db.models.functions import NullIf
 
 from packages_app import throughput
-from packages_app.forms import (
-    ANY_INCONSISTENT,
-    CONSISTENT_VERDICTS,
-    INCONSISTENT_VERDICTS,
-    NOT_AUDITED,
-    VERDICTS,
-    CatalogFilters,
-)
+from packages_app.capability import CONSISTENT_VERDICTS, INCONSISTENT_VERDICTS, VERDICTS
+from packages_app.forms import ANY_INCONSISTENT, NOT_AUDITED, CatalogFilters
 from packages_app.models import Package, PackageFile, Report, Revision
 
 # Columns a catalog row shows; the audit and manifest JSON stay in the database.
