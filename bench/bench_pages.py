@@ -45,7 +45,8 @@ def setup_django() -> None:
 
 
 def pick_packages(owner: str) -> dict[str, str]:  # label -> repo id
-    """The busiest package (most reports), one at the median, and one no node reported on."""
+    """The busiest package (most reports), the busiest with MTP weights, one at the median, and one
+    no node reported on."""
     from django.db.models import Count
 
     from packages_app.models import Package
@@ -54,13 +55,16 @@ def pick_packages(owner: str) -> dict[str, str]:  # label -> repo id
     ranked = list(
         packages.annotate(n=Count("latest_revision__reports"))
         .order_by("-n", "repo_id")
-        .values_list("repo_id", "n")
+        .values_list("repo_id", "n", "latest_revision__mtp_detected")
     )
     if not ranked:
         sys.exit(f"No synthetic packages under {owner}/: run manage.py seed_synthetic first.")
-    quiet = next((repo for repo, n in reversed(ranked) if n == 0), ranked[-1][0])
+    quiet = next((repo for repo, n, _ in reversed(ranked) if n == 0), ranked[-1][0])
+    # With MTP weights the page also counts the unused-MTP alert's reports and nodes.
+    mtp = next((row for row in ranked if row[2]), ranked[0])
     return {
         f"busiest ({ranked[0][1]} reports)": ranked[0][0],
+        f"busiest with MTP ({mtp[1]} reports)": mtp[0],
         f"median ({ranked[len(ranked) // 2][1]} reports)": ranked[len(ranked) // 2][0],
         "no reports": quiet,
     }

@@ -1,15 +1,24 @@
 """Read-side selectors over node reports: throughput series, MTP use and the unused-MTP alert.
 
-Everything is aggregated in SQL (time buckets, counts, medians); Python only renames and divides
-the few aggregated rows. ``tps`` is the median decode rate on PostgreSQL (percentile_cont); SQLite
-has no percentile function, so there it is the mean.
+Everything is aggregated in SQL (time buckets, counts, sums, medians); Python only renames, adds up
+and divides the few hundred aggregated rows. ``tps`` is the median decode rate on PostgreSQL
+(percentile_cont); SQLite has no percentile function, so there it is the mean.
+
+A revision's figures take two passes over its reports, however many there are: one grouped by
+(time bucket, strategy, topology), which gives the series and every count and sum, and one
+ungrouped, for the medians of wider groups (MTP on and off, each strategy), since medians do not
+add up. On PostgreSQL both read the ``report_revision_tps`` index alone, in decode-rate order, so
+each median's sort finds its input already sorted.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime, timedelta
+from operator import itemgetter
 from typing import Any
 
+from django.db import connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import (
     Aggregate,
@@ -35,6 +44,16 @@ NON_MTP_CHOICES = ("disabled", "ngram-cache", "ngram-suffix")
 MTP_UNUSED = Q(mtp_used=False) & ~Q(requested_strategy__in=NON_MTP_CHOICES)
 MTP_ON = Q(mtp_used=True)
 MTP_OFF = Q(mtp_used=False)
+# Per-strategy medians are FILTERed aggregates of the ungrouped pass, one per strategy; past this
+# many strategies (nodes name them freely) one grouped query computes them instead.
+STRATEGY_FILTERS = 16
+BUCKET_WIDTHS = {
+    "minute": timedelta(minutes=1),
+    "hour": timedelta(hours=1),
+    "day": timedelta(days=1),
+    "week": timedelta(weeks=1),
+}
+A_MONDAY = datetime(2000, 1, 3, tzinfo=UTC)  # date_trunc's weeks start on Mondays
 
 
 class Median(Aggregate):
@@ -53,6 +72,42 @@ class Median(Aggregate):
         percentile.template = "PERCENTILE_CONT(0.5) WITHIN GROUP (ORDER BY %(expressions)s)"
         sql, params = percentile.as_sql(compiler, connection, **extra)
         return sql, tuple(params)
+
+
+class GroupMedian(Median):
+    """Median for a GROUP BY that PostgreSQL should hash (see ``_grouped_by_hashing``).
+
+    An ordered-set aggregate forces sort-based grouping, i.e. sorting every report by the group
+    key. ARRAY_AGG hashes; the percentile of each group's array is then taken in a subquery, where
+    the ARRAY_AGG still belongs to the outer query (its arguments are all outer columns).
+    """
+
+    name = "GroupMedian"
+
+    def as_postgresql(
+        self, compiler: SQLCompiler, connection: BaseDatabaseWrapper, **extra: Any
+    ) -> tuple[str, tuple[Any, ...]]:
+        values = self.copy()
+        values.function = "ARRAY_AGG"
+        sql, params = values.as_sql(compiler, connection, **extra)
+        # Only wraps SQL that Django compiled; the values stay parameters.
+        median = f"(SELECT PERCENTILE_CONT(0.5) WITHIN GROUP (ORDER BY rate) FROM UNNEST({sql}) AS rate)"  # noqa: S608
+        return median, tuple(params)
+
+
+class BucketStart(Trunc):
+    """``Trunc``; on PostgreSQL, date_bin (14+, as Django 5.2 requires) for fixed-width buckets in
+    UTC: the same bucket starts for a small part of date_trunc's cost over ``AT TIME ZONE``."""
+
+    def as_postgresql(
+        self, compiler: SQLCompiler, connection: BaseDatabaseWrapper, **extra: Any
+    ) -> tuple[str, tuple[Any, ...]]:
+        width = BUCKET_WIDTHS.get(str(self.kind))
+        if width is None or self.get_tzname() != "UTC":
+            sql, params = self.as_sql(compiler, connection)
+            return sql, tuple(params)
+        sql, params = compiler.compile(self.lhs)
+        return f"DATE_BIN(%s, {sql}, %s)", (width, *params, A_MONDAY)
 
 
 def _speculative_sums(condition: Q | None = None) -> dict[str, Sum]:
@@ -78,65 +133,128 @@ def revision_throughput(revision_id: int, *, bucket: str = "hour") -> dict[str, 
     if bucket not in BUCKETS:
         raise ValueError(f"bucket must be one of {', '.join(BUCKETS)}, not {bucket!r}")
     reports = Report.objects.filter(revision_id=revision_id)
-    totals = _totals(reports)
     mtp_detected = Revision.objects.filter(pk=revision_id, mtp_detected=True).exists()
+    cells = _cells(reports, bucket)
+    strategies = _add_up_by_strategy(cells)
+    total = _add_up(cells)
+    wide = _wide_medians(reports, list(strategies), alert=mtp_detected) if cells else NO_MEDIANS
     return {
-        "series": _series(reports, bucket),
-        "by_strategy": _by_strategy(reports),
-        "mtp_on": {"reports": totals["on_reports"], "tps": totals["on_tps"]},
-        "mtp_off": {"reports": totals["off_reports"], "tps": totals["off_tps"]},
-        **_rates(totals),
-        "stage_splits": _stage_splits(reports),
+        "series": _series(cells),
+        "by_strategy": _by_strategy(strategies, wide["strategy_tps"]),
+        "mtp_on": {"reports": wide["on_reports"], "tps": wide["on_tps"]},
+        "mtp_off": {"reports": total["reports"] - wide["on_reports"], "tps": wide["off_tps"]},
+        **_rates(total),
+        "stage_splits": sorted({cell["stage_splits"] for cell in cells} - {""}),
         "recent": _recent(reports),
-        "alert": _alert(totals) if mtp_detected else None,
+        "alert": _alert(wide) if mtp_detected else None,
     }
 
 
-def _series(reports: QuerySet[Report], bucket: str) -> list[dict[str, Any]]:
+def _cells(reports: QuerySet[Report], bucket: str) -> list[dict[str, Any]]:
+    """Per (time bucket, strategy, topology): reports, median tok/s and the speculative counters."""
     rows = (
-        reports.annotate(bucket=Trunc("received_at", bucket))
+        reports.annotate(bucket=BucketStart("received_at", bucket))
         .values("bucket", "effective_strategy", "stage_splits")
-        .annotate(tps=Median("predicted_per_second"), reports=Count("id"))
-        .order_by("bucket", "effective_strategy", "stage_splits")
+        .annotate(tps=GroupMedian("predicted_per_second"), reports=Count("*"), **_speculative_sums())
+        .order_by()
     )
+    # Sorted here, not by SQL: an ORDER BY would let PostgreSQL group by sorting after all.
+    return sorted(_grouped_by_hashing(rows), key=itemgetter("bucket", "effective_strategy", "stage_splits"))
+
+
+def _grouped_by_hashing(rows: QuerySet[Any, Any]) -> list[dict[str, Any]]:
+    """The rows of a GROUP BY, which PostgreSQL is told to group by hashing.
+
+    It has no statistics on a time bucket, so it expects one group per distinct received_at (10^5
+    for a busy revision) and would sort every report by the group key first; there are a few
+    hundred groups, which one hash table takes in a single pass. JIT goes off too: a plan that
+    still sorts costs over 10^10 with sorting "disabled", and compiling it would take ~100 ms. SET
+    LOCAL ends with the transaction; the old values are put back in case a caller's goes on.
+    """
+    database = connections[rows.db]
+    if database.vendor != "postgresql":
+        return list(rows)
+    with transaction.atomic(using=rows.db), database.cursor() as cursor:
+        cursor.execute("SELECT current_setting('enable_sort'), current_setting('jit')")
+        previous = cursor.fetchone()
+        cursor.execute("SELECT set_config('enable_sort', 'off', true), set_config('jit', 'off', true)")
+        result = list(rows)
+        cursor.execute("SELECT set_config('enable_sort', %s, true), set_config('jit', %s, true)", previous)
+    return result
+
+
+def _series(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [
         {
-            "bucket": row["bucket"],
-            "strategy": row["effective_strategy"],
-            "topology": row["stage_splits"],
-            "tps": row["tps"],
-            "reports": row["reports"],
+            "bucket": cell["bucket"],
+            "strategy": cell["effective_strategy"],
+            "topology": cell["stage_splits"],
+            "tps": cell["tps"],
+            "reports": cell["reports"],
         }
-        for row in rows
+        for cell in cells
     ]
 
 
-def _by_strategy(reports: QuerySet[Report]) -> list[dict[str, Any]]:
-    rows = (
-        reports.values("effective_strategy")
-        .annotate(reports=Count("id"), tps=Median("predicted_per_second"), **_speculative_sums())
-        .order_by("effective_strategy")
-    )
+ADDED_UP = ("reports", "accepted", "proposed", "windows")
+
+
+def _add_up(rows: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+    """Counts and sums over several cells (a SQL SUM of nothing is NULL: counted as 0)."""
+    return {key: sum(row[key] or 0 for row in rows) for key in ADDED_UP}
+
+
+def _add_up_by_strategy(cells: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for cell in cells:
+        groups.setdefault(cell["effective_strategy"], []).append(cell)
+    return {strategy: _add_up(groups[strategy]) for strategy in sorted(groups)}
+
+
+def _by_strategy(
+    strategies: dict[str, dict[str, int]], medians: Mapping[str, float | None]
+) -> list[dict[str, Any]]:
     return [
-        {"strategy": row["effective_strategy"], "reports": row["reports"], "tps": row["tps"], **_rates(row)}
-        for row in rows
+        {"strategy": strategy, "reports": sums["reports"], "tps": medians.get(strategy), **_rates(sums)}
+        for strategy, sums in strategies.items()
     ]
 
 
-def _totals(reports: QuerySet[Report]) -> dict[str, Any]:
-    return reports.aggregate(
-        on_reports=Count("id", filter=MTP_ON),
-        on_tps=Median("predicted_per_second", filter=MTP_ON),
-        off_reports=Count("id", filter=MTP_OFF),
-        off_tps=Median("predicted_per_second", filter=MTP_OFF),
-        unused_reports=Count("id", filter=MTP_UNUSED),
-        unused_nodes=Count("node", filter=MTP_UNUSED, distinct=True),
-        **_speculative_sums(),
-    )
+NO_MEDIANS: dict[str, Any] = {"on_reports": 0, "on_tps": None, "off_tps": None, "strategy_tps": {}}
 
 
-def _alert(totals: dict[str, Any]) -> dict[str, Any] | None:
-    reports, nodes = totals["unused_reports"], totals["unused_nodes"]
+def _wide_medians(reports: QuerySet[Report], strategies: list[str], *, alert: bool) -> dict[str, Any]:
+    """Medians over MTP on, MTP off and each strategy (plus the alert's counts) in one pass."""
+    filtered = len(strategies) <= STRATEGY_FILTERS
+    aggregates: dict[str, Aggregate] = {
+        # received_at, never NULL, rather than id: read from the index (Count("*") takes no filter).
+        "on_reports": Count("received_at", filter=MTP_ON),
+        "on_tps": Median("predicted_per_second", filter=MTP_ON),
+        "off_tps": Median("predicted_per_second", filter=MTP_OFF),
+    }
+    if filtered:
+        for index, strategy in enumerate(strategies):
+            aggregates[f"strategy_{index}"] = Median(
+                "predicted_per_second", filter=Q(effective_strategy=strategy)
+            )
+    if alert:
+        aggregates["unused_reports"] = Count("received_at", filter=MTP_UNUSED)
+        aggregates["unused_nodes"] = Count("node", filter=MTP_UNUSED, distinct=True)
+    row = reports.aggregate(**aggregates)
+    if filtered:
+        row["strategy_tps"] = {s: row.pop(f"strategy_{i}") for i, s in enumerate(strategies)}
+    else:
+        row["strategy_tps"] = _strategy_medians(reports)
+    return row
+
+
+def _strategy_medians(reports: QuerySet[Report]) -> dict[str, float | None]:
+    rows = reports.values("effective_strategy").annotate(tps=GroupMedian("predicted_per_second"))
+    return {row["effective_strategy"]: row["tps"] for row in _grouped_by_hashing(rows.order_by())}
+
+
+def _alert(wide: dict[str, Any]) -> dict[str, Any] | None:
+    reports, nodes = wide.get("unused_reports"), wide.get("unused_nodes")
     if not reports:
         return None
     message = (
@@ -144,11 +262,6 @@ def _alert(totals: dict[str, Any]) -> dict[str, Any] | None:
         f"from {nodes} node{'s' if nodes != 1 else ''}"
     )
     return {"message": message, "reports": reports, "nodes": nodes}
-
-
-def _stage_splits(reports: QuerySet[Report]) -> list[str]:
-    splits = reports.exclude(stage_splits="").order_by("stage_splits").values_list("stage_splits", flat=True)
-    return list(splits.distinct())
 
 
 RECENT_FIELDS = (
@@ -181,8 +294,8 @@ def catalog_throughput(revision_ids: list[int]) -> dict[int, dict[str, Any]]:
         .annotate(
             tps_mtp=Median("predicted_per_second", filter=MTP_ON),
             tps_no_mtp=Median("predicted_per_second", filter=MTP_OFF),
-            reports=Count("id"),
-            unused=Count("id", filter=unused_with_mtp),
+            reports=Count("*"),
+            unused=Count("received_at", filter=unused_with_mtp),
         )
         .order_by()
     )

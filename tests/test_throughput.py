@@ -7,14 +7,22 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
-from packages_app import nodes
+from packages_app import nodes, throughput
 from packages_app.models import Node, Package, Report, Revision
 from packages_app.throughput import alert_revision_ids, catalog_throughput, revision_throughput
 
 pytestmark = pytest.mark.django_db
 
 T0 = datetime(2025, 3, 1, 10, 5, tzinfo=UTC)
+POSTGRES = connection.vendor == "postgresql"
+
+
+def median_or_mean(median: float, mean: float) -> Any:
+    """What ``tps`` is on this database: the median on PostgreSQL, the mean on SQLite."""
+    return pytest.approx(median if POSTGRES else mean)
 
 
 @pytest.fixture
@@ -207,3 +215,85 @@ def test_alert_revision_ids_works_as_a_subquery(first: Revision, fixed: Revision
     flagged = Package.objects.filter(revisions__in=alert_revision_ids()).distinct()
     assert list(flagged) == [first.package]
     assert list(Revision.objects.filter(pk__in=alert_revision_ids())) == [first]
+
+
+def test_strategy_and_mtp_figures_are_over_all_their_reports_not_over_the_series_points(
+    fixed: Revision, node_a: Node
+) -> None:
+    # Three reports in one hour, one in the next: the median of the two points' medians would be 6.
+    for tps in (1.0, 2.0, 3.0):
+        add(node_a, fixed, tps=tps, mtp_used=True)
+    add(node_a, fixed, tps=10.0, mtp_used=True, at=T0 + timedelta(hours=1))
+    result = revision_throughput(fixed.pk)
+    assert [p["tps"] for p in result["series"]] == [median_or_mean(2.0, 2.0), pytest.approx(10.0)]
+    assert result["mtp_on"] == {"reports": 4, "tps": median_or_mean(2.5, 4.0)}
+    assert result["by_strategy"][0]["tps"] == median_or_mean(2.5, 4.0)
+
+
+def test_each_strategy_gets_its_own_median_even_past_the_filtered_strategies(
+    fixed: Revision, node_a: Node, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(throughput, "STRATEGY_FILTERS", 1)  # two strategies: the grouped fallback
+    for tps in (1.0, 2.0, 9.0):
+        add(node_a, fixed, tps=tps, effective_strategy="ngram-cache")
+    add(node_a, fixed, tps=7.0, mtp_used=True)
+    by_strategy = {row["strategy"]: row for row in revision_throughput(fixed.pk)["by_strategy"]}
+    assert by_strategy["ngram-cache"]["tps"] == median_or_mean(2.0, 4.0)
+    assert (by_strategy["ngram-cache"]["reports"], by_strategy["native-mtp"]["tps"]) == (3, 7.0)
+
+
+def test_counts_and_counters_add_up_across_buckets_strategies_and_topologies(
+    fixed: Revision, node_a: Node
+) -> None:
+    counters = {"speculative_proposed_n": 10, "speculative_accepted_n": 5, "speculative_windows": 5}
+    add(node_a, fixed, tps=7.0, mtp_used=True, **counters)
+    add(node_a, fixed, tps=7.0, mtp_used=True, at=T0 + timedelta(days=1), stage_splits="0..41", **counters)
+    add(node_a, fixed, tps=7.0, mtp_used=True, effective_strategy="native-mtp+ngram-cache", draft_n=30)
+    add(node_a, fixed, tps=3.0, effective_strategy="")
+    result = revision_throughput(fixed.pk, bucket="day")
+    assert (result["mtp_on"]["reports"], result["mtp_off"]["reports"]) == (3, 1)
+    assert result["acceptance_rate"] == pytest.approx(10 / 50)
+    assert result["mean_accepted_length"] == pytest.approx(1 + 10 / 10)
+    rows = {row["strategy"]: (row["reports"], row["acceptance_rate"]) for row in result["by_strategy"]}
+    assert rows == {"": (1, None), "native-mtp": (2, 0.5), "native-mtp+ngram-cache": (1, 0.0)}
+    assert result["stage_splits"] == ["0..27|27..41", "0..41"]
+
+
+def test_weeks_start_on_monday_and_days_at_midnight_utc(first: Revision, node_a: Node) -> None:
+    sunday_night = datetime(2025, 3, 2, 23, 30, tzinfo=UTC)
+    add(node_a, first, tps=3.0, at=sunday_night)
+    add(node_a, first, tps=3.0, at=sunday_night + timedelta(hours=1))
+    weeks = [p["bucket"] for p in revision_throughput(first.pk, bucket="week")["series"]]
+    assert weeks == [datetime(2025, 2, 24, tzinfo=UTC), datetime(2025, 3, 3, tzinfo=UTC)]
+    days = [p["bucket"] for p in revision_throughput(first.pk, bucket="day")["series"]]
+    assert days == [datetime(2025, 3, 2, tzinfo=UTC), datetime(2025, 3, 3, tzinfo=UTC)]
+    months = [p["bucket"] for p in revision_throughput(first.pk, bucket="month")["series"]]
+    assert months == [datetime(2025, 3, 1, tzinfo=UTC)]
+
+
+def test_a_revisions_figures_take_the_same_queries_however_many_reports_and_strategies(
+    first: Revision, node_a: Node, node_b: Node
+) -> None:
+    add(node_a, first, tps=3.0)
+    with CaptureQueriesContext(connection) as few:
+        revision_throughput(first.pk)
+    for hour in range(30):
+        strategy = ["disabled", "ngram-cache", "native-mtp"][hour % 3]
+        add(node_b, first, tps=3.0 + hour, at=T0 + timedelta(hours=hour), effective_strategy=strategy)
+    with CaptureQueriesContext(connection) as many:
+        result = revision_throughput(first.pk)
+    assert len(many) == len(few)
+    assert (len(result["series"]), len(result["by_strategy"])) == (30, 3)
+
+
+@pytest.mark.skipif(not POSTGRES, reason="PostgreSQL planner settings")
+def test_the_planner_settings_it_changes_are_put_back_for_the_rest_of_the_transaction(
+    first: Revision, node_a: Node
+) -> None:
+    add(node_a, first, tps=3.0)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT current_setting('enable_sort'), current_setting('jit')")
+        before = cursor.fetchone()
+        revision_throughput(first.pk)
+        cursor.execute("SELECT current_setting('enable_sort'), current_setting('jit')")
+        assert cursor.fetchone() == before
