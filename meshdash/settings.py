@@ -6,6 +6,7 @@ SECRET_KEY and ALLOWED_HOSTS; a missing or malformed value stops the process at 
 """
 
 import os
+import re
 from pathlib import Path
 
 import dj_database_url
@@ -39,6 +40,23 @@ def envint(name: str, default: int) -> int:
         raise ImproperlyConfigured(f"{name}={value!r} is not an integer") from None
 
 
+def envlist(name: str) -> list[str]:
+    return [item.strip() for item in envstr(name).split(",") if item.strip()]
+
+
+def proxy_ssl_header(value: str) -> tuple[str, str] | None:
+    """``X-Forwarded-Proto,https`` -> ``("HTTP_X_FORWARDED_PROTO", "https")``; empty = no proxy."""
+    if not value:
+        return None
+    name, sep, expected = (part.strip() for part in value.partition(","))
+    if not sep or not name or not expected:
+        raise ImproperlyConfigured(
+            f"SECURE_PROXY_SSL_HEADER={value!r} must be 'Header-Name,value', e.g. X-Forwarded-Proto,https"
+        )
+    meta = name.upper().replace("-", "_")
+    return (meta if meta.startswith("HTTP_") else f"HTTP_{meta}", expected)
+
+
 DEBUG = envbool("DEBUG", True)
 SECRET_KEY = envstr("SECRET_KEY")
 if not SECRET_KEY:
@@ -50,6 +68,31 @@ if not ALLOWED_HOSTS:
     if not DEBUG:
         raise ImproperlyConfigured("ALLOWED_HOSTS must be set when DEBUG is false")
     ALLOWED_HOSTS = ["127.0.0.1", "localhost", "[::1]", "testserver"]
+
+# --- HTTPS and cookies: secure by default in production, plain HTTP for local development ----
+# Behind a TLS-terminating proxy set SECURE_PROXY_SSL_HEADER (e.g. X-Forwarded-Proto,https), or the
+# SSL redirect below would loop: every request would look like plain HTTP.
+SECURE_PROXY_SSL_HEADER = proxy_ssl_header(envstr("SECURE_PROXY_SSL_HEADER"))
+SECURE_SSL_REDIRECT = envbool("SECURE_SSL_REDIRECT", not DEBUG)
+SECURE_HSTS_SECONDS = envint("SECURE_HSTS_SECONDS", 0 if DEBUG else 31_536_000)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = envbool("SECURE_HSTS_INCLUDE_SUBDOMAINS", not DEBUG)
+SECURE_HSTS_PRELOAD = envbool("SECURE_HSTS_PRELOAD", not DEBUG)
+SECURE_REFERRER_POLICY = "same-origin"
+SESSION_COOKIE_SECURE = envbool("SESSION_COOKIE_SECURE", not DEBUG)
+CSRF_COOKIE_SECURE = envbool("CSRF_COOKIE_SECURE", not DEBUG)
+SESSION_COOKIE_HTTPONLY = True
+SESSION_COOKIE_SAMESITE = "Lax"
+CSRF_TRUSTED_ORIGINS = envlist("CSRF_TRUSTED_ORIGINS")
+X_FRAME_OPTIONS = "DENY"
+# No inline scripts or styles anywhere (meshdash.middleware.ContentSecurityPolicyMiddleware).
+MESHDASH_CONTENT_SECURITY_POLICY = (
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "object-src 'none'; frame-ancestors 'none'; base-uri 'none'"
+)
+# The admin's URL prefix: a private path keeps it away from drive-by login guessing.
+MESHDASH_ADMIN_PATH = envstr("MESHDASH_ADMIN_PATH", "admin/")
+if not re.fullmatch(r"(?:[A-Za-z0-9][A-Za-z0-9._-]*/)+", MESHDASH_ADMIN_PATH):
+    raise ImproperlyConfigured(f"MESHDASH_ADMIN_PATH={MESHDASH_ADMIN_PATH!r} must look like 'ops-admin/'")
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -64,12 +107,15 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
+    "meshdash.middleware.ContentSecurityPolicyMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Innermost, so its process_exception sees a view's database error first: 503, never 500.
+    "meshdash.middleware.DatabaseUnavailableMiddleware",
 ]
 
 ROOT_URLCONF = "meshdash.urls"
@@ -100,6 +146,10 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         "init_command": "PRAGMA journal_mode=WAL;",
     }
     DATABASES["default"]["CONN_MAX_AGE"] = 0
+else:
+    # A database that stopped answering must fail a request fast (503), not hang a web worker.
+    DATABASES["default"].setdefault("OPTIONS", {})["connect_timeout"] = envint("DATABASE_CONNECT_TIMEOUT", 5)
+MESHDASH_DB_RETRY_AFTER = envint("MESHDASH_DB_RETRY_AFTER", 10)  # seconds, sent with 503 when the DB is down
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 LANGUAGE_CODE = "en-us"
@@ -123,11 +173,24 @@ CELERY_TASK_ALWAYS_EAGER = not CELERY_BROKER_URL
 CELERY_TASK_EAGER_PROPAGATES = True
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
+# A task killed by the hard time limit goes back to the queue (like one whose worker died), so the
+# delivery counter in tasks.py sees a message that keeps hanging and quarantines it.
+CELERY_TASK_ACKS_ON_TIMEOUT = False
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_SOFT_TIME_LIMIT = envint("CELERY_TASK_SOFT_TIME_LIMIT", 600)
 CELERY_TASK_TIME_LIMIT = envint("CELERY_TASK_TIME_LIMIT", 660)
-# The broker must not hand a late-acked task to a second worker while the first may still run it.
-CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": CELERY_TASK_TIME_LIMIT * 2}
+# The broker must not hand a late-acked task to a second worker while the first may still run it:
+# Redis re-delivers an unacknowledged message only after this many seconds.
+CELERY_VISIBILITY_TIMEOUT = envint("CELERY_VISIBILITY_TIMEOUT", CELERY_TASK_TIME_LIMIT * 2)
+if not 0 < CELERY_TASK_SOFT_TIME_LIMIT < CELERY_TASK_TIME_LIMIT < CELERY_VISIBILITY_TIMEOUT:
+    raise ImproperlyConfigured(
+        "need 0 < CELERY_TASK_SOFT_TIME_LIMIT < CELERY_TASK_TIME_LIMIT < CELERY_VISIBILITY_TIMEOUT, got "
+        f"{CELERY_TASK_SOFT_TIME_LIMIT} < {CELERY_TASK_TIME_LIMIT} < {CELERY_VISIBILITY_TIMEOUT}"
+    )
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": CELERY_VISIBILITY_TIMEOUT}
+# On a broker connection loss, let running tasks finish: their ack may be lost and the message
+# re-delivered, but the revision claim (ingest.claim_revision) turns that delivery into a no-op.
+CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = False
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_RESULT_BACKEND = None
@@ -168,6 +231,10 @@ MESHDASH_NAMESPACES = [n for n in envstr("MESHDASH_NAMESPACES", "meshllm").split
 MESHDASH_CATALOG_DATASET = envstr("MESHDASH_CATALOG_DATASET", "meshllm/catalog")
 MESHDASH_FETCH_CONCURRENCY = envint("MESHDASH_FETCH_CONCURRENCY", 8)
 MESHDASH_MAX_REVISIONS = envint("MESHDASH_MAX_REVISIONS", 50)
+# Hub webhooks (POST /api/v1/hooks/hub) carry this in X-Webhook-Secret; empty = endpoint disabled.
+MESHDASH_WEBHOOK_SECRET = envstr("MESHDASH_WEBHOOK_SECRET")
+if MESHDASH_WEBHOOK_SECRET and len(MESHDASH_WEBHOOK_SECRET) < 16:
+    raise ImproperlyConfigured("MESHDASH_WEBHOOK_SECRET must be at least 16 characters (or empty: off)")
 
 LOGGING = {
     "version": 1,

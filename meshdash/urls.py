@@ -1,9 +1,10 @@
 """Top-level URL routes."""
 
+from django.conf import settings
 from django.contrib import admin
 from django.urls import include, path
 
 urlpatterns = [
-    path("admin/", admin.site.urls),
+    path(settings.MESHDASH_ADMIN_PATH, admin.site.urls),
     path("", include("packages_app.urls")),
 ]

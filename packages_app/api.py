@@ -12,6 +12,7 @@ from collections.abc import Callable
 from functools import wraps
 from typing import Any
 
+from django.db import InterfaceError, OperationalError
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
@@ -58,6 +59,8 @@ def node_json_endpoint(max_bytes: int) -> Callable[[NodeView], View]:
         def wrapper(request: HttpRequest) -> HttpResponse:
             try:
                 return _guarded(request, view, max_bytes)
+            except (OperationalError, InterfaceError):
+                raise  # the database is down: meshdash.middleware answers 503 + Retry-After
             except Exception:  # the last guard: never an HTML 500 page for a node
                 log.exception("report endpoint failed")
                 return error_response(500, "Internal error; the request was not fully processed.")

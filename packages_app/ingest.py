@@ -122,6 +122,34 @@ def claim_revision(revision_id: int, token: str) -> bool:
     return updated == 1
 
 
+def release_timed_out(repo_id: str, commit_sha: str, limit_seconds: int, give_up_after: int) -> str:
+    """An ingest stopped by the time limit: queue it again for the reconciler, or fail it for good.
+
+    Giving up after ``give_up_after`` attempts keeps a package too slow to ever finish from costing a
+    worker its whole time limit on every reconcile, forever.
+    """
+    rev = Revision.objects.filter(package__repo_id=repo_id, commit_sha=commit_sha).first()
+    if rev is None:
+        return ""
+    if rev.attempts >= give_up_after:
+        status, message = Revision.Status.FAILED, "not retried: it was stopped every time"
+    else:
+        status, message = Revision.Status.QUEUED, "queued again; the reconciler retries it"
+    _finish(rev, status, f"stopped by the {limit_seconds} s time limit on attempt {rev.attempts}; {message}")
+    return status
+
+
+def quarantine_revision(repo_id: str, commit_sha: str, message: str) -> None:
+    """A poison message: fail the revision with a message instead of running it again."""
+    Revision.objects.filter(package__repo_id=repo_id, commit_sha=commit_sha).update(
+        status=Revision.Status.FAILED, error=message, finished_at=timezone.now()
+    )
+
+
+def record_sync_error(repo_id: str, message: str) -> None:
+    Package.objects.filter(repo_id=repo_id).update(sync_error=message, last_synced_at=timezone.now())
+
+
 # --- ingest -----------------------------------------------------------------------------------
 
 

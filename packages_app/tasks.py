@@ -2,14 +2,21 @@
 
 Hub failures that may pass (429, 5xx, network) are retried with backoff, honouring Retry-After;
 deterministic failures (a malformed manifest or header, a missing repo) are recorded and not retried.
+Messages are acknowledged late, so a worker that dies mid-task loses nothing; a message whose
+deliveries keep dying (it crashes or hangs its worker) is quarantined after MAX_DELIVERIES of them.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from celery import Task, shared_task
+from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
+from django.core.cache import cache
 
 from packages_app import hub, ingest
 
@@ -17,6 +24,14 @@ log = logging.getLogger(__name__)
 
 MAX_RETRIES = 6
 MAX_BACKOFF = 600
+MAX_DELIVERIES = 3
+# Spans any series of redeliveries (each can wait a visibility timeout or a hard time limit) and
+# lets the counters of messages that were never delivered again expire.
+DELIVERY_COUNT_TTL = 24 * 3600
+QUARANTINED = "quarantined"
+
+TaskFn = TypeVar("TaskFn", bound=Callable[..., Any])
+PoisonFn = Callable[..., None]
 
 
 def retry_countdown(exc: hub.HubUnavailable, retries: int) -> float:
@@ -26,10 +41,77 @@ def retry_countdown(exc: hub.HubUnavailable, retries: int) -> float:
     return float(min(2 ** (retries + 1), MAX_BACKOFF))
 
 
+# --- poison messages ------------------------------------------------------------------------------
+# A delivery is counted (in the shared cache, keyed on the task id, which a re-delivered message keeps)
+# when it starts and forgotten when it ends in any way, retries included; what remains counts the
+# deliveries that died with their worker. Separately enqueued duplicates have their own ids and counts.
+
+
+def _delivery_key(task: Task) -> str:
+    return f"meshdash:deliveries:{task.name}:{task.request.id}"
+
+
+def count_delivery(key: str) -> int:
+    """Count this delivery; return how many earlier ones started and never finished."""
+    try:
+        cache.add(key, 0, DELIVERY_COUNT_TTL)
+        return int(cache.incr(key)) - 1
+    except Exception:  # a cache outage must not stop the work; it only disables quarantine
+        log.warning("delivery counter unavailable for %s", key, exc_info=True)
+        return 0
+
+
+def forget_delivery(key: str) -> None:
+    try:
+        cache.delete(key)
+    except Exception:
+        log.warning("could not clear delivery counter %s", key, exc_info=True)
+
+
+def quarantine_after_dead_deliveries(on_poison: PoisonFn) -> Callable[[TaskFn], TaskFn]:
+    """After MAX_DELIVERIES deliveries that never finished, call on_poison(*args, message) and ack."""
+
+    def decorate(fn: TaskFn) -> TaskFn:
+        @functools.wraps(fn)
+        def wrapper(self: Task, *args: Any) -> Any:
+            key = _delivery_key(self)
+            dead = count_delivery(key)
+            if dead >= MAX_DELIVERIES:
+                message = f"quarantined after {dead} deliveries that never finished"
+                log.error("%s%r %s", self.name, args, message)
+                on_poison(*args, message)
+                forget_delivery(key)
+                return QUARANTINED
+            try:
+                result = fn(self, *args)
+            except Exception:  # finished, badly (Retry included); not SystemExit from a hard kill
+                forget_delivery(key)
+                raise
+            forget_delivery(key)
+            return result
+
+        return wrapper  # type: ignore[return-value]
+
+    return decorate
+
+
+def _no_revision_state(*args: Any) -> None:
+    """Poison handler of tasks that have no row to mark: the log line is the record."""
+
+
+# --- tasks ---------------------------------------------------------------------------------------
+
+
 @shared_task(bind=True, max_retries=MAX_RETRIES, acks_late=True)
+@quarantine_after_dead_deliveries(ingest.quarantine_revision)
 def ingest_revision(self: Task, repo_id: str, commit_sha: str) -> str:
     try:
         outcome = ingest.ingest_revision(repo_id, commit_sha, claim=self.request.id)
+    except SoftTimeLimitExceeded:
+        limit = int(self.soft_time_limit or settings.CELERY_TASK_SOFT_TIME_LIMIT)
+        status = ingest.release_timed_out(repo_id, commit_sha, limit, give_up_after=MAX_DELIVERIES)
+        log.warning("ingest of %s@%s hit the soft time limit; now %s", repo_id, commit_sha, status)
+        return "timed-out"
     except hub.HubUnavailable as exc:
         raise self.retry(exc=exc, countdown=retry_countdown(exc, self.request.retries)) from exc
     except hub.HubError as exc:
@@ -39,6 +121,7 @@ def ingest_revision(self: Task, repo_id: str, commit_sha: str) -> str:
 
 
 @shared_task(bind=True, max_retries=MAX_RETRIES, acks_late=True)
+@quarantine_after_dead_deliveries(ingest.record_sync_error)
 def sync_package(self: Task, repo_id: str) -> int:
     try:
         return len(ingest.sync_package(repo_id))
@@ -61,6 +144,7 @@ def sync_all_packages() -> int:
 
 
 @shared_task(bind=True, max_retries=MAX_RETRIES, acks_late=True)
+@quarantine_after_dead_deliveries(_no_revision_state)
 def discover_packages(self: Task) -> int:
     """Periodic: track the namespaces' ``-layers`` repos and the packages of the curated catalog."""
     try:

@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from packages_app import api, api_read, views
+from packages_app import api, api_read, views, webhooks
 
 app_name = "packages_app"
 
@@ -21,6 +21,7 @@ urlpatterns = [
     path("api/v1/reports/batch", api.report_batch, name="api_reports_batch"),
     path("api/v1/ping", api.ping, name="api_ping"),
     path("api/v1/openapi.json", api.openapi_json, name="api_openapi"),
+    path("api/v1/hooks/hub", webhooks.hub_webhook, name="api_hook_hub"),
     path("api/v1/packages", api_read.packages_list, name="api_packages"),
     path("api/v1/packages/<str:owner>/<str:name>", api_read.package_detail, name="api_package"),
 ]

@@ -1,0 +1,65 @@
+"""Project-wide HTTP middleware: the Content-Security-Policy header; 503, not 500, when the DB is down."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from django.conf import settings
+from django.db import InterfaceError, OperationalError
+from django.http import HttpRequest, HttpResponse, JsonResponse
+
+log = logging.getLogger(__name__)
+
+GetResponse = Callable[[HttpRequest], HttpResponse]
+
+UNAVAILABLE_MESSAGE = "The database is unavailable; try again shortly."
+_UNAVAILABLE_PAGE = (
+    "<!doctype html><html lang=en><head><meta charset=utf-8><title>Unavailable · meshdash</title></head>"
+    "<body><h1>Temporarily unavailable</h1><p>{message}</p></body></html>"
+)
+
+
+class ContentSecurityPolicyMiddleware:
+    """Send ``settings.MESHDASH_CONTENT_SECURITY_POLICY`` with every response that has none yet."""
+
+    def __init__(self, get_response: GetResponse) -> None:
+        self.get_response = get_response
+        self.policy: str = settings.MESHDASH_CONTENT_SECURITY_POLICY
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        response = self.get_response(request)
+        response.headers.setdefault("Content-Security-Policy", self.policy)
+        return response
+
+
+class DatabaseUnavailableMiddleware:
+    """A view that cannot reach the database answers 503 + Retry-After: JSON under /api/, else a short page.
+
+    OperationalError and InterfaceError are what the driver raises when the server is down, restarting
+    or unreachable; other database errors (integrity, data) are bugs or bad input and stay 500/400.
+    """
+
+    def __init__(self, get_response: GetResponse) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        return self.get_response(request)
+
+    def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
+        if not isinstance(exception, OperationalError | InterfaceError):
+            return None
+        log.warning("database unavailable during %s %s: %s", request.method, request.path, exception)
+        return unavailable_response(request)
+
+
+def unavailable_response(request: HttpRequest) -> HttpResponse:
+    retry_after = str(settings.MESHDASH_DB_RETRY_AFTER)
+    response: HttpResponse
+    if request.path.startswith("/api/"):
+        response = JsonResponse({"error": UNAVAILABLE_MESSAGE}, status=503)
+    else:
+        response = HttpResponse(_UNAVAILABLE_PAGE.format(message=UNAVAILABLE_MESSAGE), status=503)
+    response["Retry-After"] = retry_after
+    response["Cache-Control"] = "no-store"
+    return response

@@ -1,0 +1,150 @@
+"""The Hub webhook endpoint: a verified repo-update event for a package we follow enqueues its sync at once.
+
+The Hub POSTs JSON such as ``{"event": {"action": "update", "scope": "repo.content"}, "repo": {"type":
+"model", "name": "meshllm/...-layers", "headSha": "..."}}`` with the webhook's secret in
+``X-Webhook-Secret``. Only the secret is trusted; every field of the body is validated here, and the
+sync itself reads the Hub again, so a forged event can at most cause one extra sync.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+from django.http import HttpRequest, JsonResponse
+from django.views.decorators.csrf import csrf_exempt
+
+from packages_app import hub
+
+log = logging.getLogger(__name__)
+
+MAX_BODY_BYTES = 256 * 1024  # discussion events carry comment text; repo events are far smaller
+SECRET_HEADER = "X-Webhook-Secret"  # noqa: S105 - a header name, not a secret
+SYNC_EVENTS = {("repo", "create"), ("repo", "update"), ("repo.content", "update")}
+RETRY_AFTER_SECONDS = 30
+
+
+class WebhookRejected(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+@dataclass(frozen=True)
+class RepoEvent:
+    scope: str
+    action: str
+    repo_type: str
+    repo_id: str
+    head_sha: str | None
+
+
+def _error(status: int, message: str, **headers: str) -> JsonResponse:
+    response = JsonResponse({"error": message}, status=status)
+    for name, value in headers.items():
+        response[name] = value
+    return response
+
+
+@csrf_exempt
+def hub_webhook(request: HttpRequest) -> JsonResponse:
+    """POST /api/v1/hooks/hub: 202 when a sync was queued, 200 when the event is not for us."""
+    secret: str = settings.MESHDASH_WEBHOOK_SECRET
+    if not secret:
+        return _error(404, "Webhooks are disabled on this server (MESHDASH_WEBHOOK_SECRET is not set).")
+    if request.method != "POST":
+        return _error(405, "Only POST is allowed here.", Allow="POST")
+    if not hmac.compare_digest(request.headers.get(SECRET_HEADER, "").encode(), secret.encode()):
+        return _error(403, f"The {SECRET_HEADER} header does not match this server's webhook secret.")
+    try:
+        event = parse_event(_read_body(request))
+    except WebhookRejected as exc:
+        return _error(exc.status, exc.message)
+    return _dispatch(event)
+
+
+def _read_body(request: HttpRequest) -> Any:
+    if request.content_type != "application/json":
+        raise WebhookRejected(415, "The body must be sent as Content-Type: application/json.")
+    try:
+        declared = int(request.META.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        declared = 0
+    raw = b"" if declared > MAX_BODY_BYTES else request.read(MAX_BODY_BYTES + 1)
+    if declared > MAX_BODY_BYTES or len(raw) > MAX_BODY_BYTES:
+        raise WebhookRejected(413, f"The body must be at most {MAX_BODY_BYTES // 1024} KiB.")
+    try:
+        return json.loads(raw)
+    except (ValueError, RecursionError):
+        raise WebhookRejected(400, "The body is not valid JSON.") from None
+
+
+def parse_event(data: Any) -> RepoEvent:
+    """The fields of a Hub webhook payload that matter here, validated; WebhookRejected otherwise."""
+    body = _object(data, "body")
+    event = _object(body.get("event"), "event")
+    repo = _object(body.get("repo"), "repo")
+    repo_id = _string(repo.get("name"), "repo.name")
+    try:
+        hub.validate_repo_id(repo_id)  # the track form's and the commands' rule: no URL, path, '..', '--'
+    except hub.InvalidRepoId as exc:
+        raise WebhookRejected(400, f"repo.name: {exc}") from None
+    head = repo.get("headSha")
+    return RepoEvent(
+        scope=_string(event.get("scope"), "event.scope"),
+        action=_string(event.get("action"), "event.action"),
+        repo_type=_string(repo.get("type"), "repo.type"),
+        repo_id=repo_id,
+        head_sha=head if isinstance(head, str) and hub.SHA_RE.fullmatch(head) else None,
+    )
+
+
+def _object(value: Any, where: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise WebhookRejected(400, f"{where} must be a JSON object.")
+    return value
+
+
+def _string(value: Any, where: str) -> str:
+    if not isinstance(value, str) or not value or len(value) > 200:
+        raise WebhookRejected(400, f"{where} must be a non-empty string of at most 200 characters.")
+    return value
+
+
+def _ignored_because(event: RepoEvent) -> str | None:
+    if (event.scope, event.action) not in SYNC_EVENTS:
+        return f"{event.scope}/{event.action} events do not change a package's files"
+    if event.repo_type != "model":
+        return f"{event.repo_type} repos are not layer packages"
+    if event.repo_id.split("/", 1)[0] not in settings.MESHDASH_NAMESPACES:
+        return "the repo is outside the namespaces this server follows (MESHDASH_NAMESPACES)"
+    if not event.repo_id.endswith("-layers") and not _is_tracked(event.repo_id):
+        return "the repo is not a layer package (no -layers suffix) and is not tracked"
+    return None
+
+
+def _is_tracked(repo_id: str) -> bool:
+    from packages_app.models import Package
+
+    return Package.objects.filter(repo_id=repo_id, tracked=True).exists()
+
+
+def _dispatch(event: RepoEvent) -> JsonResponse:
+    reason = _ignored_because(event)
+    if reason is not None:
+        return JsonResponse({"queued": False, "repo": event.repo_id, "reason": reason}, status=200)
+    from packages_app import tasks  # Celery is only needed once an event is accepted
+
+    try:
+        tasks.sync_package.delay_on_commit(event.repo_id)
+    except Exception:  # the broker is down: the Hub may deliver again later; the periodic sync covers it
+        log.warning("could not enqueue the sync of %s", event.repo_id, exc_info=True)
+        retry_after = {"Retry-After": str(RETRY_AFTER_SECONDS)}
+        return _error(503, "The task queue is unavailable; try again later.", **retry_after)
+    log.info("webhook: sync of %s queued (head %s)", event.repo_id, event.head_sha)
+    return JsonResponse({"queued": True, "repo": event.repo_id, "head_sha": event.head_sha}, status=202)
