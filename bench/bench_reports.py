@@ -74,6 +74,7 @@ def server_env(args: argparse.Namespace) -> dict[str, str]:
         "ALLOWED_HOSTS": "127.0.0.1",
         "LOG_LEVEL": "ERROR",
         "MESHDASH_NODE_RATE_LIMIT": "0",
+        "SECURE_SSL_REDIRECT": "false",  # plain HTTP on loopback: no TLS proxy in front of this bench
     }
 
 
