@@ -232,8 +232,8 @@ def _store_manifest(rev: Revision, source: hub.PackageSource) -> str | None:
     except hub.HubNotFound:
         return f"{hub.MANIFEST_PATH} not found at {rev.commit_sha[:12]}: not a layer package revision"
     except hub.HubError as exc:
-        if exc.retryable:
-            raise
+        if exc.retryable or isinstance(exc, hub.HubUnauthorized):
+            raise  # nothing was read: no verdict to give, only the reason (or a retry)
         return str(exc)
     parsed, error = _decode_manifest(data)
     schema = parsed.get("schema_version") if isinstance(parsed, dict) else None

@@ -11,6 +11,7 @@ import pytest
 from packages_app import hub, ingest
 from packages_app.devhub import (
     DEMO_PACKAGES,
+    GATED_REPO,
     GLM47_REPO,
     QWEN35_FIRST_SHA,
     QWEN35_REPO,
@@ -130,6 +131,16 @@ def test_a_folder_without_a_manifest_fails_as_not_a_package(qwen_folder: Path) -
     rev = ingest_local(qwen_folder).revision
     assert rev.status == Revision.Status.FAILED
     assert "not a layer package" in rev.error
+
+
+def test_a_gated_package_without_a_token_fails_with_the_reason_and_no_verdict(
+    hub_source: type[hub.HubSource],
+) -> None:
+    with pytest.raises(hub.HubUnauthorized):
+        ingest.ingest_revision(GATED_REPO, None, source=hub_source(GATED_REPO, token=""))
+    rev = Revision.objects.get(package__repo_id=GATED_REPO)
+    assert rev.status == Revision.Status.FAILED and "HF_TOKEN" in rev.error
+    assert rev.verdict == ""
 
 
 def test_a_failed_revision_can_be_retried(qwen_folder: Path) -> None:
