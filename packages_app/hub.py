@@ -117,7 +117,7 @@ class PackageSource(Protocol):
 
     def resolve_revision(self, revision: str | None) -> str: ...
 
-    def list_commits(self) -> list[CommitInfo]: ...
+    def list_commits(self, head: str | None = None) -> list[CommitInfo]: ...
 
     def read_manifest(self, sha: str) -> bytes: ...
 
@@ -260,11 +260,11 @@ class HubSource:
             raise HubError(f"{what}: the Hub did not return a commit sha")
         return sha
 
-    def list_commits(self) -> list[CommitInfo]:
-        """Every commit of the default branch, newest first."""
+    def list_commits(self, head: str | None = None) -> list[CommitInfo]:
+        """The history behind ``head`` (a pinned sha; default: the default branch), newest first."""
         commits = self._call(
             f"{self.repo_id} commits",
-            lambda: self.api.list_repo_commits(self.repo_id, repo_type=self.repo_type),
+            lambda: self.api.list_repo_commits(self.repo_id, revision=head, repo_type=self.repo_type),
         )
         assert isinstance(commits, list)
         return [
@@ -391,7 +391,7 @@ class LocalFolderSource:
     def resolve_revision(self, revision: str | None) -> str:
         return LOCAL_REVISION
 
-    def list_commits(self) -> list[CommitInfo]:
+    def list_commits(self, head: str | None = None) -> list[CommitInfo]:
         return [CommitInfo(sha=LOCAL_REVISION, date=None, title="local folder")]
 
     def _path(self, path: str) -> Path:

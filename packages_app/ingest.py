@@ -52,7 +52,9 @@ def sync_package(repo_id: str, source: hub.PackageSource | None = None) -> list[
     source = source or hub.HubSource(repo_id)
     package, _ = Package.objects.get_or_create(repo_id=repo_id)
     try:
-        commits = source.list_commits()[: settings.MESHDASH_MAX_REVISIONS]
+        # Pin the head first, so the history read is that commit's even if a push lands meanwhile.
+        head = source.resolve_revision(None)
+        commits = source.list_commits(head)[: settings.MESHDASH_MAX_REVISIONS]
     except hub.HubError as exc:
         Package.objects.filter(pk=package.pk).update(sync_error=str(exc), last_synced_at=timezone.now())
         raise

@@ -64,6 +64,13 @@ def test_it_pins_a_branch_to_its_commit_sha(hub_source: type[hub.HubSource]) -> 
     assert sha == source.list_commits()[0].sha
 
 
+def test_the_history_behind_a_pinned_sha_ends_at_that_sha(hub_source: type[hub.HubSource]) -> None:
+    source = hub_source(QWEN35_REPO)
+    newest, older = source.list_commits()[:2]
+    history = [c.sha for c in source.list_commits(older.sha)]
+    assert history[0] == older.sha and newest.sha not in history
+
+
 def test_it_lists_commits_newest_first_down_to_the_first_upload(hub_source: type[hub.HubSource]) -> None:
     commits = hub_source(QWEN35_REPO).list_commits()
     assert commits[-1].sha == QWEN35_FIRST_SHA
