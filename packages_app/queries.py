@@ -19,7 +19,7 @@ from django.db.models import Count, F, Max, Min, Q, QuerySet, Value
 from django.db.models.functions import NullIf
 
 from packages_app import throughput
-from packages_app.capability import CONSISTENT_VERDICTS, INCONSISTENT_VERDICTS, VERDICTS
+from packages_app.capability import INCONSISTENT_VERDICTS, VERDICTS
 from packages_app.forms import ANY_INCONSISTENT, NOT_AUDITED, CatalogFilters
 from packages_app.models import Package, PackageFile, Report, Revision
 
@@ -218,10 +218,6 @@ def catalog_page(
     throughput = catalog_throughput_for([p.latest_revision_id for p in packages if p.latest_revision_id])
     rows = [CatalogRow(p, p.latest_revision, throughput.get(p.latest_revision_id or 0)) for p in packages]
     return CatalogResult(page, rows, catalog_facets(filters), catalog_architectures())
-
-
-def is_consistent(verdict: str) -> bool:
-    return verdict in CONSISTENT_VERDICTS
 
 
 # --- one package ---------------------------------------------------------------------------------
