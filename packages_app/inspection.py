@@ -76,7 +76,11 @@ def fetch_package_headers(
         rest = [p for p in rest if p not in skipped]
         if on_skipped and skipped:
             on_skipped(skipped)
-    return results + fetcher.fetch(rest, on_result, learned=results[0])
+    # Shared files repeat the metadata's KV block, so its size is the right first read for them;
+    # v2 layer files (read only when the metadata does not describe them) have small headers.
+    shared = [p for p in rest if file_role(p)[0] != "layer"]
+    layers = [p for p in rest if file_role(p)[0] == "layer"]
+    return results + fetcher.fetch(shared, on_result, learned=results[0]) + fetcher.fetch(layers, on_result)
 
 
 @dataclass(frozen=True)

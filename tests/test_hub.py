@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from packages_app import hub, inspection
@@ -245,3 +246,29 @@ def test_the_namespace_listing_finds_layer_packages_only(devhub: DevHub) -> None
     repos = hub.list_namespace_packages("meshllm", endpoint=devhub.url)
     assert QWEN35_REPO in repos
     assert all(r.endswith("-layers") for r in repos)
+
+
+def test_v2_layer_headers_are_read_with_small_reads_when_the_metadata_does_not_describe_them(
+    demo_catalog: Path, tmp_path: Path
+) -> None:
+    import gguf
+
+    sha = next(p for p in DEMO_PACKAGES if p.repo_id == GLM47_REPO).main_sha
+    folder = write_package_folder(GLM47_REPO, sha, tmp_path / "glm", root=demo_catalog)
+    metadata = folder / "shared/metadata.gguf"
+    metadata.unlink()  # a hard link to the catalog's blob: replace it, never write into it
+    writer = gguf.GGUFWriter(str(metadata), "glm4moe")  # no skippy.package.metadata_only key
+    writer.add_block_count(48)
+    writer.add_description("x" * 2_000_000)  # a big KV block, as real metadata has (the tokenizer)
+    writer.add_tensor("token_embd.weight", np.zeros((4, 4), dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    source = hub.LocalFolderSource(folder)
+    results = inspection.fetch_package_headers(
+        source, hub.LOCAL_REVISION, source.list_files(""), schema_version=2
+    )
+    layers = [r for r in results if r.path.startswith("layers/")]
+    assert len(layers) == 48 and all(r.header is not None for r in layers)
+    assert max(r.bytes for r in layers) <= hub.FIRST_READ
