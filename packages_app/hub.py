@@ -243,9 +243,7 @@ class HubSource:
             return fn()
         except HubError:
             raise
-        except (HfHubHTTPError, EntryNotFoundError, OSError, ValueError) as exc:
-            raise _translate(exc, what) from exc
-        except Exception as exc:  # httpx2 transport errors after the client's own retries
+        except Exception as exc:  # huggingface_hub's errors, and httpx2's once its retries are spent
             raise _translate(exc, what) from exc
 
     def resolve_revision(self, revision: str | None) -> str:
@@ -299,29 +297,43 @@ class HubSource:
 
     def read_range(self, sha: str, path: str, start: int, length: int) -> bytes:
         """Bytes [start, start+length) of a file at a commit, or fewer at the end of the file."""
-        if length <= 0:
-            return b""
-        what = f"{self.repo_id}@{sha[:12]}/{path}"
         headers = build_hf_headers(token=self.token or False)
-        headers["Range"] = f"bytes={start}-{start + length - 1}"
+        what = f"{self.repo_id}@{sha[:12]}/{path}"
         url = self.url(sha, path)
-
-        def fetch() -> bytes:
-            response = http_backoff(
-                "GET", url, headers=headers, max_retries=self.max_retries, retry_on_status_codes=RETRY_STATUS
-            )
-            if response.status_code == 416:
-                return b""
-            hf_raise_for_status(response)
-            body = response.content
-            if response.status_code == 200:  # the server ignored Range: keep only what was asked
-                body = body[start : start + length]
-            return body[:length]
-
-        data = self._call(what, fetch)
-        assert isinstance(data, bytes)
+        data = ranged_get(url, start, length, headers=headers, what=what, max_retries=self.max_retries)
         self.stats.add(len(data))
         return data
+
+
+def ranged_get(
+    url: str, start: int, length: int, *, headers: dict[str, str], what: str, max_retries: int = 4
+) -> bytes:
+    """One ranged GET through huggingface_hub's session, retried on 429/5xx honouring Retry-After."""
+    if length <= 0:
+        return b""
+    try:
+        response = http_backoff(
+            "GET",
+            url,
+            headers={**headers, "Range": f"bytes={start}-{start + length - 1}"},
+            max_retries=max_retries,
+            retry_on_status_codes=RETRY_STATUS,
+        )
+        if response.status_code == 416:  # asked past the end of the file
+            return b""
+        hf_raise_for_status(response)
+    except Exception as exc:
+        raise _translate(exc, what) from exc
+    body: bytes = response.content
+    if response.status_code == 200:  # the server ignored Range: keep only what was asked
+        body = body[start : start + length]
+    return body[:length]
+
+
+def read_local_range(path: Path, start: int, length: int) -> bytes:
+    with path.open("rb") as fh:
+        fh.seek(start)
+        return fh.read(max(0, length))
 
 
 def _remote_file(entry: RepoFile) -> RemoteFile:
@@ -422,9 +434,7 @@ class LocalFolderSource:
         return files
 
     def read_range(self, sha: str, path: str, start: int, length: int) -> bytes:
-        with self._path(path).open("rb") as fh:
-            fh.seek(start)
-            data = fh.read(max(0, length))
+        data = read_local_range(self._path(path), start, length)
         self.stats.add(len(data))
         return data
 
@@ -452,21 +462,9 @@ class UrlSource:
         self.label = url
 
     def read_range(self, sha: str, path: str, start: int, length: int) -> bytes:
-        headers = {"Range": f"bytes={start}-{start + length - 1}"}
-        try:
-            response = http_backoff("GET", self.url, headers=headers, retry_on_status_codes=RETRY_STATUS)
-            if response.status_code == 416:
-                return b""
-            hf_raise_for_status(response)
-        except (HfHubHTTPError, OSError) as exc:
-            raise _translate(exc, self.url) from exc
-        except Exception as exc:
-            raise _translate(exc, self.url) from exc
-        body = response.content
-        if response.status_code == 200:
-            body = body[start : start + length]
-        self.stats.add(len(body[:length]))
-        return body[:length]
+        data = ranged_get(self.url, start, length, headers={}, what=self.url)
+        self.stats.add(len(data))
+        return data
 
 
 HF_URI_RE = re.compile(r"^hf://(?P<repo>[^/@]+/[^/@]+)@(?P<rev>[^/]+)/(?P<path>.+)$")

@@ -23,6 +23,7 @@ from django.utils import timezone
 from packages_app import capability, hub, inspection
 from packages_app.gguf_header import GGUFHeader
 from packages_app.models import Package, PackageFile, Revision
+from packages_app.reports import link_reports_to_revision
 
 log = logging.getLogger(__name__)
 
@@ -190,14 +191,14 @@ def ingest_revision(
         _finish(rev, Revision.Status.FAILED, f"internal error: {type(exc).__name__}: {exc}")
         raise
     _refresh_latest(package)
-    _link_reports(rev)
+    link_reports_to_revision(rev)
     rev.refresh_from_db()
     return IngestOutcome(rev, ran=True)
 
 
 def _fill_commit_info(rev: Revision, source: hub.PackageSource) -> None:
     try:
-        commits = {c.sha: c for c in source.list_commits()}
+        commits = {c.sha: c for c in source.list_commits(rev.commit_sha)}
     except hub.HubError:
         return  # the commit date is cosmetic; the ingest itself will report a real Hub failure
     commit = commits.get(rev.commit_sha)
@@ -398,14 +399,6 @@ def reaudit_all(progress: ProgressFn | None = None) -> int:
         if progress:
             progress(i, len(ids))
     return len(ids)
-
-
-def _link_reports(rev: Revision) -> None:
-    try:
-        from packages_app.reports import link_reports_to_revision
-    except ImportError:  # the reports service is optional for ingest
-        return
-    link_reports_to_revision(rev)
 
 
 def reconcile_stuck(older_than: timedelta = STALE_CLAIM) -> list[tuple[str, str]]:

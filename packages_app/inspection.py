@@ -137,9 +137,7 @@ class LocalFileReader:
         self.stats = hub.FetchStats()
 
     def read_range(self, sha: str, path: str, start: int, length: int) -> bytes:
-        with self.path.open("rb") as fh:
-            fh.seek(start)
-            data = fh.read(max(0, length))
+        data = hub.read_local_range(self.path, start, length)
         self.stats.add(len(data))
         return data
 
