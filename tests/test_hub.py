@@ -119,7 +119,7 @@ def test_a_private_repo_is_not_found_without_a_token_and_read_with_one(
     assert hub.SHA_RE.match(hub_source(PRIVATE_REPO, token=DEVHUB_TOKEN).resolve_revision(None))
 
 
-def test_it_retries_after_429_and_503_honouring_retry_after(
+def test_it_retries_a_429_and_a_503_then_reads_the_file(
     devhub: DevHub, hub_source: type[hub.HubSource]
 ) -> None:
     source = hub.HubSource(QWEN35_REPO, endpoint=devhub.url, max_retries=3)
