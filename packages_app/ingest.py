@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from django.conf import settings
-from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
@@ -36,21 +35,16 @@ STALE_CLAIM = timedelta(seconds=getattr(settings, "CELERY_TASK_TIME_LIMIT", 660)
 
 
 def track_package(repo_id: str) -> Package:
-    """Start following a package: store it and enqueue a sync once the transaction commits."""
-    from packages_app import tasks
-
+    """Start following a package and store it; the caller enqueues its sync."""
     hub.validate_repo_id(repo_id)
     package, _ = Package.objects.get_or_create(repo_id=repo_id, defaults={"tracked": True})
     if not package.tracked:
         Package.objects.filter(pk=package.pk).update(tracked=True)
-    tasks.sync_package.delay_on_commit(repo_id)
     return package
 
 
 def sync_package(repo_id: str, source: hub.PackageSource | None = None) -> list[Revision]:
-    """Record every commit of the package and enqueue the ingest of those not done yet."""
-    from packages_app import tasks
-
+    """Record every commit of the package; the caller enqueues the ingest of those still queued."""
     source = source or hub.HubSource(repo_id)
     package, _ = Package.objects.get_or_create(repo_id=repo_id)
     try:
@@ -63,13 +57,16 @@ def sync_package(repo_id: str, source: hub.PackageSource | None = None) -> list[
     revisions = [_revision_for_commit(package, c) for c in commits]
     _refresh_latest(package)
     Package.objects.filter(pk=package.pk).update(sync_error="", last_synced_at=timezone.now())
-    for revision in revisions:
-        if revision.status == Revision.Status.QUEUED:
-            tasks.ingest_revision.delay_on_commit(repo_id, revision.commit_sha)
     return revisions
 
 
-def discover_packages(namespaces: list[str], catalog_dataset: str | None) -> list[str]:
+@dataclass(frozen=True)
+class Discovery:
+    found: list[str]  # every package the namespaces and the catalog name
+    tracked: list[str]  # those tracked by this discovery, whose sync the caller enqueues
+
+
+def discover_packages(namespaces: list[str], catalog_dataset: str | None) -> Discovery:
     """Track every ``-layers`` repo of the namespaces and every package the curated catalog lists."""
     found: set[str] = set()
     for namespace in namespaces:
@@ -82,9 +79,10 @@ def discover_packages(namespaces: list[str], catalog_dataset: str | None) -> lis
         except hub.HubNotFound:
             log.info("catalog dataset %s not found; skipped", catalog_dataset)
     known = set(Package.objects.filter(repo_id__in=found).values_list("repo_id", flat=True))
-    for repo_id in sorted(found - known):
+    new = sorted(found - known)
+    for repo_id in new:
         track_package(repo_id)
-    return sorted(found)
+    return Discovery(found=sorted(found), tracked=new)
 
 
 def _revision_for_commit(package: Package, commit: hub.CommitInfo) -> Revision:
@@ -403,16 +401,10 @@ def reaudit_all(progress: ProgressFn | None = None) -> int:
 
 
 def reconcile_stuck(older_than: timedelta = STALE_CLAIM) -> list[tuple[str, str]]:
-    """Revisions left queued or running past the claim lease: re-enqueue them (beat runs this)."""
-    from packages_app import tasks
-
+    """Revisions left queued or running past the claim lease: (repo id, sha) for the caller to re-enqueue."""
     cutoff = timezone.now() - older_than
     stuck = Revision.objects.filter(
         Q(status=Revision.Status.RUNNING, started_at__lt=cutoff)
         | Q(status=Revision.Status.QUEUED, queued_at__lt=cutoff)
     ).select_related("package")
-    pairs = [(r.package.repo_id, r.commit_sha) for r in stuck]
-    with transaction.atomic():
-        for repo_id, sha in pairs:
-            tasks.ingest_revision.delay_on_commit(repo_id, sha)
-    return pairs
+    return [(r.package.repo_id, r.commit_sha) for r in stuck]
