@@ -11,7 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from packages_app import capability, hub
+from packages_app import audit as auditing
+from packages_app import hub
 from packages_app.layout import METADATA_ONLY_KEY, FileRole, classify_path
 
 METADATA_READ_CAP = 64 * 1024 * 1024
@@ -67,7 +68,7 @@ def fetch_package_headers(
 
 @dataclass(frozen=True)
 class PackageAudit:
-    audit: capability.Audit
+    audit: auditing.Audit
     source: str
     revision: str
     requests: int
@@ -93,9 +94,9 @@ def audit_source(source: hub.HubSource | hub.LocalFolderSource, revision: str | 
     results = fetch_package_headers(source, sha, files, schema_version=schema)
     headers = {r.path: r.header.to_json() for r in results if r.header is not None}
     errors = {r.path: r.error for r in results if r.header is None}
-    listing = [capability.FileInfo(path=f.path, size=f.size, lfs_sha256=f.lfs_sha256) for f in files]
+    listing = [auditing.FileInfo(path=f.path, size=f.size, lfs_sha256=f.lfs_sha256) for f in files]
     shown_revision = None if isinstance(source, hub.LocalFolderSource) else sha
-    result = capability.audit(manifest, listing, headers, revision=shown_revision, header_errors=errors)
+    result = auditing.audit(manifest, listing, headers, revision=shown_revision, header_errors=errors)
     return PackageAudit(result, source.label, sha, source.stats.requests, source.stats.bytes)
 
 
