@@ -225,7 +225,7 @@ else:
 MESHDASH_NODE_RATE_LIMIT = envint("MESHDASH_NODE_RATE_LIMIT", 1200)  # requests/minute/node; 0 = off
 
 # --- The Hub --------------------------------------------------------------------------------
-# HF_ENDPOINT and HF_TOKEN are read by huggingface_hub itself, from the environment, inside hub.py.
+# HF_ENDPOINT and HF_TOKEN are read by huggingface_hub itself, from the environment, inside packages_app/hub/.
 HF_ENDPOINT = envstr("HF_ENDPOINT", "https://huggingface.co")
 MESHDASH_NAMESPACES = [n for n in envstr("MESHDASH_NAMESPACES", "meshllm").split(",") if n]
 MESHDASH_CATALOG_DATASET = envstr("MESHDASH_CATALOG_DATASET", "meshllm/catalog")

@@ -2,7 +2,7 @@
 
 Every write is keyed on a natural key, and a revision is claimed before it is worked on, so re-runs,
 retries and racing workers leave the same rows. Nothing here talks to the Hub directly: a source
-object (hub.py) is passed in or built from the repo id.
+object (packages_app/hub/) is passed in or built from the repo id.
 """
 
 from __future__ import annotations
