@@ -16,7 +16,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q
 
 from packages_app.models import Node, Report, Revision
-from packages_app.report_schema import ReportIn
+from packages_app.nodes.report_schema import ReportIn
 
 CLOCK_SKEW_LIMIT = timedelta(minutes=5)
 

@@ -15,8 +15,9 @@ from django.core.cache import cache
 from django.core.management import call_command
 from django.test import Client
 
-from packages_app import nodes, reports
+from packages_app import reports
 from packages_app.models import Package, Report, Revision
+from packages_app.nodes import identity as nodes
 
 QWEN = "meshllm/Qwen3.5-35B-A3B-UD-Q4_K_XL-layers"
 FIRST_SHA = "69cbd9fc1f928305e8e86e1148a1db6a6f1de8e9"
@@ -438,7 +439,7 @@ def test_a_batch_item_that_is_not_an_object_is_refused_alone(client: Client, tok
 def test_a_racing_replay_that_loses_the_insert_answers_duplicate(token: str) -> None:
     # Simulates the race: the row is already there when this insert runs, so the unique
     # constraint, not a prior read, decides the answer.
-    from packages_app.report_schema import body_digest, validate_report
+    from packages_app.nodes.report_schema import body_digest, validate_report
 
     node = nodes.node_get("node-a")
     body = make_report()
