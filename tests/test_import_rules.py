@@ -33,7 +33,7 @@ LAYERS: Mapping[str, int] = {
     "packages_app.audit": PURE,
     "packages_app.charts": PURE,
     "packages_app.report_schema": PURE,
-    "packages_app.nodes.schema": PURE,
+    "packages_app.nodes.report_schema": PURE,
     "packages_app.nodes.otlp": PURE,
     "packages_app.nodes.agent": PURE,
     "packages_app.devhub": PURE,
