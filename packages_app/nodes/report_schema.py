@@ -271,6 +271,12 @@ def _check_hardware_size(value: dict[str, Any]) -> dict[str, Any]:
     return value
 
 
+def _check_devices(value: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    if len(value) > 64 or _depth(value) > MAX_DEPTH // 2 or len(canonical_json(value)) > MAX_HARDWARE_BYTES:
+        raise PydanticCustomError("too_large", "devices should be at most 64 entries and 4 KiB")
+    return value
+
+
 def _depth(value: Any, level: int = 0) -> int:
     if level > MAX_DEPTH or not isinstance(value, dict | list):
         return level
@@ -300,6 +306,48 @@ class BatchIn(_Strict):
         description=f"1 to {MAX_BATCH} report objects.",
         json_schema_extra={"items": {"$ref": "#/components/schemas/ReportIn"}},
     )
+
+
+# --- Runs the node agent registers ------------------------------------------------------------
+
+Text200 = Annotated[str, Strict(), Field(max_length=200)]
+
+
+class RunStage(_Strict):
+    """One stage of a run as the node's console API lists it (``GET /api/runtime/stages``)."""
+
+    stage_id: Text200
+    stage_index: Annotated[int, Strict(), Field(ge=0, le=1023)]
+    node_id: Text200 = ""
+    layer_start: Annotated[int, Strict(), Field(ge=0, le=99_999)]
+    layer_end: Annotated[int, Strict(), Field(ge=0, le=99_999)]
+    state: Text200 = ""
+    device: Text200 = ""
+    ctx_size: Annotated[int, Strict(), Field(ge=0)] | None = None
+    lane_count: Annotated[int, Strict(), Field(ge=0)] | None = None
+
+
+class RunIn(_Strict):
+    """A run the agent saw on its node: the package (ref resolved to a commit) and the topology."""
+
+    run_id: Annotated[str, Strict(), Field(min_length=1, max_length=200)]
+    topology_id: Text200 = ""
+    model_id: Text200 = ""
+    package_ref: Annotated[str, Strict(), Field(max_length=300)] = Field(
+        default="", description="As the node names it, e.g. meshllm/Qwen3.5-...-layers@main."
+    )
+    package: PackageRef | None = Field(default=None, description="The ref resolved to a 40-hex commit.")
+    version: Annotated[str, Strict(), Field(max_length=100)] = Field(default="", description="/api/status")
+    stages: list[RunStage] = Field(default_factory=list, max_length=64)
+    devices: Annotated[list[dict[str, Any]], AfterValidator(_check_devices)] = Field(default_factory=list)
+
+    def stage_splits(self) -> str:
+        ranges = sorted((s.layer_start, s.layer_end) for s in self.stages)
+        return "|".join(f"{start}..{end}" for start, end in ranges)
+
+
+class RunsIn(_Strict):
+    runs: list[Any] = Field(min_length=1, max_length=64, description="1 to 64 runs.")
 
 
 # --- Responses (documented in the OpenAPI schema; the views build plain dicts of this shape) --
@@ -409,12 +457,18 @@ def storable_digest(data: Any, path: str = "") -> str:
 
 
 def validate_batch(data: Any) -> list[Any]:
+    return _validate_list(data, BatchIn, "reports")
+
+
+def _validate_list(data: Any, model: type[BatchIn | RunsIn], key: str) -> list[Any]:
+    """The still-untyped items of a ``{key: [...]}`` body, so each is judged (and refused) alone."""
     if not isinstance(data, dict):
-        raise BodyError('The body must be a JSON object like {"reports": [...]}.')
+        raise BodyError(f'The body must be a JSON object like {{"{key}": [...]}}.')
     try:
-        return BatchIn.model_validate(data).reports
+        items: list[Any] = getattr(model.model_validate(data), key)
     except ValidationError as exc:
         raise _first_error(exc, "") from None
+    return items
 
 
 def _first_error(exc: ValidationError, prefix: str) -> BodyError:
@@ -433,3 +487,18 @@ def _sentence(kind: str, msg: str, loc: list[str]) -> str:
     if kind == "missing":
         return f"Missing required key {name}."
     return f"{_safe(name)}: {msg}."
+
+
+def validate_run(data: Any, prefix: str = "") -> RunIn:
+    """Validate one run registration; on failure raise BodyError naming the first bad field."""
+    if not isinstance(data, dict):
+        raise BodyError("A run must be a JSON object.", prefix)
+    check_json_tree(data, prefix)
+    try:
+        return RunIn.model_validate(data)
+    except ValidationError as exc:
+        raise _first_error(exc, prefix) from None
+
+
+def validate_runs(data: Any) -> list[Any]:
+    return _validate_list(data, RunsIn, "runs")
