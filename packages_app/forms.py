@@ -9,7 +9,7 @@ from typing import Any
 from django import forms
 from django.core.exceptions import ValidationError
 
-from packages_app import hub
+from packages_app import repo_ids
 from packages_app.capability import VERDICTS
 from packages_app.models import Revision
 
@@ -37,8 +37,8 @@ _YES_NO = [("", "any"), ("yes", "yes"), ("no", "no")]
 def validate_repo_id(value: str) -> None:
     """Accept ``owner/name`` as the Hub spells repo ids; reject URLs, paths and malformed names."""
     try:
-        hub.validate_repo_id(value)
-    except hub.InvalidRepoId as exc:
+        repo_ids.validate_repo_id(value)
+    except repo_ids.InvalidRepoId as exc:
         raise ValidationError(f"{exc}.") from None
 
 

@@ -22,6 +22,7 @@ from django.utils import timezone
 
 from packages_app import capability, hub, inspection
 from packages_app.gguf_header import GGUFHeader
+from packages_app.layout import MANIFEST_FILE, classify_path
 from packages_app.models import Package, PackageFile, Revision
 from packages_app.reports import link_reports_to_revision
 
@@ -233,7 +234,7 @@ def _store_manifest(rev: Revision, source: hub.PackageSource) -> str | None:
     try:
         data = source.read_manifest(rev.commit_sha)
     except hub.HubNotFound:
-        return f"{hub.MANIFEST_PATH} not found at {rev.commit_sha[:12]}: not a layer package revision"
+        return f"{MANIFEST_FILE} not found at {rev.commit_sha[:12]}: not a layer package revision"
     except hub.HubError as exc:
         if exc.retryable or isinstance(exc, hub.HubUnauthorized):
             raise  # nothing was read: no verdict to give, only the reason (or a retry)
@@ -253,24 +254,24 @@ def _decode_manifest(data: bytes) -> tuple[object, str | None]:
     try:
         return json.loads(data.decode("utf-8")), None
     except UnicodeDecodeError as exc:
-        return None, f"{hub.MANIFEST_PATH} is not UTF-8 text (byte {exc.start})"
+        return None, f"{MANIFEST_FILE} is not UTF-8 text (byte {exc.start})"
     except RecursionError:
-        return None, f"{hub.MANIFEST_PATH} is nested too deeply to read"
+        return None, f"{MANIFEST_FILE} is nested too deeply to read"
     except ValueError as exc:
-        return None, f"{hub.MANIFEST_PATH} is not valid JSON: {exc}"
+        return None, f"{MANIFEST_FILE} is not valid JSON: {exc}"
 
 
 def _store_files(rev: Revision, files: list[hub.RemoteFile]) -> None:
     rows = []
     for f in files:
-        role, layer, part = inspection.file_role(f.path)
+        place = classify_path(f.path)
         rows.append(
             PackageFile(
                 revision=rev,
                 path=f.path[:500],
-                role=role,
-                layer_index=layer,
-                part_index=part,
+                role=place.role.value,
+                layer_index=place.layer,
+                part_index=place.part,
                 size=f.size,
                 lfs_sha256=f.lfs_sha256 or "",
                 blob_id=f.blob_id[:64],

@@ -225,14 +225,3 @@ def test_reaudit_recomputes_every_stored_revision_without_the_hub(hub_source: ty
     Revision.objects.update(verdict="", audit=None)
     assert ingest.reaudit_all() == 1
     assert Revision.objects.get().verdict == "undeclared-mtp"
-
-
-def test_files_get_their_role_and_layer_index_from_the_path_conventions() -> None:
-    from packages_app.inspection import file_role
-
-    assert file_role("layers/layer-040.gguf") == ("layer", 40, None)
-    assert file_role("layers/layer-00047-part02.gguf") == ("layer", 47, 2)
-    assert file_role("shared/metadata.gguf")[0] == "metadata"
-    assert file_role("shared/common.gguf")[0] == "common"
-    assert file_role("model-package.json")[0] == "manifest"
-    assert file_role("README.md")[0] == "other"
