@@ -76,14 +76,9 @@ def node_json_endpoint(max_bytes: int) -> Callable[[NodeView], View]:
 def _guarded(request: HttpRequest, view: NodeView, max_bytes: int) -> HttpResponse:
     if request.method != "POST":
         return error_response(405, "Only POST is allowed here.", Allow="POST")
-    node = _bearer_node(request)
-    if node is None:
-        return error_response(
-            401, "A valid node token is required (Authorization: Bearer <token>).", WWW_Authenticate="Bearer"
-        )
-    retry_after = nodes.node_rate_limit(node)
-    if retry_after is not None:
-        return error_response(429, "Too many requests from this node.", Retry_After=str(retry_after))
+    node = authorized_node(request)
+    if not isinstance(node, Node):
+        return node
     try:
         data = read_json(request, max_bytes)
     except NotJson:
@@ -94,6 +89,19 @@ def _guarded(request: HttpRequest, view: NodeView, max_bytes: int) -> HttpRespon
         return error_response(400, exc.message, exc.field)
     nodes.node_touch(node)
     return view(request, node, data)
+
+
+def authorized_node(request: HttpRequest) -> Node | JsonResponse:
+    """The node of the request's bearer token, within its rate limit; else the 401 or 429 to answer."""
+    node = _bearer_node(request)
+    if node is None:
+        return error_response(
+            401, "A valid node token is required (Authorization: Bearer <token>).", WWW_Authenticate="Bearer"
+        )
+    retry_after = nodes.node_rate_limit(node)
+    if retry_after is not None:
+        return error_response(429, "Too many requests from this node.", Retry_After=str(retry_after))
+    return node
 
 
 def _bearer_node(request: HttpRequest) -> Node | None:
