@@ -197,6 +197,7 @@ if CELERY_BROKER_URL.startswith("filesystem://"):
         "data_folder_in": str(_BROKER_FOLDER),
         "data_folder_out": str(_BROKER_FOLDER),
         "processed_folder": str(_BROKER_FOLDER / "processed"),
+        "control_folder": str(_BROKER_FOLDER / "control"),
         "store_processed": False,
     }
 # On a broker connection loss, let running tasks finish: their ack may be lost and the message
