@@ -221,6 +221,10 @@ CELERY_BEAT_SCHEDULE = {
         "task": "packages_app.tasks.discover_packages",
         "schedule": envint("MESHDASH_DISCOVER_INTERVAL", 3600),
     },
+    "prune-hourly-rollups": {
+        "task": "packages_app.tasks.prune_hourly_rollups",
+        "schedule": 3600,
+    },
 }
 
 # --- Cache (the node rate limiter counts here, so it must be shared by all web workers) -------
@@ -235,6 +239,8 @@ else:
 
 # --- Node reports ---------------------------------------------------------------------------
 MESHDASH_NODE_RATE_LIMIT = envint("MESHDASH_NODE_RATE_LIMIT", 1200)  # requests/minute/node; 0 = off
+# Hourly report rollups are kept this many days; day and total rollups are kept for good.
+MESHDASH_ROLLUP_HOURLY_DAYS = envint("MESHDASH_ROLLUP_HOURLY_DAYS", 14)
 
 # --- The Hub --------------------------------------------------------------------------------
 # HF_ENDPOINT and HF_TOKEN are read by huggingface_hub itself, from the environment, inside packages_app/hub/.

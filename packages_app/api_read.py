@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from dataclasses import asdict
 from datetime import datetime
 from typing import Any
 
@@ -19,6 +20,7 @@ from pydantic import BaseModel
 from packages_app import queries
 from packages_app.forms import CatalogFilterForm
 from packages_app.models import Package, Revision
+from packages_app.throughput import RevisionThroughput
 
 JsonView = Callable[..., JsonResponse]
 
@@ -81,7 +83,7 @@ def _catalog_row_json(row: queries.CatalogRow) -> dict[str, Any]:
         "repo_id": row.package.repo_id,
         "url": _package_api_url(row.package),
         "latest_revision": _revision_summary(row.revision) if row.revision else None,
-        "throughput": row.throughput,
+        "throughput": row.throughput.as_dict() if row.throughput else None,
     }
 
 
@@ -136,7 +138,7 @@ def _history_entry(revision: Revision) -> dict[str, Any]:
 def _audit_json(revision: Revision) -> dict[str, Any]:
     audit = revision.audit if isinstance(revision.audit, dict) else {}
     throughput = queries.revision_throughput_for(revision)
-    alert = throughput.get("alert") if throughput else None
+    alert = asdict(throughput.alert) if throughput and throughput.alert else None
     return {
         "verdict": revision.verdict or None,
         "detected": audit.get("detected"),
@@ -155,12 +157,18 @@ def _empty_audit() -> dict[str, Any]:
     return {**dict.fromkeys(keys), "problems": [], "alerts": []}
 
 
-def _throughput_summary(throughput: dict[str, Any] | None) -> dict[str, Any] | None:
+def _throughput_summary(throughput: RevisionThroughput | None) -> dict[str, Any] | None:
     if not throughput:
         return None
     # The time series and the raw recent reports stay on the HTML page; the API gives the figures.
-    keys = ("mtp_on", "mtp_off", "by_strategy", "acceptance_rate", "mean_accepted_length", "stage_splits")
-    return {key: throughput.get(key) for key in keys}
+    return {
+        "mtp_on": asdict(throughput.mtp_on),
+        "mtp_off": asdict(throughput.mtp_off),
+        "by_strategy": [asdict(row) for row in throughput.by_strategy],
+        "acceptance_rate": throughput.acceptance_rate,
+        "mean_accepted_length": throughput.mean_accepted_length,
+        "stage_splits": throughput.stage_splits,
+    }
 
 
 # --- the response shapes, for the OpenAPI document (openapi.py) and the tests -------------------

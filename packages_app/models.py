@@ -296,3 +296,92 @@ class NodeRun(models.Model):
 
     def __str__(self) -> str:
         return f"{self.node.name}:{self.run_id}"
+
+
+ROLLUP_KEY = (
+    "revision",
+    "grain",
+    "node_key",
+    "bucket_start",
+    "stage_splits",
+    "requested_strategy",
+    "strategy",
+    "mtp_used",
+)
+
+
+class Rollup(models.Model):
+    """Report figures added up per revision x node x topology x strategy (requested, effective) x
+    MTP used x time bucket.
+
+    Written by packages_app.rollups in the transaction that stores the reports (so each report is
+    counted exactly once), read by throughput.py instead of the raw reports. Grains: ``hour`` (kept
+    for MESHDASH_ROLLUP_HOURLY_DAYS), ``day`` (kept for good) and ``total`` (one bucket, the whole
+    life of the revision); ``node_key`` is the node's id (no foreign key: 0 must be storable), or
+    ALL_NODES for the figures of every node together, which is what the pages read. Sketches:
+    packages_app.sketch, as JSON.
+    """
+
+    class Grain(models.TextChoices):
+        HOUR = "hour"
+        DAY = "day"
+        TOTAL = "total"
+
+    ALL_NODES = 0
+
+    revision = models.ForeignKey(Revision, on_delete=models.CASCADE, related_name="rollups")
+    node_key = models.BigIntegerField(help_text="Node id, or 0 for every node together.")
+    grain = models.CharField(max_length=5, choices=Grain.choices)
+    bucket_start = models.DateTimeField()
+    stage_splits = models.CharField(max_length=400, blank=True)
+    requested_strategy = models.CharField(max_length=64, blank=True)
+    strategy = models.CharField(max_length=64, blank=True, help_text="effective_strategy")
+    mtp_used = models.BooleanField()
+
+    reports = models.BigIntegerField(default=0)
+    from_spans = models.BigIntegerField(default=0, help_text="Reports that came as OTLP spans.")
+    unused = models.BigIntegerField(
+        default=0, help_text="Reports showing MTP unused (throughput.MTP_UNUSED)."
+    )
+    accepted = models.BigIntegerField(default=0)
+    proposed = models.BigIntegerField(default=0)
+    windows = models.BigIntegerField(default=0)
+    first_at = models.DateTimeField()
+    last_at = models.DateTimeField()
+
+    tps_n = models.BigIntegerField(default=0)
+    tps_sum = models.FloatField(default=0)
+    tps_min = models.FloatField(null=True)
+    tps_max = models.FloatField(null=True)
+    tps_sketch = models.JSONField(default=dict)
+    prompt_n = models.BigIntegerField(default=0)
+    prompt_sum = models.FloatField(default=0)
+    prompt_min = models.FloatField(null=True)
+    prompt_max = models.FloatField(null=True)
+    prompt_sketch = models.JSONField(default=dict)
+    acceptance_n = models.BigIntegerField(default=0)
+    acceptance_sum = models.FloatField(default=0)
+    acceptance_min = models.FloatField(null=True)
+    acceptance_max = models.FloatField(null=True)
+    acceptance_sketch = models.JSONField(default=dict)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=[*ROLLUP_KEY],
+                name="rollup_natural_key",
+            ),
+        ]
+        indexes = [
+            # The catalog's alert filter: revisions whose reports show MTP unused.
+            models.Index(
+                fields=["revision"],
+                condition=Q(grain="total", node_key=0, unused__gt=0),
+                name="rollup_unused_revisions",
+            ),
+            # Pruning hourly rows past their window.
+            models.Index(fields=["grain", "bucket_start"], name="rollup_grain_time"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.revision_id}:{self.grain}:{self.bucket_start:%Y-%m-%dT%H}:{self.node_key}"

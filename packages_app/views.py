@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Callable
+from dataclasses import asdict
 from typing import Any
 
 from django.conf import settings
@@ -17,6 +18,7 @@ from django.views.decorators.http import require_GET, require_http_methods
 from packages_app import charts, queries, staticfinders
 from packages_app.forms import SORTS, CatalogFilterForm, TrackPackageForm
 from packages_app.models import Package, Revision
+from packages_app.throughput import RevisionThroughput
 
 View = Callable[..., HttpResponse]
 
@@ -75,7 +77,7 @@ def package_detail(request: HttpRequest, owner: str, name: str) -> HttpResponse:
 
 def _revision_context(revision: Revision) -> dict[str, Any]:
     throughput = queries.revision_throughput_for(revision)
-    splits = list(throughput.get("stage_splits") or []) if throughput else []
+    splits = throughput.stage_splits if throughput else []
     suggested = queries.suggested_generation(revision)
     return {
         "problems": queries.audit_problems(revision),
@@ -93,13 +95,13 @@ def _revision_context(revision: Revision) -> dict[str, Any]:
     }
 
 
-def _throughput_charts(throughput: dict[str, Any] | None) -> dict[str, Any]:
+def _throughput_charts(throughput: RevisionThroughput | None) -> dict[str, Any]:
     if not throughput:
         return {}
     return {
-        "timeline": charts.throughput_timeline_figure(list(throughput.get("series") or [])),
-        "strategies": charts.strategy_figure(list(throughput.get("by_strategy") or [])),
-        "mtp": charts.mtp_comparison_figure(throughput.get("mtp_on"), throughput.get("mtp_off")),
+        "timeline": charts.throughput_timeline_figure([asdict(point) for point in throughput.series]),
+        "strategies": charts.strategy_figure([asdict(row) for row in throughput.by_strategy]),
+        "mtp": charts.mtp_comparison_figure(asdict(throughput.mtp_on), asdict(throughput.mtp_off)),
     }
 
 
