@@ -241,6 +241,9 @@ else:
 MESHDASH_NODE_RATE_LIMIT = envint("MESHDASH_NODE_RATE_LIMIT", 1200)  # requests/minute/node; 0 = off
 # Hourly report rollups are kept this many days; day and total rollups are kept for good.
 MESHDASH_ROLLUP_HOURLY_DAYS = envint("MESHDASH_ROLLUP_HOURLY_DAYS", 14)
+# Off only to measure what the rollups cost (bench/bench_reports.py): pages then lag until
+# `manage.py rebuild_rollups`.
+MESHDASH_ROLLUP_ON_STORE = envbool("MESHDASH_ROLLUP_ON_STORE", True)
 
 # --- The Hub --------------------------------------------------------------------------------
 # HF_ENDPOINT and HF_TOKEN are read by huggingface_hub itself, from the environment, inside packages_app/hub/.

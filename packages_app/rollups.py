@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from django.conf import settings
 from django.db import connections, transaction
@@ -67,6 +67,55 @@ REBUILD_CHUNK = 20_000
 Key = tuple[int, str, int, datetime, str, str, str, bool]
 
 
+class Stored(Protocol):
+    """The columns of a stored report that a rollup reads (a Report, or a bulk loader's row)."""
+
+    @property
+    def revision_id(self) -> int | None: ...
+
+    @property
+    def node_id(self) -> int: ...
+
+    @property
+    def received_at(self) -> datetime: ...
+
+    @property
+    def stage_splits(self) -> str: ...
+
+    @property
+    def requested_strategy(self) -> str: ...
+
+    @property
+    def effective_strategy(self) -> str: ...
+
+    @property
+    def mtp_used(self) -> bool: ...
+
+    @property
+    def source(self) -> str: ...
+
+    @property
+    def predicted_per_second(self) -> float | None: ...
+
+    @property
+    def prompt_per_second(self) -> float | None: ...
+
+    @property
+    def speculative_accepted_n(self) -> int | None: ...
+
+    @property
+    def draft_n_accepted(self) -> int | None: ...
+
+    @property
+    def speculative_proposed_n(self) -> int | None: ...
+
+    @property
+    def draft_n(self) -> int | None: ...
+
+    @property
+    def speculative_windows(self) -> int | None: ...
+
+
 @dataclass
 class Metric:
     """Count, sum, minimum, maximum and sketch of one figure over a cell's reports."""
@@ -77,14 +126,12 @@ class Metric:
     high: float | None = None
     bins: sketch.Sketch = field(default_factory=dict)
 
-    def add(self, value: float | None) -> None:
-        if value is None:
-            return
+    def add(self, value: float, index: int) -> None:
+        """Add a value that falls in sketch bin ``index``."""
         self.n += 1
         self.total += value
-        self.low = value if self.low is None else min(self.low, value)
-        self.high = value if self.high is None else max(self.high, value)
-        index = sketch.bin_of(value)
+        self.low = value if self.low is None or value < self.low else self.low
+        self.high = value if self.high is None or value > self.high else self.high
         self.bins[index] = self.bins.get(index, 0) + 1
 
 
@@ -117,12 +164,14 @@ def hourly_since(now: datetime | None = None) -> datetime:
 # --- adding ------------------------------------------------------------------------------------
 
 
-def add_reports(rows: Iterable[Report], *, using: str = "default") -> int:
+def add_reports(rows: Iterable[Stored], *, using: str = "default") -> int:
     """Add stored reports to their rollups; call inside the transaction that stored them.
 
     Rows without a revision are skipped (``link_reports`` adds them once linked). Returns how many
     reports were added.
     """
+    if not settings.MESHDASH_ROLLUP_ON_STORE:
+        return 0
     cells, added = cells_of(rows, hourly_since())
     if cells:
         with transaction.atomic(using=using):
@@ -156,7 +205,7 @@ def link_reports(unlinked: Q, changes: dict[str, object]) -> int:
 
 
 def cells_of(
-    rows: Iterable[Report], hourly_from: datetime, into: dict[Key, Cell] | None = None
+    rows: Iterable[Stored], hourly_from: datetime, into: dict[Key, Cell] | None = None
 ) -> tuple[dict[Key, Cell], int]:
     """The cells the rows add to (added into ``into`` when given), and how many rows counted."""
     cells: dict[Key, Cell] = {} if into is None else into
@@ -165,15 +214,16 @@ def cells_of(
         if row.revision_id is None:
             continue
         added += 1
+        figures = Figures.of(row)
         for key in _keys(row, hourly_from):
             cell = cells.get(key)
             if cell is None:
                 cell = cells[key] = Cell(first_at=row.received_at, last_at=row.received_at)
-            _add(cell, row)
+            figures.add_to(cell)
     return cells, added
 
 
-def _keys(row: Report, hourly_from: datetime) -> list[Key]:
+def _keys(row: Stored, hourly_from: datetime) -> list[Key]:
     at = row.received_at.astimezone(UTC)
     hour = at.replace(minute=0, second=0, microsecond=0)
     buckets = [(Rollup.Grain.DAY.value, hour.replace(hour=0)), (Rollup.Grain.TOTAL.value, EPOCH)]
@@ -187,20 +237,49 @@ def _keys(row: Report, hourly_from: datetime) -> list[Key]:
     ]
 
 
-def _add(cell: Cell, row: Report) -> None:
-    cell.reports += 1
-    cell.from_spans += row.source == Report.Source.OTLP
-    cell.unused += shows_mtp_unused(bool(row.mtp_used), row.requested_strategy)
-    cell.first_at = min(cell.first_at, row.received_at)
-    cell.last_at = max(cell.last_at, row.received_at)
-    accepted = _first(row.speculative_accepted_n, row.draft_n_accepted)
-    proposed = _first(row.speculative_proposed_n, row.draft_n)
-    cell.accepted += accepted or 0
-    cell.proposed += proposed or 0
-    cell.windows += row.speculative_windows or 0
-    cell.metrics["tps"].add(row.predicted_per_second)
-    cell.metrics["prompt"].add(row.prompt_per_second)
-    cell.metrics["acceptance"].add((accepted or 0) / proposed if proposed else None)
+@dataclass(frozen=True, slots=True)
+class Figures:
+    """What one report adds to each of its cells, worked out once (bins included) for all six."""
+
+    at: datetime
+    from_spans: int
+    unused: int
+    accepted: int
+    proposed: int
+    windows: int
+    values: tuple[tuple[str, float, int] | None, ...]  # (metric, value, bin) per METRICS
+
+    @classmethod
+    def of(cls, row: Stored) -> Figures:
+        accepted = _first(row.speculative_accepted_n, row.draft_n_accepted)
+        proposed = _first(row.speculative_proposed_n, row.draft_n)
+        acceptance = (accepted or 0) / proposed if proposed else None
+        values = (row.predicted_per_second, row.prompt_per_second, acceptance)
+        return cls(
+            at=row.received_at,
+            from_spans=int(row.source == Report.Source.OTLP),
+            unused=int(shows_mtp_unused(bool(row.mtp_used), row.requested_strategy)),
+            accepted=accepted or 0,
+            proposed=proposed or 0,
+            windows=row.speculative_windows or 0,
+            values=tuple(
+                None if v is None else (name, v, sketch.bin_of(v))
+                for name, v in zip(METRICS, values, strict=True)
+            ),
+        )
+
+    def add_to(self, cell: Cell) -> None:
+        cell.reports += 1
+        cell.from_spans += self.from_spans
+        cell.unused += self.unused
+        cell.accepted += self.accepted
+        cell.proposed += self.proposed
+        cell.windows += self.windows
+        cell.first_at = min(cell.first_at, self.at)
+        cell.last_at = max(cell.last_at, self.at)
+        for value in self.values:
+            if value is not None:
+                cell.metrics[value[0]].add(value[1], value[2])
 
 
 def _first(*values: int | None) -> int | None:
@@ -225,8 +304,20 @@ def upsert(cells: dict[Key, Cell], *, using: str = "default") -> None:
         for start in range(0, len(ordered), UPSERT_ROWS):
             chunk = ordered[start : start + UPSERT_ROWS]
             placeholders = ", ".join([statement.row] * len(chunk))
-            params = [value for key, cell in chunk for value in _params(connection, key, cell)]
+            params = [value for key, cell in chunk for value in row_values(connection, key, cell)]
             cursor.execute(statement.sql.replace("{rows}", placeholders, 1), params)
+
+
+def insert_new(cells: dict[Key, Cell], *, using: str = "default") -> None:
+    """Write cells no rollup row exists for yet (a bulk load of new revisions): COPY on PostgreSQL."""
+    connection = connections[using]
+    if connection.vendor != "postgresql":
+        upsert(cells, using=using)
+        return
+    copy = f"COPY {Rollup._meta.db_table} ({', '.join(COLUMNS)}) FROM STDIN"
+    with connection.cursor() as cursor, cursor.cursor.copy(copy) as stream:
+        for key, cell in cells.items():
+            stream.write_row(row_values(connection, key, cell))
 
 
 @dataclass(frozen=True)
@@ -285,7 +376,7 @@ def _merge_bins(postgres: bool, table: str, column: str) -> str:
     )
 
 
-def _params(connection: Any, key: Key, cell: Cell) -> list[Any]:
+def row_values(connection: Any, key: Key, cell: Cell) -> list[Any]:
     ops = connection.ops
     revision, grain, node, start, splits, requested, strategy, mtp_used = key
     values: list[Any] = [
