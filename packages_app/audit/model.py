@@ -164,18 +164,37 @@ class Provenance:
         }
 
 
+UNCERTAIN = (
+    "Whether a split package load's model path exposes a GGUF with nextn metadata is not pinned down "
+    "(rules.md section 7). If it does, auto and mtp turn native MTP on through the local GGUF even without "
+    "a declaration; this table assumes a package load has no local GGUF signal.",
+    "Whether host admission runs the full validate() or validate_root() is not confirmed; this table "
+    "applies validate_root (the tensor-catalog checks need the metadata carrier).",
+)
+
+
+@dataclass(frozen=True)
+class Resolution:
+    """One row of the resolver table: an operator setting and what mesh-llm does with it."""
+
+    setting: str
+    outcome: str  # native-mtp | no-mtp | load-fails | refused
+    why: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"outcome": self.outcome, "why": self.why}
+
+
 @dataclass(frozen=True)
 class Runtime:
-    auto_native_mtp: bool
-    auto_explanation: str
-    mtp_allowed: bool
-    mtp_explanation: str
+    rows: tuple[Resolution, ...]
+    uncertain: tuple[str, ...] = UNCERTAIN
 
-    def to_json(self) -> Json:
-        return {
-            "auto": {"native_mtp": self.auto_native_mtp, "explanation": self.auto_explanation},
-            "mtp": {"allowed": self.mtp_allowed, "explanation": self.mtp_explanation},
-        }
+    def row(self, setting: str) -> Resolution | None:
+        return next((r for r in self.rows if r.setting == setting), None)
+
+    def to_json(self) -> dict[str, dict[str, str]]:
+        return {r.setting: r.to_json() for r in self.rows}
 
 
 @dataclass(frozen=True)
@@ -183,9 +202,15 @@ class Suggestion:
     generation: Json
     patched_manifest: str
     diff: str
+    advice: str | None = None  # v1: republish as package-v2; the block alone does not make it servable
 
     def to_json(self) -> Json:
-        return {"generation": self.generation, "patched_manifest": self.patched_manifest, "diff": self.diff}
+        return {
+            "generation": self.generation,
+            "patched_manifest": self.patched_manifest,
+            "diff": self.diff,
+            "advice": self.advice,
+        }
 
 
 @dataclass(frozen=True)

@@ -195,3 +195,9 @@ def unsafe_path_reason(path: str) -> str | None:
     if "" in segments or "." in segments:
         return "has an empty or '.' segment"
     return None
+
+
+def safe_text(text: str, limit: int = 280) -> str:
+    """A hostile name inside a message: ASCII with backslash escapes (no lone surrogates), capped."""
+    shown = text.encode("ascii", "backslashreplace").decode("ascii")
+    return shown if len(shown) <= limit else shown[: limit - 3] + "..."
