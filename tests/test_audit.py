@@ -511,7 +511,16 @@ def test_a_layer_count_that_disagrees_with_the_block_count_is_warned(schema: int
 
 # --- the JSON contract ------------------------------------------------------------------------
 
-_TOP = {"verdict", "detected", "declared", "problems", "provenance", "runtime", "suggested_generation"}
+_TOP = {
+    "verdict",
+    "detected",
+    "declared",
+    "problems",
+    "provenance",
+    "runtime",
+    "suggested_generation",
+    "compatibility",
+}
 _DETECTED = {
     "architecture",
     "block_count",
@@ -547,6 +556,7 @@ def test_to_json_has_exactly_the_documented_shape(schema: int) -> None:
     assert all(set(f) == _FILE for f in doc["provenance"]["files"])
     assert list(doc["runtime"])[:5] == ["auto", "mtp", "disabled", "ngram-cache", "ngram-suffix"]
     assert all(set(r) == {"outcome", "why"} for r in doc["runtime"].values())
+    assert all(set(a) == {"release", "admitted", "why"} for a in doc["compatibility"])
     assert set(doc["suggested_generation"]) == {"generation", "patched_manifest", "diff", "advice"}
     assert all(set(p) == {"code", "severity", "message", "evidence"} for p in doc["problems"])
     assert doc["detected"]["missing_nextn_tensors"] == {"40": ["enorm", "hnorm", "shared_head_norm"]}

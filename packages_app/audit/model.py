@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from packages_app.audit.releases import Admission
 from packages_app.manifest import (
     Json,
     Manifest,
@@ -225,6 +226,7 @@ class Audit:
     # False when the headers needed to judge MTP were not read: `audit_package` exits 2 then.
     auditable: bool = True
     manifest: Manifest | None = None
+    compatibility: tuple[Admission, ...] = ()
 
     @property
     def consistent(self) -> bool:
@@ -244,4 +246,5 @@ class Audit:
             "suggested_generation": self.suggested_generation.to_json()
             if self.suggested_generation
             else None,
+            "compatibility": [a.to_json() for a in self.compatibility],
         }

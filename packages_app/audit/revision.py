@@ -26,6 +26,7 @@ from packages_app.audit.model import (
     Audit,
     FileInfo,
 )
+from packages_app.audit.releases import compatibility
 from packages_app.audit.runtime import resolve
 from packages_app.manifest import (
     MANIFEST_FILE,
@@ -71,6 +72,7 @@ def audit(
         suggested_generation=_suggest(verdict, manifest, detected) if trusted else None,
         auditable=not any(p.code == "weights_not_inspected" and p.severity == "error" for p in coverage),
         manifest=manifest,
+        compatibility=tuple(compatibility(parsed)),
     )
 
 
