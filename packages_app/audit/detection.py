@@ -12,10 +12,10 @@ from gguf.constants import MODEL_ARCH_NAMES, MODEL_TENSOR, MODEL_TENSORS, TENSOR
 from packages_app.audit.model import (
     KINDS,
     MAX_BLOCKS,
-    METADATA_ONLY_KEY,
     Block,
     Detected,
 )
+from packages_app.layout import LAYER_FILE_RE, METADATA_ONLY_KEY
 from packages_app.manifest import (
     Manifest,
 )
@@ -33,7 +33,6 @@ _NEXTN_RE = re.compile(
 _BLOCK_RE = re.compile(r"blk\.(\d{1,6})\.([A-Za-z0-9_]+)")
 _MOE_RE = re.compile(r"ffn_[a-z_]+_exps")
 _DENSE_FFN = frozenset({"ffn_up", "ffn_down", "ffn_gate"})
-_LAYER_FILE_RE = re.compile(r"layer-(\d{1,6})(?:-part\d+)?\.gguf$")
 _ARCH_BY_NAME = {name: arch for arch, name in MODEL_ARCH_NAMES.items()}
 # gguf 0.19 lists no NextN tensors for these architectures; domain.md section 5 records what they hold.
 _DOCUMENTED_NEXTN = {
@@ -133,7 +132,7 @@ def _read_weights(manifest: Manifest | None, headers: Mapping[str, Mapping[str, 
 def _header_rank(manifest: Manifest | None, path: str, header: Mapping[str, Any]) -> tuple[int, int, str]:
     if (manifest and path == manifest.metadata_path) or _kv(header).get(METADATA_ONLY_KEY) is True:
         return 0, 0, path
-    match = _LAYER_FILE_RE.search(path)
+    match = LAYER_FILE_RE.search(path)
     return (1, int(match[1]), path) if match else (2, 0, path)
 
 
@@ -190,7 +189,7 @@ def _inspected_blocks(w: _Weights, manifest: Manifest | None, layer_files: Mappi
     indices = set(range(w.block_count or 0)) | set(w.tensors)
     if w.directory is not None:
         return indices
-    guessed = {int(m[1]): p for p in w.listed if (m := _LAYER_FILE_RE.search(p))}
+    guessed = {int(m[1]): p for p in w.listed if (m := LAYER_FILE_RE.search(p))}
 
     def seen(i: int) -> bool:
         if i in w.tensors or guessed.get(i) in w.listed or layer_files.get(i) in w.listed:

@@ -7,9 +7,6 @@ from collections.abc import Mapping, Sequence
 
 from gguf.constants import Keys
 
-from packages_app.audit.detection import (
-    _LAYER_FILE_RE,
-)
 from packages_app.audit.model import (
     Declared,
     Detected,
@@ -18,6 +15,7 @@ from packages_app.audit.model import (
     Provenance,
     _problem,
 )
+from packages_app.layout import HOUSEKEEPING_FILES, LAYER_FILE_RE
 from packages_app.manifest import (
     MANIFEST_FILE,
     Manifest,
@@ -27,9 +25,6 @@ from packages_app.manifest import (
     Strategy,
     describe_layers,
 )
-
-# Repo housekeeping that no manifest names and nobody needs flagged.
-_HOUSEKEEPING = frozenset({MANIFEST_FILE, ".gitattributes", "README.md"})
 
 # --- what the manifest declares ---------------------------------------------------------------
 
@@ -283,7 +278,7 @@ def _check_files(
         checks.append(check)
         problems += _file_problems(check)
     for f in sorted(files, key=lambda f: f.path):
-        if f.path in named or f.path in _HOUSEKEEPING:
+        if f.path in named or f.path in HOUSEKEEPING_FILES:
             continue
         checks.append(FileCheck(f.path, _guess_role(f.path), None, None, *_hub_facts(f), "unlisted"))
         if manifest is not None:
@@ -330,7 +325,7 @@ def _unlisted(path: str) -> Problem:
 
 
 def _guess_role(path: str) -> str:
-    if _LAYER_FILE_RE.search(path):
+    if LAYER_FILE_RE.search(path):
         return "layer"
     return "metadata" if path.endswith("metadata.gguf") else "other"
 

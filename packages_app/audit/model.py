@@ -13,22 +13,14 @@ from packages_app.manifest import (
     Problem,
     Severity,
 )
+from packages_app.verdicts import is_consistent
 
-CONSISTENT_VERDICTS = ("consistent-mtp", "consistent-no-mtp")
-INCONSISTENT_VERDICTS = (
-    "undeclared-mtp",
-    "declared-without-weights",
-    "declaration-mismatch",
-    "invalid-manifest",
-)
-VERDICTS = CONSISTENT_VERDICTS + INCONSISTENT_VERDICTS
 KINDS = ("attention", "ssm", "moe", "ffn", "nextn")
-METADATA_ONLY_KEY = "skippy.package.metadata_only"
 MAX_BLOCKS = 4096  # far above any real model (DeepSeek-V3: 61, Qwen3-235B: 94); bounds hostile headers
 
 
 def verdict_is_consistent(verdict: str) -> bool:
-    return verdict in CONSISTENT_VERDICTS
+    return is_consistent(verdict)
 
 
 def _problem(code: str, severity: Severity, message: str, **evidence: Any) -> Problem:

@@ -3,7 +3,8 @@ never turn a manifest mesh-llm accepts into an invalid one. No Django, no I/O.""
 
 from __future__ import annotations
 
-from packages_app.manifest.model import MANIFEST_FILE, MTP_NAME, Manifest, Problem
+from packages_app.layout import MANIFEST_FILE
+from packages_app.manifest.model import MTP_NAME, Manifest, Problem
 
 
 def extra_findings(manifest: Manifest) -> list[Problem]:

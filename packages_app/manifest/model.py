@@ -7,8 +7,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-MANIFEST_FILE = "model-package.json"
-MAX_MANIFEST_BYTES = 16 * 1024 * 1024
 MAX_DEPTH = 64  # a real manifest nests 6 levels deep (generation...window_policy.default)
 MAX_LAYER_COUNT = 65_536  # bounds the per-layer coverage check; real packages hold under 200 blocks
 MAX_PROBLEMS = 200  # a hostile manifest must not turn into millions of stored problems
@@ -35,7 +33,6 @@ _KEBAB = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
 _DRIVE = re.compile(r"[A-Za-z]:")
 _LONG_NUMBER = re.compile(rb"[0-9]{19}|[eE][+-]?[0-9]{3}")
 _CONTAINER_TYPES = frozenset({dict, list})
-LAYER_PATH = re.compile(r"layers/layer-(\d{1,6})(?:-part(\d{1,4}))?\.gguf")
 BUILD_HOST_PATH = re.compile(r"(?:/|[A-Za-z]:[\\/]|\\\\)")
 
 

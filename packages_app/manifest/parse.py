@@ -6,11 +6,10 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from packages_app.layout import MANIFEST_FILE, MAX_MANIFEST_BYTES
 from packages_app.manifest.findings import extra_findings
 from packages_app.manifest.jsonload import _load_json, _Rejected, _rejected
 from packages_app.manifest.model import (
-    MANIFEST_FILE,
-    MAX_MANIFEST_BYTES,
     MAX_PROBLEMS,
     ManifestResult,
     Problem,

@@ -6,12 +6,12 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from packages_app.layout import MANIFEST_FILE
 from packages_app.manifest.model import (
     _DRIVE,
     _HEX64,
     _IDENTIFIER,
     _LOWER_HEX64,
-    MANIFEST_FILE,
     MAX_PROBLEMS,
     Json,
     Problem,

@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from packages_app.layout import LAYER_FILE_RE as LAYER_PATH
 from packages_app.manifest.model import (
     BUILD_HOST_PATH,
     COMPOSITE,
-    LAYER_PATH,
     NATIVE_MTP,
     NGRAM_TYPES,
     Artifact,
@@ -87,7 +87,7 @@ def _v2_role(
         return "metadata", None, None
     if artifact_id in sidecars:
         return "projector", None, None
-    if match := LAYER_PATH.fullmatch(path):
+    if match := LAYER_PATH.search(path):
         return "layer", int(match[1]), int(match[2]) if match[2] else None
     if path == "shared/common.gguf":
         return "common", None, None

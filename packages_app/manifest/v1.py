@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import re
 
-from packages_app.manifest.model import MANIFEST_FILE, Json, Manifest, Problem
+from packages_app.layout import MANIFEST_FILE
+from packages_app.manifest.model import Json, Manifest, Problem
 from packages_app.manifest.reader import safe_text, unsafe_path_reason
 from packages_app.manifest.typed import typed_v1
 from packages_app.manifest.v2 import parse_error

@@ -3,8 +3,9 @@
 
 from __future__ import annotations
 
+from packages_app.layout import MANIFEST_FILE
 from packages_app.manifest.identity import canonical_package_id
-from packages_app.manifest.model import MANIFEST_FILE, Json, Manifest, Problem
+from packages_app.manifest.model import Json, Manifest, Problem
 from packages_app.manifest.reader import safe_text
 from packages_app.manifest.typed import typed_v2
 from packages_app.manifest.v2rules import validate_root
