@@ -38,6 +38,9 @@ _ARCH_BY_NAME = {name: arch for arch, name in MODEL_ARCH_NAMES.items()}
 _DOCUMENTED_NEXTN = {
     "qwen35": ("eh_proj", "enorm", "hnorm", "shared_head_norm"),
     "qwen35moe": ("eh_proj", "enorm", "hnorm", "shared_head_norm"),
+    # DeepSeek-V4 projects with nextn.e_proj + nextn.h_proj instead of eh_proj, and its head carries its
+    # own hyper-connection mixer (nextn.hc_head_*) (domain.md, real catalog). Only the pair is required.
+    "deepseek4": ("e_proj", "h_proj"),
 }
 
 
@@ -84,7 +87,7 @@ def detect(manifest: Manifest | None, headers: Mapping[str, Mapping[str, Any]]) 
     layer_files = manifest.layer_files() if manifest else {}
     found = {i: _nextn_suffixes(names) for i, names in w.tensors.items()}
     found = {i: s for i, s in found.items() if s}
-    key_blocks = _key_blocks(w.block_count, w.nextn)
+    key_blocks = _key_blocks(w.block_count, w.nextn, found)
     inspected = _inspected_blocks(w, manifest, layer_files)
     expected = expected_nextn_tensors(w.architecture)
     checked = sorted(b for b in set(key_blocks) | set(found) if b in inspected)
@@ -179,10 +182,17 @@ def _nextn_suffixes(names: Mapping[str, int]) -> tuple[str, ...]:
     return tuple(sorted({m[2] for n in names if (m := _NEXTN_RE.match(n))}))
 
 
-def _key_blocks(block_count: int | None, nextn: int | None) -> tuple[int, ...]:
+def _key_blocks(block_count: int | None, nextn: int | None, found: Mapping[int, object]) -> tuple[int, ...]:
+    """The blocks the nextn key marks as MTP: the last ``nextn`` of block_count, unless the NextN tensors
+    sit past block_count and none inside it, as in GGUFs whose block_count leaves the MTP block out
+    (ik_llama #2256) or MTP-only GGUFs: then the blocks that hold them."""
     if not block_count or not nextn:
         return ()
-    return tuple(range(block_count - nextn, block_count))
+    inside = range(block_count - nextn, block_count)
+    beyond = sorted(b for b in found if b >= block_count)
+    if beyond and not any(b in found for b in inside):
+        return tuple(beyond[:nextn])
+    return tuple(inside)
 
 
 def _inspected_blocks(w: _Weights, manifest: Manifest | None, layer_files: Mapping[int, str]) -> set[int]:

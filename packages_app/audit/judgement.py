@@ -253,7 +253,9 @@ def _coverage_problems(d: Detected, errors: Mapping[str, str]) -> list[Problem]:
 def _layer_count_problems(manifest: Manifest | None, d: Detected) -> list[Problem]:
     if manifest is None or manifest.layer_count is None or d.block_count is None:
         return []
-    if manifest.layer_count == d.block_count:
+    # A block_count that leaves the MTP block out (ik_llama #2256) still describes layer_count blocks.
+    beyond = [b for b in d.key_blocks if b >= d.block_count]
+    if manifest.layer_count in (d.block_count, d.block_count + len(beyond)):
         return []
     key = Keys.LLM.BLOCK_COUNT.format(arch=d.architecture)
     message = (
