@@ -442,6 +442,13 @@ def audit_section(revision: Revision, key: str) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
+def audit_compatibility(revision: Revision) -> list[dict[str, Any]]:
+    """Release -> admitted (true, false or null when not pinned down) and why, as the audit stored it."""
+    value = _dig(revision.audit, "compatibility")
+    rows = value if isinstance(value, list) else []
+    return [r for r in rows if isinstance(r, dict) and {"release", "admitted", "why"} <= set(r)]
+
+
 @dataclass(frozen=True)
 class ProblemRow:
     code: str

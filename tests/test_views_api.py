@@ -61,7 +61,14 @@ def test_the_detail_carries_the_whole_audit_and_the_history(client: Client) -> N
     assert body["declared"]["present"] is False
     assert body["problems"][0]["code"] == "undeclared_mtp"
     assert body["provenance"]["build_host_path"] is True
-    assert body["runtime"]["auto"]["native_mtp"] is False
+    assert body["runtime"]["auto"]["outcome"] == "no-mtp"
+    assert body["compatibility"] == [
+        {
+            "release": "v0.76.2",
+            "admitted": False,
+            "why": "schema v1 is offline-only; split serving requires package-v2.",
+        }
+    ]
     assert body["suggested_generation"]["generation"]["speculative_decoding"]["default"] == "mtp"
     assert [r["verdict"] for r in body["revisions"]] == ["undeclared-mtp", "consistent-mtp"]
     assert body["throughput"] is None and body["alerts"] == []
