@@ -105,6 +105,7 @@ def _revision_summary(revision: Revision) -> dict[str, Any]:
         "verdict": revision.verdict or None,
         "mtp_detected": revision.mtp_detected,
         "mtp_declared": revision.mtp_declared,
+        "refused_by": revision.refused_releases,
     }
 
 
@@ -182,6 +183,7 @@ class RevisionSummaryOut(BaseModel):
     verdict: str | None
     mtp_detected: bool | None
     mtp_declared: bool | None
+    refused_by: list[str]  # mesh-llm releases (releases.toml) that refuse this revision
 
 
 class CatalogThroughputOut(BaseModel):

@@ -9,6 +9,7 @@ from django import forms
 from django.core.exceptions import ValidationError
 
 from packages_app import repo_ids
+from packages_app.audit.releases import known_releases
 from packages_app.layout import MAX_MANIFEST_BYTES
 from packages_app.models import Revision
 from packages_app.queries import ANY_INCONSISTENT, NOT_AUDITED, CatalogFilters
@@ -75,6 +76,11 @@ class CatalogFilterForm(forms.Form):
         label="Ingest", required=False, choices=[("", "any status"), *Revision.Status.choices]
     )
     alert = forms.BooleanField(label="Only throughput alerts", required=False)
+    refused_by = forms.ChoiceField(
+        label="Refused by",
+        required=False,
+        choices=[("", "any release"), *((r.release, r.release) for r in known_releases())],
+    )
     sort = forms.ChoiceField(required=False, choices=list(SORTS.items()))
     page = forms.IntegerField(required=False, min_value=1, max_value=1_000_000)
     per_page = forms.IntegerField(required=False, min_value=1, max_value=PER_PAGE_MAX)
@@ -92,6 +98,7 @@ class CatalogFilterForm(forms.Form):
             status=data["status"],
             alert=data["alert"],
             sort=data["sort"] or "repo",
+            refused_by=data["refused_by"],
         )
 
     def page_number(self) -> int:

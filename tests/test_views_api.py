@@ -53,6 +53,16 @@ def test_an_invalid_filter_is_a_json_400_naming_the_parameter(client: Client) ->
     assert error.startswith("Invalid filter: ") and "verdict:" in error and "page:" in error
 
 
+def test_the_list_filters_on_the_releases_that_refuse_a_package(client: Client) -> None:
+    f.make_revision(f.make_package("meshllm/old-abi-layers"), refused_by="|v0.76.2|")
+    f.make_revision(f.make_package("meshllm/admitted-layers"))
+
+    body = client.get("/api/v1/packages", {"refused_by": "v0.76.2"}).json()
+
+    assert [p["repo_id"] for p in body["results"]] == ["meshllm/old-abi-layers"]
+    assert body["results"][0]["latest_revision"]["refused_by"] == ["v0.76.2"]
+
+
 def test_the_detail_carries_the_whole_audit_and_the_history(client: Client) -> None:
     f.qwen35_package()
     body = client.get(DETAIL).json()
