@@ -244,6 +244,8 @@ def test_the_page_renders_what_capability_audit_really_writes(
         assert f'<td data-label="Setting"><code>{setting}</code></td>' in text(response)
     mtp_bars = [t["x"] for t in chart(response, "chart-layout")["data"] if t["name"] == "MTP (NextN) block"]
     assert mtp_bars == ([audit["detected"]["mtp_blocks"]] if audit["detected"]["mtp_blocks"] else [])
+    if audit["suggested_generation"] and schema == 1:  # v1: the block alone does not make it servable
+        assert "Republish it as package-v2" in text(response)
     if audit["suggested_generation"]:
         download = client.get("/packages/meshllm/real/manifest.patched.json")
         assert json.loads(download.content)["generation"] == audit["suggested_generation"]["generation"]
