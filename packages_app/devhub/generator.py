@@ -31,18 +31,22 @@ from .weights import (
     BuiltFile,
     ModelSpec,
     PackageFiles,
+    Sidecar,
     build_v1_files,
     build_v2_files,
     glm4moe_spec,
+    glm47_flash_spec,
     llama_spec,
     nemotron_spec,
     pad,
     qwen3moe_spec,
     qwen35_dense_spec,
     qwen35moe_spec,
+    qwen38_giant_spec,
+    qwen38_mmproj,
 )
 
-GENERATOR_VERSION = "2"
+GENERATOR_VERSION = "3"
 DEFAULT_ROOT = Path(__file__).resolve().parents[2] / "var" / "devhub"
 OWNER = "meshllm"
 # Unlocks the private and gated demo repos; a local test credential, not a secret.
@@ -54,6 +58,7 @@ QWEN38_REPO = f"{OWNER}/Qwen3.8-27B-UD-Q4_K_XL-layers"
 LLAMA_REPO = f"{OWNER}/Llama-3.2-1B-Instruct-Q4_K_M-layers"
 NEMOTRON_REPO = f"{OWNER}/NVIDIA-Nemotron-3-Super-120B-A12B-UD-Q4_K_XL-MTPv2-layers"
 GLM53_REPO = f"{OWNER}/GLM-5.3-Flash-UD-Q4_K_XL-layers"
+QWEN38_GIANT_REPO = f"{OWNER}/Qwen3.8-2.4T-UD-Q4_K_XL-layers"
 BENCH_REPO = f"{OWNER}/Qwen3-235B-A22B-UD-Q4_K_XL-layers"
 CATALOG_REPO = f"{OWNER}/catalog"
 PRIVATE_REPO = f"{OWNER}/Llama-3.2-1B-Instruct-Q4_K_M-staging-layers"
@@ -120,6 +125,32 @@ def mtp_suffix_generation(layer: int) -> dict[str, Any]:
     }
 
 
+# mesh-llm releases as the real catalog shows them (rules.md section 6, mesh-llm #1956): the writer's
+# version and the native ABI it stamps. v0.76.1/v0.76.2 admit only ABI 0.1.53.
+RC9 = ("0.76.0-rc9", "0.1.53")
+V0760 = ("0.76.0", "0.1.54")
+V0761 = ("0.76.1", "0.1.54")
+V0761_ABI57 = ("0.76.1", "0.1.57")
+
+
+LLAMA_UPSTREAM = "meta-llama/Llama-3.2-1B-Instruct"
+LLAMA_UPSTREAM_REVISION = "9213176726f574b556790deb65791e0c5aa438b6"
+
+
+def llama_request_defaults() -> dict[str, Any]:
+    """`generation.request_defaults` as mesh-llm's struct has it: one profile, sourced to a commit."""
+    revision = LLAMA_UPSTREAM_REVISION
+    provenance = {
+        "source_repo": LLAMA_UPSTREAM,
+        "revision": revision,
+        "file": "generation_config.json",
+        "section": "temperature, top_p",
+        "url": f"https://huggingface.co/{LLAMA_UPSTREAM}/blob/{revision}/generation_config.json",
+    }
+    profile = {"temperature": 0.6, "top_p": 0.9, "provenance": provenance}
+    return {"selection": {"default": "default"}, "profiles": {"default": profile}}
+
+
 @dataclass(frozen=True)
 class RevisionPlan:
     title: str
@@ -130,6 +161,9 @@ class RevisionPlan:
     stale_sha_layer: int | None = None  # manifest sha256 of this layer disagrees with the Hub's
     problems: tuple[str, ...] = ()
     note: str = ""
+    writer: tuple[str, str] = RC9  # v2: (generator_version, native_abi_version)
+    generation_null: bool = False  # v2: `"generation": null`, which mesh-llm reads as absent
+    publisher: bool = False  # v2: publisher_metadata naming config.json and generation_config.json
 
 
 @dataclass(frozen=True)
@@ -145,6 +179,7 @@ class PackagePlan:
     layer_count: int = 0
     mtp_layers: tuple[int, ...] = ()
     nextn_key: int = 0
+    mmproj: Sidecar | None = None
 
 
 @dataclass(frozen=True)
@@ -211,7 +246,7 @@ def _plans() -> tuple[PackagePlan, ...]:
         PackagePlan(
             GLM47_REPO,
             2,
-            glm4moe_spec,
+            glm47_flash_spec,
             "unsloth/GLM-4.7-Flash-GGUF",
             "UD-Q4_K_XL",
             (
@@ -227,8 +262,16 @@ def _plans() -> tuple[PackagePlan, ...]:
                     "consistent-mtp",
                     generation=mtp_generation(47),
                 ),
+                RevisionPlan(
+                    "Republish with publisher metadata (writer 0.76.1)",
+                    _at("2026-09-18T09:00:00"),
+                    "consistent-mtp",
+                    generation=mtp_generation(47),
+                    writer=V0761_ABI57,
+                    publisher=True,
+                ),
             ),
-            architecture="glm4moe",
+            architecture="deepseek2",
             layer_count=48,
             mtp_layers=(47,),
             nextn_key=1,
@@ -244,23 +287,25 @@ def _plans() -> tuple[PackagePlan, ...]:
                     "Upload layer package",
                     _at("2026-04-01T12:00:00"),
                     "invalid-manifest",
-                    extra_keys={"speculative_decoding": mtp_generation(63)["speculative_decoding"]},
+                    extra_keys={"speculative_decoding": mtp_generation(64)["speculative_decoding"]},
                 ),
                 RevisionPlan(
-                    "Move speculative_decoding under generation",
-                    _at("2026-04-02T07:15:00"),
-                    "declared-without-weights",
-                    generation=mtp_generation(63),
+                    "Republish with writer 0.76.0",
+                    _at("2026-09-02T07:15:00"),
+                    "undeclared-mtp",
+                    writer=V0760,
+                    note="The writer before mesh-llm PR #1937 never emits `generation`.",
                 ),
             ),
             architecture="qwen35",
-            layer_count=64,
-            mtp_layers=(),
-            nextn_key=0,
+            layer_count=65,
+            mtp_layers=(64,),
+            nextn_key=1,
+            mmproj=Sidecar("mmproj", "shared/mmproj-F16.gguf", "mmproj-F16", qwen38_mmproj),
         ),
         PackagePlan(
             LLAMA_REPO,
-            1,
+            2,
             llama_spec,
             "unsloth/Llama-3.2-1B-Instruct-GGUF",
             "Q4_K_M",
@@ -273,6 +318,13 @@ def _plans() -> tuple[PackagePlan, ...]:
                     problems=("artifact_sha256_mismatch",),
                 ),
                 RevisionPlan("Regenerate manifest hashes", _at("2026-01-21T11:30:00"), "consistent-no-mtp"),
+                RevisionPlan(
+                    "Add the publisher's request defaults",
+                    _at("2026-09-10T10:00:00"),
+                    "consistent-no-mtp",
+                    generation={"request_defaults": llama_request_defaults()},
+                    writer=V0761,
+                ),
             ),
             architecture="llama",
             layer_count=16,
@@ -283,12 +335,19 @@ def _plans() -> tuple[PackagePlan, ...]:
             NEMOTRON_REPO,
             2,
             nemotron_spec,
-            "unsloth/NVIDIA-Nemotron-3-Super-120B-A12B-GGUF",
+            f"{OWNER}/NVIDIA-Nemotron-3-Super-120B-A12B-MTPv2-GGUF",
             "UD-Q4_K_XL",
             (
                 RevisionPlan(
                     "Upload layer package",
                     _at("2026-03-20T18:00:00"),
+                    "undeclared-mtp",
+                    generation_null=True,
+                    note='Uploaded with `"generation": null`, which mesh-llm reads as no declaration.',
+                ),
+                RevisionPlan(
+                    "Declare native MTP (mtp)",
+                    _at("2026-03-24T10:00:00"),
                     "consistent-mtp",
                     generation=mtp_generation(88),
                 ),
@@ -310,11 +369,32 @@ def _plans() -> tuple[PackagePlan, ...]:
             _glm53_spec,
             "unsloth/GLM-5.3-Flash-GGUF",
             "UD-Q4_K_XL",
-            (RevisionPlan("Upload layer package", _at("2026-04-10T13:00:00"), "consistent-no-mtp"),),
+            (
+                RevisionPlan("Upload layer package", _at("2026-04-10T13:00:00"), "consistent-no-mtp"),
+                RevisionPlan(
+                    "Declare native MTP from the nextn key",
+                    _at("2026-04-12T08:30:00"),
+                    "declared-without-weights",
+                    generation=mtp_generation(47),
+                    note="The key says one NextN layer; the conversion dropped its tensors.",
+                ),
+            ),
             architecture="glm4moe",
             layer_count=48,
             mtp_layers=(),
             nextn_key=1,
+        ),
+        PackagePlan(
+            QWEN38_GIANT_REPO,
+            2,
+            qwen38_giant_spec,
+            "unsloth/Qwen3.8-2.4T-GGUF",
+            "UD-Q4_K_XL",
+            (RevisionPlan("Upload layer package", _at("2026-08-28T16:00:00"), "consistent-no-mtp"),),
+            architecture="qwen35moe",
+            layer_count=94,
+            mtp_layers=(),
+            nextn_key=0,
         ),
     )
 
@@ -379,7 +459,8 @@ def _fake_sha1(*parts: str) -> str:
 
 def _source(plan: PackagePlan, spec: ModelSpec, files: PackageFiles) -> dict[str, Any]:
     primary = f"{spec.name}-{plan.quant}.gguf"
-    size = files.all()[0].header_bytes + sum(pad(t.nbytes) for f in files.all() for t in f.tensors)
+    model_files = [*files.shared.values(), *files.layers]  # sidecars are separate source files
+    size = model_files[0].header_bytes + sum(pad(t.nbytes) for f in model_files for t in f.tensors)
     sha = _fake_sha256("source", plan.source_repo, primary)
     return {
         "repo": plan.source_repo,
@@ -425,37 +506,156 @@ def manifest_v1(plan: PackagePlan, rev: RevisionPlan, spec: ModelSpec, files: Pa
 
 
 def manifest_v2(plan: PackagePlan, rev: RevisionPlan, spec: ModelSpec, files: PackageFiles) -> dict[str, Any]:
+    """A v2 manifest with mesh-llm's field names, in its struct order (rules.md sections 1 and 4)."""
     v1_source = _source(plan, spec, files)
     primary = v1_source["files"][0]
-    source = {k: v for k, v in v1_source.items() if k != "files"}
-    source["canonical_ref"] = f"hf://{plan.source_repo}@{source['revision']}/{source['primary_file']}"
-    source["metadata_artifact_id"] = "metadata"
-    source["files"] = [
+    source_files = [
         {"path": primary["path"], "byte_size": primary["size_bytes"], "sha256": primary["sha256"]}
     ]
+    if plan.mmproj is not None:
+        source_files.append(
+            _source_file(plan, f"{plan.mmproj.name}.gguf", files.sidecars[plan.mmproj.artifact_id])
+        )
+    source = {
+        "sha256": v1_source["sha256"],
+        "metadata_artifact_id": "metadata",
+        "repo": plan.source_repo,
+        "revision": v1_source["revision"],
+        "primary_file": primary["path"],
+        "canonical_ref": f"hf://{plan.source_repo}@{v1_source['revision']}/{primary['path']}",
+        "files": source_files,
+    }
     entries = [_entry(role, built) for role, built in files.shared.items()]
     for i, built in enumerate(files.layers):
         stale = _fake_sha256("stale", built.path) if i == rev.stale_sha_layer else None
-        entries.append(_entry(f"layer-{i:05d}", built, stale))
-    catalog = {"entries": entries}
-    identity = json.dumps(
-        {"source": source["sha256"], "catalog": catalog}, sort_keys=True, separators=(",", ":")
-    )
+        entries.append(_entry(Path(built.path).stem, built, stale))
+    entries += [_entry(artifact_id, built) for artifact_id, built in files.sidecars.items()]
     manifest: dict[str, Any] = {
         "schema_version": 2,
-        "package_id": "sha256:" + hashlib.sha256(identity.encode()).hexdigest(),
+        "package_id": "",
         "model_id": f"{plan.source_repo}:{plan.quant}",
         "source_model": source,
         "format": "gguf",
         "layer_count": spec.block_count,
-        "artifact_catalog": catalog,
+        "artifact_catalog": {"entries": entries},
     }
-    if rev.generation is not None:
+    if plan.mmproj is not None:
+        mmproj = plan.mmproj
+        manifest["sidecars"] = [{"kind": "mmproj", "artifact_id": mmproj.artifact_id, "name": mmproj.name}]
+    if rev.publisher:
+        entries += [_publisher_entry(name, data) for name, data in _publisher_files(spec).items()]
+        manifest["publisher_metadata"] = _publisher_metadata(source)
+    if rev.generation is not None or rev.generation_null:
         manifest["generation"] = rev.generation
-    manifest["native_abi_version"] = "0.3.2"
-    manifest["generator_version"] = "skippy-package 0.4.1"
+    manifest["native_abi_version"] = rev.writer[1]
+    manifest["generator_version"] = rev.writer[0]
     manifest["created_at_unix_secs"] = int(rev.date.timestamp()) - 1800
+    manifest["package_id"] = canonical_package_id(manifest)
     return manifest | dict(rev.extra_keys)
+
+
+def canonical_package_id(manifest: Mapping[str, Any]) -> str:
+    """mesh-llm's canonical package_id (rules.md section 4), for a manifest built in struct order.
+
+    Empty id and timestamp, files/entries/sidecars/publisher files sorted, None and empty lists
+    omitted, maps keyed by name sorted, compact JSON, sha256.
+    """
+    root = {k: v for k, v in manifest.items() if v is not None and v != []}
+    root["package_id"], root["created_at_unix_secs"] = "", 0
+    root["source_model"] = dict(manifest["source_model"])
+    root["source_model"]["files"] = sorted(manifest["source_model"]["files"], key=lambda f: f["path"])
+    root["artifact_catalog"] = {
+        "entries": sorted(manifest["artifact_catalog"]["entries"], key=lambda a: a["id"])
+    }
+    if "sidecars" in root:
+        root["sidecars"] = sorted(root["sidecars"], key=_sidecar_order)
+    if "publisher_metadata" in root:
+        root["publisher_metadata"] = sorted(root["publisher_metadata"], key=_publisher_order)
+    if "generation" in root:
+        root["generation"] = _sorted_maps(root["generation"])
+    text = json.dumps(root, separators=(",", ":"), ensure_ascii=False)
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+
+
+_BTREE_MAPS = frozenset({"proposers", "strategies", "profiles", "logit_bias"})
+_PUBLISHER_ROLES = (
+    "model_config",
+    "generation_config",
+    "tokenizer_config",
+    "chat_template",
+    "hf_quant_config",
+)
+
+
+def _sorted_maps(value: Any, key: str = "") -> Any:
+    if isinstance(value, dict):
+        items = sorted(value.items()) if key in _BTREE_MAPS else value.items()
+        return {k: _sorted_maps(v, k) for k, v in items}
+    return value
+
+
+def _sidecar_order(sidecar: Mapping[str, Any]) -> tuple[Any, ...]:
+    name = sidecar.get("name")
+    return sidecar["kind"], name is not None, name or "", sidecar["artifact_id"]
+
+
+def _publisher_order(entry: Mapping[str, Any]) -> tuple[Any, ...]:
+    rest = (entry["artifact_id"], entry["source_repo"], entry["source_revision"], entry["source_path"])
+    return (_PUBLISHER_ROLES.index(entry["role"]), *rest)
+
+
+def _source_file(plan: PackagePlan, path: str, built: BuiltFile) -> dict[str, Any]:
+    return {
+        "path": path,
+        "byte_size": built.entry.size,
+        "sha256": _fake_sha256("source", plan.source_repo, path),
+    }
+
+
+_PUBLISHER = {"config.json": "model_config", "generation_config.json": "generation_config"}
+
+
+def _publisher_files(spec: ModelSpec) -> dict[str, bytes]:
+    """The source repo's config.json and generation_config.json, as the package carries them."""
+    config = {
+        "architectures": [f"{spec.arch_name}ForCausalLM"],
+        "hidden_size": spec.hidden,
+        "num_hidden_layers": spec.block_count - len(spec.mtp_blocks),
+        "num_nextn_predict_layers": len(spec.mtp_blocks),
+        "torch_dtype": "bfloat16",
+    }
+    generation = {"do_sample": True, "temperature": 1.0, "top_p": 0.95}
+    return {"config.json": _json_bytes(config), "generation_config.json": _json_bytes(generation)}
+
+
+def _publisher_id(name: str) -> str:
+    return "publisher-" + name.removesuffix(".json").replace("_", "-")
+
+
+def _publisher_entry(name: str, data: bytes) -> dict[str, Any]:
+    return {
+        "id": _publisher_id(name),
+        "path": f"publisher/{name}",
+        "byte_size": len(data),
+        "sha256": _sha256(data),
+    }
+
+
+def _publisher_metadata(source: Mapping[str, Any]) -> list[dict[str, Any]]:
+    return [
+        {
+            "role": role,
+            "artifact_id": _publisher_id(name),
+            "source_repo": source["repo"],
+            "source_revision": source["revision"],
+            "source_path": name,
+        }
+        for name, role in _PUBLISHER.items()
+    ]
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
 
 
 def _entry(artifact_id: str, built: BuiltFile, sha: str | None = None) -> dict[str, Any]:
@@ -496,7 +696,9 @@ def _json_bytes(data: Mapping[str, Any]) -> bytes:
 def _package_record(store: Store, plan: PackagePlan) -> RepoRecord:
     spec = plan.model()
     files = (
-        build_v1_files(store, spec, plan.layer_digits) if plan.schema == 1 else build_v2_files(store, spec)
+        build_v1_files(store, spec, plan.layer_digits)
+        if plan.schema == 1
+        else build_v2_files(store, spec, plan.mmproj)
     )
     weights = {built.path: built.entry for built in files.all()}
     weights[".gitattributes"] = store.put_bytes(_GITATTRIBUTES.encode())
@@ -506,11 +708,23 @@ def _package_record(store: Store, plan: PackagePlan) -> RepoRecord:
     manifests: dict[str, FileEntry] = {}
     for index, rev in enumerate(plan.revisions):
         # A revision that changes only the README keeps the manifest (and its created_at) it had.
-        content = json.dumps([rev.generation, rev.extra_keys, rev.stale_sha_layer], sort_keys=True)
+        content = json.dumps(
+            [
+                rev.generation,
+                rev.extra_keys,
+                rev.stale_sha_layer,
+                rev.writer,
+                rev.generation_null,
+                rev.publisher,
+            ],
+            sort_keys=True,
+        )
         if content not in manifests:
             manifests[content] = store.put_bytes(_json_bytes(build(plan, rev, spec, files)))
         snapshot = dict(weights)
         snapshot[MANIFEST_PATH] = manifests[content]
+        if rev.publisher:
+            snapshot |= {f"publisher/{n}": store.put_bytes(d) for n, d in _publisher_files(spec).items()}
         snapshot["README.md"] = store.put_bytes(_readme(plan, spec, rev.note))
         _append_commit(record, commit_sha(plan.repo_id, index, rev.title), rev.title, rev.date, snapshot)
     return record
@@ -558,7 +772,7 @@ def _catalog_record(store: Store, plans: Sequence[PackagePlan]) -> RepoRecord:
     }
     batches = (
         (plans[:4], "Add catalog entries", _at("2026-03-01T00:00:00")),
-        (plans[4:], "Add Nemotron 3 Super MTPv2 and GLM-5.3-Flash", _at("2026-04-11T00:00:00")),
+        (plans[4:], "Add Nemotron 3 Super MTPv2, GLM-5.3-Flash and Qwen3.8-2.4T", _at("2026-04-11T00:00:00")),
     )
     for index, (batch, title, date) in enumerate(batches):
         for plan in batch:
