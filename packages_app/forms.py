@@ -10,7 +10,7 @@ from django import forms
 from django.core.exceptions import ValidationError
 
 from packages_app import hub
-from packages_app.capability import VERDICTS
+from packages_app.audit import VERDICTS
 from packages_app.models import Revision
 
 ANY_INCONSISTENT = "inconsistent"

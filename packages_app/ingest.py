@@ -20,7 +20,8 @@ from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from packages_app import capability, hub, inspection
+from packages_app import audit as auditing
+from packages_app import hub, inspection
 from packages_app.gguf_header import GGUFHeader
 from packages_app.models import Package, PackageFile, Revision
 from packages_app.reports import link_reports_to_revision
@@ -366,16 +367,16 @@ def stored_header_json(f: PackageFile) -> dict[str, object]:
     }
 
 
-def audit_revision(rev: Revision) -> capability.Audit:
+def audit_revision(rev: Revision) -> auditing.Audit:
     """(Re)compute a revision's audit from what is stored; no Hub access."""
     rev.refresh_from_db()
     files = list(rev.files.all())
-    listing = [capability.FileInfo(path=f.path, size=f.size, lfs_sha256=f.lfs_sha256 or None) for f in files]
+    listing = [auditing.FileInfo(path=f.path, size=f.size, lfs_sha256=f.lfs_sha256 or None) for f in files]
     parsed = [f for f in files if f.header_status == PackageFile.HeaderStatus.PARSED]
     headers = {f.path: stored_header_json(f) for f in parsed}
     errors = {f.path: f.header_error for f in files if f.header_status == PackageFile.HeaderStatus.FAILED}
     manifest = bytes(rev.manifest_bytes) if rev.manifest_bytes is not None else None
-    result = capability.audit(manifest, listing, headers, revision=rev.commit_sha, header_errors=errors)
+    result = auditing.audit(manifest, listing, headers, revision=rev.commit_sha, header_errors=errors)
     doc = result.to_json()
     detected, declared = doc["detected"], doc["declared"]
     Revision.objects.filter(pk=rev.pk).update(

@@ -13,7 +13,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TextIO
 
-from packages_app import capability, hub
+from packages_app import audit as auditing
+from packages_app import hub
 from packages_app import verify as verify_mod
 from packages_app.manifest import Problem
 
@@ -88,7 +89,7 @@ def fetch_package_headers(
 
 @dataclass(frozen=True)
 class PackageAudit:
-    audit: capability.Audit
+    audit: auditing.Audit
     source: str
     revision: str
     requests: int
@@ -124,21 +125,19 @@ def audit_source(
     results = fetch_package_headers(source, sha, files, schema_version=schema)
     headers = {r.path: r.header.to_json() for r in results if r.header is not None}
     errors = {r.path: r.error for r in results if r.header is None}
-    listing = [capability.FileInfo(path=f.path, size=f.size, lfs_sha256=f.lfs_sha256) for f in files]
+    listing = [auditing.FileInfo(path=f.path, size=f.size, lfs_sha256=f.lfs_sha256) for f in files]
     local = isinstance(source, hub.LocalFolderSource)
     shown_revision = None if local else sha
-    result = capability.audit(manifest, listing, headers, revision=shown_revision, header_errors=errors)
+    result = auditing.audit(manifest, listing, headers, revision=shown_revision, header_errors=errors)
     if verify and isinstance(source, hub.LocalFolderSource):
         digests = verify_mod.hash_files(source.root, _hash_candidates(result, listing), progress)
         listing = [replace(f, lfs_sha256=digests.sha256.get(f.path, f.lfs_sha256)) for f in listing]
-        result = capability.audit(manifest, listing, headers, revision=None, header_errors=errors)
+        result = auditing.audit(manifest, listing, headers, revision=None, header_errors=errors)
         result = replace(result, problems=result.problems + _unreadable_problems(digests))
     return PackageAudit(result, source.label, sha, source.stats.requests, source.stats.bytes)
 
 
-def _hash_candidates(
-    result: capability.Audit, listing: list[capability.FileInfo]
-) -> list[verify_mod.Candidate]:
+def _hash_candidates(result: auditing.Audit, listing: list[auditing.FileInfo]) -> list[verify_mod.Candidate]:
     """Artifacts worth hashing: present, of the size the manifest records, with a sha256 to compare."""
     on_disk = {f.path: f.size for f in listing}
     wanted: dict[str, int] = {}

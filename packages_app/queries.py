@@ -19,7 +19,7 @@ from django.db.models import Count, F, Max, Min, Q, QuerySet, Value
 from django.db.models.functions import NullIf
 
 from packages_app import throughput
-from packages_app.capability import INCONSISTENT_VERDICTS, VERDICTS
+from packages_app.audit import INCONSISTENT_VERDICTS, VERDICTS
 from packages_app.forms import ANY_INCONSISTENT, NOT_AUDITED, CatalogFilters
 from packages_app.models import Package, PackageFile, Report, Revision
 
@@ -187,7 +187,7 @@ def catalog_facets(filters: CatalogFilters) -> dict[str, int]:
     rows = base.values("latest_revision__verdict").annotate(n=Count("id")).order_by()
     for row in rows:
         verdict = row["latest_revision__verdict"] or NOT_AUDITED
-        # A verdict some newer capability.py introduced still counts, under its own name.
+        # A verdict some newer packages_app.audit introduced still counts, under its own name.
         counts[verdict] = counts.get(verdict, 0) + row["n"]
     counts[ANY_INCONSISTENT] = sum(counts[v] for v in INCONSISTENT_VERDICTS)
     return counts
