@@ -41,9 +41,9 @@ from packages_app.devhub import (
     generate_catalog,
     write_package_folder,
 )
-from packages_app.devhub.generator import canonical_package_id
 from packages_app.devhub.store import Store
 from packages_app.devhub.weights import SPLIT_BYTES
+from packages_app.manifest import identity, v2schema
 
 MiB = 1 << 20
 
@@ -588,71 +588,20 @@ def test_layer_files_are_sparse_on_disk(demo_catalog: Path) -> None:
 
 # --- the demo catalog mirrors the real one (rules.md, domain.md "The real catalog") ---------------
 
-# mesh-llm's v2 structs and their fields (skippy-package-format lib.rs); every struct denies unknown fields.
-_FIELDS: dict[str, set[str]] = {
-    "root": {
-        "schema_version", "package_id", "model_id", "source_model", "format", "layer_count",
-        "artifact_catalog", "sidecars", "publisher_metadata", "publisher_defaults", "generation",
-        "native_abi_version", "generator_version", "created_at_unix_secs",
-    },
-    "source_model": {
-        "sha256", "metadata_artifact_id", "repo", "revision", "primary_file", "canonical_ref",
-        "distribution_id", "files",
-    },
-    "source_file": {"path", "byte_size", "sha256"},
-    "artifact": {"id", "path", "byte_size", "sha256"},
-    "sidecar": {"kind", "artifact_id", "name"},
-    "publisher": {"role", "artifact_id", "source_repo", "source_revision", "source_path"},
-    "generation": {"request_defaults", "speculative_decoding"},
-    "request_defaults": {"selection", "profiles"},
-    "selection": {"default", "reasoning_enabled", "reasoning_disabled"},
-    "provenance": {"source_repo", "revision", "file", "section", "url"},
-    "speculative": {"default", "proposers", "strategies"},
-    "native-mtp proposer": {"type", "prediction_depth", "layer_indices"},
-    "ngram proposer": {"type", "ngram_min", "ngram_max", "max_proposal_tokens", "history_scope"},
-    "native-mtp strategy": {"type", "proposer", "prediction_depth", "layer_indices", "window_policy"},
-    "ngram strategy": {"type", "proposer", "window_policy"},
-    "composite strategy": {"type", "primary", "extender", "extension_policy", "window_policy"},
-    "window_policy": {"default", "initial_window", "min_window", "max_window", "pipeline_depth"},
-    "extension_policy": {"max_tokens", "initial_tokens", "tail_backoff_proposals"},
+
+def _parse_error(manifest: dict[str, Any]) -> str | None:
+    """What mesh-llm's serde decode (deny_unknown_fields, types, required fields) refuses, if anything."""
+    try:
+        v2schema.decode_root(manifest)
+    except v2schema.DecodeError as exc:
+        return str(exc)
+    return None
+
+
+_REQUIRED_ROOT = {
+    "schema_version", "package_id", "model_id", "source_model", "format", "layer_count",
+    "artifact_catalog", "native_abi_version", "generator_version", "created_at_unix_secs",
 }  # fmt: skip
-_REQUIRED_ROOT = _FIELDS["root"] - {"sidecars", "publisher_metadata", "publisher_defaults", "generation"}
-_PROFILE_VALUES = {"max_tokens", "stop", "temperature", "top_p", "top_k", "min_p", "seed", "provenance"}
-
-
-def _unknown(value: dict[str, Any], kind: str, where: str) -> list[str]:
-    return [f"{where}.{key}" if where else key for key in sorted(set(value) - _FIELDS[kind])]
-
-
-def _unknown_fields(m: dict[str, Any]) -> list[str]:
-    """Keys mesh-llm's deny_unknown_fields would reject, by path (only the shapes the demo uses)."""
-    found = _unknown(m, "root", "") + _unknown(m["source_model"], "source_model", "source_model")
-    found += [k for f in m["source_model"]["files"] for k in _unknown(f, "source_file", "files[]")]
-    found += [k for a in m["artifact_catalog"]["entries"] for k in _unknown(a, "artifact", "entries[]")]
-    found += [k for x in m.get("sidecars", []) for k in _unknown(x, "sidecar", "sidecars[]")]
-    found += [k for x in m.get("publisher_metadata", []) for k in _unknown(x, "publisher", "publisher[]")]
-    generation = m.get("generation") or {}
-    found += _unknown(generation, "generation", "generation")
-    if defaults := generation.get("request_defaults"):
-        found += _unknown(defaults, "request_defaults", "request_defaults")
-        found += _unknown(defaults["selection"], "selection", "selection")
-        for profile in defaults["profiles"].values():
-            found += [f"profile.{k}" for k in sorted(set(profile) - _PROFILE_VALUES)]
-            found += _unknown(profile["provenance"], "provenance", "provenance")
-    if spec := generation.get("speculative_decoding"):
-        found += _unknown(spec, "speculative", "speculative_decoding")
-        for p in spec.get("proposers", {}).values():
-            found += _unknown(
-                p, "native-mtp proposer" if p["type"] == "native-mtp" else "ngram proposer", "proposer"
-            )
-        for st in spec.get("strategies", {}).values():
-            kind = {"native-mtp": "native-mtp strategy", "composite": "composite strategy"}.get(
-                st["type"], "ngram strategy"
-            )
-            found += _unknown(st, kind, "strategy")
-            for policy in ("window_policy", "extension_policy"):
-                found += _unknown(st.get(policy, {}), policy, policy)
-    return found
 
 
 def _hex64(text: str) -> bool:
@@ -681,7 +630,7 @@ def _value_problems(m: dict[str, Any]) -> list[str]:
         .endswith(".gguf"),
         "duplicate_artifact": len(ids) == len(entries),
         "duplicate_artifact_path": len({e["path"] for e in entries}) == len(entries),
-        "package_identity_mismatch": m["package_id"] == canonical_package_id(m),
+        "package_identity_mismatch": m["package_id"] == identity.package_id_of(m),
     }
     return [code for code, ok in checks.items() if not ok]
 
@@ -705,12 +654,13 @@ _BROKEN_ON_PURPOSE = {next(p for p in DEMO_PACKAGES if p.repo_id == QWEN38_REPO)
 
 
 @pytest.mark.parametrize(("repo_id", "sha"), _v2_revisions())
-def test_every_v2_manifest_has_only_the_fields_of_mesh_llms_structs(
-    demo_catalog: Path, repo_id: str, sha: str
-) -> None:
-    unknown = _unknown_fields(_stored_manifest(demo_catalog, repo_id, sha))
+def test_every_v2_manifest_decodes_as_mesh_llms_structs(demo_catalog: Path, repo_id: str, sha: str) -> None:
+    error = _parse_error(_stored_manifest(demo_catalog, repo_id, sha))
 
-    assert unknown == (["speculative_decoding"] if sha in _BROKEN_ON_PURPOSE else [])
+    if sha in _BROKEN_ON_PURPOSE:
+        assert error is not None and "speculative_decoding" in error
+    else:
+        assert error is None
 
 
 @pytest.mark.parametrize(("repo_id", "sha"), _v2_revisions())
@@ -722,38 +672,6 @@ def test_every_v2_manifest_passes_mesh_llms_root_checks_with_a_canonical_package
         manifest.pop("speculative_decoding")  # the id is computed over mesh-llm's own fields only
 
     assert _value_problems(manifest) == []
-
-
-def test_the_package_id_is_computed_as_mesh_llm_computes_it() -> None:
-    # The worked example of rules.md section 4 (mesh-llm's tests.rs fixture), with and without #1937's block.
-    digest = "0123456789abcdef" * 4
-    fixture: dict[str, Any] = {
-        "schema_version": 2, "package_id": "", "model_id": "fixture/model",
-        "source_model": {
-            "sha256": digest, "metadata_artifact_id": "layer-0", "repo": "fixture/model",
-            "revision": "revision", "primary_file": "model.gguf",
-            "canonical_ref": "hf://fixture/model@revision/model.gguf", "distribution_id": "fixture-model",
-            "files": [{"path": "model.gguf", "byte_size": 256, "sha256": digest}],
-        },
-        "format": "gguf", "layer_count": 1,
-        "artifact_catalog": {"entries": [
-            {"id": "layer-0", "path": "layers/layer-00000.gguf", "byte_size": 256, "sha256": digest}
-        ]},
-        "native_abi_version": "7", "generator_version": "0.76.0-rc9", "created_at_unix_secs": 1_700_000_000,
-    }  # fmt: skip
-    assert canonical_package_id(fixture) == (
-        "sha256:2236682c8bc746d84b85a33b4b19538e21e9be7197600f54ef76b5d2520414a3"
-    )
-    window = {"default": "fixed", "initial_window": 1, "min_window": 1, "max_window": 1}
-    mtp = {"type": "native-mtp", "prediction_depth": 1, "layer_indices": [0], "window_policy": window}
-    tail = ("native_abi_version", "generator_version", "created_at_unix_secs")  # after generation
-    with_generation = {k: v for k, v in fixture.items() if k not in tail}
-    with_generation["generation"] = {"speculative_decoding": {"default": "mtp", "strategies": {"mtp": mtp}}}
-    with_generation |= {k: fixture[k] for k in tail}
-    assert canonical_package_id(with_generation) == (
-        "sha256:ba15749bcd2f988d120a6667cfcbe02362d8578822ef70c14660801119a58dc4"
-    )
-    assert canonical_package_id(fixture | {"generation": None}) == canonical_package_id(fixture)
 
 
 def test_v2_packages_carry_the_real_writer_versions_and_abis(demo_catalog: Path) -> None:

@@ -26,6 +26,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from packages_app.manifest import identity
+
 from .store import Commit, FileEntry, RepoRecord, Store, copy_sparse
 from .weights import (
     BuiltFile,
@@ -550,58 +552,8 @@ def manifest_v2(plan: PackagePlan, rev: RevisionPlan, spec: ModelSpec, files: Pa
     manifest["native_abi_version"] = rev.writer[1]
     manifest["generator_version"] = rev.writer[0]
     manifest["created_at_unix_secs"] = int(rev.date.timestamp()) - 1800
-    manifest["package_id"] = canonical_package_id(manifest)
+    manifest["package_id"] = identity.package_id_of(manifest)
     return manifest | dict(rev.extra_keys)
-
-
-def canonical_package_id(manifest: Mapping[str, Any]) -> str:
-    """mesh-llm's canonical package_id (rules.md section 4), for a manifest built in struct order.
-
-    Empty id and timestamp, files/entries/sidecars/publisher files sorted, None and empty lists
-    omitted, maps keyed by name sorted, compact JSON, sha256.
-    """
-    root = {k: v for k, v in manifest.items() if v is not None and v != []}
-    root["package_id"], root["created_at_unix_secs"] = "", 0
-    root["source_model"] = dict(manifest["source_model"])
-    root["source_model"]["files"] = sorted(manifest["source_model"]["files"], key=lambda f: f["path"])
-    root["artifact_catalog"] = {
-        "entries": sorted(manifest["artifact_catalog"]["entries"], key=lambda a: a["id"])
-    }
-    if "sidecars" in root:
-        root["sidecars"] = sorted(root["sidecars"], key=_sidecar_order)
-    if "publisher_metadata" in root:
-        root["publisher_metadata"] = sorted(root["publisher_metadata"], key=_publisher_order)
-    if "generation" in root:
-        root["generation"] = _sorted_maps(root["generation"])
-    text = json.dumps(root, separators=(",", ":"), ensure_ascii=False)
-    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
-
-
-_BTREE_MAPS = frozenset({"proposers", "strategies", "profiles", "logit_bias"})
-_PUBLISHER_ROLES = (
-    "model_config",
-    "generation_config",
-    "tokenizer_config",
-    "chat_template",
-    "hf_quant_config",
-)
-
-
-def _sorted_maps(value: Any, key: str = "") -> Any:
-    if isinstance(value, dict):
-        items = sorted(value.items()) if key in _BTREE_MAPS else value.items()
-        return {k: _sorted_maps(v, k) for k, v in items}
-    return value
-
-
-def _sidecar_order(sidecar: Mapping[str, Any]) -> tuple[Any, ...]:
-    name = sidecar.get("name")
-    return sidecar["kind"], name is not None, name or "", sidecar["artifact_id"]
-
-
-def _publisher_order(entry: Mapping[str, Any]) -> tuple[Any, ...]:
-    rest = (entry["artifact_id"], entry["source_repo"], entry["source_revision"], entry["source_path"])
-    return (_PUBLISHER_ROLES.index(entry["role"]), *rest)
 
 
 def _source_file(plan: PackagePlan, path: str, built: BuiltFile) -> dict[str, Any]:
