@@ -13,6 +13,7 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from packages_app.layout import FileRole
 from packages_app.models import Node, Package, PackageFile, Report, Revision
 
 QWEN35_REPO = "meshllm/Qwen3.5-35B-A3B-UD-Q4_K_XL-layers"
@@ -263,7 +264,7 @@ def make_files(revision: Revision, block_count: int, kv: dict[str, Any] | None =
         PackageFile(
             revision=revision,
             path=layer_path(i),
-            role=PackageFile.Role.LAYER,
+            role=FileRole.LAYER,
             layer_index=i,
             size=487_000_000,
             lfs_sha256=sha256(f"layer{i}"),
@@ -282,7 +283,7 @@ def make_files(revision: Revision, block_count: int, kv: dict[str, Any] | None =
         PackageFile(
             revision=revision,
             path="model-package.json",
-            role=PackageFile.Role.MANIFEST,
+            role=FileRole.MANIFEST,
             size=9000,
             header_status=PackageFile.HeaderStatus.SKIPPED,
         )
