@@ -15,7 +15,6 @@ from packages_app.devhub import (
     DEMO_PACKAGES,
     GATED_REPO,
     GLM47_REPO,
-    NEMOTRON_REPO,
     QWEN35_FIRST_SHA,
     QWEN35_REPO,
     DevHub,
@@ -96,28 +95,12 @@ def test_a_v2_revision_is_audited_from_its_metadata_without_reading_layer_header
     assert rev.fetch_requests < 10
 
 
-# Revisions whose verdict needs mesh-llm's rules as issue 9 rewrites them (branch issue9): until
-# those land, meshdash calls `"generation": null` invalid where mesh-llm reads it as absent.
-NEEDS_MESH_LLM_RULES = {
-    r.sha: "generation: null means absent (rules.md section 1)"
-    for p in DEMO_PACKAGES
-    if p.repo_id == NEMOTRON_REPO
-    for r in p.revisions[:1]
-}
-
-
 def _demo_revision_cases() -> list[Any]:
-    cases = []
-    for p in DEMO_PACKAGES:
-        for r in p.revisions:
-            reason = NEEDS_MESH_LLM_RULES.get(r.sha)
-            marks = [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
-            cases.append(
-                pytest.param(
-                    p.repo_id, r.sha, r.verdict, r.problems, marks=marks, id=f"{p.repo_id}@{r.sha[:8]}"
-                )
-            )
-    return cases
+    return [
+        pytest.param(p.repo_id, r.sha, r.verdict, r.problems, id=f"{p.repo_id}@{r.sha[:8]}")
+        for p in DEMO_PACKAGES
+        for r in p.revisions
+    ]
 
 
 @pytest.mark.parametrize(("repo_id", "sha", "verdict", "problems"), _demo_revision_cases())
