@@ -235,6 +235,8 @@ else:
 
 # --- Node reports ---------------------------------------------------------------------------
 MESHDASH_NODE_RATE_LIMIT = envint("MESHDASH_NODE_RATE_LIMIT", 1200)  # requests/minute/node; 0 = off
+# "Check a manifest" page and POST /api/v1/check-manifest: checks/minute per client address; 0 = off
+MESHDASH_CHECK_RATE_LIMIT = envint("MESHDASH_CHECK_RATE_LIMIT", 30)
 
 # --- The Hub --------------------------------------------------------------------------------
 # HF_ENDPOINT and HF_TOKEN are read by huggingface_hub itself, from the environment, inside packages_app/hub/.

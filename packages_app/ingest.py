@@ -21,6 +21,7 @@ from django.utils import timezone
 
 from packages_app import audit as auditing
 from packages_app import hub, inspection
+from packages_app.audit.releases import refused_key
 from packages_app.gguf_header import GGUFHeader
 from packages_app.layout import MANIFEST_FILE, classify_path
 from packages_app.models import Package, PackageFile, Revision
@@ -387,6 +388,7 @@ def audit_revision(rev: Revision) -> auditing.Audit:
         architecture=(detected.get("architecture") or "")[:64],
         block_count=_small_int(detected.get("block_count")),
         nextn_predict_layers=_small_int(detected.get("nextn_predict_layers")),
+        refused_by=refused_key(doc.get("compatibility") or []),
     )
     return result
 

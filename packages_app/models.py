@@ -95,6 +95,9 @@ class Revision(models.Model):
     mtp_declared = models.BooleanField(null=True)
     audit = models.JSONField(null=True, blank=True)
     audited_at = models.DateTimeField(null=True, blank=True)
+    # The releases that refuse it, from the audit's release matrix, as "|v0.76.1|v0.76.2|": a plain
+    # substring filter then works on SQLite and PostgreSQL alike (the catalog's "refused by" filter).
+    refused_by = models.CharField(max_length=500, blank=True, default="")
 
     objects = RevisionQuerySet.as_manager()
 
@@ -109,6 +112,10 @@ class Revision(models.Model):
 
     def __str__(self) -> str:
         return f"{self.package.repo_id}@{self.commit_sha[:12]}"
+
+    @property
+    def refused_releases(self) -> list[str]:
+        return [r for r in self.refused_by.split("|") if r]
 
     @property
     def short_sha(self) -> str:

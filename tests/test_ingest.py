@@ -69,6 +69,9 @@ def test_ingest_audits_the_revision(hub_source: type[hub.HubSource]) -> None:
     assert rev.mtp_detected is True and rev.mtp_declared is False
     assert rev.audit["detected"]["mtp_blocks"] == [40]
     assert rev.architecture == "qwen35moe" and rev.block_count == 41
+    # Schema v1 is offline-only, so every release in releases.toml refuses it; the catalog filters on this.
+    assert rev.refused_releases == [a["release"] for a in rev.audit["compatibility"]]
+    assert {a["admitted"] for a in rev.audit["compatibility"]} == {False}
 
 
 def test_re_ingesting_a_finished_revision_does_nothing(
