@@ -17,9 +17,12 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         namespaces = options["namespace"] or settings.MESHDASH_NAMESPACES
         try:
-            found = ingest.discover_packages(namespaces, settings.MESHDASH_CATALOG_DATASET)
+            found = ingest.discover_packages(namespaces, settings.MESHDASH_CATALOG_DATASET, self._skipped)
         except hub.HubError as exc:
             raise CommandError(str(exc)) from exc
         for repo_id in found:
             self.stdout.write(repo_id)
         self.stdout.write(f"{len(found)} packages tracked")
+
+    def _skipped(self, repo_id: str, reason: str) -> None:
+        self.stderr.write(f"skipped {repo_id!r}: {reason}")
