@@ -9,8 +9,8 @@ from django.db.models import QuerySet
 from django.forms import ModelForm
 from django.http import HttpRequest
 
-from packages_app import nodes
 from packages_app.models import Node, Package, PackageFile, Report, Revision
+from packages_app.nodes import identity as nodes
 
 # --- Nodes and their reports ------------------------------------------------------------------
 

@@ -18,15 +18,18 @@ from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET
 
-from packages_app import nodes, reports
+from packages_app import queueing, reports
 from packages_app.models import Node
+from packages_app.nodes import identity as nodes
+from packages_app.nodes.report_schema import BodyError, validate_batch, validate_report_body
 from packages_app.openapi import openapi_document
-from packages_app.report_schema import BodyError, validate_batch, validate_report_body
+from packages_app.reports import Stored
 
 log = logging.getLogger(__name__)
 
 MAX_SINGLE_BYTES = 64 * 1024
 MAX_BATCH_BYTES = 4 * 1024 * 1024
+HTTP_STATUS = {Stored.CREATED: 201, Stored.DUPLICATE: 200, Stored.CONFLICT: 409}
 
 NodeView = Callable[[HttpRequest, Node, Any], HttpResponse]
 View = Callable[[HttpRequest], HttpResponse]
@@ -73,14 +76,9 @@ def node_json_endpoint(max_bytes: int) -> Callable[[NodeView], View]:
 def _guarded(request: HttpRequest, view: NodeView, max_bytes: int) -> HttpResponse:
     if request.method != "POST":
         return error_response(405, "Only POST is allowed here.", Allow="POST")
-    node = _bearer_node(request)
-    if node is None:
-        return error_response(
-            401, "A valid node token is required (Authorization: Bearer <token>).", WWW_Authenticate="Bearer"
-        )
-    retry_after = nodes.node_rate_limit(node)
-    if retry_after is not None:
-        return error_response(429, "Too many requests from this node.", Retry_After=str(retry_after))
+    node = authorized_node(request)
+    if not isinstance(node, Node):
+        return node
     try:
         data = read_json(request, max_bytes)
     except NotJson:
@@ -91,6 +89,19 @@ def _guarded(request: HttpRequest, view: NodeView, max_bytes: int) -> HttpRespon
         return error_response(400, exc.message, exc.field)
     nodes.node_touch(node)
     return view(request, node, data)
+
+
+def authorized_node(request: HttpRequest) -> Node | JsonResponse:
+    """The node of the request's bearer token, within its rate limit; else the 401 or 429 to answer."""
+    node = _bearer_node(request)
+    if node is None:
+        return error_response(
+            401, "A valid node token is required (Authorization: Bearer <token>).", WWW_Authenticate="Bearer"
+        )
+    retry_after = nodes.node_rate_limit(node)
+    if retry_after is not None:
+        return error_response(429, "Too many requests from this node.", Retry_After=str(retry_after))
+    return node
 
 
 def _bearer_node(request: HttpRequest) -> Node | None:
@@ -134,9 +145,12 @@ def report_create(request: HttpRequest, node: Node, data: Any) -> HttpResponse:
     except BodyError as exc:
         return error_response(400, exc.message, exc.field)
     outcome = reports.report_store(node, item, timezone.now())
-    if outcome.status == reports.CONFLICT:
+    queueing.request_ingests(_unknown_revisions([outcome]))
+    if outcome.result is Stored.CONFLICT:
         return _conflict_response()
-    return JsonResponse({"id": outcome.id, "duplicate": outcome.duplicate}, status=outcome.status)
+    return JsonResponse(
+        {"id": outcome.id, "duplicate": outcome.duplicate}, status=HTTP_STATUS[outcome.result]
+    )
 
 
 @node_json_endpoint(MAX_BATCH_BYTES)
@@ -154,6 +168,7 @@ def report_batch(request: HttpRequest, node: Node, data: Any) -> HttpResponse:
             results[index].update(status=400, error=exc.message, field=exc.field)
     if valid:
         outcomes = reports.reports_store_batch(node, [item for _, item in valid], timezone.now())
+        queueing.request_ingests(_unknown_revisions(outcomes))
         for (index, _), outcome in zip(valid, outcomes, strict=True):
             results[index].update(_item_result(outcome))
     return JsonResponse({"results": results}, status=200)
@@ -164,10 +179,14 @@ def _valid_report(data: Any, prefix: str) -> reports.ValidReport:
     return reports.ValidReport(report=report, digest=digest, body=data)
 
 
+def _unknown_revisions(outcomes: list[reports.StoreOutcome]) -> list[tuple[str, str]]:
+    return [o.unknown_revision for o in outcomes if o.unknown_revision is not None]
+
+
 def _item_result(outcome: reports.StoreOutcome) -> dict[str, Any]:
-    if outcome.status == reports.CONFLICT:
+    if outcome.result is Stored.CONFLICT:
         return {"status": 409, "error": _CONFLICT_MESSAGE, "field": "report_id"}
-    return {"status": outcome.status, "id": outcome.id, "duplicate": outcome.duplicate}
+    return {"status": HTTP_STATUS[outcome.result], "id": outcome.id, "duplicate": outcome.duplicate}
 
 
 _CONFLICT_MESSAGE = "This report_id was already stored with a different body."

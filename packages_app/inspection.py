@@ -7,41 +7,27 @@ The header-reading plan (which files, in which order, which to skip) lives here 
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TextIO
 
-from packages_app import capability, hub
+from packages_app import audit as auditing
+from packages_app import hub
+from packages_app import verify as verify_mod
+from packages_app.layout import METADATA_ONLY_KEY, FileRole, classify_path
+from packages_app.manifest import Problem
 
-METADATA_ONLY_KEY = "skippy.package.metadata_only"
 METADATA_READ_CAP = 64 * 1024 * 1024
-LAYER_RE = re.compile(r"(?:^|/)layer-(\d{3,5})(?:-part(\d{2}))?\.gguf$")
-
-
-def file_role(path: str) -> tuple[str, int | None, int | None]:
-    """Role, layer index and part index of a package file, from the path conventions of domain.md."""
-    if path == hub.MANIFEST_PATH:
-        return "manifest", None, None
-    if match := LAYER_RE.search(path):
-        return "layer", int(match[1]), int(match[2]) if match[2] else None
-    name = path.rsplit("/", 1)[-1]
-    if "mmproj" in name or "projector" in path:
-        return "projector", None, None
-    if name.startswith("metadata") and name.endswith(".gguf"):
-        return "metadata", None, None
-    if path.startswith("shared/") and name.endswith(".gguf"):
-        return "common", None, None
-    return "other", None, None
 
 
 def header_order(paths: list[str]) -> list[str]:
     """Metadata first (it describes everything in v2), then layers in order, then the rest."""
 
     def key(path: str) -> tuple[int, int, str]:
-        role, layer, _ = file_role(path)
-        rank = {"metadata": 0, "layer": 1}.get(role, 2)
-        return rank, layer if layer is not None else -1, path
+        place = classify_path(path)
+        rank = {FileRole.METADATA: 0, FileRole.LAYER: 1}.get(place.role, 2)
+        return rank, place.layer if place.layer is not None else -1, path
 
     return sorted(paths, key=key)
 
@@ -64,7 +50,7 @@ def fetch_package_headers(
     """
     ordered = header_order([f.path for f in files if f.path.endswith(".gguf")])
     fetcher = hub.HeaderFetcher(source, sha, concurrency=concurrency)
-    metadata = [p for p in ordered if file_role(p)[0] == "metadata"]
+    metadata = [p for p in ordered if classify_path(p).role is FileRole.METADATA]
     if schema_version != 2 or not metadata:
         return fetcher.fetch(ordered, on_result)
     sizes = {f.path: f.size for f in files}
@@ -72,20 +58,20 @@ def fetch_package_headers(
     results = fetcher.fetch(metadata, on_result, first_read=whole)
     rest = [p for p in ordered if p not in metadata]
     if any(r.header is not None and r.header.kv.get(METADATA_ONLY_KEY) and r.header.tensors for r in results):
-        skipped = [p for p in rest if file_role(p)[0] == "layer"]
+        skipped = [p for p in rest if classify_path(p).role is FileRole.LAYER]
         rest = [p for p in rest if p not in skipped]
         if on_skipped and skipped:
             on_skipped(skipped)
     # Shared files repeat the metadata's KV block, so its size is the right first read for them;
     # v2 layer files (read only when the metadata does not describe them) have small headers.
-    shared = [p for p in rest if file_role(p)[0] != "layer"]
-    layers = [p for p in rest if file_role(p)[0] == "layer"]
+    shared = [p for p in rest if classify_path(p).role is not FileRole.LAYER]
+    layers = [p for p in rest if classify_path(p).role is FileRole.LAYER]
     return results + fetcher.fetch(shared, on_result, learned=results[0]) + fetcher.fetch(layers, on_result)
 
 
 @dataclass(frozen=True)
 class PackageAudit:
-    audit: capability.Audit
+    audit: auditing.Audit
     source: str
     revision: str
     requests: int
@@ -99,8 +85,18 @@ def open_package_source(spec: str) -> hub.HubSource | hub.LocalFolderSource:
     return hub.HubSource(spec)
 
 
-def audit_source(source: hub.HubSource | hub.LocalFolderSource, revision: str | None = None) -> PackageAudit:
-    """Audit one revision straight from its source: manifest, file list, headers. Writes nothing."""
+def audit_source(
+    source: hub.HubSource | hub.LocalFolderSource,
+    revision: str | None = None,
+    *,
+    verify: bool = False,
+    progress: TextIO | None = None,
+) -> PackageAudit:
+    """Audit one revision straight from its source: manifest, file list, headers. Writes nothing.
+
+    With ``verify``, a local folder's artifacts are also hashed (streamed, a progress bar on
+    ``progress``) so their sha256 is checked against the manifest as the Hub's LFS digest would be.
+    """
     sha = source.resolve_revision(revision)
     try:
         manifest: bytes | None = source.read_manifest(sha)
@@ -111,10 +107,39 @@ def audit_source(source: hub.HubSource | hub.LocalFolderSource, revision: str | 
     results = fetch_package_headers(source, sha, files, schema_version=schema)
     headers = {r.path: r.header.to_json() for r in results if r.header is not None}
     errors = {r.path: r.error for r in results if r.header is None}
-    listing = [capability.FileInfo(path=f.path, size=f.size, lfs_sha256=f.lfs_sha256) for f in files]
-    shown_revision = None if isinstance(source, hub.LocalFolderSource) else sha
-    result = capability.audit(manifest, listing, headers, revision=shown_revision, header_errors=errors)
+    listing = [auditing.FileInfo(path=f.path, size=f.size, lfs_sha256=f.lfs_sha256) for f in files]
+    local = isinstance(source, hub.LocalFolderSource)
+    shown_revision = None if local else sha
+    result = auditing.audit(manifest, listing, headers, revision=shown_revision, header_errors=errors)
+    if verify and isinstance(source, hub.LocalFolderSource):
+        digests = verify_mod.hash_files(source.root, _hash_candidates(result, listing), progress)
+        listing = [replace(f, lfs_sha256=digests.sha256.get(f.path, f.lfs_sha256)) for f in listing]
+        result = auditing.audit(manifest, listing, headers, revision=None, header_errors=errors)
+        result = replace(result, problems=result.problems + _unreadable_problems(digests))
     return PackageAudit(result, source.label, sha, source.stats.requests, source.stats.bytes)
+
+
+def _hash_candidates(result: auditing.Audit, listing: list[auditing.FileInfo]) -> list[verify_mod.Candidate]:
+    """Artifacts worth hashing: present, of the size the manifest records, with a sha256 to compare."""
+    on_disk = {f.path: f.size for f in listing}
+    wanted: dict[str, int] = {}
+    for a in result.manifest.artifacts if result.manifest else ():
+        size = on_disk.get(a.path)
+        if a.sha256 and size is not None and a.size in (None, size):
+            wanted[a.path] = size
+    return [verify_mod.Candidate(path, size) for path, size in sorted(wanted.items())]
+
+
+def _unreadable_problems(digests: verify_mod.Digests) -> list[Problem]:
+    return [
+        Problem(
+            "artifact_sha256_unreadable",
+            "error",
+            f"{path} could not be read to check its sha256 ({why}).",
+            {"path": path},
+        )
+        for path, why in sorted(digests.unreadable.items())
+    ]
 
 
 def _schema_version(manifest: bytes | None) -> int | None:

@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from packages_app import api, api_read, views, webhooks
+from packages_app import api, api_read, api_telemetry, views, webhooks
 
 app_name = "packages_app"
 
@@ -19,6 +19,8 @@ urlpatterns = [
     path("packages/<str:owner>/<str:name>/diff", views.revision_diff, name="diff"),
     path("api/v1/reports", api.report_create, name="api_reports"),
     path("api/v1/reports/batch", api.report_batch, name="api_reports_batch"),
+    path("api/v1/runs", api_telemetry.runs_register, name="api_runs"),
+    path("v1/traces", api_telemetry.traces_export, name="otlp_traces"),
     path("api/v1/ping", api.ping, name="api_ping"),
     path("api/v1/openapi.json", api.openapi_json, name="api_openapi"),
     path("api/v1/hooks/hub", webhooks.hub_webhook, name="api_hook_hub"),

@@ -674,17 +674,14 @@ def namespace_with_bad_ids(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 
 def test_discover_skips_and_reports_bad_repo_ids_and_tracks_the_rest(
-    namespace_with_bad_ids: list[str], eager_tasks: None, db: None, monkeypatch: pytest.MonkeyPatch
+    namespace_with_bad_ids: list[str], db: None
 ) -> None:
-    from packages_app import tasks as task_module
-
-    monkeypatch.setattr(task_module.sync_package, "delay_on_commit", lambda repo_id: None)
     skipped: list[tuple[str, str]] = []
-    found = ingest.discover_packages(
+    discovery = ingest.discover_packages(
         ["meshllm"], None, lambda repo_id, reason: skipped.append((repo_id, reason))
     )
-    assert found == ["meshllm/Fine-layers", "meshllm/Good-layers"]
-    assert sorted(Package.objects.values_list("repo_id", flat=True)) == found
+    assert discovery.found == discovery.tracked == ["meshllm/Fine-layers", "meshllm/Good-layers"]
+    assert sorted(Package.objects.values_list("repo_id", flat=True)) == discovery.found
     assert [r for r, _ in skipped] == ["meshllm/a--b-layers", "meshllm/..-layers"]
     assert all("cannot contain" in reason for _, reason in skipped)
 
