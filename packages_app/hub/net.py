@@ -45,6 +45,7 @@ from huggingface_hub.utils._http import hf_request_event_hook
 from packages_app.hub.errors import (
     EXPECTED_ERRORS,
     RETRY_STATUS,
+    HubError,
     HubRefused,
     HubUnavailable,
     retry_after,
@@ -166,8 +167,18 @@ def bounded_call(
     token = _CALL.set(call)
     try:
         yield call
+    except HubError as exc:  # refusals from the socket layer do not know what was asked for: say it
+        if str(exc).startswith(what):
+            raise
+        raise _naming(exc, what) from exc
     finally:
         _CALL.reset(token)
+
+
+def _naming(exc: HubError, what: str) -> HubError:
+    if isinstance(exc, HubUnavailable):
+        return HubUnavailable(f"{what}: {exc}", exc.retry_after)
+    return type(exc)(f"{what}: {exc}")
 
 
 # --- the hooks ------------------------------------------------------------------------------------

@@ -90,7 +90,8 @@ def _sha256_file(path: Path) -> str:
 
 
 class UrlSource:
-    """One plain ``http(s)://`` URL, read with ranged GETs through huggingface_hub's session."""
+    """One plain ``http(s)://`` URL, read with ranged GETs through the guarded session: redirects only to
+    the URL's own origin or the Hub's CDN origins (a Hub ``resolve`` URL redirects there)."""
 
     def __init__(self, url: str, *, development: bool | None = None) -> None:
         """``development`` (default: MESHDASH_HUB_DEV): plain http and private addresses are allowed."""
@@ -102,7 +103,7 @@ class UrlSource:
         self.label = url
         config = config_from_settings()
         dev = config.development if development is None else development
-        self.policy = Policy.for_endpoint(url, (), development=dev, limits=config.limits)
+        self.policy = Policy.for_endpoint(url, config.cdn_origins, development=dev, limits=config.limits)
 
     def read_range(self, sha: str, path: str, start: int, length: int) -> bytes:
         with bounded_call(self.policy, self.url):
