@@ -9,14 +9,15 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib import messages
+from django.db import transaction
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.utils.http import content_disposition_header
-from django.views.decorators.http import require_GET, require_http_methods
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from packages_app import charts, queries, staticfinders
+from packages_app import access, background, charts, queries, staticfinders
 from packages_app.forms import SORTS, CatalogFilterForm, TrackPackageForm
-from packages_app.models import Package, Revision
+from packages_app.models import ActionLog, Package, Revision
 
 View = Callable[..., HttpResponse]
 
@@ -50,7 +51,12 @@ def catalog(request: HttpRequest) -> HttpResponse:
     if not form.is_valid():
         context = {"form": form, "errors": form.error_sentences(), "sorts": SORTS}
         return render(request, "packages_app/catalog.html", context, status=400)
-    result = queries.catalog_page(form.filters(), form.page_number(), form.page_size())
+    result = queries.catalog_page(
+        form.filters(),
+        form.page_number(),
+        form.page_size(),
+        show_private=access.can_see_private(request.user),
+    )
     context = {"form": form, "result": result, "filters": form.filters(), "sorts": SORTS}
     return render(request, "packages_app/catalog.html", context)
 
@@ -61,7 +67,7 @@ def catalog(request: HttpRequest) -> HttpResponse:
 @require_GET
 @lookup_errors
 def package_detail(request: HttpRequest, owner: str, name: str) -> HttpResponse:
-    package = queries.package_get(owner, name)
+    package = queries.package_get(owner, name, access.can_see_private(request.user))
     revision = queries.revision_resolve(package, request.GET.get("revision"))
     history = queries.revision_history(package)
     context: dict[str, Any] = {"package": package, "revision": revision, "history": history}
@@ -119,7 +125,7 @@ def _pretty_json(value: Any) -> str:
 @lookup_errors
 def patched_manifest(request: HttpRequest, owner: str, name: str) -> HttpResponse:
     """The manifest with the suggested ``generation`` applied, as a download."""
-    package = queries.package_get(owner, name)
+    package = queries.package_get(owner, name, access.can_see_private(request.user))
     revision = queries.revision_require(package, request.GET.get("revision"))
     suggested = queries.suggested_generation(revision)
     patched = suggested.get("patched_manifest") if suggested else None
@@ -134,7 +140,7 @@ def patched_manifest(request: HttpRequest, owner: str, name: str) -> HttpRespons
 @require_GET
 @lookup_errors
 def file_detail(request: HttpRequest, owner: str, name: str, path: str) -> HttpResponse:
-    package = queries.package_get(owner, name)
+    package = queries.package_get(owner, name, access.can_see_private(request.user))
     revision = queries.revision_require(package, request.GET.get("revision"))
     file = queries.file_get(revision, path)
     tensors = file.tensors if isinstance(file.tensors, list) else []
@@ -153,7 +159,7 @@ def file_detail(request: HttpRequest, owner: str, name: str, path: str) -> HttpR
 @lookup_errors
 def revision_diff(request: HttpRequest, owner: str, name: str) -> HttpResponse:
     """Compare two revisions; ``to`` defaults to the latest, ``from`` to the one before ``to``."""
-    package = queries.package_get(owner, name)
+    package = queries.package_get(owner, name, access.can_see_private(request.user))
     new = queries.revision_require(package, request.GET.get("to"))
     old_ref = request.GET.get("from")
     old = (
@@ -167,22 +173,117 @@ def revision_diff(request: HttpRequest, owner: str, name: str) -> HttpResponse:
     return render(request, "packages_app/revision_diff.html", context)
 
 
-# --- ingest --------------------------------------------------------------------------------------
+# --- ingest and operator actions ------------------------------------------------------------------
 
 
 @require_http_methods(["GET", "POST"])
 def ingest_status(request: HttpRequest) -> HttpResponse:
-    form = TrackPackageForm(request.POST if request.method == "POST" else None)
+    if request.method == "POST":
+        return _track_post(request)
+    background.reconcile_soon()
+    return _ingest_page(request, TrackPackageForm())
+
+
+def _ingest_page(request: HttpRequest, form: TrackPackageForm, status: int = 200) -> HttpResponse:
+    overview = queries.ingest_overview(show_private=access.can_see_private(request.user))
+    context = {"form": form, "overview": overview}
+    return render(request, "packages_app/ingest.html", context, status=status)
+
+
+@access.permission_required("packages_app.track_package")
+def _track_post(request: HttpRequest) -> HttpResponse:
+    form = TrackPackageForm(request.POST)
     if form.is_valid():
-        return _track(request, form.cleaned_data["repo_id"])
-    context = {"form": form, "overview": queries.ingest_overview()}
-    return render(request, "packages_app/ingest.html", context, status=400 if form.errors else 200)
+        repo_id = form.cleaned_data["repo_id"]
+        refusal = access.namespace_refusal(request.user, repo_id) or access.track_rate_refusal(request.user)
+        if refusal is None:
+            return _track(request, repo_id)
+        form.add_error("repo_id", refusal)
+    return _ingest_page(request, form, status=429 if _rate_refused(form) else 400)
+
+
+def _rate_refused(form: TrackPackageForm) -> bool:
+    return any("this hour" in str(e) for e in form.errors.get("repo_id", []))
 
 
 def _track(request: HttpRequest, repo_id: str) -> HttpResponse:
     # Imported here: ingest.py pulls in the Hub client, which the read-only pages never need.
     from packages_app.ingest import track_package
 
-    package: Package = track_package(repo_id)
-    messages.success(request, f"Tracking {package.repo_id}: its revisions are queued for ingest.")
+    try:
+        _off_request(track_package, repo_id)
+    except background.Busy as exc:
+        messages.error(request, str(exc))
+        return redirect("packages_app:ingest")
+    access.record(request.user, ActionLog.Action.TRACK, repo_id)
+    messages.success(request, f"Tracking {repo_id}: its revisions are queued for ingest.")
     return redirect("packages_app:ingest")
+
+
+def _off_request(fn: Callable[..., Any], *args: Any) -> None:
+    """With a broker ``fn`` only writes rows and enqueues, so it runs here; eagerly it would do the work."""
+    if background.eager():
+        background.submit(fn, *args)
+    else:
+        fn(*args)
+
+
+@require_POST
+@access.permission_required("packages_app.change_package")
+@lookup_errors
+def package_untrack(request: HttpRequest, owner: str, name: str) -> HttpResponse:
+    package = queries.package_get(owner, name, access.can_see_private(request.user))
+    Package.objects.filter(pk=package.pk).update(tracked=False)
+    access.record(request.user, ActionLog.Action.UNTRACK, package.repo_id)
+    messages.success(request, f"{package.repo_id} is no longer synced; what was ingested stays.")
+    return redirect("packages_app:package", owner, name)
+
+
+@require_http_methods(["GET", "POST"])
+@access.permission_required("packages_app.delete_package")
+@lookup_errors
+def package_delete(request: HttpRequest, owner: str, name: str) -> HttpResponse:
+    """GET: what would be deleted, with a confirm button; POST: delete it with its revisions and files."""
+    package = queries.package_get(owner, name, access.can_see_private(request.user))
+    if request.method == "GET":
+        context = {"package": package, "counts": queries.package_counts(package)}
+        return render(request, "packages_app/package_delete.html", context)
+    counts = queries.package_counts(package)
+    package.delete()
+    detail = f"{counts['revisions']} revisions, {counts['files']} files"
+    access.record(request.user, ActionLog.Action.DELETE, package.repo_id, detail)
+    messages.success(request, f"Deleted {package.repo_id} ({detail}).")
+    return redirect("packages_app:catalog")
+
+
+@require_POST
+@access.permission_required("packages_app.reingest_package")
+@lookup_errors
+def package_reingest(request: HttpRequest, owner: str, name: str) -> HttpResponse:
+    from packages_app import tasks
+
+    package = queries.package_get(owner, name, access.can_see_private(request.user))
+    shas = list(
+        package.revisions.exclude(status=Revision.Status.RUNNING).values_list("commit_sha", flat=True)
+    )
+    try:
+        with transaction.atomic():  # queued first: the work starts only once this commits
+            package.revisions.filter(commit_sha__in=shas).update(status=Revision.Status.QUEUED)
+            if background.eager():
+                background.submit(_ingest_each, package.repo_id, shas)
+            else:
+                for sha in shas:
+                    tasks.ingest_revision.delay_on_commit(package.repo_id, sha)
+    except background.Busy as exc:
+        messages.error(request, str(exc))
+        return redirect("packages_app:package", owner, name)
+    access.record(request.user, ActionLog.Action.REINGEST, package.repo_id, f"{len(shas)} revisions")
+    messages.success(request, f"{len(shas)} revisions of {package.repo_id} are queued for ingest again.")
+    return redirect("packages_app:package", owner, name)
+
+
+def _ingest_each(repo_id: str, shas: list[str]) -> None:
+    from packages_app import tasks
+
+    for sha in shas:
+        tasks.ingest_revision.delay(repo_id, sha)

@@ -407,9 +407,9 @@ def no_enqueue() -> Any:
 @pytest.mark.django_db
 @pytest.mark.parametrize("repo_id", BAD_REPO_IDS)
 def test_the_track_form_refuses_a_hostile_repo_id_before_any_request(
-    client: Client, hub_requests: Any, no_enqueue: Any, repo_id: str
+    operator_client: Client, hub_requests: Any, no_enqueue: Any, repo_id: str
 ) -> None:
-    response = client.post("/ingest/", {"repo_id": repo_id})
+    response = operator_client.post("/ingest/", {"repo_id": repo_id})
     assert response.status_code == 400
     assert not Package.objects.exists() and no_enqueue() == 0 and hub_requests() == 0
 
