@@ -59,6 +59,7 @@ def sync_package(repo_id: str, source: hub.PackageSource | None = None) -> list[
     except hub.HubError as exc:
         Package.objects.filter(pk=package.pk).update(sync_error=str(exc), last_synced_at=timezone.now())
         raise
+    record_privacy(package, source)
     revisions = [_revision_for_commit(package, c) for c in commits]
     _refresh_latest(package)
     Package.objects.filter(pk=package.pk).update(sync_error="", last_synced_at=timezone.now())
@@ -174,6 +175,7 @@ def ingest_revision(
     source = source or hub.HubSource(repo_id)
     sha = revision if revision and hub.SHA_RE.match(revision) else source.resolve_revision(revision)
     package, _ = Package.objects.get_or_create(repo_id=repo_id)
+    _learn_privacy(package, source)
     rev, _ = Revision.objects.get_or_create(package=package, commit_sha=sha)
     if rev.committed_at is None:
         _fill_commit_info(rev, source)
@@ -194,6 +196,21 @@ def ingest_revision(
     link_reports_to_revision(rev)
     rev.refresh_from_db()
     return IngestOutcome(rev, ran=True)
+
+
+def record_privacy(package: Package, source: hub.PackageSource) -> None:
+    """Store what the Hub said about the repo's visibility (a source that never asked says nothing)."""
+    private = getattr(source, "private", None)
+    if private is not None and private != package.private:
+        Package.objects.filter(pk=package.pk).update(private=private)
+        package.private = private
+
+
+def _learn_privacy(package: Package, source: hub.PackageSource) -> None:
+    # Read with a token, a repo may be private although no sync ran yet (ingest of a pinned sha): ask.
+    if getattr(source, "private", False) is None and getattr(source, "token", None):
+        source.resolve_revision(None)
+    record_privacy(package, source)
 
 
 def _fill_commit_info(rev: Revision, source: hub.PackageSource) -> None:
