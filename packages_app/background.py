@@ -25,6 +25,7 @@ log = logging.getLogger(__name__)
 RECONCILE_EVERY = 300  # seconds between two reconciles started from web requests (eager mode)
 
 _lock = threading.Lock()
+_idle = threading.Condition(_lock)
 _pool: ThreadPoolExecutor | None = None
 _pending = 0
 
@@ -71,10 +72,17 @@ def _run(fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
         connections.close_all()
         with _lock:
             _pending -= 1
+            _idle.notify_all()
 
 
 def pending() -> int:
     return _pending
+
+
+def wait_idle(timeout: float) -> bool:
+    """Block until no job is queued or running (tests, shutdown); False if ``timeout`` s passed first."""
+    with _lock:
+        return _idle.wait_for(lambda: _pending == 0, timeout)
 
 
 def reconcile_soon() -> None:
