@@ -8,19 +8,19 @@ object (hub.py) is passed in or built from the repo id.
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 from django.conf import settings
 from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from packages_app import capability, hub, inspection
+from packages_app import capability, hub, inspection, manifest
 from packages_app.gguf_header import GGUFHeader
 from packages_app.models import Package, PackageFile, Revision
 from packages_app.reports import link_reports_to_revision
@@ -28,6 +28,9 @@ from packages_app.reports import link_reports_to_revision
 log = logging.getLogger(__name__)
 
 ProgressFn = Callable[[int, int], None]
+# What one revision's stored audit may hold (cap_audit); a real package has under 200 files and blocks.
+AUDIT_LIST_LIMIT = 2000
+AUDIT_TEXT_LIMIT = 1024 * 1024
 STALE_CLAIM = timedelta(seconds=getattr(settings, "CELERY_TASK_TIME_LIMIT", 660) * 2)
 
 
@@ -267,14 +270,10 @@ def _store_manifest(rev: Revision, source: hub.PackageSource) -> str | None:
 
 
 def _decode_manifest(data: bytes) -> tuple[object, str | None]:
-    try:
-        return json.loads(data.decode("utf-8")), None
-    except UnicodeDecodeError as exc:
-        return None, f"{hub.MANIFEST_PATH} is not UTF-8 text (byte {exc.start})"
-    except RecursionError:
-        return None, f"{hub.MANIFEST_PATH} is nested too deeply to read"
-    except ValueError as exc:
-        return None, f"{hub.MANIFEST_PATH} is not valid JSON: {exc}"
+    """Parsed JSON is stored only within the manifest parser's limits; the raw bytes are always kept."""
+    if len(data) > manifest.MAX_MANIFEST_BYTES:
+        return None, f"{hub.MANIFEST_PATH} is {len(data)} bytes, over the parser's limit"
+    return manifest.load_json(data)
 
 
 def _store_files(rev: Revision, files: list[hub.RemoteFile]) -> None:
@@ -393,7 +392,7 @@ def audit_revision(rev: Revision) -> capability.Audit:
     errors = {f.path: f.header_error for f in files if f.header_status == PackageFile.HeaderStatus.FAILED}
     manifest = bytes(rev.manifest_bytes) if rev.manifest_bytes is not None else None
     result = capability.audit(manifest, listing, headers, revision=rev.commit_sha, header_errors=errors)
-    doc = result.to_json()
+    doc = cap_audit(result.to_json())
     detected, declared = doc["detected"], doc["declared"]
     Revision.objects.filter(pk=rev.pk).update(
         verdict=doc["verdict"],
@@ -406,6 +405,33 @@ def audit_revision(rev: Revision) -> capability.Audit:
         nextn_predict_layers=_small_int(detected.get("nextn_predict_layers")),
     )
     return result
+
+
+def cap_audit(doc: dict[str, Any]) -> dict[str, Any]:
+    """Cut what a hostile package inflates: lists past AUDIT_LIST_LIMIT items, texts past AUDIT_TEXT_LIMIT.
+
+    A 77,000-layer manifest made a 35 MB audit per revision (and a 69 MB page); what was cut is listed
+    under ``"truncated"`` as ``{"path", "kept", "total"}`` (a text is dropped whole: ``kept`` 0), so
+    pages can say so. The verdict, problems' codes and counts are computed before the cut.
+    """
+    cut: list[dict[str, Any]] = []
+    stack: list[tuple[Any, str]] = [(doc, "")]
+    while stack:
+        node, path = stack.pop()
+        items = list(node.items()) if isinstance(node, dict) else list(enumerate(node))
+        for key, value in items:
+            where = f"{path}.{key}".lstrip(".")
+            if isinstance(value, str) and len(value) > AUDIT_TEXT_LIMIT:
+                node[key] = None
+                cut.append({"path": where, "kept": 0, "total": len(value)})
+            elif isinstance(value, list) and len(value) > AUDIT_LIST_LIMIT:
+                cut.append({"path": where, "kept": AUDIT_LIST_LIMIT, "total": len(value)})
+                node[key] = value = value[:AUDIT_LIST_LIMIT]
+            if isinstance(value, dict | list):
+                stack.append((value, where))
+    if cut:
+        doc["truncated"] = sorted(cut, key=lambda c: str(c["path"]))
+    return doc
 
 
 def reaudit_all(progress: ProgressFn | None = None) -> int:

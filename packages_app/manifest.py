@@ -255,6 +255,18 @@ def parse_manifest(data: bytes) -> ManifestResult:
     return ManifestResult(manifest, report.finish())
 
 
+def load_json(data: bytes) -> tuple[Any, str | None]:
+    """The JSON value, if it is within the parser's limits (depth, number range); else None and why.
+
+    What a database stores and a page shows must pass here: the parser's limits are what keep a
+    manifest nested 950 deep or a number like 1e999999 from failing every later read of it.
+    """
+    try:
+        return _load_json(data)[0], None
+    except _Rejected as exc:
+        return None, exc.message
+
+
 def render_manifest(raw: Mapping[str, Any]) -> str:
     """Stable pretty JSON (2-space indent, key order kept, trailing newline), as a writer emits it."""
     text = json.dumps(raw, indent=2, ensure_ascii=False)

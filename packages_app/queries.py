@@ -73,6 +73,8 @@ DIFF_LINE_LIMIT = 4000
 # difflib is quadratic in the worst case; real manifests are under 2,000 pretty-printed lines.
 DIFF_INPUT_LIMIT = 6000
 TENSOR_ROW_LIMIT = 5000
+FILES_PER_PAGE = 500
+MISSING_ON_HUB = "missing_on_hub"  # capability.py's provenance status of a file the Hub did not list
 _SHA_PREFIX = re.compile(r"[0-9a-fA-F]{4,40}")
 
 
@@ -290,17 +292,27 @@ class FileRow:
     status: str
 
 
-def revision_files(revision: Revision) -> list[FileRow]:
-    """The revision's files, each with what the manifest says about it (from the audit's provenance)."""
-    files = list(revision.files.defer("kv", "tensors"))
+@dataclass(frozen=True)
+class FilePage:
+    rows: list[FileRow]
+    page: Page[PackageFile]
+
+
+def revision_files(revision: Revision, page_number: int = 1, per_page: int = FILES_PER_PAGE) -> FilePage:
+    """One page of the revision's files, each with what the manifest says about it (audit provenance).
+
+    Files the manifest names but the Hub did not list are rows too, after the last page's Hub files.
+    """
+    paginator = Paginator(revision.files.defer("kv", "tensors").order_by("path"), per_page)
+    page = paginator.get_page(page_number)
     provenance = _provenance_by_path(revision.audit)
-    rows = [_file_row(f, provenance.pop(f.path, {})) for f in files]
-    # Files the manifest names but the Hub did not list are still rows, with no Hub side.
-    for path, entry in sorted(provenance.items()):
-        rows.append(
-            _file_row(PackageFile(revision=revision, path=path, role=str(entry.get("role", ""))), entry)
-        )
-    return rows
+    rows = [_file_row(f, provenance.get(f.path, {})) for f in page.object_list]
+    if not page.has_next():
+        unlisted = (e for e in provenance.values() if e.get("status") == MISSING_ON_HUB)
+        for entry in sorted(unlisted, key=lambda e: str(e["path"])):
+            file = PackageFile(revision=revision, path=str(entry["path"]), role=str(entry.get("role", "")))
+            rows.append(_file_row(file, entry))
+    return FilePage(rows, page)
 
 
 def _provenance_by_path(audit: Any) -> dict[str, dict[str, Any]]:
@@ -472,6 +484,12 @@ def _compact_json(value: Any) -> str:
 def audit_blocks(revision: Revision) -> list[dict[str, Any]]:
     blocks = _dig(revision.audit, "detected", "blocks")
     return [b for b in blocks if isinstance(b, dict)] if isinstance(blocks, list) else []
+
+
+def audit_truncated(revision: Revision) -> list[dict[str, Any]]:
+    """What ingest cut from this audit before storing it (ingest.cap_audit), for the page to say."""
+    cut = _dig(revision.audit, "truncated")
+    return [c for c in cut if isinstance(c, dict)] if isinstance(cut, list) else []
 
 
 def suggested_generation(revision: Revision) -> dict[str, Any] | None:

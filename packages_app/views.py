@@ -72,26 +72,31 @@ def package_detail(request: HttpRequest, owner: str, name: str) -> HttpResponse:
     history = queries.revision_history(package)
     context: dict[str, Any] = {"package": package, "revision": revision, "history": history}
     if revision is not None:
-        context.update(_revision_context(revision))
+        context.update(_revision_context(revision, request.GET.get("files_page")))
         context["previous"] = _previous_in(history, revision)
     context["hub_url"] = f"{settings.HF_ENDPOINT.rstrip('/')}/{package.repo_id}"
     context["plotly_guard_ids"] = staticfinders.installed_plotly_guard_ids()
     return render(request, "packages_app/package_detail.html", context)
 
 
-def _revision_context(revision: Revision) -> dict[str, Any]:
+def _page_param(value: str | None) -> int:
+    return int(value) if value and value.isdigit() and len(value) < 9 else 1
+
+
+def _revision_context(revision: Revision, files_page: str | None = None) -> dict[str, Any]:
     throughput = queries.revision_throughput_for(revision)
     splits = list(throughput.get("stage_splits") or []) if throughput else []
     suggested = queries.suggested_generation(revision)
     return {
         "problems": queries.audit_problems(revision),
+        "truncated": queries.audit_truncated(revision),
         "detected": queries.audit_section(revision, "detected"),
         "declared": queries.audit_section(revision, "declared"),
         "runtime": queries.audit_section(revision, "runtime"),
         "provenance": queries.audit_section(revision, "provenance"),
         "suggested": suggested,
         "suggested_json": _pretty_json(suggested.get("generation")) if suggested else "",
-        "files": queries.revision_files(revision),
+        "files": queries.revision_files(revision, _page_param(files_page)),
         "throughput": throughput,
         "layout_chart": charts.layer_layout_figure(queries.audit_blocks(revision), splits),
         "throughput_charts": _throughput_charts(throughput),
@@ -121,6 +126,9 @@ def _pretty_json(value: Any) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False)
 
 
+_PATCHED_PATH = "suggested_generation.patched_manifest"
+
+
 @require_GET
 @lookup_errors
 def patched_manifest(request: HttpRequest, owner: str, name: str) -> HttpResponse:
@@ -130,7 +138,9 @@ def patched_manifest(request: HttpRequest, owner: str, name: str) -> HttpRespons
     suggested = queries.suggested_generation(revision)
     patched = suggested.get("patched_manifest") if suggested else None
     if not isinstance(patched, str):
-        raise queries.LookupFailed(f"{revision} needs no fix, so there is no patched manifest.")
+        cut = any(c.get("path") == _PATCHED_PATH for c in queries.audit_truncated(revision))
+        reason = "was too large to store" if cut else "needs no fix, so there is none"
+        raise queries.LookupFailed(f"The patched manifest of {revision} {reason}.")
     filename = f"{package.name}-{revision.short_sha}-model-package.json"
     response = HttpResponse(patched, content_type="application/json")
     response["Content-Disposition"] = content_disposition_header(True, filename)
