@@ -61,6 +61,7 @@ from packages_app.devhub import (  # noqa: E402
     ensure_catalog,
 )
 from packages_app.gguf_header import ArraySummary  # noqa: E402
+from packages_app.layout import classify_path  # noqa: E402
 from packages_app.models import Package, Revision  # noqa: E402
 
 KIB = 1024
@@ -521,7 +522,7 @@ def fetch_slice(piece: Slice, url: str, m: SliceRuns) -> None:
     files = [
         f
         for f in source.list_files(piece.package.main_sha)
-        if (layer := inspection.file_role(f.path)[1]) is None or layer < piece.layers
+        if (layer := classify_path(f.path).layer) is None or layer < piece.layers
     ]
     start = time.perf_counter()
     results = inspection.fetch_package_headers(source, piece.package.main_sha, files, schema_version=1)

@@ -122,8 +122,8 @@ def setup_django() -> None:
 
 def bench_nodes(count: int, prefix: str = "bench-load") -> list[str]:
     """Fresh nodes (their old reports deleted) with no rate limit; returns their tokens."""
-    from packages_app import nodes
     from packages_app.models import Node, Package, Revision
+    from packages_app.nodes import identity as nodes
 
     Node.objects.filter(name__startswith=prefix).delete()
     package, _ = Package.objects.get_or_create(repo_id=BENCH_REPO, defaults={"tracked": False})

@@ -16,8 +16,9 @@ from django.db.models import QuerySet
 from django.forms import ModelForm
 from django.http import HttpRequest
 
-from packages_app import access, nodes
+from packages_app import access
 from packages_app.models import ActionLog, Node, Package, PackageFile, Report, Revision
+from packages_app.nodes import identity as nodes
 
 # What a change page shows of one JSON column; the rest is cut with a note (the data stays stored).
 JSON_PREVIEW_CHARS = 20_000

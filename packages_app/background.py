@@ -38,6 +38,12 @@ def eager() -> bool:
     return not settings.CELERY_BROKER_URL
 
 
+def ensure_room() -> None:
+    """``Busy`` when eager work would be refused now; with a broker there is always room."""
+    if eager() and _pending >= settings.MESHDASH_BACKGROUND_QUEUE:
+        raise Busy("The server is busy with earlier work; try again in a few minutes.")
+
+
 def submit(fn: Callable[..., Any], *args: Any) -> None:
     """Run ``fn(*args)`` on the pool once the current transaction commits; ``Busy`` if the queue is full."""
     if _pending >= settings.MESHDASH_BACKGROUND_QUEUE:
@@ -91,9 +97,9 @@ def reconcile_soon() -> None:
         return
     if not cache.add("meshdash:reconcile-from-web", time.time(), RECONCILE_EVERY):
         return
-    from packages_app import ingest
+    from packages_app import tasks
 
     try:
-        submit(ingest.reconcile_stuck)
+        submit(tasks.reconcile_stuck_revisions)
     except Busy:
         cache.delete("meshdash:reconcile-from-web")

@@ -7,41 +7,24 @@ The header-reading plan (which files, in which order, which to skip) lives here 
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from packages_app import capability, hub
+from packages_app import audit as auditing
+from packages_app import hub
+from packages_app.layout import METADATA_ONLY_KEY, FileRole, classify_path
 
-METADATA_ONLY_KEY = "skippy.package.metadata_only"
 METADATA_READ_CAP = 64 * 1024 * 1024
-LAYER_RE = re.compile(r"(?:^|/)layer-(\d{3,5})(?:-part(\d{2}))?\.gguf$")
-
-
-def file_role(path: str) -> tuple[str, int | None, int | None]:
-    """Role, layer index and part index of a package file, from the path conventions of domain.md."""
-    if path == hub.MANIFEST_PATH:
-        return "manifest", None, None
-    if match := LAYER_RE.search(path):
-        return "layer", int(match[1]), int(match[2]) if match[2] else None
-    name = path.rsplit("/", 1)[-1]
-    if "mmproj" in name or "projector" in path:
-        return "projector", None, None
-    if name.startswith("metadata") and name.endswith(".gguf"):
-        return "metadata", None, None
-    if path.startswith("shared/") and name.endswith(".gguf"):
-        return "common", None, None
-    return "other", None, None
 
 
 def header_order(paths: list[str]) -> list[str]:
     """Metadata first (it describes everything in v2), then layers in order, then the rest."""
 
     def key(path: str) -> tuple[int, int, str]:
-        role, layer, _ = file_role(path)
-        rank = {"metadata": 0, "layer": 1}.get(role, 2)
-        return rank, layer if layer is not None else -1, path
+        place = classify_path(path)
+        rank = {FileRole.METADATA: 0, FileRole.LAYER: 1}.get(place.role, 2)
+        return rank, place.layer if place.layer is not None else -1, path
 
     return sorted(paths, key=key)
 
@@ -64,7 +47,7 @@ def fetch_package_headers(
     """
     ordered = header_order([f.path for f in files if f.path.endswith(".gguf")])
     fetcher = hub.HeaderFetcher(source, sha, concurrency=concurrency)
-    metadata = [p for p in ordered if file_role(p)[0] == "metadata"]
+    metadata = [p for p in ordered if classify_path(p).role is FileRole.METADATA]
     if schema_version != 2 or not metadata:
         return fetcher.fetch(ordered, on_result)
     sizes = {f.path: f.size for f in files}
@@ -72,20 +55,20 @@ def fetch_package_headers(
     results = fetcher.fetch(metadata, on_result, first_read=whole)
     rest = [p for p in ordered if p not in metadata]
     if any(r.header is not None and r.header.kv.get(METADATA_ONLY_KEY) and r.header.tensors for r in results):
-        skipped = [p for p in rest if file_role(p)[0] == "layer"]
+        skipped = [p for p in rest if classify_path(p).role is FileRole.LAYER]
         rest = [p for p in rest if p not in skipped]
         if on_skipped and skipped:
             on_skipped(skipped)
     # Shared files repeat the metadata's KV block, so its size is the right first read for them;
     # v2 layer files (read only when the metadata does not describe them) have small headers.
-    shared = [p for p in rest if file_role(p)[0] != "layer"]
-    layers = [p for p in rest if file_role(p)[0] == "layer"]
+    shared = [p for p in rest if classify_path(p).role is not FileRole.LAYER]
+    layers = [p for p in rest if classify_path(p).role is FileRole.LAYER]
     return results + fetcher.fetch(shared, on_result, learned=results[0]) + fetcher.fetch(layers, on_result)
 
 
 @dataclass(frozen=True)
 class PackageAudit:
-    audit: capability.Audit
+    audit: auditing.Audit
     source: str
     revision: str
     requests: int
@@ -111,9 +94,9 @@ def audit_source(source: hub.HubSource | hub.LocalFolderSource, revision: str | 
     results = fetch_package_headers(source, sha, files, schema_version=schema)
     headers = {r.path: r.header.to_json() for r in results if r.header is not None}
     errors = {r.path: r.error for r in results if r.header is None}
-    listing = [capability.FileInfo(path=f.path, size=f.size, lfs_sha256=f.lfs_sha256) for f in files]
+    listing = [auditing.FileInfo(path=f.path, size=f.size, lfs_sha256=f.lfs_sha256) for f in files]
     shown_revision = None if isinstance(source, hub.LocalFolderSource) else sha
-    result = capability.audit(manifest, listing, headers, revision=shown_revision, header_errors=errors)
+    result = auditing.audit(manifest, listing, headers, revision=shown_revision, header_errors=errors)
     return PackageAudit(result, source.label, sha, source.stats.requests, source.stats.bytes)
 
 

@@ -94,7 +94,7 @@ class Revision(models.Model):
     nextn_predict_layers = models.PositiveIntegerField(null=True, blank=True)
     total_bytes = models.BigIntegerField(default=0)
 
-    # The capability audit (capability.py), recomputed by `manage.py reaudit`.
+    # The capability audit (packages_app.audit), recomputed by `manage.py reaudit`.
     verdict = models.CharField(max_length=32, blank=True, db_index=True)
     mtp_detected = models.BooleanField(null=True)
     mtp_declared = models.BooleanField(null=True)

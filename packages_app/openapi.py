@@ -14,7 +14,7 @@ from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
 from packages_app.api_read import PackageDetailOut, PackageListOut, catalog_query_parameters
-from packages_app.report_schema import (
+from packages_app.nodes.report_schema import (
     MAX_BATCH,
     BatchIn,
     BatchOut,

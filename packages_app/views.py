@@ -218,20 +218,23 @@ def _rate_refused(form: TrackPackageForm) -> bool:
 
 def _track(request: HttpRequest, repo_id: str) -> HttpResponse:
     # Imported here: ingest.py pulls in the Hub client, which the read-only pages never need.
+    from packages_app import queueing
     from packages_app.ingest import track_package
 
     try:
-        _off_request(track_package, repo_id)
+        background.ensure_room()
     except background.Busy as exc:
-        messages.error(request, str(exc))
+        messages.error(request, f"{repo_id} is not tracked: {exc}")
         return redirect("packages_app:ingest")
-    access.record(request.user, ActionLog.Action.TRACK, repo_id)
-    messages.success(request, f"Tracking {repo_id}: its revisions are queued for ingest.")
+    package: Package = track_package(repo_id)
+    _hand_off(queueing.enqueue_sync, package.repo_id)
+    access.record(request.user, ActionLog.Action.TRACK, package.repo_id)
+    messages.success(request, f"Tracking {package.repo_id}: its revisions are queued for ingest.")
     return redirect("packages_app:ingest")
 
 
-def _off_request(fn: Callable[..., Any], *args: Any) -> None:
-    """With a broker ``fn`` only writes rows and enqueues, so it runs here; eagerly it would do the work."""
+def _hand_off(fn: Callable[..., Any], *args: Any) -> None:
+    """With a broker ``fn`` only enqueues, so it runs here; eagerly it would do the work: a thread does."""
     if background.eager():
         background.submit(fn, *args)
     else:

@@ -18,7 +18,7 @@ from django.conf import settings
 from django.http import HttpRequest, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
-from packages_app import hub
+from packages_app import repo_ids
 
 log = logging.getLogger(__name__)
 
@@ -91,8 +91,8 @@ def parse_event(data: Any) -> RepoEvent:
     repo = _object(body.get("repo"), "repo")
     repo_id = _string(repo.get("name"), "repo.name")
     try:
-        hub.validate_repo_id(repo_id)  # the track form's and the commands' rule: no URL, path, '..', '--'
-    except hub.InvalidRepoId as exc:
+        repo_ids.validate_repo_id(repo_id)  # the track form's rule: no URL, path, '..', '--'
+    except repo_ids.InvalidRepoId as exc:
         raise WebhookRejected(400, f"repo.name: {exc}") from None
     head = repo.get("headSha")
     return RepoEvent(
@@ -100,7 +100,7 @@ def parse_event(data: Any) -> RepoEvent:
         action=_string(event.get("action"), "event.action"),
         repo_type=_string(repo.get("type"), "repo.type"),
         repo_id=repo_id,
-        head_sha=head if isinstance(head, str) and hub.SHA_RE.fullmatch(head) else None,
+        head_sha=head if repo_ids.is_commit_sha(head) else None,
     )
 
 

@@ -1,4 +1,4 @@
-"""Plain factories for dashboard tests: packages, revisions, files, reports; audits as capability.py writes.
+"""Plain factories for dashboard tests: packages, revisions, files, reports; audits as auditing.py writes.
 
 The motivating case (domain.md section 9) is ``qwen35_package``: qwen35moe, 41 blocks, block 40 holds
 the NextN tensors, the manifest declares nothing, so the verdict is ``undeclared-mtp``.
@@ -125,7 +125,7 @@ def audit(
     revision: str = QWEN35_SHA,
     mismatch: int | None = None,
 ) -> dict[str, Any]:
-    """An audit dict in capability.py's exact shape."""
+    """An audit dict in auditing.py's exact shape."""
     declared = bool(declared_layers)
     has_mtp = bool(mtp_blocks)
     manifest = manifest_v1(block_count, with_generation=declared)

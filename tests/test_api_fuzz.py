@@ -14,7 +14,7 @@ from django.test import Client
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from packages_app import nodes
+from packages_app.nodes import identity as nodes
 
 pytestmark = pytest.mark.django_db
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 import json
-import sys
 import uuid
 from datetime import UTC, datetime, timedelta
 from io import StringIO
@@ -16,8 +15,9 @@ from django.core.cache import cache
 from django.core.management import call_command
 from django.test import Client
 
-from packages_app import nodes, reports
+from packages_app import reports
 from packages_app.models import Package, Report, Revision
+from packages_app.nodes import identity as nodes
 
 QWEN = "meshllm/Qwen3.5-35B-A3B-UD-Q4_K_XL-layers"
 FIRST_SHA = "69cbd9fc1f928305e8e86e1148a1db6a6f1de8e9"
@@ -36,10 +36,11 @@ def _fresh_cache() -> None:
 @pytest.fixture(autouse=True)
 def fake_tasks(settings: Any) -> Any:
     # Reports for unknown revisions under a tracked namespace enqueue an ingest: record, don't run.
+    from packages_app import tasks
+
     settings.CELERY_TASK_ALWAYS_EAGER = False  # as with a broker; eager mode enqueues nothing
-    tasks = mock.Mock()
-    with mock.patch.dict(sys.modules, {"packages_app.tasks": tasks}):
-        yield tasks
+    with mock.patch.object(tasks.ingest_revision, "delay_on_commit") as delay_on_commit:
+        yield mock.Mock(ingest_revision=mock.Mock(delay_on_commit=delay_on_commit))
 
 
 @pytest.fixture
@@ -438,7 +439,7 @@ def test_a_batch_item_that_is_not_an_object_is_refused_alone(client: Client, tok
 def test_a_racing_replay_that_loses_the_insert_answers_duplicate(token: str) -> None:
     # Simulates the race: the row is already there when this insert runs, so the unique
     # constraint, not a prior read, decides the answer.
-    from packages_app.report_schema import body_digest, validate_report
+    from packages_app.nodes.report_schema import body_digest, validate_report
 
     node = nodes.node_get("node-a")
     body = make_report()
@@ -446,7 +447,11 @@ def test_a_racing_replay_that_loses_the_insert_answers_duplicate(token: str) -> 
     now = datetime.now(UTC)
     first = reports.report_store(node, item, now)
     second = reports.report_store(node, item, now)
-    assert (first.status, second.status, second.id) == (201, 200, first.id)
+    assert (first.result, second.result, second.id) == (
+        reports.Stored.CREATED,
+        reports.Stored.DUPLICATE,
+        first.id,
+    )
     assert Report.objects.count() == 1
 
 

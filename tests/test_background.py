@@ -12,7 +12,7 @@ from django.contrib.auth.models import Permission, User
 from django.test import Client
 from django.utils import timezone
 
-from packages_app import background, ingest
+from packages_app import background, ingest, queueing
 from packages_app.models import Package, Revision
 from tests import dashboard_factories as f
 
@@ -26,15 +26,15 @@ def eager(settings: Any) -> None:
 
 @pytest.fixture
 def slow_track(monkeypatch: pytest.MonkeyPatch) -> Any:
-    """track_package that holds until released, recording the thread it ran on."""
+    """The sync a track starts holds until released (like a slow Hub), recording the thread it ran on."""
     release = threading.Event()
     ran_on: list[str] = []
 
-    def fake_track(repo_id: str) -> None:
+    def slow_sync(repo_id: str) -> None:
         ran_on.append(threading.current_thread().name)
         release.wait(30)
 
-    monkeypatch.setattr(ingest, "track_package", fake_track)
+    monkeypatch.setattr(queueing, "enqueue_sync", slow_sync)
     yield release, ran_on
     release.set()
     assert background.wait_idle(30)
@@ -62,8 +62,8 @@ def test_a_slow_ingest_does_not_hold_the_request_with_eager_tasks(eager: None, s
 
 @pytest.mark.django_db(transaction=True)
 def test_with_a_broker_the_view_only_enqueues_in_the_request(settings: Any, slow_track: Any) -> None:
-    # The control: here track_package runs in the request thread, which is right only because with a
-    # broker it writes a row and enqueues; with eager tasks the same call would do the whole ingest.
+    # The control: here the enqueue runs in the request thread, which is right only because with a
+    # broker it sends a message; with eager tasks the same call runs the whole sync and ingest.
     settings.CELERY_BROKER_URL = "redis://broker.invalid:6379/0"
     release, ran_on = slow_track
     release.set()

@@ -40,9 +40,10 @@ from django.http import HttpRequest, HttpResponse
 from django.test import Client, RequestFactory
 
 from meshdash.middleware import DatabaseUnavailableMiddleware
-from packages_app import hub, ingest, inspection, nodes, tasks
+from packages_app import hub, ingest, inspection, tasks
 from packages_app.devhub import DEMO_PACKAGES, QWEN35_FIRST_SHA, QWEN35_REPO, DevHub, FaultPlan
 from packages_app.models import Package, PackageFile, Report, Revision
+from packages_app.nodes import identity as nodes
 
 ROOT = Path(__file__).resolve().parent.parent
 REDIS_SERVER = shutil.which("redis-server") or "/usr/bin/redis-server"

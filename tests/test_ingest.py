@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from django.db.models import F
 
 from packages_app import hub, ingest
 from packages_app.devhub import (
@@ -186,8 +187,11 @@ def test_a_done_revision_cannot_be_claimed() -> None:
 def test_syncing_a_package_records_every_commit_and_ingests_them(
     hub_settings: DevHub, eager_tasks: None, django_capture_on_commit_callbacks: object
 ) -> None:
+    from packages_app import tasks
+
     with django_capture_on_commit_callbacks(execute=True):  # type: ignore[operator]
-        revisions = ingest.sync_package(QWEN35_REPO)
+        assert tasks.sync_package.delay(QWEN35_REPO).get() >= 1
+    revisions = list(Revision.objects.order_by(F("committed_at").desc(nulls_last=True), "-id"))
     package = Package.objects.get(repo_id=QWEN35_REPO)
     assert {r.commit_sha for r in revisions} >= {QWEN35_FIRST_SHA}
     assert set(package.revisions.values_list("status", flat=True)) == {Revision.Status.DONE}
@@ -196,11 +200,24 @@ def test_syncing_a_package_records_every_commit_and_ingests_them(
     assert package.last_synced_at is not None
 
 
-def test_tracking_a_package_enqueues_its_sync_only_after_commit(
+def test_syncing_a_package_enqueues_nothing_itself(
     hub_settings: DevHub, django_capture_on_commit_callbacks: object
 ) -> None:
     with django_capture_on_commit_callbacks() as callbacks:  # type: ignore[operator]
-        ingest.track_package(QWEN35_REPO)
+        revisions = ingest.sync_package(QWEN35_REPO)
+    assert revisions and callbacks == []
+    assert {r.status for r in revisions} == {Revision.Status.QUEUED}
+
+
+def test_tracking_a_package_enqueues_its_sync_only_after_commit(
+    hub_settings: DevHub, django_capture_on_commit_callbacks: object
+) -> None:
+    from packages_app import queueing
+
+    with django_capture_on_commit_callbacks() as callbacks:  # type: ignore[operator]
+        package = ingest.track_package(QWEN35_REPO)
+        assert callbacks == []  # the service stores; the edge enqueues
+        queueing.enqueue_sync(package.repo_id)
     assert Package.objects.filter(repo_id=QWEN35_REPO, tracked=True).exists()
     assert len(callbacks) == 1
 
@@ -215,9 +232,10 @@ def test_discovery_tracks_the_namespace_and_catalog_packages(
     hub_settings: DevHub, django_capture_on_commit_callbacks: object
 ) -> None:
     with django_capture_on_commit_callbacks():  # type: ignore[operator]
-        found = ingest.discover_packages(["meshllm"], "meshllm/catalog")
-    assert QWEN35_REPO in found
-    assert set(Package.objects.values_list("repo_id", flat=True)) == set(found)
+        discovery = ingest.discover_packages(["meshllm"], "meshllm/catalog")
+    assert QWEN35_REPO in discovery.found and discovery.tracked == discovery.found
+    assert set(Package.objects.values_list("repo_id", flat=True)) == set(discovery.found)
+    assert ingest.discover_packages(["meshllm"], "meshllm/catalog").tracked == []
 
 
 def test_reaudit_recomputes_every_stored_revision_without_the_hub(hub_source: type[hub.HubSource]) -> None:
@@ -225,14 +243,3 @@ def test_reaudit_recomputes_every_stored_revision_without_the_hub(hub_source: ty
     Revision.objects.update(verdict="", audit=None)
     assert ingest.reaudit_all() == 1
     assert Revision.objects.get().verdict == "undeclared-mtp"
-
-
-def test_files_get_their_role_and_layer_index_from_the_path_conventions() -> None:
-    from packages_app.inspection import file_role
-
-    assert file_role("layers/layer-040.gguf") == ("layer", 40, None)
-    assert file_role("layers/layer-00047-part02.gguf") == ("layer", 47, 2)
-    assert file_role("shared/metadata.gguf")[0] == "metadata"
-    assert file_role("shared/common.gguf")[0] == "common"
-    assert file_role("model-package.json")[0] == "manifest"
-    assert file_role("README.md")[0] == "other"

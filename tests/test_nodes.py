@@ -12,8 +12,8 @@ from django.core.cache import cache
 from django.core.management import CommandError, call_command
 from django.test import Client
 
-from packages_app import nodes
 from packages_app.models import Node
+from packages_app.nodes import identity as nodes
 
 pytestmark = pytest.mark.django_db
 

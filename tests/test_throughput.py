@@ -10,8 +10,9 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from packages_app import nodes, throughput
+from packages_app import throughput
 from packages_app.models import Node, Package, Report, Revision
+from packages_app.nodes import identity as nodes
 from packages_app.throughput import alert_revision_ids, catalog_throughput, revision_throughput
 
 pytestmark = pytest.mark.django_db

@@ -10,7 +10,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from packages_app import capability, hub, inspection
+from packages_app import audit as auditing
+from packages_app import hub, inspection
 
 
 class Command(BaseCommand):
@@ -42,7 +43,7 @@ class Command(BaseCommand):
 
 
 def exit_code(doc: dict[str, Any]) -> int:
-    failing = not capability.verdict_is_consistent(doc["verdict"])
+    failing = not auditing.verdict_is_consistent(doc["verdict"])
     failing = failing or any(p["severity"] == "error" for p in doc["problems"])
     return 1 if failing else 0
 

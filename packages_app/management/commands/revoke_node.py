@@ -6,7 +6,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from packages_app.nodes import NodeError, node_get, node_revoke
+from packages_app.nodes.identity import NodeError, node_get, node_revoke
 
 
 class Command(BaseCommand):

@@ -1,6 +1,6 @@
 """``manage.py seed_synthetic``: bulk-insert a large synthetic catalog and node reports, for scale benchmarks.
 
-Rows are realistic in shape (audits as capability.py writes them, per-layer files, reports spread over
+Rows are realistic in shape (audits as packages_app.audit writes them, per-layer files, reports spread over
 weeks with a few very busy packages) but made up; every repo id lives under ``--owner`` so
 ``--reset`` can remove exactly them. Nothing is downloaded; no task is enqueued.
 """
@@ -361,7 +361,7 @@ def file_rows(revision_id: int, blocks: int) -> Iterator[PackageFile]:
 
 
 def build_audit(profile: Profile, verdict: str) -> dict[str, Any]:
-    """An audit dict in capability.py's shape for a synthetic package of ``profile``."""
+    """An audit dict in packages_app.audit's shape for a synthetic package of ``profile``."""
     blocks = profile.trunk + (1 if profile.mtp else 0)
     mtp_blocks = [profile.trunk] if profile.mtp else []
     declared = Seeder.declared(verdict, profile)

@@ -19,8 +19,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from packages_app import nodes
 from packages_app.models import Node, Revision
+from packages_app.nodes import identity as nodes
 
 NODE_NAMES = ("sim-rtx4090", "sim-m2-ultra", "sim-a100", "sim-rx7900")
 DEVICES = {"sim-rtx4090": "CUDA0", "sim-m2-ultra": "Metal", "sim-a100": "CUDA0", "sim-rx7900": "ROCm0"}
