@@ -106,7 +106,7 @@ def test_the_deploy_check_passes_at_warning_level_with_production_settings() -> 
 
 
 def test_the_deploy_check_fails_on_development_settings_so_the_check_above_means_something() -> None:
-    result = run_manage({}, "check", "--deploy", "--fail-level", "WARNING")
+    result = run_manage({"DEBUG": "true"}, "check", "--deploy", "--fail-level", "WARNING")
     assert result.returncode != 0
     for code in ("W004", "W008", "W009", "W012", "W016", "W018"):
         assert f"security.{code}" in result.stderr
@@ -135,7 +135,8 @@ def test_production_cookies_are_secure_and_https_is_enforced() -> None:
 
 
 def test_local_development_keeps_working_over_plain_http() -> None:
-    values = settings_in_subprocess({}, "SESSION_COOKIE_SECURE", "SECURE_SSL_REDIRECT", "SECURE_HSTS_SECONDS")
+    names = ("SESSION_COOKIE_SECURE", "SECURE_SSL_REDIRECT", "SECURE_HSTS_SECONDS")
+    values = settings_in_subprocess({"DEBUG": "true"}, *names)
     assert values == {"SESSION_COOKIE_SECURE": False, "SECURE_SSL_REDIRECT": False, "SECURE_HSTS_SECONDS": 0}
 
 
