@@ -16,7 +16,7 @@ from django.http import HttpRequest, JsonResponse
 from django.urls import reverse
 from pydantic import BaseModel, Field
 
-from packages_app import queries
+from packages_app import access, queries
 from packages_app.forms import CatalogFilterForm
 from packages_app.models import Package, Revision
 
@@ -52,7 +52,13 @@ def packages_list(request: HttpRequest) -> JsonResponse:
     if not form.is_valid():
         return error("Invalid filter: " + "; ".join(form.error_sentences()), 400)
     try:
-        result = queries.catalog_page(form.filters(), form.page_number(), form.page_size(), clamp=False)
+        result = queries.catalog_page(
+            form.filters(),
+            form.page_number(),
+            form.page_size(),
+            clamp=False,
+            show_private=access.can_see_private(request.user),
+        )
     except EmptyPage:
         return error(f"Page {form.page_number()} is past the last page of results.", 404)
     page = result.page
@@ -111,7 +117,7 @@ def _revision_summary(revision: Revision) -> dict[str, Any]:
 
 @read_only
 def package_detail(request: HttpRequest, owner: str, name: str) -> JsonResponse:
-    package = queries.package_get(owner, name)
+    package = queries.package_get(owner, name, access.can_see_private(request.user))
     revision = queries.revision_resolve(package, request.GET.get("revision"))
     history = queries.revision_history(package)
     body: dict[str, Any] = {
