@@ -300,3 +300,36 @@ def test_devnode_spans_over_otlp_http_with_gzip_are_stored_linked_to_the_revisio
     rows = Report.objects.filter(source=Report.Source.OTLP, node__name="node-http")
     assert rows.count() == 4
     assert {r.revision_id for r in rows} == {revision.pk}
+
+
+# --- requested vs effective, shown --------------------------------------------------------------
+
+
+def test_the_package_page_and_api_show_requested_vs_effective_per_node_and_topology(
+    client: Client, token: str, revision: Revision
+) -> None:
+    Package.objects.filter(repo_id=REPO).update(latest_revision=revision)
+    register_run(client, token)
+    unmet = payloads.RunPlan(
+        repo=REPO, run_id="run-42", requested_strategy="mtp", effective_strategy="disabled"
+    )
+    post_traces(client, token, payloads.export_request(spans(3, unmet)).SerializeToString())
+    post_traces(client, token, payloads.export_request(spans(2, PLAN, seed=9)).SerializeToString())
+    page = client.get(f"/packages/{REPO}/").content.decode()
+    assert "Requested vs effective strategy" in page and "not what was requested" in page
+    plans = client.get(f"/api/v1/packages/{REPO}").json()["throughput"]["plans"]
+    assert [
+        (
+            p["node"],
+            p["stage_splits"],
+            p["requested_strategy"],
+            p["effective_strategy"],
+            p["reports"],
+            p["from_spans"],
+            p["differs"],
+        )
+        for p in plans
+    ] == [
+        ("node-a", "0..21|21..41", "mtp", "disabled", 3, 3, True),
+        ("node-a", "0..21|21..41", "auto", "native-mtp", 2, 2, False),
+    ]
