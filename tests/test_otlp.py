@@ -333,3 +333,24 @@ def test_the_package_page_and_api_show_requested_vs_effective_per_node_and_topol
         ("node-a", "0..21|21..41", "mtp", "disabled", 3, 3, True),
         ("node-a", "0..21|21..41", "auto", "native-mtp", 2, 2, False),
     ]
+
+
+def test_the_grpc_receiver_takes_gzip_compressed_exports(grpc_receiver: int) -> None:
+    token = identity.node_create("node-gz").token
+    channel = grpc.insecure_channel(f"127.0.0.1:{grpc_receiver}")
+    stub = trace_service_pb2_grpc.TraceServiceStub(channel)
+    answer = stub.Export(
+        payloads.export_request(spans(3)),
+        metadata=(("authorization", f"Bearer {token}"),),
+        compression=grpc.Compression.Gzip,
+        timeout=5,
+    )
+    channel.close()
+    assert not answer.HasField("partial_success")
+    assert Report.objects.filter(node__name="node-gz").count() == 3
+
+
+def test_the_openapi_document_describes_the_otlp_and_run_endpoints(client: Client) -> None:
+    document = client.get("/api/v1/openapi.json").json()
+    assert {"/v1/traces", "/api/v1/runs"} <= set(document["paths"])
+    assert "run_id" in document["components"]["schemas"]["RunIn"]["properties"]
