@@ -47,11 +47,12 @@ test-services: install system-deps services
 
 test: lint test-sqlite test-services
 
-# The demo: devhub serves generated packages, a Celery worker ingests them from Redis, runserver shows them.
-run: install services
+# The demo: devhub serves generated packages, a Celery worker ingests them, runserver shows them. It needs
+# neither PostgreSQL nor Redis: SQLite, and Redis as the broker only when one answers (bin/run-demo).
+run: install
 	$(PY) manage.py migrate --noinput
 	$(PY) manage.py collect_plotly
-	CELERY_BROKER_URL=$(REDIS_URL) HF_ENDPOINT=http://127.0.0.1:$(DEVHUB_PORT) bin/run-demo $(DEVHUB_PORT) $(PORT)
+	REDIS_URL=$(REDIS_URL) HF_ENDPOINT=http://127.0.0.1:$(DEVHUB_PORT) bin/run-demo $(DEVHUB_PORT) $(PORT)
 
 clean:
 	rm -rf $(VENV) db.sqlite3* staticfiles artifacts

@@ -187,7 +187,19 @@ if not 0 < CELERY_TASK_SOFT_TIME_LIMIT < CELERY_TASK_TIME_LIMIT < CELERY_VISIBIL
         "need 0 < CELERY_TASK_SOFT_TIME_LIMIT < CELERY_TASK_TIME_LIMIT < CELERY_VISIBILITY_TIMEOUT, got "
         f"{CELERY_TASK_SOFT_TIME_LIMIT} < {CELERY_TASK_TIME_LIMIT} < {CELERY_VISIBILITY_TIMEOUT}"
     )
-CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": CELERY_VISIBILITY_TIMEOUT}
+CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, object] = {"visibility_timeout": CELERY_VISIBILITY_TIMEOUT}
+# `filesystem://` is kombu's broker that needs no server: messages are files in one folder that the web
+# process and the worker share. It is what `make run` uses on a machine without Redis; one machine only.
+if CELERY_BROKER_URL.startswith("filesystem://"):
+    _BROKER_FOLDER = Path(envstr("CELERY_BROKER_FOLDER") or BASE_DIR / "var" / "broker")
+    (_BROKER_FOLDER / "processed").mkdir(parents=True, exist_ok=True)
+    CELERY_BROKER_TRANSPORT_OPTIONS |= {
+        "data_folder_in": str(_BROKER_FOLDER),
+        "data_folder_out": str(_BROKER_FOLDER),
+        "processed_folder": str(_BROKER_FOLDER / "processed"),
+        "control_folder": str(_BROKER_FOLDER / "control"),
+        "store_processed": False,
+    }
 # On a broker connection loss, let running tasks finish: their ack may be lost and the message
 # re-delivered, but the revision claim (ingest.claim_revision) turns that delivery into a no-op.
 CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = False
@@ -225,7 +237,7 @@ else:
 MESHDASH_NODE_RATE_LIMIT = envint("MESHDASH_NODE_RATE_LIMIT", 1200)  # requests/minute/node; 0 = off
 
 # --- The Hub --------------------------------------------------------------------------------
-# HF_ENDPOINT and HF_TOKEN are read by huggingface_hub itself, from the environment, inside hub.py.
+# HF_ENDPOINT and HF_TOKEN are read by huggingface_hub itself, from the environment, inside packages_app/hub/.
 HF_ENDPOINT = envstr("HF_ENDPOINT", "https://huggingface.co")
 MESHDASH_NAMESPACES = [n for n in envstr("MESHDASH_NAMESPACES", "meshllm").split(",") if n]
 MESHDASH_CATALOG_DATASET = envstr("MESHDASH_CATALOG_DATASET", "meshllm/catalog")

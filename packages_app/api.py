@@ -18,16 +18,18 @@ from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET
 
-from packages_app import reports
+from packages_app import queueing, reports
 from packages_app.models import Node
 from packages_app.nodes import identity as nodes
 from packages_app.nodes.report_schema import BodyError, validate_batch, validate_report_body
 from packages_app.openapi import openapi_document
+from packages_app.reports import Stored
 
 log = logging.getLogger(__name__)
 
 MAX_SINGLE_BYTES = 64 * 1024
 MAX_BATCH_BYTES = 4 * 1024 * 1024
+HTTP_STATUS = {Stored.CREATED: 201, Stored.DUPLICATE: 200, Stored.CONFLICT: 409}
 
 NodeView = Callable[[HttpRequest, Node, Any], HttpResponse]
 View = Callable[[HttpRequest], HttpResponse]
@@ -143,9 +145,12 @@ def report_create(request: HttpRequest, node: Node, data: Any) -> HttpResponse:
     except BodyError as exc:
         return error_response(400, exc.message, exc.field)
     outcome = reports.report_store(node, item, timezone.now())
-    if outcome.status == reports.CONFLICT:
+    queueing.request_ingests(_unknown_revisions([outcome]))
+    if outcome.result is Stored.CONFLICT:
         return _conflict_response()
-    return JsonResponse({"id": outcome.id, "duplicate": outcome.duplicate}, status=outcome.status)
+    return JsonResponse(
+        {"id": outcome.id, "duplicate": outcome.duplicate}, status=HTTP_STATUS[outcome.result]
+    )
 
 
 @node_json_endpoint(MAX_BATCH_BYTES)
@@ -163,6 +168,7 @@ def report_batch(request: HttpRequest, node: Node, data: Any) -> HttpResponse:
             results[index].update(status=400, error=exc.message, field=exc.field)
     if valid:
         outcomes = reports.reports_store_batch(node, [item for _, item in valid], timezone.now())
+        queueing.request_ingests(_unknown_revisions(outcomes))
         for (index, _), outcome in zip(valid, outcomes, strict=True):
             results[index].update(_item_result(outcome))
     return JsonResponse({"results": results}, status=200)
@@ -173,10 +179,14 @@ def _valid_report(data: Any, prefix: str) -> reports.ValidReport:
     return reports.ValidReport(report=report, digest=digest, body=data)
 
 
+def _unknown_revisions(outcomes: list[reports.StoreOutcome]) -> list[tuple[str, str]]:
+    return [o.unknown_revision for o in outcomes if o.unknown_revision is not None]
+
+
 def _item_result(outcome: reports.StoreOutcome) -> dict[str, Any]:
-    if outcome.status == reports.CONFLICT:
+    if outcome.result is Stored.CONFLICT:
         return {"status": 409, "error": _CONFLICT_MESSAGE, "field": "report_id"}
-    return {"status": outcome.status, "id": outcome.id, "duplicate": outcome.duplicate}
+    return {"status": HTTP_STATUS[outcome.result], "id": outcome.id, "duplicate": outcome.duplicate}
 
 
 _CONFLICT_MESSAGE = "This report_id was already stored with a different body."

@@ -258,7 +258,7 @@ class ThroughputSummaryOut(BaseModel):
 
 
 class PackageDetailOut(BaseModel):
-    """``GET /api/v1/packages/{owner}/{name}``: the audit of one revision (capability.py's shape)."""
+    """``GET /api/v1/packages/{owner}/{name}``: the audit of one revision (packages_app.audit's shape)."""
 
     repo_id: str
     sync_error: str | None

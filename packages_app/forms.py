@@ -3,18 +3,15 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Any
 
 from django import forms
 from django.core.exceptions import ValidationError
 
 from packages_app import repo_ids
-from packages_app.capability import VERDICTS
 from packages_app.models import Revision
-
-ANY_INCONSISTENT = "inconsistent"
-NOT_AUDITED = "unaudited"
+from packages_app.queries import ANY_INCONSISTENT, NOT_AUDITED, CatalogFilters
+from packages_app.verdicts import VERDICTS
 
 SORTS = {
     "repo": "repository A-Z",
@@ -55,21 +52,6 @@ class TrackPackageForm(forms.Form):
         validators=[validate_repo_id],
         widget=forms.TextInput(attrs={"placeholder": "meshllm/Qwen3.5-35B-A3B-UD-Q4_K_XL-layers"}),
     )
-
-
-@dataclass(frozen=True)
-class CatalogFilters:
-    """Validated catalog filters; the empty value of each field means "no filter"."""
-
-    q: str = ""
-    verdict: str = ""
-    architecture: str = ""
-    schema: int | None = None
-    mtp_detected: bool | None = None
-    mtp_declared: bool | None = None
-    status: str = ""
-    alert: bool = False
-    sort: str = "repo"
 
 
 class CatalogFilterForm(forms.Form):

@@ -2,7 +2,7 @@
 
 Every write is keyed on a natural key, and a revision is claimed before it is worked on, so re-runs,
 retries and racing workers leave the same rows. Nothing here talks to the Hub directly: a source
-object (hub.py) is passed in or built from the repo id.
+object (packages_app/hub/) is passed in or built from the repo id.
 """
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from django.conf import settings
-from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from packages_app import capability, hub, inspection
+from packages_app import audit as auditing
+from packages_app import hub, inspection
 from packages_app.gguf_header import GGUFHeader
 from packages_app.layout import MANIFEST_FILE, classify_path
 from packages_app.models import Package, PackageFile, Revision
@@ -36,21 +36,16 @@ STALE_CLAIM = timedelta(seconds=getattr(settings, "CELERY_TASK_TIME_LIMIT", 660)
 
 
 def track_package(repo_id: str) -> Package:
-    """Start following a package: store it and enqueue a sync once the transaction commits."""
-    from packages_app import tasks
-
+    """Start following a package and store it; the caller enqueues its sync."""
     hub.validate_repo_id(repo_id)
     package, _ = Package.objects.get_or_create(repo_id=repo_id, defaults={"tracked": True})
     if not package.tracked:
         Package.objects.filter(pk=package.pk).update(tracked=True)
-    tasks.sync_package.delay_on_commit(repo_id)
     return package
 
 
 def sync_package(repo_id: str, source: hub.PackageSource | None = None) -> list[Revision]:
-    """Record every commit of the package and enqueue the ingest of those not done yet."""
-    from packages_app import tasks
-
+    """Record every commit of the package; the caller enqueues the ingest of those still queued."""
     source = source or hub.HubSource(repo_id)
     package, _ = Package.objects.get_or_create(repo_id=repo_id)
     try:
@@ -63,13 +58,16 @@ def sync_package(repo_id: str, source: hub.PackageSource | None = None) -> list[
     revisions = [_revision_for_commit(package, c) for c in commits]
     _refresh_latest(package)
     Package.objects.filter(pk=package.pk).update(sync_error="", last_synced_at=timezone.now())
-    for revision in revisions:
-        if revision.status == Revision.Status.QUEUED:
-            tasks.ingest_revision.delay_on_commit(repo_id, revision.commit_sha)
     return revisions
 
 
-def discover_packages(namespaces: list[str], catalog_dataset: str | None) -> list[str]:
+@dataclass(frozen=True)
+class Discovery:
+    found: list[str]  # every package the namespaces and the catalog name
+    tracked: list[str]  # those tracked by this discovery, whose sync the caller enqueues
+
+
+def discover_packages(namespaces: list[str], catalog_dataset: str | None) -> Discovery:
     """Track every ``-layers`` repo of the namespaces and every package the curated catalog lists."""
     found: set[str] = set()
     for namespace in namespaces:
@@ -82,9 +80,10 @@ def discover_packages(namespaces: list[str], catalog_dataset: str | None) -> lis
         except hub.HubNotFound:
             log.info("catalog dataset %s not found; skipped", catalog_dataset)
     known = set(Package.objects.filter(repo_id__in=found).values_list("repo_id", flat=True))
-    for repo_id in sorted(found - known):
+    new = sorted(found - known)
+    for repo_id in new:
         track_package(repo_id)
-    return sorted(found)
+    return Discovery(found=sorted(found), tracked=new)
 
 
 def _revision_for_commit(package: Package, commit: hub.CommitInfo) -> Revision:
@@ -367,16 +366,16 @@ def stored_header_json(f: PackageFile) -> dict[str, object]:
     }
 
 
-def audit_revision(rev: Revision) -> capability.Audit:
+def audit_revision(rev: Revision) -> auditing.Audit:
     """(Re)compute a revision's audit from what is stored; no Hub access."""
     rev.refresh_from_db()
     files = list(rev.files.all())
-    listing = [capability.FileInfo(path=f.path, size=f.size, lfs_sha256=f.lfs_sha256 or None) for f in files]
+    listing = [auditing.FileInfo(path=f.path, size=f.size, lfs_sha256=f.lfs_sha256 or None) for f in files]
     parsed = [f for f in files if f.header_status == PackageFile.HeaderStatus.PARSED]
     headers = {f.path: stored_header_json(f) for f in parsed}
     errors = {f.path: f.header_error for f in files if f.header_status == PackageFile.HeaderStatus.FAILED}
     manifest = bytes(rev.manifest_bytes) if rev.manifest_bytes is not None else None
-    result = capability.audit(manifest, listing, headers, revision=rev.commit_sha, header_errors=errors)
+    result = auditing.audit(manifest, listing, headers, revision=rev.commit_sha, header_errors=errors)
     doc = result.to_json()
     detected, declared = doc["detected"], doc["declared"]
     Revision.objects.filter(pk=rev.pk).update(
@@ -403,16 +402,10 @@ def reaudit_all(progress: ProgressFn | None = None) -> int:
 
 
 def reconcile_stuck(older_than: timedelta = STALE_CLAIM) -> list[tuple[str, str]]:
-    """Revisions left queued or running past the claim lease: re-enqueue them (beat runs this)."""
-    from packages_app import tasks
-
+    """Revisions left queued or running past the claim lease: (repo id, sha) for the caller to re-enqueue."""
     cutoff = timezone.now() - older_than
     stuck = Revision.objects.filter(
         Q(status=Revision.Status.RUNNING, started_at__lt=cutoff)
         | Q(status=Revision.Status.QUEUED, queued_at__lt=cutoff)
     ).select_related("package")
-    pairs = [(r.package.repo_id, r.commit_sha) for r in stuck]
-    with transaction.atomic():
-        for repo_id, sha in pairs:
-            tasks.ingest_revision.delay_on_commit(repo_id, sha)
-    return pairs
+    return [(r.package.repo_id, r.commit_sha) for r in stuck]

@@ -19,9 +19,28 @@ from django.db.models import Count, F, Max, Min, Q, QuerySet, Value
 from django.db.models.functions import NullIf
 
 from packages_app import throughput
-from packages_app.capability import INCONSISTENT_VERDICTS, VERDICTS
-from packages_app.forms import ANY_INCONSISTENT, NOT_AUDITED, CatalogFilters
 from packages_app.models import Package, PackageFile, Report, Revision
+from packages_app.verdicts import INCONSISTENT_VERDICTS, VERDICTS
+
+# Catalog filter values beside the verdicts themselves.
+ANY_INCONSISTENT = "inconsistent"
+NOT_AUDITED = "unaudited"
+
+
+@dataclass(frozen=True)
+class CatalogFilters:
+    """Validated catalog filters; the empty value of each field means "no filter"."""
+
+    q: str = ""
+    verdict: str = ""
+    architecture: str = ""
+    schema: int | None = None
+    mtp_detected: bool | None = None
+    mtp_declared: bool | None = None
+    status: str = ""
+    alert: bool = False
+    sort: str = "repo"
+
 
 # Columns a catalog row shows; the audit and manifest JSON stay in the database.
 _CATALOG_FIELDS = (

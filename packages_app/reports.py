@@ -5,39 +5,39 @@ Validation happens before (report_schema.py); reading and aggregating happens af
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterable, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
+from enum import StrEnum
 from uuid import UUID
 
-from django.conf import settings
-from django.core.cache import cache
 from django.db import IntegrityError, transaction
 from django.db.models import Q
 
 from packages_app.models import Node, Report, Revision
 from packages_app.nodes.report_schema import ReportIn
 
-log = logging.getLogger(__name__)
-
 CLOCK_SKEW_LIMIT = timedelta(minutes=5)
-INGEST_REQUEST_TTL = 3600  # seconds; one enqueue per unknown revision per hour, not one per report
 
-CREATED, DUPLICATE, CONFLICT = 201, 200, 409
+
+class Stored(StrEnum):
+    CREATED = "created"  # a new row
+    DUPLICATE = "duplicate"  # a verbatim replay of a stored report
+    CONFLICT = "conflict"  # the report_id was stored with another body
 
 
 @dataclass(frozen=True)
 class StoreOutcome:
-    """What happened to one report; ``status`` is the HTTP status the single endpoint answers."""
+    """What happened to one report, and the revision it names when that is not ingested yet."""
 
-    status: int
+    result: Stored
     id: int | None = None
+    unknown_revision: tuple[str, str] | None = None  # (repo id, commit sha) for the caller to ingest
 
     @property
     def duplicate(self) -> bool:
-        return self.status == DUPLICATE
+        return self.result is Stored.DUPLICATE
 
 
 @dataclass(frozen=True)
@@ -63,8 +63,8 @@ def report_store(node: Node, item: ValidReport, received_at: datetime) -> StoreO
         stored = _stored_rows(node, [item.report.report_id]).get(item.report.report_id)
         if stored is None:
             raise  # not our natural key: a real integrity problem, not a replay
-        return _compare(stored[:2], item.digest)
-    return StoreOutcome(CREATED, row.pk)
+        return _with_unknown(_compare(stored[:2], item.digest), item, revisions)
+    return _with_unknown(StoreOutcome(Stored.CREATED, row.pk), item, revisions)
 
 
 def _savepoint_if_in_transaction() -> AbstractContextManager[object]:
@@ -89,7 +89,8 @@ def reports_store_batch(
     Report.objects.bulk_create(rows, ignore_conflicts=True)
     stored = _stored_rows(node, [item.report.report_id for item in firsts])
     firsts_by_id = {item.report.report_id: item for item in firsts}
-    return [_batch_outcome(item, stored, firsts_by_id, received_at) for item in items]
+    outcomes = [_batch_outcome(item, stored, firsts_by_id, received_at) for item in items]
+    return [_with_unknown(o, item, revisions) for o, item in zip(outcomes, items, strict=True)]
 
 
 def _batch_outcome(
@@ -101,7 +102,7 @@ def _batch_outcome(
     row_id, digest, row_received_at = stored[item.report.report_id]
     inserted_now = row_received_at == received_at and digest == item.digest
     if inserted_now and firsts[item.report.report_id] is item:
-        return StoreOutcome(CREATED, row_id)
+        return StoreOutcome(Stored.CREATED, row_id)
     return _compare((row_id, digest), item.digest)
 
 
@@ -121,7 +122,14 @@ def _first_occurrences(items: Iterable[ValidReport]) -> list[ValidReport]:
 
 def _compare(stored: tuple[int, str], digest: str) -> StoreOutcome:
     row_id, stored_digest = stored
-    return StoreOutcome(DUPLICATE if stored_digest == digest else CONFLICT, row_id)
+    return StoreOutcome(Stored.DUPLICATE if stored_digest == digest else Stored.CONFLICT, row_id)
+
+
+def _with_unknown(
+    outcome: StoreOutcome, item: ValidReport, revisions: dict[PackageKey, int | None]
+) -> StoreOutcome:
+    key = _package_key(item.report)
+    return outcome if revisions.get(key) is not None else replace(outcome, unknown_revision=key[:2])
 
 
 def _build_row(
@@ -218,11 +226,7 @@ def _resolve_revisions(keys: set[PackageKey]) -> dict[PackageKey, int | None]:
             "id", "package__repo_id", "commit_sha"
         )
     }
-    resolved = {key: known.get(key[:2]) or _by_manifest(key) for key in keys}
-    for key, revision_id in resolved.items():
-        if revision_id is None:
-            request_ingest(key[0], key[1])
-    return resolved
+    return {key: known.get(key[:2]) or _by_manifest(key) for key in keys}
 
 
 def _by_manifest(key: PackageKey) -> int | None:
@@ -231,34 +235,6 @@ def _by_manifest(key: PackageKey) -> int | None:
         return None
     rows = Revision.objects.filter(package__repo_id=repo, manifest_sha256=manifest)
     return rows.order_by("-committed_at", "-id").values_list("id", flat=True).first()
-
-
-def request_ingest(repo_id: str, commit_sha: str) -> bool:
-    """Enqueue the ingest of a revision nodes run but we have not stored, for tracked namespaces.
-
-    Never lets the ingest slow or fail the report that asked for it: with no broker, Celery runs
-    tasks eagerly, which would mean minutes of Hub reads inside a node's request, so then nothing
-    is enqueued (the periodic sync, or `manage.py ingest`, brings the revision in); a broker
-    error is logged and the request is retried by a later report.
-    """
-    if repo_id.split("/", 1)[0] not in settings.MESHDASH_NAMESPACES:
-        return False
-    if settings.CELERY_TASK_ALWAYS_EAGER:
-        log.info("no Celery broker: not ingesting %s@%s inside a report request", repo_id, commit_sha)
-        return False
-    key = f"meshdash:ingest-requested:{repo_id}@{commit_sha}"
-    if not cache.add(key, 1, INGEST_REQUEST_TTL):
-        return False  # already asked recently; the ingest is keyed on (package, sha) anyway
-    try:
-        # Imported here: tasks -> ingest -> reports would be a cycle at module load.
-        from packages_app.tasks import ingest_revision
-
-        ingest_revision.delay_on_commit(repo_id, commit_sha)
-    except Exception:  # the report is stored either way; a later report asks again
-        log.warning("could not enqueue ingest of %s@%s", repo_id, commit_sha, exc_info=True)
-        cache.delete(key)
-        return False
-    return True
 
 
 def link_reports_to_revision(revision: Revision) -> int:

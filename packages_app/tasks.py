@@ -124,12 +124,18 @@ def ingest_revision(self: Task, repo_id: str, commit_sha: str) -> str:
 @quarantine_after_dead_deliveries(ingest.record_sync_error)
 def sync_package(self: Task, repo_id: str) -> int:
     try:
-        return len(ingest.sync_package(repo_id))
+        revisions = ingest.sync_package(repo_id)
     except hub.HubUnavailable as exc:
         raise self.retry(exc=exc, countdown=retry_countdown(exc, self.request.retries)) from exc
     except hub.HubError as exc:
         log.warning("sync of %s failed: %s", repo_id, exc)
         return 0
+    from packages_app.models import Revision
+
+    for revision in revisions:
+        if revision.status == Revision.Status.QUEUED:
+            ingest_revision.delay_on_commit(repo_id, revision.commit_sha)
+    return len(revisions)
 
 
 @shared_task
@@ -148,13 +154,18 @@ def sync_all_packages() -> int:
 def discover_packages(self: Task) -> int:
     """Periodic: track the namespaces' ``-layers`` repos and the packages of the curated catalog."""
     try:
-        found = ingest.discover_packages(settings.MESHDASH_NAMESPACES, settings.MESHDASH_CATALOG_DATASET)
+        discovery = ingest.discover_packages(settings.MESHDASH_NAMESPACES, settings.MESHDASH_CATALOG_DATASET)
     except hub.HubUnavailable as exc:
         raise self.retry(exc=exc, countdown=retry_countdown(exc, self.request.retries)) from exc
-    return len(found)
+    for repo_id in discovery.tracked:
+        sync_package.delay_on_commit(repo_id)
+    return len(discovery.found)
 
 
 @shared_task
 def reconcile_stuck_revisions() -> int:
     """Periodic: re-enqueue revisions left queued or running past the claim lease."""
-    return len(ingest.reconcile_stuck())
+    stuck = ingest.reconcile_stuck()
+    for repo_id, sha in stuck:
+        ingest_revision.delay_on_commit(repo_id, sha)
+    return len(stuck)

@@ -181,8 +181,10 @@ def ingest_status(request: HttpRequest) -> HttpResponse:
 
 def _track(request: HttpRequest, repo_id: str) -> HttpResponse:
     # Imported here: ingest.py pulls in the Hub client, which the read-only pages never need.
+    from packages_app import queueing
     from packages_app.ingest import track_package
 
     package: Package = track_package(repo_id)
+    queueing.enqueue_sync(package.repo_id)
     messages.success(request, f"Tracking {package.repo_id}: its revisions are queued for ingest.")
     return redirect("packages_app:ingest")

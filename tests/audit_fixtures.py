@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from packages_app import capability
+from packages_app import audit as auditing
 
 QWEN35_NEXTN = ("eh_proj", "enorm", "hnorm", "shared_head_norm")
 GLM_NEXTN = ("eh_proj", "embed_tokens", "enorm", "hnorm", "shared_head_head", "shared_head_norm")
@@ -147,7 +147,7 @@ def mtp_name(schema: int) -> str:
 def mtp_generation(schema: int, layers: list[int], depth: int = 1) -> dict[str, Any]:
     """What a correct writer emits (domain.md section 3), v1 or v2 naming."""
     name = mtp_name(schema)
-    strategy = capability.writer_mtp_strategy(layers)
+    strategy = auditing.writer_mtp_strategy(layers)
     strategy["prediction_depth"] = depth
     return {"speculative_decoding": {"default": name, "strategies": {name: strategy}}}
 
@@ -245,7 +245,7 @@ def header(model: Model, tensors: list[dict[str, Any]], **extra_kv: Any) -> dict
 @dataclass
 class Package:
     manifest: dict[str, Any]
-    files: list[capability.FileInfo]
+    files: list[auditing.FileInfo]
     headers: dict[str, dict[str, Any]]
     header_errors: dict[str, str] = field(default_factory=dict)
     revision: str = "69cbd9fc1f928305e8e86e1148a1db6a6f1de8e9"
@@ -253,8 +253,8 @@ class Package:
     def manifest_bytes(self) -> bytes:
         return json.dumps(self.manifest, indent=2).encode()
 
-    def audit(self) -> capability.Audit:
-        return capability.audit(
+    def audit(self) -> auditing.Audit:
+        return auditing.audit(
             self.manifest_bytes(), self.files, self.headers, self.revision, header_errors=self.header_errors
         )
 
@@ -329,7 +329,7 @@ def _build_v1(
     if generation is not None:
         manifest["generation"] = generation
     manifest |= {"skippy_abi_version": "0.1.24", "created_at_unix_secs": 1_767_225_600}
-    files = [capability.FileInfo(p, _file_size(h), fake_sha256(p)) for p, h in headers.items()]
+    files = [auditing.FileInfo(p, _file_size(h), fake_sha256(p)) for p, h in headers.items()]
     return Package(manifest, _with_housekeeping(files), headers)
 
 
@@ -348,7 +348,7 @@ def _build_v2(
 ) -> Package:
     common = [_tensor("token_embd", 1), _tensor("output_norm", 2), _tensor("output", 3)]
     every = common + [t for tensors in blocks.values() for t in tensors]
-    metadata = header(model, every, **{capability.METADATA_ONLY_KEY: True, "skippy.package.part_count": 1})
+    metadata = header(model, every, **{auditing.METADATA_ONLY_KEY: True, "skippy.package.part_count": 1})
     sizes = {
         "shared/metadata.gguf": int(metadata["header_bytes"]),
         "shared/common.gguf": _file_size(header(model, common)),
@@ -381,15 +381,15 @@ def _build_v2(
         "generator_version": "skippy-package 0.4.0",
         "created_at_unix_secs": 1_767_225_600,
     }
-    files = [capability.FileInfo(p, s, fake_sha256(p)) for p, s in sizes.items()]
+    files = [auditing.FileInfo(p, s, fake_sha256(p)) for p, s in sizes.items()]
     # v2 ingest reads shared/metadata.gguf only: it describes every tensor of the package.
     return Package(manifest, _with_housekeeping(files), {"shared/metadata.gguf": metadata})
 
 
-def _with_housekeeping(files: list[capability.FileInfo]) -> list[capability.FileInfo]:
+def _with_housekeeping(files: list[auditing.FileInfo]) -> list[auditing.FileInfo]:
     return [
-        capability.FileInfo("model-package.json", 9_000),
-        capability.FileInfo(".gitattributes", 1_519),
+        auditing.FileInfo("model-package.json", 9_000),
+        auditing.FileInfo(".gitattributes", 1_519),
         *files,
     ]
 

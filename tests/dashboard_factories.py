@@ -1,4 +1,4 @@
-"""Plain factories for dashboard tests: packages, revisions, files, reports; audits as capability.py writes.
+"""Plain factories for dashboard tests: packages, revisions, files, reports; audits as auditing.py writes.
 
 The motivating case (domain.md section 9) is ``qwen35_package``: qwen35moe, 41 blocks, block 40 holds
 the NextN tensors, the manifest declares nothing, so the verdict is ``undeclared-mtp``.
@@ -13,6 +13,7 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from packages_app.layout import FileRole
 from packages_app.models import Node, Package, PackageFile, Report, Revision
 
 QWEN35_REPO = "meshllm/Qwen3.5-35B-A3B-UD-Q4_K_XL-layers"
@@ -125,7 +126,7 @@ def audit(
     revision: str = QWEN35_SHA,
     mismatch: int | None = None,
 ) -> dict[str, Any]:
-    """An audit dict in capability.py's exact shape."""
+    """An audit dict in auditing.py's exact shape."""
     declared = bool(declared_layers)
     has_mtp = bool(mtp_blocks)
     manifest = manifest_v1(block_count, with_generation=declared)
@@ -263,7 +264,7 @@ def make_files(revision: Revision, block_count: int, kv: dict[str, Any] | None =
         PackageFile(
             revision=revision,
             path=layer_path(i),
-            role=PackageFile.Role.LAYER,
+            role=FileRole.LAYER,
             layer_index=i,
             size=487_000_000,
             lfs_sha256=sha256(f"layer{i}"),
@@ -282,7 +283,7 @@ def make_files(revision: Revision, block_count: int, kv: dict[str, Any] | None =
         PackageFile(
             revision=revision,
             path="model-package.json",
-            role=PackageFile.Role.MANIFEST,
+            role=FileRole.MANIFEST,
             size=9000,
             header_status=PackageFile.HeaderStatus.SKIPPED,
         )

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 import json
-import sys
 import uuid
 from datetime import UTC, datetime, timedelta
 from io import StringIO
@@ -37,10 +36,11 @@ def _fresh_cache() -> None:
 @pytest.fixture(autouse=True)
 def fake_tasks(settings: Any) -> Any:
     # Reports for unknown revisions under a tracked namespace enqueue an ingest: record, don't run.
+    from packages_app import tasks
+
     settings.CELERY_TASK_ALWAYS_EAGER = False  # as with a broker; eager mode enqueues nothing
-    tasks = mock.Mock()
-    with mock.patch.dict(sys.modules, {"packages_app.tasks": tasks}):
-        yield tasks
+    with mock.patch.object(tasks.ingest_revision, "delay_on_commit") as delay_on_commit:
+        yield mock.Mock(ingest_revision=mock.Mock(delay_on_commit=delay_on_commit))
 
 
 @pytest.fixture
@@ -444,7 +444,11 @@ def test_a_racing_replay_that_loses_the_insert_answers_duplicate(token: str) -> 
     now = datetime.now(UTC)
     first = reports.report_store(node, item, now)
     second = reports.report_store(node, item, now)
-    assert (first.status, second.status, second.id) == (201, 200, first.id)
+    assert (first.result, second.result, second.id) == (
+        reports.Stored.CREATED,
+        reports.Stored.DUPLICATE,
+        first.id,
+    )
     assert Report.objects.count() == 1
 
 

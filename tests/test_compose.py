@@ -42,8 +42,8 @@ def env_example() -> dict[str, str]:
 
 
 def names_the_code_reads() -> set[str]:
-    """Environment variables read by settings (env* helpers, os.environ) and by hub.py (HF_TOKEN)."""
-    sources = [ROOT / "meshdash" / "settings.py", ROOT / "packages_app" / "hub.py"]
+    """Environment variables read by settings (env* helpers, os.environ) and by the hub package (HF_TOKEN)."""
+    sources = [ROOT / "meshdash" / "settings.py", *sorted((ROOT / "packages_app" / "hub").glob("*.py"))]
     pattern = re.compile(
         r"""(?:env(?:str|bool|int|list)\(|os\.environ\.get\(|os\.environ\[)\s*["']([A-Z0-9_]+)"""
     )

@@ -1,4 +1,4 @@
-"""hub.py against devhub through the real huggingface_hub client: pinning, listing, ranged header reads."""
+"""The hub package against devhub through the real huggingface_hub client: pinning, listing, ranged reads."""
 
 from __future__ import annotations
 
@@ -272,3 +272,47 @@ def test_v2_layer_headers_are_read_with_small_reads_when_the_metadata_does_not_d
     layers = [r for r in results if r.path.startswith("layers/")]
     assert len(layers) == 48 and all(r.header is not None for r in layers)
     assert max(r.bytes for r in layers) <= hub.FIRST_READ
+
+
+# --- only expected failures are retryable --------------------------------------------------------
+
+
+def closed_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_an_unreachable_hub_is_a_retryable_error_naming_what_was_asked() -> None:
+    source = hub.HubSource(QWEN35_REPO, endpoint=f"http://127.0.0.1:{closed_port()}", max_retries=0)
+    with pytest.raises(hub.HubUnavailable, match=QWEN35_REPO) as caught:
+        source.read_range(QWEN35_FIRST_SHA, "model-package.json", 0, 10)
+    assert caught.value.retryable
+
+
+def test_a_bug_inside_a_hub_call_surfaces_as_itself_not_as_a_retryable_hub_error(
+    hub_source: type[hub.HubSource], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    source = hub_source(QWEN35_REPO)
+
+    def buggy(*args: object, **kwargs: object) -> object:
+        raise TypeError("a bug in our code")
+
+    monkeypatch.setattr(source.api, "repo_info", buggy)
+    with pytest.raises(TypeError, match="a bug in our code"):
+        source.resolve_revision(None)
+
+
+def test_a_bug_inside_a_ranged_read_surfaces_as_itself(
+    hub_source: type[hub.HubSource], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from packages_app.hub import net
+
+    def buggy(*args: object, **kwargs: object) -> object:
+        raise KeyError("a bug in our code")
+
+    monkeypatch.setattr(net, "http_backoff", buggy)
+    with pytest.raises(KeyError, match="a bug in our code"):
+        hub_source(QWEN35_REPO).read_range(QWEN35_FIRST_SHA, "model-package.json", 0, 10)

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from django.db.models import F
 
 from packages_app import hub, ingest
 from packages_app.devhub import (
@@ -18,6 +19,7 @@ from packages_app.devhub import (
     DevHub,
     write_package_folder,
 )
+from packages_app.layout import FileRole
 from packages_app.models import Package, PackageFile, Revision
 
 pytestmark = pytest.mark.django_db
@@ -39,7 +41,7 @@ def test_ingesting_the_motivating_revision_stores_every_file_and_its_header(
     rev = outcome.revision
     assert outcome.ran and rev.status == Revision.Status.DONE, rev.error
     assert rev.files_done == rev.files_total > 41
-    layers = PackageFile.objects.filter(revision=rev, role=PackageFile.Role.LAYER)
+    layers = PackageFile.objects.filter(revision=rev, role=FileRole.LAYER)
     assert layers.count() == 41
     assert set(layers.values_list("header_status", flat=True)) == {PackageFile.HeaderStatus.PARSED}
     block40 = layers.get(layer_index=40)
@@ -112,7 +114,7 @@ def test_a_hostile_header_fails_its_file_and_the_other_files_are_still_stored(qw
     assert bad.header_status == PackageFile.HeaderStatus.FAILED
     assert "tensor" in bad.header_error.lower()
     parsed = PackageFile.objects.filter(revision=rev, header_status=PackageFile.HeaderStatus.PARSED)
-    assert parsed.filter(role=PackageFile.Role.LAYER).count() == 40
+    assert parsed.filter(role=FileRole.LAYER).count() == 40
     assert rev.status == Revision.Status.DONE
     assert "header_unreadable" in {p["code"] for p in rev.audit["problems"]}
 
@@ -186,8 +188,11 @@ def test_a_done_revision_cannot_be_claimed() -> None:
 def test_syncing_a_package_records_every_commit_and_ingests_them(
     hub_settings: DevHub, eager_tasks: None, django_capture_on_commit_callbacks: object
 ) -> None:
+    from packages_app import tasks
+
     with django_capture_on_commit_callbacks(execute=True):  # type: ignore[operator]
-        revisions = ingest.sync_package(QWEN35_REPO)
+        assert tasks.sync_package.delay(QWEN35_REPO).get() >= 1
+    revisions = list(Revision.objects.order_by(F("committed_at").desc(nulls_last=True), "-id"))
     package = Package.objects.get(repo_id=QWEN35_REPO)
     assert {r.commit_sha for r in revisions} >= {QWEN35_FIRST_SHA}
     assert set(package.revisions.values_list("status", flat=True)) == {Revision.Status.DONE}
@@ -196,11 +201,24 @@ def test_syncing_a_package_records_every_commit_and_ingests_them(
     assert package.last_synced_at is not None
 
 
-def test_tracking_a_package_enqueues_its_sync_only_after_commit(
+def test_syncing_a_package_enqueues_nothing_itself(
     hub_settings: DevHub, django_capture_on_commit_callbacks: object
 ) -> None:
     with django_capture_on_commit_callbacks() as callbacks:  # type: ignore[operator]
-        ingest.track_package(QWEN35_REPO)
+        revisions = ingest.sync_package(QWEN35_REPO)
+    assert revisions and callbacks == []
+    assert {r.status for r in revisions} == {Revision.Status.QUEUED}
+
+
+def test_tracking_a_package_enqueues_its_sync_only_after_commit(
+    hub_settings: DevHub, django_capture_on_commit_callbacks: object
+) -> None:
+    from packages_app import queueing
+
+    with django_capture_on_commit_callbacks() as callbacks:  # type: ignore[operator]
+        package = ingest.track_package(QWEN35_REPO)
+        assert callbacks == []  # the service stores; the edge enqueues
+        queueing.enqueue_sync(package.repo_id)
     assert Package.objects.filter(repo_id=QWEN35_REPO, tracked=True).exists()
     assert len(callbacks) == 1
 
@@ -215,9 +233,10 @@ def test_discovery_tracks_the_namespace_and_catalog_packages(
     hub_settings: DevHub, django_capture_on_commit_callbacks: object
 ) -> None:
     with django_capture_on_commit_callbacks():  # type: ignore[operator]
-        found = ingest.discover_packages(["meshllm"], "meshllm/catalog")
-    assert QWEN35_REPO in found
-    assert set(Package.objects.values_list("repo_id", flat=True)) == set(found)
+        discovery = ingest.discover_packages(["meshllm"], "meshllm/catalog")
+    assert QWEN35_REPO in discovery.found and discovery.tracked == discovery.found
+    assert set(Package.objects.values_list("repo_id", flat=True)) == set(discovery.found)
+    assert ingest.discover_packages(["meshllm"], "meshllm/catalog").tracked == []
 
 
 def test_reaudit_recomputes_every_stored_revision_without_the_hub(hub_source: type[hub.HubSource]) -> None:

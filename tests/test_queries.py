@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from packages_app import queries
-from packages_app.forms import CatalogFilters
 from packages_app.models import Package, PackageFile, Revision
+from packages_app.queries import CatalogFilters
 from tests import dashboard_factories as f
 
 pytestmark = pytest.mark.django_db

@@ -5,7 +5,7 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from packages_app import hub, ingest
+from packages_app import hub, ingest, queueing
 
 
 class Command(BaseCommand):
@@ -17,9 +17,11 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         namespaces = options["namespace"] or settings.MESHDASH_NAMESPACES
         try:
-            found = ingest.discover_packages(namespaces, settings.MESHDASH_CATALOG_DATASET)
+            discovery = ingest.discover_packages(namespaces, settings.MESHDASH_CATALOG_DATASET)
         except hub.HubError as exc:
             raise CommandError(str(exc)) from exc
-        for repo_id in found:
+        for repo_id in discovery.tracked:
+            queueing.enqueue_sync(repo_id)
+        for repo_id in discovery.found:
             self.stdout.write(repo_id)
-        self.stdout.write(f"{len(found)} packages tracked")
+        self.stdout.write(f"{len(discovery.found)} packages found, {len(discovery.tracked)} newly tracked")

@@ -1,6 +1,6 @@
 """``manage.py seed_synthetic``: bulk-insert a large synthetic catalog and node reports, for scale benchmarks.
 
-Rows are realistic in shape (audits as capability.py writes them, per-layer files, reports spread over
+Rows are realistic in shape (audits as packages_app.audit writes them, per-layer files, reports spread over
 weeks with a few very busy packages) but made up; every repo id lives under ``--owner`` so
 ``--reset`` can remove exactly them. Nothing is downloaded; no task is enqueued.
 """
@@ -21,6 +21,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connection, transaction
 from django.db.models import Model, OuterRef, Subquery
 
+from packages_app.layout import FileRole
 from packages_app.models import Node, Package, PackageFile, Report, Revision
 
 T = TypeVar("T", bound=Model)
@@ -345,7 +346,7 @@ def file_rows(revision_id: int, blocks: int) -> Iterator[PackageFile]:
         yield PackageFile(
             revision_id=revision_id,
             path=layer_path(i),
-            role=PackageFile.Role.LAYER,
+            role=FileRole.LAYER,
             layer_index=i,
             size=500_000_000,
             lfs_sha256=digest(f"l{i}"),
@@ -361,7 +362,7 @@ def file_rows(revision_id: int, blocks: int) -> Iterator[PackageFile]:
 
 
 def build_audit(profile: Profile, verdict: str) -> dict[str, Any]:
-    """An audit dict in capability.py's shape for a synthetic package of ``profile``."""
+    """An audit dict in packages_app.audit's shape for a synthetic package of ``profile``."""
     blocks = profile.trunk + (1 if profile.mtp else 0)
     mtp_blocks = [profile.trunk] if profile.mtp else []
     declared = Seeder.declared(verdict, profile)

@@ -4,7 +4,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from packages_app import hub, ingest
+from packages_app import hub, ingest, queueing
 
 
 class Command(BaseCommand):
@@ -18,4 +18,5 @@ class Command(BaseCommand):
             package = ingest.track_package(options["repo_id"])
         except hub.HubError as exc:
             raise CommandError(str(exc)) from exc
+        queueing.enqueue_sync(package.repo_id)
         self.stdout.write(f"tracking {package.repo_id}; sync enqueued")

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from packages_app import capability
-from packages_app.capability import FileInfo, audit
+from packages_app import audit as auditing
+from packages_app.audit import FileInfo, audit
 from packages_app.manifest import parse_manifest
 from tests.audit_fixtures import (
     GLM47,
@@ -32,15 +32,15 @@ SCHEMAS = pytest.mark.parametrize("schema", [1, 2])
 MTP_40 = "blk.40.nextn.{eh_proj,enorm,hnorm,shared_head_norm}"
 
 
-def codes(result: capability.Audit, severity: str | None = None) -> list[str]:
+def codes(result: auditing.Audit, severity: str | None = None) -> list[str]:
     return [p.code for p in result.problems if severity is None or p.severity == severity]
 
 
-def problem(result: capability.Audit, code: str) -> capability.Problem:
+def problem(result: auditing.Audit, code: str) -> auditing.Problem:
     return next(p for p in result.problems if p.code == code)
 
 
-def reaudit_patched(package: Package, result: capability.Audit) -> capability.Audit:
+def reaudit_patched(package: Package, result: auditing.Audit) -> auditing.Audit:
     assert result.suggested_generation is not None
     patched = json.loads(result.suggested_generation.patched_manifest)
     return package.with_manifest(patched).audit()
@@ -304,7 +304,7 @@ def test_an_ngram_setting_the_runtime_refuses_is_a_declaration_mismatch(schema: 
 @SCHEMAS
 def test_mtp_declared_beside_an_ngram_default_is_consistent_but_warned(schema: int) -> None:
     generation = ngram_generation()
-    generation["speculative_decoding"]["strategies"]["mtp"] = capability.writer_mtp_strategy([47])
+    generation["speculative_decoding"]["strategies"]["mtp"] = auditing.writer_mtp_strategy([47])
     result = build(GLM47, schema, generation).audit()
 
     assert result.verdict == "consistent-mtp"
@@ -516,19 +516,19 @@ def test_to_json_has_exactly_the_documented_shape(schema: int) -> None:
 
 
 def test_only_the_two_consistent_verdicts_count_as_consistent() -> None:
-    assert set(capability.VERDICTS) == set(capability.INCONSISTENT_VERDICTS) | {
+    assert set(auditing.VERDICTS) == set(auditing.INCONSISTENT_VERDICTS) | {
         "consistent-mtp",
         "consistent-no-mtp",
     }
-    assert [capability.verdict_is_consistent(v) for v in capability.VERDICTS] == [True, True] + [False] * 4
-    assert capability.verdict_is_consistent("something-new") is False
+    assert [auditing.verdict_is_consistent(v) for v in auditing.VERDICTS] == [True, True] + [False] * 4
+    assert auditing.verdict_is_consistent("something-new") is False
 
 
 def test_expected_nextn_tensors_come_from_gguf_with_the_documented_qwen35_fallback() -> None:
-    assert capability.expected_nextn_tensors("glm4moe")[0] == "eh_proj"
-    assert capability.expected_nextn_tensors("qwen35moe") == QWEN35_NEXTN
-    assert capability.expected_nextn_tensors("llama") == ()
-    assert capability.expected_nextn_tensors("not-an-arch") == ()
+    assert auditing.expected_nextn_tensors("glm4moe")[0] == "eh_proj"
+    assert auditing.expected_nextn_tensors("qwen35moe") == QWEN35_NEXTN
+    assert auditing.expected_nextn_tensors("llama") == ()
+    assert auditing.expected_nextn_tensors("not-an-arch") == ()
 
 
 # --- hostile input ----------------------------------------------------------------------------
@@ -553,7 +553,7 @@ def test_it_never_crashes_on_a_mangled_manifest_or_header(data: st.DataObject, s
 
     result = audit(json.dumps(manifest).encode(), package.files, headers)
 
-    assert result.verdict in capability.VERDICTS
+    assert result.verdict in auditing.VERDICTS
     json.dumps(result.to_json(), allow_nan=False)
     assert parse_manifest(json.dumps(manifest).encode()).trusted or result.verdict == "invalid-manifest"
 

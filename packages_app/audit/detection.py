@@ -1,0 +1,222 @@
+"""Pure: parsed GGUF headers -> what the weights hold (blocks, NextN/MTP tensors); no Django, no I/O."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from gguf.constants import MODEL_ARCH_NAMES, MODEL_TENSOR, MODEL_TENSORS, TENSOR_NAMES, Keys
+
+from packages_app.audit.model import (
+    KINDS,
+    MAX_BLOCKS,
+    METADATA_ONLY_KEY,
+    Block,
+    Detected,
+)
+from packages_app.manifest import (
+    Manifest,
+)
+
+_NEXTN_SUFFIX = {
+    t: TENSOR_NAMES[t].rsplit(".", 1)[1]
+    for t in MODEL_TENSOR
+    if t.name.startswith("NEXTN_") and t in TENSOR_NAMES
+}
+# "blk.{bid}.nextn." per gguf; the same pattern catches NextN tensors of architectures gguf does not list.
+_NEXTN_PREFIX = TENSOR_NAMES[MODEL_TENSOR.NEXTN_EH_PROJ].rsplit(".", 1)[0] + "."
+_NEXTN_RE = re.compile(
+    re.escape(_NEXTN_PREFIX).replace(re.escape("{bid}"), r"(\d{1,6})") + r"([A-Za-z0-9_]+)"
+)
+_BLOCK_RE = re.compile(r"blk\.(\d{1,6})\.([A-Za-z0-9_]+)")
+_MOE_RE = re.compile(r"ffn_[a-z_]+_exps")
+_DENSE_FFN = frozenset({"ffn_up", "ffn_down", "ffn_gate"})
+_LAYER_FILE_RE = re.compile(r"layer-(\d{1,6})(?:-part\d+)?\.gguf$")
+_ARCH_BY_NAME = {name: arch for arch, name in MODEL_ARCH_NAMES.items()}
+# gguf 0.19 lists no NextN tensors for these architectures; domain.md section 5 records what they hold.
+_DOCUMENTED_NEXTN = {
+    "qwen35": ("eh_proj", "enorm", "hnorm", "shared_head_norm"),
+    "qwen35moe": ("eh_proj", "enorm", "hnorm", "shared_head_norm"),
+}
+
+
+def expected_nextn_tensors(architecture: str | None) -> tuple[str, ...]:
+    """NextN tensor suffixes (e.g. "eh_proj") an architecture's MTP block holds, per gguf.constants."""
+    arch = _ARCH_BY_NAME.get(architecture or "")
+    listed = (
+        sorted(_NEXTN_SUFFIX[t] for t in MODEL_TENSORS.get(arch, ()) if t in _NEXTN_SUFFIX) if arch else []
+    )
+    return tuple(listed) or _DOCUMENTED_NEXTN.get(architecture or "", ())
+
+
+def block_kind(component: str) -> str | None:
+    """The kind a block tensor marks, from the name part after ``blk.N.`` (e.g. "ffn_up_exps" -> moe)."""
+    if component == "nextn":
+        return "nextn"
+    if component.startswith("attn_q"):
+        return "attention"
+    if component.startswith("ssm_"):
+        return "ssm"
+    if _MOE_RE.fullmatch(component):
+        return "moe"
+    return "ffn" if component in _DENSE_FFN else None
+
+
+# --- what the weights hold --------------------------------------------------------------------
+
+
+@dataclass
+class _Weights:
+    architecture: str | None = None
+    block_count: int | None = None
+    nextn: int | None = None
+    directory: str | None = None
+    tensors: dict[int, dict[str, int]] = field(default_factory=dict)  # block -> tensor name -> bytes
+    source: dict[int, str] = field(default_factory=dict)  # block -> header path that listed it
+    listed: set[str] = field(default_factory=set)  # headers that carried a tensor list
+
+
+def detect(manifest: Manifest | None, headers: Mapping[str, Mapping[str, Any]]) -> Detected:
+    """What the parsed headers say about blocks and NextN (MTP) tensors."""
+    usable = {p: h for p, h in headers.items() if isinstance(h, Mapping)}
+    w = _read_weights(manifest, usable)
+    layer_files = manifest.layer_files() if manifest else {}
+    found = {i: _nextn_suffixes(names) for i, names in w.tensors.items()}
+    found = {i: s for i, s in found.items() if s}
+    key_blocks = _key_blocks(w.block_count, w.nextn)
+    inspected = _inspected_blocks(w, manifest, layer_files)
+    expected = expected_nextn_tensors(w.architecture)
+    checked = sorted(b for b in set(key_blocks) | set(found) if b in inspected)
+    missing = {b: tuple(s for s in expected if s not in found.get(b, ())) for b in checked}
+    blocks = _blocks(w, layer_files, found)
+    return Detected(
+        architecture=w.architecture,
+        block_count=w.block_count,
+        nextn_predict_layers=w.nextn,
+        mtp_blocks=tuple(sorted(found)),
+        key_and_tensors_agree={b for b in key_blocks if b in inspected} == set(found),
+        expected_nextn_tensors=expected,
+        missing_nextn_tensors={b: m for b, m in missing.items() if m},
+        blocks=blocks,
+        key_blocks=key_blocks,
+        nextn_found=found,
+        evidence={i: w.source[i] for i in found},
+        directory=w.directory,
+        uninspected=tuple(b.index for b in blocks if b.index not in inspected),
+    )
+
+
+def _read_weights(manifest: Manifest | None, headers: Mapping[str, Mapping[str, Any]]) -> _Weights:
+    w = _Weights()
+    order = sorted(headers, key=lambda p: _header_rank(manifest, p, headers[p]))
+    w.directory = next((p for p in order if _is_directory(manifest, p, headers[p])), None)
+    _read_kv(w, [headers[p] for p in order])
+    seen: set[str] = set()
+    for path in order:
+        tensors = headers[path].get("tensors")
+        if not isinstance(tensors, list):
+            continue
+        w.listed.add(path)
+        for name, nbytes in _tensor_entries(tensors):
+            match = _BLOCK_RE.match(name)
+            if match is None or name in seen:
+                continue
+            seen.add(name)
+            index = int(match[1])
+            w.tensors.setdefault(index, {})[name] = nbytes
+            w.source.setdefault(index, path)
+    return w
+
+
+def _header_rank(manifest: Manifest | None, path: str, header: Mapping[str, Any]) -> tuple[int, int, str]:
+    if (manifest and path == manifest.metadata_path) or _kv(header).get(METADATA_ONLY_KEY) is True:
+        return 0, 0, path
+    match = _LAYER_FILE_RE.search(path)
+    return (1, int(match[1]), path) if match else (2, 0, path)
+
+
+def _is_directory(manifest: Manifest | None, path: str, header: Mapping[str, Any]) -> bool:
+    """A header that lists every tensor of the package (v2 shared/metadata.gguf)."""
+    if not isinstance(header.get("tensors"), list) or not header["tensors"]:
+        return False
+    is_v2_metadata = manifest is not None and manifest.schema_version == 2 and path == manifest.metadata_path
+    return is_v2_metadata or _kv(header).get(METADATA_ONLY_KEY) is True
+
+
+def _kv(header: Mapping[str, Any]) -> Mapping[str, Any]:
+    kv = header.get("kv")
+    return kv if isinstance(kv, Mapping) else {}
+
+
+def _read_kv(w: _Weights, headers: list[Mapping[str, Any]]) -> None:
+    for header in headers:
+        kv = _kv(header)
+        arch = kv.get(Keys.General.ARCHITECTURE)
+        if isinstance(arch, str) and 0 < len(arch) <= 64:
+            w.architecture = arch
+            count = _int_in(kv.get(Keys.LLM.BLOCK_COUNT.format(arch=arch)), 1, MAX_BLOCKS)
+            w.block_count = count
+            w.nextn = _int_in(kv.get(Keys.LLM.NEXTN_PREDICT_LAYERS.format(arch=arch)), 0, count or MAX_BLOCKS)
+            return
+
+
+def _int_in(value: Any, low: int, high: int) -> int | None:
+    ok = isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
+    return value if ok else None
+
+
+def _tensor_entries(tensors: list[Any]) -> list[tuple[str, int]]:
+    found: list[tuple[str, int]] = []
+    for t in tensors:
+        if isinstance(t, Mapping) and isinstance(t.get("name"), str):
+            nbytes = t.get("bytes")
+            found.append((t["name"], nbytes if isinstance(nbytes, int) and nbytes >= 0 else 0))
+    return found
+
+
+def _nextn_suffixes(names: Mapping[str, int]) -> tuple[str, ...]:
+    return tuple(sorted({m[2] for n in names if (m := _NEXTN_RE.match(n))}))
+
+
+def _key_blocks(block_count: int | None, nextn: int | None) -> tuple[int, ...]:
+    if not block_count or not nextn:
+        return ()
+    return tuple(range(block_count - nextn, block_count))
+
+
+def _inspected_blocks(w: _Weights, manifest: Manifest | None, layer_files: Mapping[int, str]) -> set[int]:
+    indices = set(range(w.block_count or 0)) | set(w.tensors)
+    if w.directory is not None:
+        return indices
+    guessed = {int(m[1]): p for p in w.listed if (m := _LAYER_FILE_RE.search(p))}
+
+    def seen(i: int) -> bool:
+        if i in w.tensors or guessed.get(i) in w.listed or layer_files.get(i) in w.listed:
+            return True
+        # A block the manifest carries no file for holds nothing here (a trunk-only package).
+        return manifest is not None and bool(layer_files) and i not in layer_files
+
+    return {i for i in indices if seen(i)}
+
+
+def _blocks(
+    w: _Weights, layer_files: Mapping[int, str], found: Mapping[int, tuple[str, ...]]
+) -> tuple[Block, ...]:
+    blocks: list[Block] = []
+    for index in sorted(set(range(w.block_count or 0)) | set(w.tensors)):
+        names = w.tensors.get(index, {})
+        source = w.source.get(index)
+        kinds = {block_kind(m[2]) for n in names if (m := _BLOCK_RE.match(n))}
+        blocks.append(
+            Block(
+                index=index,
+                file=layer_files.get(index) or (source if source != w.directory else None),
+                tensor_count=len(names),
+                nbytes=sum(names.values()),
+                kinds=tuple(k for k in KINDS if k in kinds),
+                mtp=index in found,
+            )
+        )
+    return tuple(blocks)

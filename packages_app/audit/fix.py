@@ -1,0 +1,120 @@
+"""Pure: the suggested generation block, the patched manifest and its diff; no Django, no I/O."""
+
+from __future__ import annotations
+
+import copy
+import difflib
+from collections.abc import Sequence
+
+from packages_app.audit.model import (
+    Detected,
+    Suggestion,
+)
+from packages_app.manifest import (
+    LEGACY_MTP_NAME,
+    MANIFEST_FILE,
+    MTP_NAME,
+    NATIVE_MTP,
+    Json,
+    Manifest,
+    render_manifest,
+)
+
+_WRITER_WINDOW = {"default": "fixed", "initial_window": 1, "min_window": 1, "max_window": 1}
+
+
+# --- the suggested fix ------------------------------------------------------------------------
+
+
+def _suggest(verdict: str, manifest: Manifest | None, d: Detected) -> Suggestion | None:
+    if manifest is None:
+        return None
+    sd = manifest.speculative_decoding
+    if verdict == "undeclared-mtp":
+        speculative = _with_mtp_strategy(manifest, d.mtp_blocks)
+    elif verdict == "declaration-mismatch" and sd is not None:
+        speculative = _corrected(sd.raw, d.mtp_blocks)
+    else:
+        return None
+    generation = copy.deepcopy(manifest.generation) if manifest.generation else {}
+    generation["speculative_decoding"] = speculative
+    patched = _with_generation(manifest.raw, generation)
+    before, after = render_manifest(manifest.raw), render_manifest(patched)
+    diff = difflib.unified_diff(
+        before.splitlines(keepends=True),
+        after.splitlines(keepends=True),
+        f"a/{MANIFEST_FILE}",
+        f"b/{MANIFEST_FILE}",
+    )
+    return Suggestion(generation, after, "".join(diff))
+
+
+def writer_mtp_strategy(layer_indices: Sequence[int]) -> Json:
+    """The native-MTP strategy a correct writer emits (domain.md section 3)."""
+    return {
+        "type": NATIVE_MTP,
+        "prediction_depth": 1,
+        "layer_indices": list(layer_indices),
+        "window_policy": dict(_WRITER_WINDOW),
+    }
+
+
+def _with_mtp_strategy(manifest: Manifest, blocks: Sequence[int]) -> Json:
+    # v1 writers named it native-mtp-n1; v2 names it mtp.
+    name = LEGACY_MTP_NAME if manifest.schema_version == 1 else MTP_NAME
+    sd = manifest.speculative_decoding
+    if sd is None:
+        return {"default": name, "strategies": {name: writer_mtp_strategy(blocks)}}
+    raw = copy.deepcopy(sd.raw)
+    found = raw.get("strategies")
+    strategies: Json = found if isinstance(found, dict) else {}
+    strategies[name] = writer_mtp_strategy(blocks)
+    raw["strategies"] = strategies
+    raw["default"] = name  # strategy auto runs the default; MTP only helps when it is the default
+    return raw
+
+
+def _corrected(raw: Json, blocks: Sequence[int]) -> Json:
+    fixed = copy.deepcopy(raw)
+    for group in ("proposers", "strategies"):
+        entries = fixed.get(group)
+        for body in entries.values() if isinstance(entries, dict) else ():
+            if isinstance(body, dict):
+                _correct_entry(body, blocks)
+    return fixed
+
+
+def _correct_entry(body: Json, blocks: Sequence[int]) -> None:
+    kind = body.get("type")
+    if kind in (NATIVE_MTP, LEGACY_MTP_NAME) and ("prediction_depth" in body or "layer_indices" in body):
+        body["prediction_depth"] = 1
+        if blocks:
+            body["layer_indices"] = list(blocks)
+    low, high = body.get("ngram_min"), body.get("ngram_max")
+    if kind in ("ngram-cache", "ngram-suffix") and isinstance(low, int) and isinstance(high, int):
+        body["ngram_min"], body["ngram_max"] = _runtime_ngram_bounds(kind, low, high)
+    if "history_scope" in body and body["history_scope"] != "request":
+        body["history_scope"] = "request"
+
+
+def _runtime_ngram_bounds(kind: str, low: int, high: int) -> tuple[int, int]:
+    """The nearest values the runtime accepts: ngram-cache max <= 4, ngram-suffix 3 <= min <= max <= 64."""
+    if kind == "ngram-cache":
+        high = min(high, 4)
+        return min(low, high), high
+    low = min(max(low, 3), 64)
+    return low, max(min(high, 64), low)
+
+
+def _with_generation(raw: Json, generation: Json) -> Json:
+    """The manifest with ``generation`` set, where a writer puts it: before the version keys."""
+    if "generation" in raw:
+        return {k: (generation if k == "generation" else v) for k, v in raw.items()}
+    anchors = ("skippy_abi_version", "native_abi_version", "generator_version", "created_at_unix_secs")
+    patched: Json = {}
+    for key, value in raw.items():
+        if key in anchors and "generation" not in patched:
+            patched["generation"] = generation
+        patched[key] = value
+    patched.setdefault("generation", generation)
+    return patched

@@ -1,0 +1,222 @@
+"""Pure: the audit's result types and verdict vocabulary; no Django, no I/O."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from packages_app.manifest import (
+    Json,
+    Manifest,
+    Problem,
+    Severity,
+)
+
+CONSISTENT_VERDICTS = ("consistent-mtp", "consistent-no-mtp")
+INCONSISTENT_VERDICTS = (
+    "undeclared-mtp",
+    "declared-without-weights",
+    "declaration-mismatch",
+    "invalid-manifest",
+)
+VERDICTS = CONSISTENT_VERDICTS + INCONSISTENT_VERDICTS
+KINDS = ("attention", "ssm", "moe", "ffn", "nextn")
+METADATA_ONLY_KEY = "skippy.package.metadata_only"
+MAX_BLOCKS = 4096  # far above any real model (DeepSeek-V3: 61, Qwen3-235B: 94); bounds hostile headers
+
+
+def verdict_is_consistent(verdict: str) -> bool:
+    return verdict in CONSISTENT_VERDICTS
+
+
+def _problem(code: str, severity: Severity, message: str, **evidence: Any) -> Problem:
+    return Problem(code, severity, message, evidence)
+
+
+# --- result types -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FileInfo:
+    """One file as the Hub lists it at the revision."""
+
+    path: str
+    size: int
+    lfs_sha256: str | None = None
+
+
+@dataclass(frozen=True)
+class Block:
+    index: int
+    file: str | None
+    tensor_count: int
+    nbytes: int
+    kinds: tuple[str, ...]
+    mtp: bool
+
+    def to_json(self) -> Json:
+        return {
+            "index": self.index,
+            "file": self.file,
+            "tensor_count": self.tensor_count,
+            "bytes": self.nbytes,
+            "kinds": list(self.kinds),
+            "mtp": self.mtp,
+        }
+
+
+@dataclass(frozen=True)
+class Detected:
+    architecture: str | None = None
+    block_count: int | None = None
+    nextn_predict_layers: int | None = None
+    mtp_blocks: tuple[int, ...] = ()
+    key_and_tensors_agree: bool = True
+    expected_nextn_tensors: tuple[str, ...] = ()
+    missing_nextn_tensors: Mapping[int, tuple[str, ...]] = field(default_factory=dict)
+    blocks: tuple[Block, ...] = ()
+    # Not in to_json: what the messages need.
+    key_blocks: tuple[int, ...] = ()  # [block_count - nextn, block_count)
+    nextn_found: Mapping[int, tuple[str, ...]] = field(default_factory=dict)
+    evidence: Mapping[int, str] = field(default_factory=dict)  # block -> header that listed its tensors
+    directory: str | None = None  # the header describing every tensor (v2 shared/metadata.gguf)
+    uninspected: tuple[int, ...] = ()
+
+    @property
+    def has_mtp_weights(self) -> bool:
+        return bool(self.mtp_blocks)
+
+    def file(self, index: int) -> str | None:
+        return next((b.file for b in self.blocks if b.index == index), None)
+
+    def to_json(self) -> Json:
+        return {
+            "architecture": self.architecture,
+            "block_count": self.block_count,
+            "nextn_predict_layers": self.nextn_predict_layers,
+            "mtp_blocks": list(self.mtp_blocks),
+            "has_mtp_weights": self.has_mtp_weights,
+            "key_and_tensors_agree": self.key_and_tensors_agree,
+            "expected_nextn_tensors": list(self.expected_nextn_tensors),
+            "missing_nextn_tensors": {str(k): list(v) for k, v in self.missing_nextn_tensors.items()},
+            "blocks": [b.to_json() for b in self.blocks],
+        }
+
+
+@dataclass(frozen=True)
+class Declared:
+    present: bool = False
+    default_strategy: str | None = None
+    uses_native_mtp: bool = False
+    layer_indices: tuple[int, ...] = ()
+    prediction_depth: int | None = None
+    strategies: Mapping[str, str] = field(default_factory=dict)
+
+    def to_json(self) -> Json:
+        return {
+            "present": self.present,
+            "default_strategy": self.default_strategy,
+            "uses_native_mtp": self.uses_native_mtp,
+            "layer_indices": list(self.layer_indices),
+            "prediction_depth": self.prediction_depth,
+            "strategies": dict(self.strategies),
+        }
+
+
+@dataclass(frozen=True)
+class FileCheck:
+    path: str
+    role: str
+    manifest_size: int | None
+    manifest_sha256: str | None
+    hub_size: int | None
+    hub_sha256: str | None
+    status: str  # match | sha256_mismatch | size_mismatch | missing_on_hub | unlisted
+
+    def to_json(self) -> Json:
+        return {
+            "path": self.path,
+            "role": self.role,
+            "manifest_size": self.manifest_size,
+            "manifest_sha256": self.manifest_sha256,
+            "hub_size": self.hub_size,
+            "hub_sha256": self.hub_sha256,
+            "status": self.status,
+        }
+
+
+@dataclass(frozen=True)
+class Provenance:
+    revision: str | None
+    manifest_sha256: str | None
+    source_model_path: str | None
+    build_host_path: bool
+    files: tuple[FileCheck, ...]
+
+    def to_json(self) -> Json:
+        return {
+            "revision": self.revision,
+            "manifest_sha256": self.manifest_sha256,
+            "source_model_path": self.source_model_path,
+            "build_host_path": self.build_host_path,
+            "files": [f.to_json() for f in self.files],
+        }
+
+
+@dataclass(frozen=True)
+class Runtime:
+    auto_native_mtp: bool
+    auto_explanation: str
+    mtp_allowed: bool
+    mtp_explanation: str
+
+    def to_json(self) -> Json:
+        return {
+            "auto": {"native_mtp": self.auto_native_mtp, "explanation": self.auto_explanation},
+            "mtp": {"allowed": self.mtp_allowed, "explanation": self.mtp_explanation},
+        }
+
+
+@dataclass(frozen=True)
+class Suggestion:
+    generation: Json
+    patched_manifest: str
+    diff: str
+
+    def to_json(self) -> Json:
+        return {"generation": self.generation, "patched_manifest": self.patched_manifest, "diff": self.diff}
+
+
+@dataclass(frozen=True)
+class Audit:
+    verdict: str
+    detected: Detected
+    declared: Declared
+    problems: list[Problem]
+    provenance: Provenance
+    runtime: Runtime
+    suggested_generation: Suggestion | None
+    # False when the headers needed to judge MTP were not read: `audit_package` exits 2 then.
+    auditable: bool = True
+    manifest: Manifest | None = None
+
+    @property
+    def consistent(self) -> bool:
+        return verdict_is_consistent(self.verdict)
+
+    def codes(self) -> list[str]:
+        return [p.code for p in self.problems]
+
+    def to_json(self) -> Json:
+        return {
+            "verdict": self.verdict,
+            "detected": self.detected.to_json(),
+            "declared": self.declared.to_json(),
+            "problems": [p.to_json() for p in self.problems],
+            "provenance": self.provenance.to_json(),
+            "runtime": self.runtime.to_json(),
+            "suggested_generation": self.suggested_generation.to_json()
+            if self.suggested_generation
+            else None,
+        }

@@ -1,0 +1,222 @@
+"""Pure: the typed manifest (dataclasses), the vocabulary and limits both schemas share; no Django, no I/O."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+MANIFEST_FILE = "model-package.json"
+MAX_MANIFEST_BYTES = 16 * 1024 * 1024
+MAX_DEPTH = 64  # a real manifest nests 6 levels deep (generation...window_policy.default)
+MAX_LAYER_COUNT = 65_536  # bounds the per-layer coverage check; real packages hold under 200 blocks
+MAX_PROBLEMS = 200  # a hostile manifest must not turn into millions of stored problems
+MAX_INT = 2**63 - 1
+
+Severity = Literal["error", "warning", "info"]
+Json = dict[str, Any]
+
+NATIVE_MTP = "native-mtp"
+COMPOSITE = "composite"
+NGRAM_TYPES = frozenset({"ngram-cache", "ngram-suffix"})
+PROPOSER_TYPES = frozenset({NATIVE_MTP, *NGRAM_TYPES})
+STRATEGY_TYPES = frozenset({NATIVE_MTP, COMPOSITE, *NGRAM_TYPES})
+# v1 writers named the strategy (and sometimes its type) native-mtp-n1; the runtime treats it as mtp.
+MTP_NAME = "mtp"
+LEGACY_MTP_NAME = "native-mtp-n1"
+MTP_NAMES = frozenset({MTP_NAME, LEGACY_MTP_NAME})
+
+# Problems the schema accepts but the runtime refuses at load: they make a declaration wrong,
+# not the manifest untrustworthy.
+RUNTIME_CODES = frozenset({"unsupported_generation_value"})
+
+_HEX64 = re.compile(r"[0-9a-fA-F]{64}")
+_LOWER_HEX64 = re.compile(r"[0-9a-f]{64}")
+_PACKAGE_ID = re.compile(r"sha256:[0-9a-f]{64}")
+_IDENTIFIER = re.compile(r"[A-Za-z0-9._-]+")
+_KEBAB = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
+_DRIVE = re.compile(r"[A-Za-z]:")
+_LONG_NUMBER = re.compile(rb"[0-9]{19}|[eE][+-]?[0-9]{3}")
+_CONTAINER_TYPES = frozenset({dict, list})
+LAYER_PATH = re.compile(r"layers/layer-(\d{1,6})(?:-part(\d{1,4}))?\.gguf")
+BUILD_HOST_PATH = re.compile(r"(?:/|[A-Za-z]:[\\/]|\\\\)")
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One finding: a domain code, a severity and one plain sentence naming the file, key or layer."""
+
+    code: str
+    severity: Severity
+    message: str
+    evidence: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "code": self.code,
+            "severity": self.severity,
+            "message": self.message,
+            "evidence": self.evidence,
+        }
+
+
+@dataclass(frozen=True)
+class SourceFile:
+    path: str
+    size: int | None
+    sha256: str | None
+
+
+@dataclass(frozen=True)
+class SourceModel:
+    path: str | None = None
+    repo: str | None = None
+    revision: str | None = None
+    primary_file: str | None = None
+    sha256: str | None = None
+    canonical_ref: str | None = None
+    distribution_id: str | None = None
+    metadata_artifact_id: str | None = None
+    files: tuple[SourceFile, ...] = ()
+
+    @property
+    def is_build_host_path(self) -> bool:
+        """An absolute path only exists on the machine that built the package, never on serving nodes."""
+        return self.path is not None and BUILD_HOST_PATH.match(self.path) is not None
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """A file the manifest names. Roles: metadata, common, embeddings, output, layer, projector, other."""
+
+    path: str
+    role: str
+    layer_index: int | None = None
+    part_index: int | None = None
+    size: int | None = None
+    sha256: str | None = None
+    artifact_id: str | None = None
+    tensor_count: int | None = None
+    tensor_bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class WindowPolicy:
+    default: str
+    initial_window: int
+    min_window: int
+    max_window: int
+    pipeline_depth: int | None = None
+
+
+@dataclass(frozen=True)
+class ExtensionPolicy:
+    max_tokens: int
+    initial_tokens: int | None = None
+    tail_backoff_proposals: int | None = None
+
+
+@dataclass(frozen=True)
+class NativeMtp:
+    prediction_depth: int
+    layer_indices: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Ngram:
+    ngram_min: int
+    ngram_max: int
+    max_proposal_tokens: int
+    history_scope: str
+
+
+@dataclass(frozen=True)
+class Proposer:
+    name: str
+    type: str  # "" when the declared type is missing or unknown
+    native_mtp: NativeMtp | None = None
+    ngram: Ngram | None = None
+    runtime_refusals: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Strategy:
+    name: str
+    type: str  # "" when the declared type is missing or unknown; native-mtp-n1 reads as native-mtp
+    proposer: str | None = None
+    primary: str | None = None
+    extender: str | None = None
+    window_policy: WindowPolicy | None = None
+    extension_policy: ExtensionPolicy | None = None
+    native_mtp: NativeMtp | None = None  # resolved through proposer/primary when referenced
+    runtime_refusals: tuple[str, ...] = ()  # why the runtime refuses it, in plain words
+
+    @property
+    def uses_native_mtp(self) -> bool:
+        return self.type == NATIVE_MTP or (self.type == COMPOSITE and self.native_mtp is not None)
+
+
+@dataclass(frozen=True)
+class SpeculativeDecoding:
+    default: str
+    proposers: Mapping[str, Proposer]
+    strategies: Mapping[str, Strategy]
+    raw: Json
+
+    def strategy(self, name: str) -> Strategy | None:
+        """The strategy a name selects; mtp and the legacy native-mtp-n1 select each other."""
+        found = self.strategies.get(name)
+        if found is None and name in MTP_NAMES:
+            found = next((self.strategies[n] for n in sorted(MTP_NAMES) if n in self.strategies), None)
+        return found
+
+    @property
+    def default_strategy(self) -> Strategy | None:
+        return self.strategy(self.default) if self.default else None
+
+    def native_mtp_strategies(self) -> list[Strategy]:
+        return [s for s in self.strategies.values() if s.uses_native_mtp]
+
+
+@dataclass(frozen=True)
+class Manifest:
+    schema_version: int
+    model_id: str | None
+    package_id: str | None
+    format: str | None
+    layer_count: int | None
+    activation_width: int | None
+    abi_version: str | None  # v1 skippy_abi_version, v2 native_abi_version
+    source_model: SourceModel
+    artifacts: tuple[Artifact, ...]
+    generation: Json | None
+    speculative_decoding: SpeculativeDecoding | None
+    raw: Json
+
+    def layer_files(self) -> dict[int, str]:
+        """Layer index -> the path of its (first part's) file."""
+        found: dict[int, tuple[int, str]] = {}
+        for a in self.artifacts:
+            if a.role == "layer" and a.layer_index is not None:
+                rank = (a.part_index or 0, a.path)
+                if a.layer_index not in found or rank < found[a.layer_index]:
+                    found[a.layer_index] = rank
+        return {index: rank[1] for index, rank in sorted(found.items())}
+
+    @property
+    def metadata_path(self) -> str | None:
+        return next((a.path for a in self.artifacts if a.role == "metadata"), None)
+
+
+@dataclass(frozen=True)
+class ManifestResult:
+    manifest: Manifest | None
+    problems: list[Problem]
+
+    @property
+    def trusted(self) -> bool:
+        """Parsed, and no error the schema itself rejects (runtime-only refusals do not count)."""
+        return self.manifest is not None and not any(
+            p.severity == "error" and p.code not in RUNTIME_CODES for p in self.problems
+        )

@@ -1,0 +1,57 @@
+"""How the edges (views, the report API, the webhook, commands) hand work to the Celery workers.
+
+Services never enqueue; they return what must be queued, and an edge passes it here. Every enqueue waits
+for the transaction to commit, so a worker never looks for a row that is not there yet. The tasks module is
+imported when work is queued, not at start-up: it loads the Hub client, which read-only pages never need.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+
+from django.conf import settings
+from django.core.cache import cache
+
+log = logging.getLogger(__name__)
+
+INGEST_REQUEST_TTL = 3600  # seconds; one enqueue per unknown revision per hour, not one per report
+
+
+def enqueue_sync(repo_id: str) -> None:
+    """Sync a package's commits (and so ingest its new revisions) once the caller's transaction commits."""
+    from packages_app import tasks
+
+    tasks.sync_package.delay_on_commit(repo_id)
+
+
+def request_ingests(revisions: Iterable[tuple[str, str]]) -> int:
+    """Ask for the ingest of revisions nodes run but we have not stored; returns how many were enqueued."""
+    return sum(request_ingest(repo_id, sha) for repo_id, sha in set(revisions))
+
+
+def request_ingest(repo_id: str, commit_sha: str) -> bool:
+    """Enqueue the ingest of one revision nodes run, for tracked namespaces, at most once an hour.
+
+    Never lets the ingest slow or fail the report that asked for it: with no broker, Celery runs
+    tasks eagerly, which would mean minutes of Hub reads inside a node's request, so then nothing
+    is enqueued (the periodic sync, or `manage.py ingest`, brings the revision in); a broker
+    error is logged and the request is retried by a later report.
+    """
+    if repo_id.split("/", 1)[0] not in settings.MESHDASH_NAMESPACES:
+        return False
+    if settings.CELERY_TASK_ALWAYS_EAGER:
+        log.info("no Celery broker: not ingesting %s@%s inside a report request", repo_id, commit_sha)
+        return False
+    key = f"meshdash:ingest-requested:{repo_id}@{commit_sha}"
+    if not cache.add(key, 1, INGEST_REQUEST_TTL):
+        return False  # already asked recently; the ingest is keyed on (package, sha) anyway
+    try:
+        from packages_app import tasks
+
+        tasks.ingest_revision.delay_on_commit(repo_id, commit_sha)
+    except Exception:  # the report is stored either way; a later report asks again
+        log.warning("could not enqueue ingest of %s@%s", repo_id, commit_sha, exc_info=True)
+        cache.delete(key)
+        return False
+    return True

@@ -1,0 +1,20 @@
+"""The verdict vocabulary: which verdicts mean declaration and weights agree."""
+
+from __future__ import annotations
+
+from django.template import Context, Template
+
+from packages_app.verdicts import INCONSISTENT_VERDICTS, Verdict, is_consistent
+
+
+def test_only_the_two_consistent_verdicts_count_as_consistent() -> None:
+    assert [v for v in Verdict if v.consistent] == [Verdict.CONSISTENT_MTP, Verdict.CONSISTENT_NO_MTP]
+    assert "undeclared-mtp" in INCONSISTENT_VERDICTS and not is_consistent("undeclared-mtp")
+    assert not is_consistent("") and not is_consistent("consistent")
+
+
+def test_the_badge_template_asks_the_vocabulary_not_a_list_of_its_own() -> None:
+    template = Template('{% include "packages_app/_verdict_badge.html" %}')
+    agree = template.render(Context({"verdict": "consistent-no-mtp"}))
+    disagree = template.render(Context({"verdict": "declaration-mismatch"}))
+    assert "Declaration and weights agree" in agree and "disagree" in disagree
