@@ -398,8 +398,8 @@ def build_audit(profile: Profile, verdict: str) -> dict[str, Any]:
             "files": [_provenance(i) for i in range(blocks)],
         },
         "runtime": {
-            "auto": {"native_mtp": declared and profile.mtp, "explanation": "Decided by the manifest."},
-            "mtp": {"allowed": declared and profile.mtp, "explanation": "Needs a declaration and weights."},
+            "auto": {"outcome": "native-mtp" if declared and profile.mtp else "no-mtp", "why": "Synthetic."},
+            "mtp": {"outcome": "native-mtp" if declared and profile.mtp else "refused", "why": "Synthetic."},
         },
         "suggested_generation": None,
     }
