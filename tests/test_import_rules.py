@@ -49,7 +49,6 @@ LAYERS: Mapping[str, int] = {
     # services (write) and selectors (read)
     "packages_app.ingest": SERVICES,
     "packages_app.reports": SERVICES,
-    "packages_app.telemetry": SERVICES,
     "packages_app.nodes": SERVICES,
     "packages_app.queries": SERVICES,
     "packages_app.throughput": SERVICES,
