@@ -354,3 +354,18 @@ def test_the_openapi_document_describes_the_otlp_and_run_endpoints(client: Clien
     document = client.get("/api/v1/openapi.json").json()
     assert {"/v1/traces", "/api/v1/runs"} <= set(document["paths"])
     assert "run_id" in document["components"]["schemas"]["RunIn"]["properties"]
+
+
+def test_a_run_on_a_revision_not_ingested_yet_asks_for_its_ingest(
+    client: Client, token: str, settings: Any
+) -> None:
+    from unittest import mock
+
+    from packages_app import tasks
+
+    cache.clear()
+    settings.CELERY_TASK_ALWAYS_EAGER = False  # as with a broker; eager mode enqueues nothing
+    with mock.patch.object(tasks.ingest_revision, "delay_on_commit") as delay_on_commit:
+        result = register_run(client, token).json()["results"][0]
+    assert result["revision_linked"] is False
+    delay_on_commit.assert_called_once_with(REPO, SHA)
