@@ -18,10 +18,10 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from django.db.models import F, QuerySet
+from django.db.models import F, OuterRef, QuerySet, Subquery
 
 from packages_app import sketch
-from packages_app.models import Report, Revision, Rollup
+from packages_app.models import Node, Report, Revision, Rollup
 from packages_app.rollups import hourly_since
 
 BUCKETS = ("hour", "day", "week", "month")
@@ -79,6 +79,7 @@ class RevisionThroughput:
     prompt_tps: float | None
     stage_splits: list[str]
     recent: list[dict[str, Any]]
+    plans: list[Plan]
     alert: Alert | None
 
     def as_dict(self) -> dict[str, Any]:
@@ -142,6 +143,7 @@ def revision_throughput(revision_id: int, *, bucket: str | None = None) -> Revis
         prompt_tps=sketch.median(_merged(totals, "prompt_sketch")),
         stage_splits=sorted({c["stage_splits"] for c in totals} - {""}),
         recent=_recent(revision_id),
+        plans=strategy_plans(revision_id),
         alert=_alert(revision_id, sums["unused"]) if mtp_detected else None,
     )
 
@@ -273,6 +275,84 @@ def _recent(revision_id: int) -> list[dict[str, Any]]:
     rows = Report.objects.filter(revision_id=revision_id).order_by("-received_at", "-id")
     rows = rows.annotate(node_name=F("node__name"))
     return [dict(row) for row in rows.values(*RECENT_FIELDS)[:RECENT]]
+
+
+PLAN_ROWS = 50
+# Requests whose outcome is known (node-report.md section 4); "auto" and a package's own strategy
+# names may resolve to anything, so they are never called unmet.
+JUDGED_REQUESTS = ("mtp", "disabled", "ngram-cache", "ngram-suffix")
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What one node asked for on one topology, what ran, and how it went."""
+
+    node: str
+    stage_splits: str
+    requested_strategy: str
+    effective_strategy: str
+    differs: bool
+    reports: int
+    from_spans: int
+    tps: float | None
+    last_seen: datetime | None
+
+
+def plan_honoured(requested: str, effective: str) -> bool:
+    """False only when a request of a known kind ran as something else (e.g. ``mtp`` -> ``disabled``)."""
+    if requested not in JUDGED_REQUESTS or not effective:
+        return True
+    if requested == "mtp":
+        return effective.startswith("native-mtp")
+    if requested == "disabled":
+        return effective == "disabled"
+    return effective.endswith(requested)  # ngram-cache, or native-mtp+ngram-cache
+
+
+def strategy_plans(revision_id: int) -> list[Plan]:
+    """Requested vs effective strategy per node and topology: what each node asked for and what ran.
+
+    The effective strategy comes from the node (the ``stage.openai_decode`` span's attributes, or the
+    report's ``speculative`` block); a requested plan that differs from the effective one is the
+    thing to see. One query over the revision's per-node total rollups; the busiest PLAN_ROWS.
+    """
+    name = Node.objects.filter(pk=OuterRef("node_key")).values("name")[:1]
+    rows = (
+        Rollup.objects.filter(revision_id=revision_id, grain=Rollup.Grain.TOTAL)
+        .exclude(node_key=Rollup.ALL_NODES)
+        .annotate(node_name=Subquery(name))
+        .values_list(
+            "node_name",
+            "stage_splits",
+            "requested_strategy",
+            "strategy",
+            "reports",
+            "from_spans",
+            "last_at",
+            "tps_sketch",
+        )
+    )
+    groups: dict[tuple[str, str, str, str], list[tuple[Any, ...]]] = {}
+    for row in rows:
+        groups.setdefault((row[0] or "", row[1], row[2], row[3]), []).append(row)
+    plans = [_plan(key, cells) for key, cells in groups.items()]
+    plans.sort(key=lambda plan: (-plan.reports, plan.node, plan.stage_splits))
+    return plans[:PLAN_ROWS]
+
+
+def _plan(key: tuple[str, str, str, str], cells: list[tuple[Any, ...]]) -> Plan:
+    node, splits, requested, effective = key
+    return Plan(
+        node=node,
+        stage_splits=splits,
+        requested_strategy=requested,
+        effective_strategy=effective,
+        differs=not plan_honoured(requested, effective),
+        reports=sum(c[4] for c in cells),
+        from_spans=sum(c[5] for c in cells),
+        tps=sketch.median(sketch.merged(sketch.from_json(c[7]) for c in cells)),
+        last_seen=max(c[6] for c in cells),
+    )
 
 
 # --- the catalog -------------------------------------------------------------------------------

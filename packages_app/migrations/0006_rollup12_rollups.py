@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('packages_app', '0002_node10_timings_flags_and_node_runs'),
+        ('packages_app', '0005_merge_accounts_timings_rulebook'),
     ]
 
     operations = [
