@@ -190,23 +190,6 @@ class Node(models.Model):
         return self.name
 
 
-REPORT_THROUGHPUT_COLUMNS = (
-    "revision",
-    "predicted_per_second",
-    "received_at",
-    "mtp_used",
-    "effective_strategy",
-    "stage_splits",
-    "requested_strategy",
-    "node",
-    "speculative_accepted_n",
-    "draft_n_accepted",
-    "speculative_proposed_n",
-    "draft_n",
-    "speculative_windows",
-)
-
-
 class Report(models.Model):
     """One timing report posted by a node, stored exactly once per (node, report_id).
 
@@ -265,11 +248,7 @@ class Report(models.Model):
             models.UniqueConstraint(fields=["node", "report_id"], name="report_natural_key"),
         ]
         indexes = [
-            # Covers every column throughput.py aggregates, so a busy revision's charts are read from
-            # this index alone (index-only scans) instead of 10^5 scattered heap pages; in decode-rate
-            # order, so every median finds its input sorted. Key columns, not INCLUDE: SQLite has none.
-            models.Index(fields=[*REPORT_THROUGHPUT_COLUMNS], name="report_revision_tps"),
-            # A revision's first, last and newest reports (the cache key, the "recent" table).
+            # A revision's newest reports (the bounded "recent" table; pages read the rollups, not these).
             models.Index(fields=["revision", "received_at"], name="report_revision_time"),
             models.Index(fields=["repo_id", "commit_sha"], name="report_package_ref"),
         ]
