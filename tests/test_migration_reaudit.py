@@ -11,9 +11,14 @@ from django.db.migrations.executor import MigrationExecutor
 
 from tests.audit_fixtures import QWEN35, build
 
-BEFORE = [("packages_app", "0002_node10_timings_flags_and_node_runs")]
-AFTER = [("packages_app", "0003_issue9_reaudit")]
-LEAF = [("packages_app", "0004_issue9_refused_by")]
+# Just before 0003_issue9_reaudit. The other branch of the graph (access14) stays applied, so its node is
+# named too: the historical models then carry its columns (Package.private).
+BEFORE = [
+    ("packages_app", "0002_node10_timings_flags_and_node_runs"),
+    ("packages_app", "0002_access14_accounts"),
+]
+AFTER = [("packages_app", "0003_issue9_reaudit"), ("packages_app", "0002_access14_accounts")]
+LEAF = [("packages_app", "0004_issue9_refused_by"), ("packages_app", "0002_access14_accounts")]
 STALE = {"verdict": "consistent-mtp", "runtime": {"auto": {"native_mtp": True, "explanation": "old"}}}
 
 
@@ -27,7 +32,8 @@ def migrate(targets: list[tuple[str, str]]) -> Any:
 @pytest.fixture
 def back_to_the_leaf() -> Iterator[None]:
     yield
-    migrate(LEAF)  # the other tests of the session expect the full schema
+    executor = MigrationExecutor(connection)
+    migrate(executor.loader.graph.leaf_nodes())  # the other tests of the session expect the full schema
 
 
 @pytest.mark.django_db(transaction=True)
