@@ -8,13 +8,12 @@ object (packages_app/hub/) is passed in or built from the repo id.
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
-import math
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 from django.conf import settings
 from django.db.models import F, Q
@@ -22,6 +21,8 @@ from django.utils import timezone
 
 from packages_app import audit as auditing
 from packages_app import hub, inspection
+from packages_app import manifest as manifests
+from packages_app.audit.releases import refused_key
 from packages_app.gguf_header import GGUFHeader
 from packages_app.layout import MANIFEST_FILE, classify_path
 from packages_app.models import Package, PackageFile, Revision
@@ -30,6 +31,9 @@ from packages_app.reports import link_reports_to_revision
 log = logging.getLogger(__name__)
 
 ProgressFn = Callable[[int, int], None]
+# What one revision's stored audit may hold (cap_audit); a real package has under 200 files and blocks.
+AUDIT_LIST_LIMIT = 2000
+AUDIT_TEXT_LIMIT = 1024 * 1024
 STALE_CLAIM = timedelta(seconds=getattr(settings, "CELERY_TASK_TIME_LIMIT", 660) * 2)
 
 
@@ -56,6 +60,7 @@ def sync_package(repo_id: str, source: hub.PackageSource | None = None) -> list[
     except hub.HubError as exc:
         Package.objects.filter(pk=package.pk).update(sync_error=str(exc), last_synced_at=timezone.now())
         raise
+    record_privacy(package, source)
     revisions = [_revision_for_commit(package, c) for c in commits]
     _refresh_latest(package)
     Package.objects.filter(pk=package.pk).update(sync_error="", last_synced_at=timezone.now())
@@ -187,6 +192,7 @@ def ingest_revision(
     source = source or hub.HubSource(repo_id)
     sha = revision if revision and hub.SHA_RE.match(revision) else source.resolve_revision(revision)
     package, _ = Package.objects.get_or_create(repo_id=repo_id)
+    _learn_privacy(package, source)
     rev, _ = Revision.objects.get_or_create(package=package, commit_sha=sha)
     if rev.committed_at is None:
         _fill_commit_info(rev, source)
@@ -207,6 +213,21 @@ def ingest_revision(
     link_reports_to_revision(rev)
     rev.refresh_from_db()
     return IngestOutcome(rev, ran=True)
+
+
+def record_privacy(package: Package, source: hub.PackageSource) -> None:
+    """Store what the Hub said about the repo's visibility (a source that never asked says nothing)."""
+    private = getattr(source, "private", None)
+    if private is not None and private != package.private:
+        Package.objects.filter(pk=package.pk).update(private=private)
+        package.private = private
+
+
+def _learn_privacy(package: Package, source: hub.PackageSource) -> None:
+    # Read with a token, a repo may be private although no sync ran yet (ingest of a pinned sha): ask.
+    if getattr(source, "private", False) is None and getattr(source, "token", None):
+        source.resolve_revision(None)
+    record_privacy(package, source)
 
 
 def _fill_commit_info(rev: Revision, source: hub.PackageSource) -> None:
@@ -266,27 +287,10 @@ def _store_manifest(rev: Revision, source: hub.PackageSource) -> str | None:
 
 
 def _decode_manifest(data: bytes) -> tuple[object, str | None]:
-    try:
-        parsed = json.loads(data.decode("utf-8"), parse_constant=_no_constant, parse_float=_finite_float)
-    except UnicodeDecodeError as exc:
-        return None, f"{MANIFEST_FILE} is not UTF-8 text (byte {exc.start})"
-    except RecursionError:
-        return None, f"{MANIFEST_FILE} is nested too deeply to read"
-    except ValueError as exc:
-        return None, f"{MANIFEST_FILE} is not valid JSON: {exc}"
-    return parsed, None
-
-
-def _no_constant(name: str) -> float:
-    raise ValueError(f"{name} is not a JSON number")
-
-
-def _finite_float(text: str) -> float:
-    """A number like 1e999999 is refused here: stored as JSON it would be Infinity, which no column takes."""
-    value = float(text)
-    if not math.isfinite(value):
-        raise ValueError(f"the number {text[:24]} is out of range")
-    return value
+    """Parsed JSON is stored only within the manifest parser's limits; the raw bytes are always kept."""
+    if len(data) > manifests.MAX_MANIFEST_BYTES:
+        return None, f"{MANIFEST_FILE} is {len(data)} bytes, over the parser's limit"
+    return manifests.load_json(data)
 
 
 def _too_many_artifacts(parsed: object) -> str | None:
@@ -419,7 +423,7 @@ def audit_revision(rev: Revision) -> auditing.Audit:
     errors = {f.path: f.header_error for f in files if f.header_status == PackageFile.HeaderStatus.FAILED}
     manifest = bytes(rev.manifest_bytes) if rev.manifest_bytes is not None else None
     result = auditing.audit(manifest, listing, headers, revision=rev.commit_sha, header_errors=errors)
-    doc = result.to_json()
+    doc = cap_audit(result.to_json())
     detected, declared = doc["detected"], doc["declared"]
     Revision.objects.filter(pk=rev.pk).update(
         verdict=doc["verdict"],
@@ -430,8 +434,36 @@ def audit_revision(rev: Revision) -> auditing.Audit:
         architecture=(detected.get("architecture") or "")[:64],
         block_count=_small_int(detected.get("block_count")),
         nextn_predict_layers=_small_int(detected.get("nextn_predict_layers")),
+        refused_by=refused_key(doc.get("compatibility") or []),
     )
     return result
+
+
+def cap_audit(doc: dict[str, Any]) -> dict[str, Any]:
+    """Cut what a hostile package inflates: lists past AUDIT_LIST_LIMIT items, texts past AUDIT_TEXT_LIMIT.
+
+    A 77,000-layer manifest made a 35 MB audit per revision (and a 69 MB page); what was cut is listed
+    under ``"truncated"`` as ``{"path", "kept", "total"}`` (a text is dropped whole: ``kept`` 0), so
+    pages can say so. The verdict, problems' codes and counts are computed before the cut.
+    """
+    cut: list[dict[str, Any]] = []
+    stack: list[tuple[Any, str]] = [(doc, "")]
+    while stack:
+        node, path = stack.pop()
+        items = list(node.items()) if isinstance(node, dict) else list(enumerate(node))
+        for key, value in items:
+            where = f"{path}.{key}".lstrip(".")
+            if isinstance(value, str) and len(value) > AUDIT_TEXT_LIMIT:
+                node[key] = None
+                cut.append({"path": where, "kept": 0, "total": len(value)})
+            elif isinstance(value, list) and len(value) > AUDIT_LIST_LIMIT:
+                cut.append({"path": where, "kept": AUDIT_LIST_LIMIT, "total": len(value)})
+                node[key] = value = value[:AUDIT_LIST_LIMIT]
+            if isinstance(value, dict | list):
+                stack.append((value, where))
+    if cut:
+        doc["truncated"] = sorted(cut, key=lambda c: str(c["path"]))
+    return doc
 
 
 def reaudit_all(progress: ProgressFn | None = None) -> int:

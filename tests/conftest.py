@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -78,3 +78,22 @@ def eager_tasks() -> Iterator[None]:
     app.conf.task_always_eager = True
     yield
     app.conf.task_always_eager = previous
+
+
+@pytest.fixture
+def operator(db: None) -> Any:
+    """A signed-in user of the "operators" group (created by migration 0003), not a superuser."""
+    from django.contrib.auth.models import Group, User
+
+    user = User.objects.create_user("olga", password="correct horse battery staple")
+    user.groups.add(Group.objects.get(name="operators"))
+    return user
+
+
+@pytest.fixture
+def operator_client(operator: Any) -> Any:
+    from django.test import Client
+
+    client = Client()
+    client.force_login(operator)
+    return client

@@ -162,14 +162,24 @@ def audit(
         },
         "runtime": {
             "auto": {
-                "native_mtp": declared and has_mtp,
-                "explanation": "The manifest declares native MTP."
+                "outcome": "native-mtp" if declared and has_mtp else "no-mtp",
+                "why": "auto runs the default strategy mtp: effective native-mtp."
                 if declared
-                else "No declared strategy and the build-host model path does not exist on serving nodes.",
+                else "No declared strategy, and a package load has no local GGUF to prove MTP.",
             },
-            "mtp": {"allowed": declared and has_mtp, "explanation": "Refused unless MTP support is proven."},
+            "mtp": {
+                "outcome": "native-mtp" if declared and has_mtp else "refused",
+                "why": 'explicit mtp "requires proven native MTP support".',
+            },
         },
         "suggested_generation": _suggestion(manifest, patched) if verdict == "undeclared-mtp" else None,
+        "compatibility": [
+            {
+                "release": "v0.76.2",
+                "admitted": False,
+                "why": "schema v1 is offline-only; split serving requires package-v2.",
+            }
+        ],
     }
 
 

@@ -130,6 +130,7 @@ class HubSource:
         self.header_limits = HeaderLimits(max_tensor_count=self.config.max_tensors_per_file)
         self.api = HfApi(endpoint=self.endpoint, token=self.token or False)
         self.label = f"hf://{repo_id}"
+        self.private: bool | None = None  # what the Hub's repo info said, once resolve_revision ran
 
     def _bounded(self, what: str, *, listing: bool = False) -> Any:
         limits = self.config.limits
@@ -158,6 +159,7 @@ class HubSource:
             what, lambda: self.api.repo_info(self.repo_id, revision=rev, repo_type=self.repo_type)
         )
         sha = getattr(info, "sha", None)
+        self.private = bool(getattr(info, "private", False))
         if not isinstance(sha, str) or not SHA_RE.match(sha):
             raise HubError(f"{what}: the Hub did not return a commit sha")
         return sha
