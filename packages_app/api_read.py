@@ -16,7 +16,7 @@ from django.http import HttpRequest, JsonResponse
 from django.urls import reverse
 from pydantic import BaseModel, Field
 
-from packages_app import queries
+from packages_app import access, queries
 from packages_app.forms import CatalogFilterForm
 from packages_app.models import Package, Revision
 
@@ -52,7 +52,13 @@ def packages_list(request: HttpRequest) -> JsonResponse:
     if not form.is_valid():
         return error("Invalid filter: " + "; ".join(form.error_sentences()), 400)
     try:
-        result = queries.catalog_page(form.filters(), form.page_number(), form.page_size(), clamp=False)
+        result = queries.catalog_page(
+            form.filters(),
+            form.page_number(),
+            form.page_size(),
+            clamp=False,
+            show_private=access.can_see_private(request.user),
+        )
     except EmptyPage:
         return error(f"Page {form.page_number()} is past the last page of results.", 404)
     page = result.page
@@ -111,7 +117,7 @@ def _revision_summary(revision: Revision) -> dict[str, Any]:
 
 @read_only
 def package_detail(request: HttpRequest, owner: str, name: str) -> JsonResponse:
-    package = queries.package_get(owner, name)
+    package = queries.package_get(owner, name, access.can_see_private(request.user))
     revision = queries.revision_resolve(package, request.GET.get("revision"))
     history = queries.revision_history(package)
     body: dict[str, Any] = {
@@ -162,7 +168,14 @@ def _throughput_summary(throughput: dict[str, Any] | None) -> dict[str, Any] | N
         return None
     # The time series and the raw recent reports stay on the HTML page; the API gives the figures.
     keys = ("mtp_on", "mtp_off", "by_strategy", "acceptance_rate", "mean_accepted_length", "stage_splits")
-    return {key: throughput.get(key) for key in keys}
+    summary = {key: throughput.get(key) for key in keys}
+    summary["plans"] = [_plan_json(plan) for plan in throughput.get("plans", [])]
+    return summary
+
+
+def _plan_json(plan: dict[str, Any]) -> dict[str, Any]:
+    last_seen = plan["last_seen"]
+    return {**plan, "last_seen": last_seen.isoformat() if last_seen else None}
 
 
 # --- the response shapes, for the OpenAPI document (openapi.py) and the tests -------------------
@@ -227,6 +240,20 @@ class AlertOut(BaseModel):
     nodes: int
 
 
+class StrategyPlanOut(BaseModel):
+    node: str
+    stage_splits: str
+    requested_strategy: str
+    effective_strategy: str
+    differs: bool = Field(
+        description="A request of a known kind (mtp, disabled, ngram-*) ran as something else."
+    )
+    reports: int
+    from_spans: int = Field(description="How many of the reports came from OTLP stage.openai_decode spans.")
+    tps: float | None
+    last_seen: datetime | None
+
+
 class ThroughputSummaryOut(BaseModel):
     mtp_on: dict[str, Any]
     mtp_off: dict[str, Any]
@@ -234,6 +261,9 @@ class ThroughputSummaryOut(BaseModel):
     acceptance_rate: float | None
     mean_accepted_length: float | None
     stage_splits: list[str]
+    plans: list[StrategyPlanOut] = Field(
+        default_factory=list, description="Requested vs effective strategy per node and topology."
+    )
 
 
 class PackageDetailOut(BaseModel):

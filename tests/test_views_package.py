@@ -207,7 +207,9 @@ def test_the_number_of_queries_does_not_grow_with_revisions_files_or_reports(
     package = f.make_package("meshllm/q-layers")
     node = f.make_node()
     for i in range(3):
-        revision = f.make_revision(package, "undeclared-mtp", committed_at=f.BASE_TIME + timedelta(days=i))
+        revision = f.make_revision(
+            package, "undeclared-mtp", committed_at=f.BASE_TIME + timedelta(days=i), files=i == 2
+        )
         f.make_report(node, revision, 3.0)
     few = page_queries(client, "/packages/meshllm/q-layers/")
     for i in range(3, 30):
