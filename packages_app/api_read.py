@@ -16,7 +16,7 @@ from django.http import HttpRequest, JsonResponse
 from django.urls import reverse
 from pydantic import BaseModel, Field
 
-from packages_app import queries
+from packages_app import access, queries
 from packages_app.forms import CatalogFilterForm
 from packages_app.models import Package, Revision
 
@@ -52,7 +52,13 @@ def packages_list(request: HttpRequest) -> JsonResponse:
     if not form.is_valid():
         return error("Invalid filter: " + "; ".join(form.error_sentences()), 400)
     try:
-        result = queries.catalog_page(form.filters(), form.page_number(), form.page_size(), clamp=False)
+        result = queries.catalog_page(
+            form.filters(),
+            form.page_number(),
+            form.page_size(),
+            clamp=False,
+            show_private=access.can_see_private(request.user),
+        )
     except EmptyPage:
         return error(f"Page {form.page_number()} is past the last page of results.", 404)
     page = result.page
@@ -105,12 +111,13 @@ def _revision_summary(revision: Revision) -> dict[str, Any]:
         "verdict": revision.verdict or None,
         "mtp_detected": revision.mtp_detected,
         "mtp_declared": revision.mtp_declared,
+        "refused_by": revision.refused_releases,
     }
 
 
 @read_only
 def package_detail(request: HttpRequest, owner: str, name: str) -> JsonResponse:
-    package = queries.package_get(owner, name)
+    package = queries.package_get(owner, name, access.can_see_private(request.user))
     revision = queries.revision_resolve(package, request.GET.get("revision"))
     history = queries.revision_history(package)
     body: dict[str, Any] = {
@@ -144,6 +151,7 @@ def _audit_json(revision: Revision) -> dict[str, Any]:
         "problems": audit.get("problems", []),
         "provenance": audit.get("provenance"),
         "runtime": audit.get("runtime"),
+        "compatibility": queries.audit_compatibility(revision),
         "suggested_generation": audit.get("suggested_generation"),
         "throughput": _throughput_summary(throughput),
         "alerts": [alert] if alert else [],
@@ -152,7 +160,7 @@ def _audit_json(revision: Revision) -> dict[str, Any]:
 
 def _empty_audit() -> dict[str, Any]:
     keys = ("verdict", "detected", "declared", "provenance", "runtime", "suggested_generation", "throughput")
-    return {**dict.fromkeys(keys), "problems": [], "alerts": []}
+    return {**dict.fromkeys(keys), "problems": [], "alerts": [], "compatibility": []}
 
 
 def _throughput_summary(throughput: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -188,6 +196,7 @@ class RevisionSummaryOut(BaseModel):
     verdict: str | None
     mtp_detected: bool | None
     mtp_declared: bool | None
+    refused_by: list[str]  # mesh-llm releases (releases.toml) that refuse this revision
 
 
 class CatalogThroughputOut(BaseModel):
@@ -270,6 +279,7 @@ class PackageDetailOut(BaseModel):
     problems: list[dict[str, Any]]
     provenance: dict[str, Any] | None
     runtime: dict[str, Any] | None
+    compatibility: list[dict[str, Any]]
     suggested_generation: dict[str, Any] | None
     throughput: ThroughputSummaryOut | None
     alerts: list[AlertOut]
@@ -289,3 +299,41 @@ def _query_parameter(name: str, field: forms.Field) -> dict[str, Any]:
         schema = {"type": "boolean"}
     description = str(field.label or name.replace("_", " ").capitalize())
     return {"name": name, "in": "query", "required": False, "schema": schema, "description": description}
+
+
+# --- POST /api/v1/check-manifest (documented here with the other answer models) -----------------
+
+
+class CheckProblemOut(BaseModel):
+    code: str
+    severity: str
+    message: str
+    path: str | None
+
+
+class PackageIdOut(BaseModel):
+    declared: str | None
+    computed: str | None
+    matches: bool | None
+
+
+class ResolutionOut(BaseModel):
+    outcome: str  # native-mtp | no-mtp | load-fails | refused
+    why: str
+
+
+class AdmissionOut(BaseModel):
+    release: str
+    admitted: bool | None  # null: mesh-llm's behaviour for this release is not pinned down
+    why: str
+
+
+class ManifestCheckOut(BaseModel):
+    """One model-package.json judged as mesh-llm judges it (packages_app.audit.check)."""
+
+    schema_: int | None = Field(alias="schema")
+    valid: bool
+    problems: list[CheckProblemOut]
+    package_id: PackageIdOut
+    runtime: dict[str, ResolutionOut]
+    compatibility: list[AdmissionOut]
