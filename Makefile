@@ -56,7 +56,7 @@ run: export DEBUG = true
 run: install
 	$(PY) manage.py migrate --noinput
 	$(PY) manage.py collect_plotly
-	REDIS_URL=$(REDIS_URL) HF_ENDPOINT=http://127.0.0.1:$(DEVHUB_PORT) bin/run-demo $(DEVHUB_PORT) $(PORT)
+	REDIS_URL=$(REDIS_URL) HF_ENDPOINT=http://127.0.0.1:$(DEVHUB_PORT) MESHDASH_HUB_DEV=1 bin/run-demo $(DEVHUB_PORT) $(PORT)
 
 clean:
 	rm -rf $(VENV) db.sqlite3* staticfiles artifacts

@@ -226,6 +226,7 @@ if CELERY_BROKER_URL.startswith("filesystem://"):
         "data_folder_in": str(_BROKER_FOLDER),
         "data_folder_out": str(_BROKER_FOLDER),
         "processed_folder": str(_BROKER_FOLDER / "processed"),
+        "control_folder": str(_BROKER_FOLDER / "control"),
         "store_processed": False,
     }
 # On a broker connection loss, let running tasks finish: their ack may be lost and the message
@@ -263,6 +264,8 @@ else:
 
 # --- Node reports ---------------------------------------------------------------------------
 MESHDASH_NODE_RATE_LIMIT = envint("MESHDASH_NODE_RATE_LIMIT", 1200)  # requests/minute/node; 0 = off
+# "Check a manifest" page and POST /api/v1/check-manifest: checks/minute per client address; 0 = off
+MESHDASH_CHECK_RATE_LIMIT = envint("MESHDASH_CHECK_RATE_LIMIT", 30)
 
 # --- The Hub --------------------------------------------------------------------------------
 # HF_ENDPOINT and HF_TOKEN are read by huggingface_hub itself, from the environment, inside packages_app/hub/.
@@ -273,6 +276,25 @@ MESHDASH_TRACK_NAMESPACES = envlist("MESHDASH_TRACK_NAMESPACES") or MESHDASH_NAM
 MESHDASH_CATALOG_DATASET = envstr("MESHDASH_CATALOG_DATASET", "meshllm/catalog")
 MESHDASH_FETCH_CONCURRENCY = envint("MESHDASH_FETCH_CONCURRENCY", 8)
 MESHDASH_MAX_REVISIONS = envint("MESHDASH_MAX_REVISIONS", 50)
+# Bounds on what the Hub (or a hostile imitation of it) can make meshdash do; see RELIABILITY.md.
+# A development endpoint (devhub) may be plain http on a loopback or private address; nothing else may.
+MESHDASH_HUB_DEV = envbool("MESHDASH_HUB_DEV", False)
+# Origins file reads may be redirected to (the Hub's LFS/Xet CDN); empty = the Hub's own CDN hosts.
+MESHDASH_HUB_CDN_ORIGINS = envlist("MESHDASH_HUB_CDN_ORIGINS")
+MESHDASH_HUB_CONNECT_TIMEOUT = envint("MESHDASH_HUB_CONNECT_TIMEOUT", 10)  # seconds
+MESHDASH_HUB_READ_TIMEOUT = envint("MESHDASH_HUB_READ_TIMEOUT", 30)  # seconds without a byte
+MESHDASH_HUB_CALL_DEADLINE = envint("MESHDASH_HUB_CALL_DEADLINE", 90)  # one call, retries and pages included
+MESHDASH_HUB_INGEST_DEADLINE = envint("MESHDASH_HUB_INGEST_DEADLINE", 480)  # all Hub calls of one ingest
+MESHDASH_HUB_MAX_RETRY_AFTER = envint("MESHDASH_HUB_MAX_RETRY_AFTER", 600)  # a longer Retry-After is cut
+MESHDASH_HUB_INLINE_RETRY_AFTER = envint("MESHDASH_HUB_INLINE_RETRY_AFTER", 5)  # longer: the task retries
+MESHDASH_HUB_MAX_RESPONSE_BYTES = envint("MESHDASH_HUB_MAX_RESPONSE_BYTES", 32 * 1024 * 1024)
+MESHDASH_HUB_MAX_PAGES = envint("MESHDASH_HUB_MAX_PAGES", 100)  # requests of one listing
+MESHDASH_HUB_MAX_LISTING_BYTES = envint("MESHDASH_HUB_MAX_LISTING_BYTES", 64 * 1024 * 1024)
+# Per revision: refused past these, with the reason recorded on the revision (or the file).
+MESHDASH_MAX_FILES = envint("MESHDASH_MAX_FILES", 10_000)
+MESHDASH_MAX_MANIFEST_ARTIFACTS = envint("MESHDASH_MAX_MANIFEST_ARTIFACTS", 4096)
+MESHDASH_MAX_HEADER_BYTES = envint("MESHDASH_MAX_HEADER_BYTES", 1024 * 1024 * 1024)  # all ranged reads
+MESHDASH_MAX_TENSORS_PER_FILE = envint("MESHDASH_MAX_TENSORS_PER_FILE", 8192)
 # Hub webhooks (POST /api/v1/hooks/hub) carry this in X-Webhook-Secret; empty = endpoint disabled.
 MESHDASH_WEBHOOK_SECRET = envstr("MESHDASH_WEBHOOK_SECRET")
 if MESHDASH_WEBHOOK_SECRET and len(MESHDASH_WEBHOOK_SECRET) < 16:

@@ -14,7 +14,7 @@ from django import forms
 from django.core.paginator import EmptyPage
 from django.http import HttpRequest, JsonResponse
 from django.urls import reverse
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from packages_app import access, queries
 from packages_app.forms import CatalogFilterForm
@@ -111,6 +111,7 @@ def _revision_summary(revision: Revision) -> dict[str, Any]:
         "verdict": revision.verdict or None,
         "mtp_detected": revision.mtp_detected,
         "mtp_declared": revision.mtp_declared,
+        "refused_by": revision.refused_releases,
     }
 
 
@@ -150,6 +151,7 @@ def _audit_json(revision: Revision) -> dict[str, Any]:
         "problems": audit.get("problems", []),
         "provenance": audit.get("provenance"),
         "runtime": audit.get("runtime"),
+        "compatibility": queries.audit_compatibility(revision),
         "suggested_generation": audit.get("suggested_generation"),
         "throughput": _throughput_summary(throughput),
         "alerts": [alert] if alert else [],
@@ -158,7 +160,7 @@ def _audit_json(revision: Revision) -> dict[str, Any]:
 
 def _empty_audit() -> dict[str, Any]:
     keys = ("verdict", "detected", "declared", "provenance", "runtime", "suggested_generation", "throughput")
-    return {**dict.fromkeys(keys), "problems": [], "alerts": []}
+    return {**dict.fromkeys(keys), "problems": [], "alerts": [], "compatibility": []}
 
 
 def _throughput_summary(throughput: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -187,6 +189,7 @@ class RevisionSummaryOut(BaseModel):
     verdict: str | None
     mtp_detected: bool | None
     mtp_declared: bool | None
+    refused_by: list[str]  # mesh-llm releases (releases.toml) that refuse this revision
 
 
 class CatalogThroughputOut(BaseModel):
@@ -252,6 +255,7 @@ class PackageDetailOut(BaseModel):
     problems: list[dict[str, Any]]
     provenance: dict[str, Any] | None
     runtime: dict[str, Any] | None
+    compatibility: list[dict[str, Any]]
     suggested_generation: dict[str, Any] | None
     throughput: ThroughputSummaryOut | None
     alerts: list[AlertOut]
@@ -271,3 +275,41 @@ def _query_parameter(name: str, field: forms.Field) -> dict[str, Any]:
         schema = {"type": "boolean"}
     description = str(field.label or name.replace("_", " ").capitalize())
     return {"name": name, "in": "query", "required": False, "schema": schema, "description": description}
+
+
+# --- POST /api/v1/check-manifest (documented here with the other answer models) -----------------
+
+
+class CheckProblemOut(BaseModel):
+    code: str
+    severity: str
+    message: str
+    path: str | None
+
+
+class PackageIdOut(BaseModel):
+    declared: str | None
+    computed: str | None
+    matches: bool | None
+
+
+class ResolutionOut(BaseModel):
+    outcome: str  # native-mtp | no-mtp | load-fails | refused
+    why: str
+
+
+class AdmissionOut(BaseModel):
+    release: str
+    admitted: bool | None  # null: mesh-llm's behaviour for this release is not pinned down
+    why: str
+
+
+class ManifestCheckOut(BaseModel):
+    """One model-package.json judged as mesh-llm judges it (packages_app.audit.check)."""
+
+    schema_: int | None = Field(alias="schema")
+    valid: bool
+    problems: list[CheckProblemOut]
+    package_id: PackageIdOut
+    runtime: dict[str, ResolutionOut]
+    compatibility: list[AdmissionOut]

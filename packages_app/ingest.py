@@ -8,7 +8,9 @@ object (packages_app/hub/) is passed in or built from the repo id.
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
+import math
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,6 +24,7 @@ from django.utils import timezone
 from packages_app import audit as auditing
 from packages_app import hub, inspection
 from packages_app import manifest as manifests
+from packages_app.audit.releases import refused_key
 from packages_app.gguf_header import GGUFHeader
 from packages_app.layout import MANIFEST_FILE, classify_path
 from packages_app.models import Package, PackageFile, Revision
@@ -72,15 +75,23 @@ class Discovery:
     tracked: list[str]  # those tracked by this discovery, whose sync the caller enqueues
 
 
-def discover_packages(namespaces: list[str], catalog_dataset: str | None) -> Discovery:
-    """Track every ``-layers`` repo of the namespaces and every package the curated catalog lists."""
+def discover_packages(
+    namespaces: list[str], catalog_dataset: str | None, on_skip: hub.SkipFn | None = None
+) -> Discovery:
+    """Track every ``-layers`` repo of the namespaces and every package the curated catalog lists.
+
+    A listed repo id that is not valid is skipped and reported (``on_skip``, and the log), never fatal.
+    """
+    skip = on_skip or _log_skipped
     found: set[str] = set()
     for namespace in namespaces:
-        found.update(hub.list_namespace_packages(namespace))
+        found.update(hub.list_namespace_packages(namespace, on_skip=skip))
     if catalog_dataset:
         try:
             found.update(
-                r for r in hub.catalog_package_repos(catalog_dataset) if r.split("/")[0] in namespaces
+                r
+                for r in hub.catalog_package_repos(catalog_dataset, on_skip=skip)
+                if r.split("/")[0] in namespaces
             )
         except hub.HubNotFound:
             log.info("catalog dataset %s not found; skipped", catalog_dataset)
@@ -89,6 +100,10 @@ def discover_packages(namespaces: list[str], catalog_dataset: str | None) -> Dis
     for repo_id in new:
         track_package(repo_id)
     return Discovery(found=sorted(found), tracked=new)
+
+
+def _log_skipped(repo_id: str, reason: str) -> None:
+    log.warning("discover: skipped %r: %s", repo_id, reason)
 
 
 def _revision_for_commit(package: Package, commit: hub.CommitInfo) -> Revision:
@@ -260,21 +275,58 @@ def _store_manifest(rev: Revision, source: hub.PackageSource) -> str | None:
             raise  # nothing was read: no verdict to give, only the reason (or a retry)
         return str(exc)
     parsed, error = _decode_manifest(data)
+    refusal = _too_many_artifacts(parsed)
     schema = parsed.get("schema_version") if isinstance(parsed, dict) else None
     Revision.objects.filter(pk=rev.pk).update(
         manifest_bytes=data,
         manifest_sha256=hashlib.sha256(data).hexdigest(),
-        manifest_json=parsed,
+        manifest_json=None if refusal else parsed,
         schema_version=schema if isinstance(schema, int) and 0 < schema < 100 else None,
     )
+    if refusal:  # the bytes are kept; no file list, headers or audit are spent on it
+        raise hub.HubRefused(refusal)
     return error
 
 
 def _decode_manifest(data: bytes) -> tuple[object, str | None]:
     """Parsed JSON is stored only within the manifest parser's limits; the raw bytes are always kept."""
-    if len(data) > manifests.MAX_MANIFEST_BYTES:
-        return None, f"{MANIFEST_FILE} is {len(data)} bytes, over the parser's limit"
-    return manifests.load_json(data)
+    try:
+        parsed = json.loads(data.decode("utf-8"), parse_constant=_no_constant, parse_float=_finite_float)
+    except UnicodeDecodeError as exc:
+        return None, f"{MANIFEST_FILE} is not UTF-8 text (byte {exc.start})"
+    except RecursionError:
+        return None, f"{MANIFEST_FILE} is nested too deeply to read"
+    except ValueError as exc:
+        return None, f"{MANIFEST_FILE} is not valid JSON: {exc}"
+    # Nested deeper than the manifest parser reads, it fails every later read of the row (RecursionError).
+    too_deep = manifests.nesting_problem(parsed)
+    return (None, too_deep) if too_deep else (parsed, None)
+
+
+def _no_constant(name: str) -> float:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _finite_float(text: str) -> float:
+    """A number like 1e999999 is refused here: stored as JSON it would be Infinity, which no column takes."""
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"the number {text[:24]} is out of range")
+    return value
+
+
+def _too_many_artifacts(parsed: object) -> str | None:
+    """A manifest listing more layers or artifacts than any real package: refused before the audit."""
+    if not isinstance(parsed, dict):
+        return None
+    catalog = parsed.get("artifact_catalog")
+    entries = catalog.get("entries") if isinstance(catalog, dict) else None
+    count = sum(len(x) for x in (parsed.get("layers"), entries) if isinstance(x, list))
+    cap = settings.MESHDASH_MAX_MANIFEST_ARTIFACTS
+    if count > cap:
+        setting = "MESHDASH_MAX_MANIFEST_ARTIFACTS"
+        return f"{MANIFEST_FILE} lists {count} artifacts; meshdash reads at most {cap} ({setting})"
+    return None
 
 
 def _store_files(rev: Revision, files: list[hub.RemoteFile]) -> None:
@@ -404,6 +456,7 @@ def audit_revision(rev: Revision) -> auditing.Audit:
         architecture=(detected.get("architecture") or "")[:64],
         block_count=_small_int(detected.get("block_count")),
         nextn_predict_layers=_small_int(detected.get("nextn_predict_layers")),
+        refused_by=refused_key(doc.get("compatibility") or []),
     )
     return result
 

@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TextIO
 
 from packages_app import audit as auditing
 from packages_app import hub
+from packages_app import verify as verify_mod
 from packages_app.layout import METADATA_ONLY_KEY, FileRole, classify_path
+from packages_app.manifest import Problem
 
 METADATA_READ_CAP = 64 * 1024 * 1024
 
@@ -82,8 +85,18 @@ def open_package_source(spec: str) -> hub.HubSource | hub.LocalFolderSource:
     return hub.HubSource(spec)
 
 
-def audit_source(source: hub.HubSource | hub.LocalFolderSource, revision: str | None = None) -> PackageAudit:
-    """Audit one revision straight from its source: manifest, file list, headers. Writes nothing."""
+def audit_source(
+    source: hub.HubSource | hub.LocalFolderSource,
+    revision: str | None = None,
+    *,
+    verify: bool = False,
+    progress: TextIO | None = None,
+) -> PackageAudit:
+    """Audit one revision straight from its source: manifest, file list, headers. Writes nothing.
+
+    With ``verify``, a local folder's artifacts are also hashed (streamed, a progress bar on
+    ``progress``) so their sha256 is checked against the manifest as the Hub's LFS digest would be.
+    """
     sha = source.resolve_revision(revision)
     try:
         manifest: bytes | None = source.read_manifest(sha)
@@ -95,9 +108,38 @@ def audit_source(source: hub.HubSource | hub.LocalFolderSource, revision: str | 
     headers = {r.path: r.header.to_json() for r in results if r.header is not None}
     errors = {r.path: r.error for r in results if r.header is None}
     listing = [auditing.FileInfo(path=f.path, size=f.size, lfs_sha256=f.lfs_sha256) for f in files]
-    shown_revision = None if isinstance(source, hub.LocalFolderSource) else sha
+    local = isinstance(source, hub.LocalFolderSource)
+    shown_revision = None if local else sha
     result = auditing.audit(manifest, listing, headers, revision=shown_revision, header_errors=errors)
+    if verify and isinstance(source, hub.LocalFolderSource):
+        digests = verify_mod.hash_files(source.root, _hash_candidates(result, listing), progress)
+        listing = [replace(f, lfs_sha256=digests.sha256.get(f.path, f.lfs_sha256)) for f in listing]
+        result = auditing.audit(manifest, listing, headers, revision=None, header_errors=errors)
+        result = replace(result, problems=result.problems + _unreadable_problems(digests))
     return PackageAudit(result, source.label, sha, source.stats.requests, source.stats.bytes)
+
+
+def _hash_candidates(result: auditing.Audit, listing: list[auditing.FileInfo]) -> list[verify_mod.Candidate]:
+    """Artifacts worth hashing: present, of the size the manifest records, with a sha256 to compare."""
+    on_disk = {f.path: f.size for f in listing}
+    wanted: dict[str, int] = {}
+    for a in result.manifest.artifacts if result.manifest else ():
+        size = on_disk.get(a.path)
+        if a.sha256 and size is not None and a.size in (None, size):
+            wanted[a.path] = size
+    return [verify_mod.Candidate(path, size) for path, size in sorted(wanted.items())]
+
+
+def _unreadable_problems(digests: verify_mod.Digests) -> list[Problem]:
+    return [
+        Problem(
+            "artifact_sha256_unreadable",
+            "error",
+            f"{path} could not be read to check its sha256 ({why}).",
+            {"path": path},
+        )
+        for path, why in sorted(digests.unreadable.items())
+    ]
 
 
 def _schema_version(manifest: bytes | None) -> int | None:

@@ -10,6 +10,10 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
+from packages_app.layout import FileRole
+
+FILE_ROLES = [(role.value, role.name.title()) for role in FileRole]
+
 
 class Package(models.Model):
     """A layer-package repo on the Hub, e.g. ``meshllm/Qwen3.5-35B-A3B-UD-Q4_K_XL-layers``."""
@@ -100,6 +104,9 @@ class Revision(models.Model):
     mtp_declared = models.BooleanField(null=True)
     audit = models.JSONField(null=True, blank=True)
     audited_at = models.DateTimeField(null=True, blank=True)
+    # The releases that refuse it, from the audit's release matrix, as "|v0.76.1|v0.76.2|": a plain
+    # substring filter then works on SQLite and PostgreSQL alike (the catalog's "refused by" filter).
+    refused_by = models.CharField(max_length=500, blank=True, default="")
 
     objects = RevisionQuerySet.as_manager()
 
@@ -116,20 +123,16 @@ class Revision(models.Model):
         return f"{self.package.repo_id}@{self.commit_sha[:12]}"
 
     @property
+    def refused_releases(self) -> list[str]:
+        return [r for r in self.refused_by.split("|") if r]
+
+    @property
     def short_sha(self) -> str:
         return self.commit_sha[:8]
 
 
 class PackageFile(models.Model):
     """One file of a revision as the Hub lists it, plus the summary of its GGUF header."""
-
-    class Role(models.TextChoices):
-        MANIFEST = "manifest"
-        METADATA = "metadata"
-        COMMON = "common"
-        LAYER = "layer"
-        PROJECTOR = "projector"
-        OTHER = "other"
 
     class HeaderStatus(models.TextChoices):
         PENDING = "pending"
@@ -139,7 +142,7 @@ class PackageFile(models.Model):
 
     revision = models.ForeignKey(Revision, on_delete=models.CASCADE, related_name="files")
     path = models.CharField(max_length=500)
-    role = models.CharField(max_length=10, choices=Role.choices, default=Role.OTHER)
+    role = models.CharField(max_length=10, choices=FILE_ROLES, default=FileRole.OTHER.value)
     layer_index = models.PositiveIntegerField(null=True, blank=True)
     part_index = models.PositiveIntegerField(null=True, blank=True)
     size = models.BigIntegerField(default=0)
@@ -205,7 +208,15 @@ REPORT_THROUGHPUT_COLUMNS = (
 
 
 class Report(models.Model):
-    """One timing report posted by a node, stored exactly once per (node, report_id)."""
+    """One timing report posted by a node, stored exactly once per (node, report_id).
+
+    Reports also come from OTLP spans (``source=otlp``): then report_id is derived from the span id
+    and the package is the one the node's agent registered for the span's run id (NodeRun).
+    """
+
+    class Source(models.TextChoices):
+        REPORT = "report"
+        OTLP = "otlp"
 
     node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="reports")
     report_id = models.UUIDField()
@@ -241,6 +252,12 @@ class Report(models.Model):
     )
 
     body = models.JSONField(help_text="The report as posted.")
+    timings_flagged = models.JSONField(
+        default=list, blank=True, help_text="timings keys outside plausible bounds: kept, not aggregated."
+    )
+    source = models.CharField(max_length=8, choices=Source.choices, default=Source.REPORT)
+    run_id = models.CharField(max_length=200, blank=True, db_index=True, help_text="skippy.run_id")
+    stage_id = models.CharField(max_length=200, blank=True, help_text="skippy.stage_id")
 
     class Meta:
         ordering = ["-received_at"]
@@ -259,6 +276,38 @@ class Report(models.Model):
 
     def __str__(self) -> str:
         return f"{self.node.name}:{self.report_id}"
+
+
+class NodeRun(models.Model):
+    """What a node's agent saw for one run id: the package (ref resolved to a commit), the topology.
+
+    Spans carry only ``skippy.run_id``; this row joins them to a package revision.
+    """
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="runs")
+    run_id = models.CharField(max_length=200, db_index=True)
+    topology_id = models.CharField(max_length=200, blank=True)
+    model_id = models.CharField(max_length=200, blank=True)
+    package_ref = models.CharField(max_length=300, blank=True, help_text="As the node names it.")
+    repo_id = models.CharField(max_length=96, blank=True)
+    commit_sha = models.CharField(max_length=40, blank=True)
+    manifest_sha256 = models.CharField(max_length=64, blank=True)
+    revision = models.ForeignKey(
+        Revision, null=True, blank=True, on_delete=models.SET_NULL, related_name="node_runs"
+    )
+    version = models.CharField(max_length=100, blank=True, help_text="mesh-llm version (/api/status)")
+    stage_splits = models.CharField(max_length=400, blank=True)
+    stages = models.JSONField(default=list, blank=True, help_text="The stages as the console API lists them.")
+    devices = models.JSONField(default=list, blank=True)
+    first_seen_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-updated_at"]
+        constraints = [models.UniqueConstraint(fields=["node", "run_id"], name="noderun_natural_key")]
+
+    def __str__(self) -> str:
+        return f"{self.node.name}:{self.run_id}"
 
 
 class ActionLog(models.Model):

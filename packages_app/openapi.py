@@ -13,7 +13,13 @@ from typing import Any, Literal
 from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
-from packages_app.api_read import PackageDetailOut, PackageListOut, catalog_query_parameters
+from packages_app.api_read import (
+    ManifestCheckOut,
+    PackageDetailOut,
+    PackageListOut,
+    catalog_query_parameters,
+)
+from packages_app.layout import MAX_MANIFEST_BYTES
 from packages_app.nodes.report_schema import (
     MAX_BATCH,
     BatchIn,
@@ -34,6 +40,7 @@ SCHEMA_MODELS: list[tuple[type[BaseModel], JsonMode]] = [
     (ErrorOut, "serialization"),
     (PackageListOut, "serialization"),
     (PackageDetailOut, "serialization"),
+    (ManifestCheckOut, "serialization"),
 ]
 
 
@@ -95,6 +102,31 @@ def _path_reports_batch() -> PathItem:
         | node_errors(),
     }
     return "/api/v1/reports/batch", {"post": operation}
+
+
+def _path_check_manifest() -> PathItem:
+    body = {"type": "string", "format": "binary", "maxLength": MAX_MANIFEST_BYTES}
+    operation = {
+        "operationId": "check_manifest",
+        "summary": "Judge one model-package.json as mesh-llm does (no login, rate-limited per address).",
+        "description": (
+            "The body is the manifest file itself (any Content-Type, at most 16 MiB). The answer is 200 for "
+            "every manifest, valid or not: `valid` is mesh-llm's verdict, `problems` carry its own codes "
+            "(meshdash's own findings are warnings or info), `runtime` maps each speculative.strategy "
+            "setting to native-mtp, no-mtp, load-fails or refused, `compatibility` lists the releases."
+        ),
+        "requestBody": {"required": True, "content": {"application/json": {"schema": body}}},
+        "responses": {
+            "200": {"description": "The judgement.", **json_content(ref("ManifestCheckOut"))},
+            "405": error("Only POST is allowed."),
+            "413": error("The manifest is over 16 MiB."),
+            "429": error(
+                "Over the per-address rate limit.",
+                Retry_After={"description": "Seconds to wait.", "schema": {"type": "integer"}},
+            ),
+        },
+    }
+    return "/api/v1/check-manifest", {"post": operation}
 
 
 def _path_ping() -> PathItem:
@@ -170,6 +202,7 @@ PATHS: list[Callable[[], PathItem]] = [
     _path_openapi,
     _path_packages,
     _path_package,
+    _path_check_manifest,
 ]
 
 

@@ -40,6 +40,7 @@ class CatalogFilters:
     status: str = ""
     alert: bool = False
     sort: str = "repo"
+    refused_by: str = ""  # a release name from releases.toml: packages whose latest revision it refuses
 
 
 # Columns a catalog row shows; the audit and manifest JSON stay in the database.
@@ -60,6 +61,7 @@ _CATALOG_FIELDS = (
     "latest_revision__verdict",
     "latest_revision__mtp_detected",
     "latest_revision__mtp_declared",
+    "latest_revision__refused_by",
 )
 _HISTORY_FIELDS = (
     "package_id",
@@ -192,6 +194,8 @@ def _filter_packages(packages: QuerySet[Package], filters: CatalogFilters) -> Qu
         packages = packages.filter(latest_revision__status=filters.status)
     if filters.alert:
         packages = packages.filter(latest_revision_id__in=throughput.alert_revision_ids())
+    if filters.refused_by:
+        packages = packages.filter(latest_revision__refused_by__contains=f"|{filters.refused_by}|")
     return packages
 
 
@@ -465,6 +469,13 @@ def _manifest_lines(manifest: Any) -> list[str]:
 def audit_section(revision: Revision, key: str) -> dict[str, Any]:
     value = _dig(revision.audit, key)
     return value if isinstance(value, dict) else {}
+
+
+def audit_compatibility(revision: Revision) -> list[dict[str, Any]]:
+    """Release -> admitted (true, false or null when not pinned down) and why, as the audit stored it."""
+    value = _dig(revision.audit, "compatibility")
+    rows = value if isinstance(value, list) else []
+    return [r for r in rows if isinstance(r, dict) and {"release", "admitted", "why"} <= set(r)]
 
 
 @dataclass(frozen=True)

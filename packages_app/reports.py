@@ -153,6 +153,7 @@ def _build_row(
         **_timing_fields(report),
         mtp_used=mtp_used(report),
         body=item.body,
+        timings_flagged=report.timings.implausible_keys(),
     )
 
 
@@ -168,17 +169,24 @@ def _topology_fields(report: ReportIn) -> dict[str, str]:
 
 
 def _timing_fields(report: ReportIn) -> dict[str, float | int | None]:
-    t = report.timings
-    return {
-        "predicted_per_second": t.predicted_per_second,
-        "prompt_per_second": t.prompt_per_second,
-        "predicted_n": t.predicted_n,
-        "draft_n": t.draft_n,
-        "draft_n_accepted": t.draft_n_accepted,
-        "speculative_proposed_n": t.speculative_proposed_n,
-        "speculative_accepted_n": t.speculative_accepted_n,
-        "speculative_windows": t.speculative_windows,
-    }
+    # An implausible value stays in the body and is named in timings_flagged; its column is left
+    # empty so that medians and sums never see it.
+    return {key: report.timings.plausible(key) for key in TIMING_COLUMNS}
+
+
+TIMING_COLUMNS = (
+    "predicted_per_second",
+    "prompt_per_second",
+    "predicted_n",
+    "draft_n",
+    "draft_n_accepted",
+    "speculative_proposed_n",
+    "speculative_accepted_n",
+    "speculative_windows",
+)
+
+
+MTP_COUNTERS = ("speculative_proposed_n", "speculative_windows", "draft_n", "native_mtp_verifications")
 
 
 def mtp_used(report: ReportIn) -> bool:
@@ -188,12 +196,12 @@ def mtp_used(report: ReportIn) -> bool:
     (domain.md section 4), so either signal alone is not enough.
     """
     spec, t = report.speculative, report.timings
+    counters = [t.plausible(key) for key in MTP_COUNTERS]
     if spec is not None and spec.mtp_source == "Disabled":
         return False
     said_on = spec is not None and (
         spec.mtp_source in ("Integrated", "External") or "native-mtp" in (spec.effective_strategy or "")
     )
-    counters = (t.speculative_proposed_n, t.speculative_windows, t.draft_n, t.native_mtp_verifications)
     return said_on and any((value or 0) > 0 for value in counters)
 
 

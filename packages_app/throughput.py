@@ -277,6 +277,9 @@ RECENT_FIELDS = (
     "predicted_per_second",
     "prompt_per_second",
     "predicted_n",
+    "timings_flagged",
+    "source",
+    "run_id",
 )
 
 

@@ -4,7 +4,7 @@ from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_not_required
 from django.urls import path
 
-from packages_app import access, api, api_read, views, webhooks
+from packages_app import access, api, api_read, api_telemetry, views, webhooks
 
 app_name = "packages_app"
 
@@ -12,6 +12,8 @@ app_name = "packages_app"
 _NODE_ENDPOINTS = [
     path("api/v1/reports", login_not_required(api.report_create), name="api_reports"),
     path("api/v1/reports/batch", login_not_required(api.report_batch), name="api_reports_batch"),
+    path("api/v1/runs", login_not_required(api_telemetry.runs_register), name="api_runs"),
+    path("v1/traces", login_not_required(api_telemetry.traces_export), name="otlp_traces"),
     path("api/v1/ping", login_not_required(api.ping), name="api_ping"),
     path("api/v1/hooks/hub", login_not_required(webhooks.hub_webhook), name="api_hook_hub"),
 ]
@@ -36,6 +38,8 @@ urlpatterns = [
     ),
     path("packages/<str:owner>/<str:name>/files/<path:path>", views.file_detail, name="file"),
     path("packages/<str:owner>/<str:name>/diff", views.revision_diff, name="diff"),
+    path("check/", views.check_manifest_page, name="check"),
+    path("api/v1/check-manifest", api.check_manifest_api, name="api_check_manifest"),
     *_NODE_ENDPOINTS,
     path("api/v1/openapi.json", api.openapi_json, name="api_openapi"),
     path("api/v1/packages", api_read.packages_list, name="api_packages"),

@@ -9,14 +9,17 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib import messages
+from django.core.exceptions import RequestDataTooBig
 from django.db import transaction
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.utils.http import content_disposition_header
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from packages_app import access, background, charts, queries, staticfinders
-from packages_app.forms import SORTS, CatalogFilterForm, TrackPackageForm
+from packages_app import access, background, charts, queries, ratelimit, staticfinders
+from packages_app.audit.check import check_manifest
+from packages_app.forms import SORTS, CatalogFilterForm, CheckManifestForm, TrackPackageForm
+from packages_app.layout import MAX_MANIFEST_BYTES
 from packages_app.models import ActionLog, Package, Revision
 
 View = Callable[..., HttpResponse]
@@ -61,6 +64,56 @@ def catalog(request: HttpRequest) -> HttpResponse:
     return render(request, "packages_app/catalog.html", context)
 
 
+# --- check a manifest ---------------------------------------------------------------------------
+
+_UPLOAD_SLACK = 64 * 1024  # multipart boundaries and the CSRF field around a 16 MiB file
+
+
+@require_http_methods(["GET", "POST"])
+def check_manifest_page(request: HttpRequest) -> HttpResponse:
+    """Paste or upload a model-package.json; see it judged as mesh-llm judges it. No login."""
+    if request.method == "GET":
+        return _check_page(request, CheckManifestForm())
+    if _content_length(request) > MAX_MANIFEST_BYTES + _UPLOAD_SLACK:
+        return _check_page(
+            request, CheckManifestForm(), ["The manifest is over 16 MiB; it was not read."], 413
+        )
+    wait = ratelimit.retry_after(ratelimit.client_key(request, "check"), settings.MESHDASH_CHECK_RATE_LIMIT)
+    if wait is not None:
+        response = _check_page(
+            request, CheckManifestForm(), [f"Too many checks; try again in {wait} s."], 429
+        )
+        response["Retry-After"] = str(wait)
+        return response
+    try:
+        form = CheckManifestForm(request.POST, request.FILES)
+        valid = form.is_valid()
+    except RequestDataTooBig:
+        too_big = "A pasted manifest may be at most 2.5 MiB; upload the file instead (up to 16 MiB)."
+        return _check_page(request, CheckManifestForm(), [too_big], 413)
+    if not valid:
+        return _check_page(request, form, form.error_sentences(), 400)
+    return _check_page(request, form, result=check_manifest(form.manifest_bytes()).to_json())
+
+
+def _check_page(
+    request: HttpRequest,
+    form: CheckManifestForm,
+    errors: list[str] | None = None,
+    status: int = 200,
+    result: dict[str, Any] | None = None,
+) -> HttpResponse:
+    context = {"form": form, "errors": errors or [], "result": result}
+    return render(request, "packages_app/check.html", context, status=status)
+
+
+def _content_length(request: HttpRequest) -> int:
+    try:
+        return int(request.META.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        return 0
+
+
 # --- one package ---------------------------------------------------------------------------------
 
 
@@ -93,6 +146,7 @@ def _revision_context(revision: Revision, files_page: str | None = None) -> dict
         "detected": queries.audit_section(revision, "detected"),
         "declared": queries.audit_section(revision, "declared"),
         "runtime": queries.audit_section(revision, "runtime"),
+        "compatibility": queries.audit_compatibility(revision),
         "provenance": queries.audit_section(revision, "provenance"),
         "suggested": suggested,
         "suggested_json": _pretty_json(suggested.get("generation")) if suggested else "",

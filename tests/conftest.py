@@ -24,6 +24,8 @@ CATALOG_ROOT = ROOT / "var" / "devhub-test"
 def pytest_configure(config: pytest.Config) -> None:
     # huggingface_hub reads HF_ENDPOINT at import; tests always pass the endpoint explicitly instead.
     os.environ.pop("HF_TOKEN", None)
+    # devhub is plain http on loopback: a development endpoint, for this process and the ones it starts.
+    os.environ["MESHDASH_HUB_DEV"] = "1"
     os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 
 
@@ -36,8 +38,11 @@ def demo_catalog() -> Path:
 
 @pytest.fixture(scope="session")
 def devhub(demo_catalog: Path) -> Iterator[DevHub]:
+    from django.conf import settings
+
     from packages_app.devhub import DevHub
 
+    settings.MESHDASH_HUB_DEV = True  # in case the settings were loaded before pytest_configure ran
     server = DevHub(demo_catalog).start()
     yield server
     server.stop()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.db.models import F
@@ -19,6 +20,7 @@ from packages_app.devhub import (
     DevHub,
     write_package_folder,
 )
+from packages_app.layout import FileRole
 from packages_app.models import Package, PackageFile, Revision
 
 pytestmark = pytest.mark.django_db
@@ -40,7 +42,7 @@ def test_ingesting_the_motivating_revision_stores_every_file_and_its_header(
     rev = outcome.revision
     assert outcome.ran and rev.status == Revision.Status.DONE, rev.error
     assert rev.files_done == rev.files_total > 41
-    layers = PackageFile.objects.filter(revision=rev, role=PackageFile.Role.LAYER)
+    layers = PackageFile.objects.filter(revision=rev, role=FileRole.LAYER)
     assert layers.count() == 41
     assert set(layers.values_list("header_status", flat=True)) == {PackageFile.HeaderStatus.PARSED}
     block40 = layers.get(layer_index=40)
@@ -67,6 +69,9 @@ def test_ingest_audits_the_revision(hub_source: type[hub.HubSource]) -> None:
     assert rev.mtp_detected is True and rev.mtp_declared is False
     assert rev.audit["detected"]["mtp_blocks"] == [40]
     assert rev.architecture == "qwen35moe" and rev.block_count == 41
+    # Schema v1 is offline-only, so every release in releases.toml refuses it; the catalog filters on this.
+    assert rev.refused_releases == [a["release"] for a in rev.audit["compatibility"]]
+    assert {a["admitted"] for a in rev.audit["compatibility"]} == {False}
 
 
 def test_re_ingesting_a_finished_revision_does_nothing(
@@ -93,15 +98,22 @@ def test_a_v2_revision_is_audited_from_its_metadata_without_reading_layer_header
     assert rev.fetch_requests < 10
 
 
-@pytest.mark.parametrize(
-    ("repo_id", "sha", "verdict"),
-    [(p.repo_id, r.sha, r.verdict) for p in DEMO_PACKAGES for r in p.revisions],
-)
+def _demo_revision_cases() -> list[Any]:
+    return [
+        pytest.param(p.repo_id, r.sha, r.verdict, r.problems, id=f"{p.repo_id}@{r.sha[:8]}")
+        for p in DEMO_PACKAGES
+        for r in p.revisions
+    ]
+
+
+@pytest.mark.parametrize(("repo_id", "sha", "verdict", "problems"), _demo_revision_cases())
 def test_every_demo_revision_gets_the_verdict_it_was_built_to_show(
-    hub_source: type[hub.HubSource], repo_id: str, sha: str, verdict: str
+    hub_source: type[hub.HubSource], repo_id: str, sha: str, verdict: str, problems: tuple[str, ...]
 ) -> None:
     rev = ingest.ingest_revision(repo_id, sha, source=hub_source(repo_id)).revision
     assert rev.verdict == verdict, rev.audit["problems"] if rev.audit else rev.error
+    assert rev.audit is not None
+    assert set(problems) <= {p["code"] for p in rev.audit["problems"]}
 
 
 def test_a_hostile_header_fails_its_file_and_the_other_files_are_still_stored(qwen_folder: Path) -> None:
@@ -113,7 +125,7 @@ def test_a_hostile_header_fails_its_file_and_the_other_files_are_still_stored(qw
     assert bad.header_status == PackageFile.HeaderStatus.FAILED
     assert "tensor" in bad.header_error.lower()
     parsed = PackageFile.objects.filter(revision=rev, header_status=PackageFile.HeaderStatus.PARSED)
-    assert parsed.filter(role=PackageFile.Role.LAYER).count() == 40
+    assert parsed.filter(role=FileRole.LAYER).count() == 40
     assert rev.status == Revision.Status.DONE
     assert "header_unreadable" in {p["code"] for p in rev.audit["problems"]}
 

@@ -43,7 +43,8 @@ def test_the_page_shows_the_verdict_its_evidence_and_the_fix(client: Client, qwe
     assert "undeclared-mtp" in body and "Block 40 holds NextN tensors" in body
     assert "<dt>mtp_blocks</dt><dd><code>[40]</code></dd>" in body
     assert '<td data-label="Detected" class="mtp-blocks">40</td>' in body
-    assert "No declared strategy and the build-host model path does not exist" in body
+    assert "No declared strategy, and a package load has no local GGUF to prove MTP." in body
+    assert '<span class="outcome outcome-refused">refused</span>' in body
     assert 'id="suggested-generation"' in body and "&quot;native-mtp&quot;" in body
     assert f"manifest.patched.json?revision={f.QWEN35_SHA}" in body
 
@@ -239,8 +240,14 @@ def test_the_page_renders_what_capability_audit_really_writes(
     response = client.get("/packages/meshllm/real/")
     assert response.status_code == 200
     assert f'class="badge verdict verdict-{verdict}"' in text(response)
+    for row in audit["compatibility"]:  # the release matrix, one row per release in releases.toml
+        assert f'<td data-label="Release"><code>{row["release"]}</code></td>' in text(response)
+    for setting in audit["runtime"]:
+        assert f'<td data-label="Setting"><code>{setting}</code></td>' in text(response)
     mtp_bars = [t["x"] for t in chart(response, "chart-layout")["data"] if t["name"] == "MTP (NextN) block"]
     assert mtp_bars == ([audit["detected"]["mtp_blocks"]] if audit["detected"]["mtp_blocks"] else [])
+    if audit["suggested_generation"] and schema == 1:  # v1: the block alone does not make it servable
+        assert "Republish it as package-v2" in text(response)
     if audit["suggested_generation"]:
         download = client.get("/packages/meshllm/real/manifest.patched.json")
         assert json.loads(download.content)["generation"] == audit["suggested_generation"]["generation"]

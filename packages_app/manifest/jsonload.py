@@ -6,10 +6,10 @@ import json
 import math
 from typing import Any, NoReturn
 
+from packages_app.layout import MANIFEST_FILE
 from packages_app.manifest.model import (
     _CONTAINER_TYPES,
     _LONG_NUMBER,
-    MANIFEST_FILE,
     MAX_DEPTH,
     MAX_INT,
     MAX_PROBLEMS,
@@ -67,16 +67,13 @@ def _load_json(data: bytes) -> tuple[Any, list[str]]:
     return value, duplicates
 
 
-def load_json(data: bytes) -> tuple[Any, str | None]:
-    """The JSON value, if it is within the parser's limits (depth, number range); else None and why.
+def nesting_problem(value: Any) -> str | None:
+    """Why a decoded JSON value may not be stored, if it nests deeper than the parser reads; else None.
 
-    What a database stores and a page shows must pass here: the parser's limits are what keep a
-    manifest nested 950 deep, or a number like 1e999999, from failing every later read of it.
+    What a database stores and a page shows must pass here: a manifest nested 950 deep stored as parsed
+    JSON failed every later read of that row (page, API, admin) with RecursionError.
     """
-    try:
-        return _load_json(data)[0], None
-    except _Rejected as exc:
-        return None, exc.message
+    return _nesting_message() if _nesting_exceeds(value, MAX_DEPTH) else None
 
 
 def _nesting_message() -> str:

@@ -28,11 +28,18 @@ from pydantic_core import PydanticCustomError
 
 MAX_BATCH = 500
 MAX_DEPTH = 16  # real reports nest 4 deep; the cap keeps a hostile body from exhausting the stack
+# Plausibility bounds: a timings value outside them is stored and flagged, never refused.
 MAX_COUNT = 10**12  # fits a 64-bit column with room; no node serves a trillion tokens per request
 MAX_MS = 7 * 24 * 3600 * 1000.0  # a request longer than a week is a broken clock, not a measurement
 MAX_US = MAX_MS * 1000.0
-MAX_RATE = 1_000_000.0  # tokens/s; far above any hardware, low enough to catch unit mistakes
+# tokens/s; far above any decode, so a unit mistake stands out. prompt_per_second divides cached
+# tokens by the uncached prefill time, so a prefix-cache hit legitimately exceeds it (it is flagged).
+MAX_RATE = 1_000_000.0
+# Hard limits: a report past them is refused (400) naming the limit. Real timings are ~3 KiB.
 MAX_TIMINGS_BYTES = 16 * 1024
+MAX_TIMING_KEY_CHARS = 100
+MAX_TIMING_STRING = 200
+MAX_TIMING_ARRAY = 256
 MAX_HARDWARE_BYTES = 4 * 1024
 MAX_TIMING_KEYS = 512
 EARLIEST = datetime(2000, 1, 1, tzinfo=UTC)
@@ -50,11 +57,9 @@ class BodyError(ValueError):
 
 # --- Field types ------------------------------------------------------------------------------
 
-Count = Annotated[int, Strict(), Field(ge=0, le=MAX_COUNT)]
-Millis = Annotated[float, Strict(), Field(ge=0, le=MAX_MS)]
-Micros = Annotated[float, Strict(), Field(ge=0, le=MAX_US)]
-Rate = Annotated[float, Strict(), Field(ge=0, le=MAX_RATE)]
-Fraction = Annotated[float, Strict(), Field(ge=0, le=1)]
+StrictInt = Annotated[int, Strict()]
+# Strict floats take integers too: an integral f64 may arrive as 20 from a node that is not serde.
+StrictNumber = Annotated[float, Strict()]
 Text100 = Annotated[str, Strict(), Field(min_length=1, max_length=100)]
 Strategy = Annotated[str, Strict(), Field(pattern=r"^[a-z0-9][a-z0-9+._-]{0,63}$")]
 
@@ -136,32 +141,39 @@ class Speculative(_Strict):
 
 
 class Timings(BaseModel):
-    """The ``timings`` object of a mesh-llm response; unknown counters are kept (nodes add them often)."""
+    """The ``timings`` object of a mesh-llm response, every key kept with its JSON type.
+
+    A real node's ``timings`` is a free-form map (node-report.md section 1): integers, floats, booleans,
+    strings, ``null`` (serde writes NaN and infinities as null) and arrays of numbers. Known keys are
+    typed, never bounded: a value outside plausible bounds is kept and named by ``implausible_keys``,
+    so the report is stored, flagged, and the value left out of medians. Only the hard limits below
+    refuse a report, because no real node comes near them.
+    """
 
     model_config = ConfigDict(extra="allow", allow_inf_nan=False, frozen=True)
 
-    prompt_n: Count | None = None
-    prompt_ms: Millis | None = None
-    prompt_per_second: Rate | None = None
-    predicted_n: Count | None = None
-    predicted_ms: Millis | None = None
-    predicted_per_second: Rate | None = Field(default=None, description="Decode tokens/s.")
-    draft_n: Count | None = None
-    draft_n_accepted: Count | None = None
-    speculative_windows: Count | None = None
-    speculative_proposed_n: Count | None = None
-    speculative_accepted_n: Count | None = None
-    speculative_rejected_n: Count | None = None
-    speculative_accept_rate: Fraction | None = None
-    native_mtp_rejected: Count | None = None
-    native_mtp_verifications: Count | None = None
-    native_mtp_verify_window_verifications: Count | None = None
-    native_mtp_proposal_compute_us: Micros | None = None
-    native_mtp_verification_compute_us: Micros | None = None
-    verify_window_depth: Count | None = None
-    verify_window_target_depth: Count | None = None
-    verify_window_opened: Count | None = None
-    verify_window_max_in_flight: Count | None = None
+    prompt_n: StrictInt | None = None
+    prompt_ms: StrictNumber | None = None
+    prompt_per_second: StrictNumber | None = None
+    predicted_n: StrictInt | None = None
+    predicted_ms: StrictNumber | None = None
+    predicted_per_second: StrictNumber | None = Field(default=None, description="Decode tokens/s.")
+    draft_n: StrictInt | None = None
+    draft_n_accepted: StrictInt | None = None
+    speculative_windows: StrictInt | None = None
+    speculative_proposed_n: StrictInt | None = None
+    speculative_accepted_n: StrictInt | None = None
+    speculative_rejected_n: StrictInt | None = None
+    speculative_accept_rate: StrictNumber | None = None
+    native_mtp_rejected: StrictInt | None = None
+    native_mtp_verifications: StrictInt | None = None
+    native_mtp_verify_window_verifications: StrictInt | None = None
+    native_mtp_proposal_compute_us: StrictNumber | None = None
+    native_mtp_verification_compute_us: StrictNumber | None = None
+    verify_window_depth: StrictInt | None = None
+    verify_window_target_depth: StrictInt | None = None
+    verify_window_opened: StrictInt | None = None
+    verify_window_max_in_flight: StrictInt | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -169,19 +181,67 @@ class Timings(BaseModel):
         if isinstance(data, dict) and (
             len(data) > MAX_TIMING_KEYS or len(canonical_json(data)) > MAX_TIMINGS_BYTES
         ):
-            raise PydanticCustomError("too_large", "timings should be at most 16 KiB and 512 counters")
+            raise PydanticCustomError("too_large", "timings should be at most 16 KiB and 512 keys")
         return data
 
     @model_validator(mode="after")
     def _check_unknown_counters(self) -> Timings:
         for key, value in (self.model_extra or {}).items():
-            if not _is_counter_value(value):
+            if len(key) > MAX_TIMING_KEY_CHARS or not _is_counter_value(value):
                 raise PydanticCustomError(
                     "timing_counter",
-                    "Counter should be a number, a boolean, null, a short string or a list of numbers",
+                    "A timings value should be a number, a boolean, null, a string of at most 200 "
+                    "characters or a list of at most 256 numbers, under a key of at most 100 characters",
                     {"key": key},
                 )
         return self
+
+    def implausible_keys(self) -> list[str]:
+        """Known keys whose value is outside plausible bounds, sorted: kept, flagged, not aggregated."""
+        values = self.model_dump(include=set(PLAUSIBLE))
+        return sorted(
+            key for key, value in values.items() if value is not None and not _plausible(key, value)
+        )
+
+    def plausible(self, key: str) -> Any:
+        """The value of a known key, or None when it is absent or implausible (what medians may use)."""
+        value = getattr(self, key)
+        return value if value is not None and _plausible(key, value) else None
+
+
+_COUNT = (0.0, float(MAX_COUNT))
+_MS = (0.0, MAX_MS)
+_US = (0.0, MAX_US)
+_RATE = (0.0, MAX_RATE)
+PLAUSIBLE: dict[str, tuple[float, float]] = {
+    "prompt_n": _COUNT,
+    "prompt_ms": _MS,
+    "prompt_per_second": _RATE,
+    "predicted_n": _COUNT,
+    "predicted_ms": _MS,
+    "predicted_per_second": _RATE,
+    "draft_n": _COUNT,
+    "draft_n_accepted": _COUNT,
+    "speculative_windows": _COUNT,
+    "speculative_proposed_n": _COUNT,
+    "speculative_accepted_n": _COUNT,
+    "speculative_rejected_n": _COUNT,
+    "speculative_accept_rate": (0.0, 1.0),
+    "native_mtp_rejected": _COUNT,
+    "native_mtp_verifications": _COUNT,
+    "native_mtp_verify_window_verifications": _COUNT,
+    "native_mtp_proposal_compute_us": _US,
+    "native_mtp_verification_compute_us": _US,
+    "verify_window_depth": _COUNT,
+    "verify_window_target_depth": _COUNT,
+    "verify_window_opened": _COUNT,
+    "verify_window_max_in_flight": _COUNT,
+}
+
+
+def _plausible(key: str, value: float) -> bool:
+    low, high = PLAUSIBLE[key]
+    return low <= value <= high
 
 
 def _is_counter_value(value: object) -> bool:
@@ -190,10 +250,11 @@ def _is_counter_value(value: object) -> bool:
     if isinstance(value, float):
         return math.isfinite(value)
     if isinstance(value, str):
-        return len(value) <= 200
+        return len(value) <= MAX_TIMING_STRING
     if isinstance(value, list):
-        # survival arrays (native_mtp_survival_*) hold 8 entries; allow growth, not arbitrary data
-        return len(value) <= 64 and all(_is_number(v) for v in value)
+        # verify_window_occupancy_ms_by_depth holds pipeline depth + 1 entries (depth up to 64);
+        # serde writes a NaN entry as null.
+        return len(value) <= MAX_TIMING_ARRAY and all(v is None or _is_number(v) for v in value)
     return False
 
 
@@ -207,6 +268,12 @@ def _check_hardware_size(value: dict[str, Any]) -> dict[str, Any]:
         raise PydanticCustomError("too_deep", "hardware should nest at most 8 levels")
     if len(canonical_json(value)) > MAX_HARDWARE_BYTES:
         raise PydanticCustomError("too_large", "hardware should be at most 4 KiB")
+    return value
+
+
+def _check_devices(value: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    if len(value) > 64 or _depth(value) > MAX_DEPTH // 2 or len(canonical_json(value)) > MAX_HARDWARE_BYTES:
+        raise PydanticCustomError("too_large", "devices should be at most 64 entries and 4 KiB")
     return value
 
 
@@ -239,6 +306,48 @@ class BatchIn(_Strict):
         description=f"1 to {MAX_BATCH} report objects.",
         json_schema_extra={"items": {"$ref": "#/components/schemas/ReportIn"}},
     )
+
+
+# --- Runs the node agent registers ------------------------------------------------------------
+
+Text200 = Annotated[str, Strict(), Field(max_length=200)]
+
+
+class RunStage(_Strict):
+    """One stage of a run as the node's console API lists it (``GET /api/runtime/stages``)."""
+
+    stage_id: Text200
+    stage_index: Annotated[int, Strict(), Field(ge=0, le=1023)]
+    node_id: Text200 = ""
+    layer_start: Annotated[int, Strict(), Field(ge=0, le=99_999)]
+    layer_end: Annotated[int, Strict(), Field(ge=0, le=99_999)]
+    state: Text200 = ""
+    device: Text200 = ""
+    ctx_size: Annotated[int, Strict(), Field(ge=0)] | None = None
+    lane_count: Annotated[int, Strict(), Field(ge=0)] | None = None
+
+
+class RunIn(_Strict):
+    """A run the agent saw on its node: the package (ref resolved to a commit) and the topology."""
+
+    run_id: Annotated[str, Strict(), Field(min_length=1, max_length=200)]
+    topology_id: Text200 = ""
+    model_id: Text200 = ""
+    package_ref: Annotated[str, Strict(), Field(max_length=300)] = Field(
+        default="", description="As the node names it, e.g. meshllm/Qwen3.5-...-layers@main."
+    )
+    package: PackageRef | None = Field(default=None, description="The ref resolved to a 40-hex commit.")
+    version: Annotated[str, Strict(), Field(max_length=100)] = Field(default="", description="/api/status")
+    stages: list[RunStage] = Field(default_factory=list, max_length=64)
+    devices: Annotated[list[dict[str, Any]], AfterValidator(_check_devices)] = Field(default_factory=list)
+
+    def stage_splits(self) -> str:
+        ranges = sorted((s.layer_start, s.layer_end) for s in self.stages)
+        return "|".join(f"{start}..{end}" for start, end in ranges)
+
+
+class RunsIn(_Strict):
+    runs: list[Any] = Field(min_length=1, max_length=64, description="1 to 64 runs.")
 
 
 # --- Responses (documented in the OpenAPI schema; the views build plain dicts of this shape) --
@@ -348,12 +457,18 @@ def storable_digest(data: Any, path: str = "") -> str:
 
 
 def validate_batch(data: Any) -> list[Any]:
+    return _validate_list(data, BatchIn, "reports")
+
+
+def _validate_list(data: Any, model: type[BatchIn | RunsIn], key: str) -> list[Any]:
+    """The still-untyped items of a ``{key: [...]}`` body, so each is judged (and refused) alone."""
     if not isinstance(data, dict):
-        raise BodyError('The body must be a JSON object like {"reports": [...]}.')
+        raise BodyError(f'The body must be a JSON object like {{"{key}": [...]}}.')
     try:
-        return BatchIn.model_validate(data).reports
+        items: list[Any] = getattr(model.model_validate(data), key)
     except ValidationError as exc:
         raise _first_error(exc, "") from None
+    return items
 
 
 def _first_error(exc: ValidationError, prefix: str) -> BodyError:
@@ -372,3 +487,18 @@ def _sentence(kind: str, msg: str, loc: list[str]) -> str:
     if kind == "missing":
         return f"Missing required key {name}."
     return f"{_safe(name)}: {msg}."
+
+
+def validate_run(data: Any, prefix: str = "") -> RunIn:
+    """Validate one run registration; on failure raise BodyError naming the first bad field."""
+    if not isinstance(data, dict):
+        raise BodyError("A run must be a JSON object.", prefix)
+    check_json_tree(data, prefix)
+    try:
+        return RunIn.model_validate(data)
+    except ValidationError as exc:
+        raise _first_error(exc, prefix) from None
+
+
+def validate_runs(data: Any) -> list[Any]:
+    return _validate_list(data, RunsIn, "runs")

@@ -1,7 +1,10 @@
 """`manage.py audit_package SOURCE [--revision REV] [--json]`: MTP capability audit of a folder or Hub repo.
 
-Exit 0: consistent and no error; 1: inconsistent or an error-severity problem; 2: could not audit.
-A local folder needs no database and no network: a builder's check before publishing.
+Exit 0: consistent and no error; 1: inconsistent, an error-severity problem, or a manifest that does
+not parse (`invalid-manifest`, whatever the weights); 2: could not audit.
+A local folder needs no database and no network: a builder's check before publishing. Its artifacts
+are checked for existence, size and sha256 (mesh-llm's preflight codes), hashing streamed with a
+progress bar on stderr; `--no-verify` skips the hashing.
 """
 
 import json
@@ -22,15 +25,22 @@ class Command(BaseCommand):
         parser.add_argument("source", help="a local package folder or a Hub repo id (owner/name)")
         parser.add_argument("--revision", help="branch, tag or commit sha (Hub only; default: main)")
         parser.add_argument("--json", action="store_true", help="print the audit as JSON")
+        parser.add_argument(
+            "--no-verify",
+            action="store_true",
+            help="local folder: skip hashing the artifacts (existence and size are still checked)",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         try:
             source = inspection.open_package_source(options["source"])
-            result = inspection.audit_source(source, options["revision"])
+            result = inspection.audit_source(
+                source, options["revision"], verify=not options["no_verify"], progress=sys.stderr
+            )
         except hub.HubError as exc:
             self.stderr.write(f"error: could not audit {options['source']}: {exc}")
             sys.exit(2)
-        if not result.audit.auditable:
+        if not result.audit.auditable and result.audit.verdict != "invalid-manifest":
             reason = "the GGUF headers that would show MTP could not be read"
             self.stderr.write(f"error: could not audit {options['source']}: {reason}")
             sys.exit(2)
@@ -59,8 +69,8 @@ def render_report(result: inspection.PackageAudit, doc: dict[str, Any]) -> str:
         f"declared: default strategy {declared['default_strategy'] or 'none'}, "
         f"native MTP {'yes' if declared['uses_native_mtp'] else 'no'}"
         + (f", layer_indices {declared['layer_indices']}" if declared["layer_indices"] else ""),
-        f"runtime: auto -> {runtime['auto']['explanation']}",
-        f"         mtp  -> {runtime['mtp']['explanation']}",
+        "runtime (speculative.strategy -> outcome):",
+        *(f"  {setting}: {row['outcome']}: {row['why']}" for setting, row in runtime.items()),
     ]
     if doc["problems"]:
         lines.append("problems:")
@@ -68,5 +78,7 @@ def render_report(result: inspection.PackageAudit, doc: dict[str, Any]) -> str:
     if doc["suggested_generation"]:
         lines.append("suggested fix (add to model-package.json):")
         lines.append(doc["suggested_generation"]["diff"])
+        if doc["suggested_generation"].get("advice"):
+            lines.append(doc["suggested_generation"]["advice"])
     lines.append(f"fetched {result.bytes} bytes in {result.requests} requests")
     return "\n".join(lines)

@@ -21,6 +21,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connection, transaction
 from django.db.models import Model, OuterRef, Subquery
 
+from packages_app.layout import FileRole
 from packages_app.models import Node, Package, PackageFile, Report, Revision
 
 T = TypeVar("T", bound=Model)
@@ -50,7 +51,7 @@ class Profile:
 PROFILES = [
     Profile("Qwen3.5-35B-A3B", "qwen35moe", 40, 480_000_000, True),
     Profile("Qwen3.8-27B", "qwen35", 64, 250_000_000, True),
-    Profile("GLM-4.7-Flash", "glm4moe", 47, 380_000_000, True),
+    Profile("GLM-4.7-Flash", "deepseek2", 47, 380_000_000, True),
     Profile("NVIDIA-Nemotron-3-Super-120B-A12B", "nemotron_h_moe", 88, 760_000_000, True),
     Profile("DeepSeek-V3.2", "deepseek2", 61, 6_600_000_000, True),
     Profile("Qwen3-235B-A22B", "qwen3moe", 94, 1_420_000_000, False),
@@ -345,7 +346,7 @@ def file_rows(revision_id: int, blocks: int) -> Iterator[PackageFile]:
         yield PackageFile(
             revision_id=revision_id,
             path=layer_path(i),
-            role=PackageFile.Role.LAYER,
+            role=FileRole.LAYER,
             layer_index=i,
             size=500_000_000,
             lfs_sha256=digest(f"l{i}"),
@@ -397,8 +398,8 @@ def build_audit(profile: Profile, verdict: str) -> dict[str, Any]:
             "files": [_provenance(i) for i in range(blocks)],
         },
         "runtime": {
-            "auto": {"native_mtp": declared and profile.mtp, "explanation": "Decided by the manifest."},
-            "mtp": {"allowed": declared and profile.mtp, "explanation": "Needs a declaration and weights."},
+            "auto": {"outcome": "native-mtp" if declared and profile.mtp else "no-mtp", "why": "Synthetic."},
+            "mtp": {"outcome": "native-mtp" if declared and profile.mtp else "refused", "why": "Synthetic."},
         },
         "suggested_generation": None,
     }

@@ -1,0 +1,286 @@
+"""Pure: what a mesh-llm node says about one run - console API bodies, response timings, decode spans.
+
+Shapes from node-report.md: ``GET /api/runtime/stages`` (section 2), ``GET /api/status`` (section 3),
+``timings`` (section 1, keys in alphabetical order as serde's BTreeMap writes them) and the
+``stage.openai_decode`` span's attributes (section 4).
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span
+
+VERSION = "0.64.0"
+
+
+@dataclass(frozen=True)
+class StagePlan:
+    stage_id: str
+    node_id: str
+    layer_start: int
+    layer_end: int
+    device: str = "CUDA0"
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """One run of a package split over stages, and how fast and with which plan it decodes."""
+
+    repo: str
+    ref: str = "main"
+    manifest_sha256: str | None = None
+    run_id: str = "run-0001"
+    topology_id: str = "topo-0001"
+    model_id: str = "Qwen3.5-35B-A3B"
+    node_id: str = "devnode-a"
+    stages: tuple[StagePlan, ...] = field(
+        default_factory=lambda: (
+            StagePlan("stage-0", "devnode-a", 0, 21, "CUDA0"),
+            StagePlan("stage-1", "devnode-b", 21, 41, "Metal"),
+        )
+    )
+    requested_strategy: str = "auto"
+    effective_strategy: str = "native-mtp"
+    decode_tps: float = 42.0
+
+    @property
+    def package_ref(self) -> str:
+        return f"{self.repo}@{self.ref}"
+
+
+def stages_payload(plan: RunPlan) -> dict[str, Any]:
+    """``GET /api/runtime/stages``: ``stages`` and ``statuses`` are the same array."""
+    statuses = [_stage_status(plan, index, stage) for index, stage in enumerate(plan.stages)]
+    topology = {
+        "topology_id": plan.topology_id,
+        "run_id": plan.run_id,
+        "model_id": plan.model_id,
+        "package_ref": plan.package_ref,
+        "manifest_sha256": plan.manifest_sha256 or "",
+        "stages": [
+            {
+                "stage_id": s.stage_id,
+                "stage_index": i,
+                "node_id": s.node_id,
+                "layer_start": s.layer_start,
+                "layer_end": s.layer_end,
+                "endpoint": {"bind_addr": f"127.0.0.1:{7100 + i}"},
+            }
+            for i, s in enumerate(plan.stages)
+        ],
+    }
+    return {"stages": statuses, "topologies": [topology], "statuses": statuses}
+
+
+def _stage_status(plan: RunPlan, index: int, stage: StagePlan) -> dict[str, Any]:
+    return {
+        "topology_id": plan.topology_id,
+        "run_id": plan.run_id,
+        "model_id": plan.model_id,
+        "backend": "skippy",
+        "package_ref": plan.package_ref,
+        "manifest_sha256": plan.manifest_sha256,
+        "source_model_path": None,
+        "source_model_sha256": None,
+        "source_model_bytes": None,
+        "materialized_path": f"/var/cache/mesh-llm/{plan.run_id}/{stage.stage_id}",
+        "materialized_bytes": 9_663_676_416,
+        "materialized_pinned": False,
+        "projector_path": None,
+        "multimodal": False,
+        "stage_id": stage.stage_id,
+        "stage_index": index,
+        "node_id": stage.node_id,
+        "layer_start": stage.layer_start,
+        "layer_end": stage.layer_end,
+        "state": "ready",
+        "bind_addr": f"127.0.0.1:{7100 + index}",
+        "activation_width": 2048,
+        "wire_dtype": "f16",
+        "selected_device": {
+            "backend_device": stage.device,
+            "stable_id": None,
+            "index": 0,
+            "vram_bytes": 25_769_803_776,
+        },
+        "ctx_size": 8192,
+        "lane_count": 4,
+        "error": None,
+        "shutdown_generation": 0,
+    }
+
+
+def status_payload(plan: RunPlan) -> dict[str, Any]:
+    """``GET /api/status``: the fields the agent reads, in mesh-llm's order, and a few neighbours."""
+    return {
+        "version": VERSION,
+        "latest_version": None,
+        "node_id": plan.node_id,
+        "node_state": "serving",
+        "node_status": "Serving",
+        "is_host": True,
+        "is_client": False,
+        "llama_ready": True,
+        "model_name": plan.model_id,
+        "models": [plan.model_id],
+        "serving_models": [plan.model_id],
+        "hosted_models": [plan.model_id],
+        "draft_name": None,
+        "api_port": 9337,
+        "my_vram_gb": 24.0,
+        "model_size_gb": 19.7,
+        "peers": [],
+        "inflight_requests": 0,
+        "mesh_discovery_mode": "private",
+        "discovery_scope": "local",
+        "discovery_source": "config",
+        "nostr_discovery": False,
+        "publication_state": "private",
+        "my_hostname": plan.node_id,
+        "my_is_soc": False,
+        "gpus": [
+            {"name": s.device, "vram_bytes": 25_769_803_776} for s in plan.stages if s.node_id == plan.node_id
+        ],
+    }
+
+
+@dataclass(frozen=True)
+class Decode:
+    """One completion's measurements, from which both the timings and the span are written."""
+
+    prompt_n: int
+    prompt_ms: float
+    predicted_n: int
+    predicted_ms: float
+    drafted: int
+    accepted: int
+    verifications: int
+
+
+def decode(plan: RunPlan, rng: random.Random, max_tokens: int) -> Decode:
+    predicted_n = max(1, min(max_tokens, rng.randint(32, 256)))
+    tps = max(0.5, rng.gauss(plan.decode_tps, plan.decode_tps * 0.08))
+    mtp = plan.effective_strategy.startswith("native-mtp") or plan.effective_strategy.startswith("ngram")
+    drafted = int(predicted_n * 0.6) if mtp else 0
+    accepted = int(drafted * rng.uniform(0.55, 0.85))
+    return Decode(
+        prompt_n=rng.randint(16, 600),
+        prompt_ms=round(rng.uniform(15, 300), 3),
+        predicted_n=predicted_n,
+        predicted_ms=round(predicted_n * 1000.0 / tps, 3),
+        drafted=drafted,
+        accepted=accepted,
+        verifications=drafted,
+    )
+
+
+def timings(plan: RunPlan, d: Decode) -> dict[str, Any]:
+    """The ``timings`` object (node-report.md 1.1, 1.4), sorted as a BTreeMap serializes it."""
+    ngram = plan.effective_strategy.startswith("ngram")
+    out: dict[str, Any] = {
+        "prompt_n": d.prompt_n,
+        "prompt_ms": d.prompt_ms,
+        "prompt_per_second": d.prompt_n * 1000.0 / d.prompt_ms,
+        "predicted_n": d.predicted_n,
+        "predicted_ms": d.predicted_ms,
+        "predicted_per_second": d.predicted_n * 1000.0 / d.predicted_ms,
+        "draft_n": d.drafted,
+        "draft_n_accepted": d.accepted,
+        "native_mtp_rejected": 0 if ngram else d.drafted - d.accepted,
+        "native_mtp_proposal_compute_us": 0 if ngram else d.drafted * 14,
+        "native_mtp_verification_compute_us": 0 if ngram else d.verifications * 31,
+        "native_mtp_verifications": 0 if ngram else d.verifications,
+    }
+    if ngram:
+        windows = max(1, d.drafted // 4)
+        out.update(
+            speculative_windows=windows,
+            speculative_proposed_n=d.drafted,
+            speculative_accepted_n=d.accepted,
+            speculative_rejected_n=d.drafted - d.accepted,
+            speculative_accept_rate=d.accepted / d.drafted if d.drafted else 0.0,
+            verify_window_downstream_wait_ms=0.0,
+            verify_window_forward_write_ms=0.0,
+            verify_window_stage0_compute_ms=0.0,
+            verify_window_verify_elapsed_ms=0.0,
+        )
+    return dict(sorted(out.items()))
+
+
+def span_attributes(plan: RunPlan, d: Decode, stage_id: str) -> dict[str, Any]:
+    """The ``stage.openai_decode`` attributes mesh-llm sets (node-report.md section 4)."""
+    attrs: dict[str, Any] = {
+        "skippy.run_id": plan.run_id,
+        "skippy.stage_id": stage_id,
+        "skippy.otel_dropped_events": 0,
+        "skippy.otel_export_errors": 0,
+        "llama_stage.spec.requested_strategy": plan.requested_strategy,
+        "llama_stage.spec.effective_strategy": plan.effective_strategy,
+        "llama_stage.elapsed_ms": d.predicted_ms,
+        "llama_stage.completion_token_count": d.predicted_n,
+    }
+    if plan.effective_strategy.startswith("ngram"):
+        attrs.update(
+            {
+                "llama_stage.spec.enabled": True,
+                "llama_stage.spec.windows": max(1, d.drafted // 4),
+                "llama_stage.spec.proposed": d.drafted,
+                "llama_stage.spec.accepted": d.accepted,
+                "llama_stage.spec.rejected": d.drafted - d.accepted,
+                "llama_stage.spec.accept_rate": d.accepted / d.drafted if d.drafted else 0.0,
+            }
+        )
+    else:
+        attrs["llama_stage.spec.enabled"] = False
+        attrs["llama_stage.native_mtp.enabled"] = d.drafted > 0
+        if d.drafted:
+            attrs.update(
+                {
+                    "llama_stage.native_mtp.drafted": d.drafted,
+                    "llama_stage.native_mtp.accepted": d.accepted,
+                    "llama_stage.native_mtp.rejected": d.drafted - d.accepted,
+                    "llama_stage.native_mtp.verifications": d.verifications,
+                }
+            )
+    return attrs
+
+
+def decode_span(attributes: dict[str, Any], rng: random.Random, elapsed_ms: float) -> Span:
+    """An OTLP Span as skippy's ``event_to_span`` builds it: SpanKind internal, no parent."""
+    end = time.time_ns()
+    span = Span(
+        trace_id=rng.randbytes(16),
+        span_id=rng.randbytes(8),
+        name="stage.openai_decode",
+        kind=Span.SpanKind.SPAN_KIND_INTERNAL,
+        start_time_unix_nano=end - int(elapsed_ms * 1e6),
+        end_time_unix_nano=end,
+    )
+    span.attributes.extend(KeyValue(key=key, value=any_value(value)) for key, value in attributes.items())
+    return span
+
+
+def any_value(value: Any) -> AnyValue:
+    """JSON -> AnyValue as skippy maps it (telemetry.rs: string, bool, int, other number as double)."""
+    if isinstance(value, bool):
+        return AnyValue(bool_value=value)
+    if isinstance(value, int):
+        return AnyValue(int_value=value)
+    if isinstance(value, float):
+        return AnyValue(double_value=value)
+    return AnyValue(string_value=str(value))
+
+
+def export_request(spans: list[Span], service: str = "mesh-llm") -> ExportTraceServiceRequest:
+    request = ExportTraceServiceRequest()
+    resource = ResourceSpans()
+    resource.resource.attributes.append(KeyValue(key="service.name", value=AnyValue(string_value=service)))
+    resource.scope_spans.append(ScopeSpans(spans=spans))
+    request.resource_spans.append(resource)
+    return request

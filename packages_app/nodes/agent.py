@@ -1,0 +1,466 @@
+"""meshdash-agent: runs beside a mesh-llm node and tells meshdash what the node serves. No Django.
+
+Each cycle it reads the node's console API (``GET /api/runtime/stages``, ``GET /api/status``),
+resolves each run's ``package_ref`` to a commit sha (through the Hub API, for a branch or tag), and
+registers the runs with meshdash (``POST /api/v1/runs``), so the node's OTLP spans, which carry only a
+run id, link to a package revision. As an optional transparent OpenAI-compatible proxy it forwards
+each completion's ``timings`` as a report. Everything it sends is first written to an on-disk spool
+and deleted only once meshdash has answered, so a meshdash outage loses nothing (at-least-once;
+meshdash deduplicates by report id and run id). 429 and 503 are honoured with Retry-After (capped).
+
+Only the standard library: it runs on GPU hosts next to a node, not in meshdash's environment.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import re
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, urlsplit
+
+log = logging.getLogger("meshdash.agent")
+
+TIMEOUT = 10.0
+MAX_RESPONSE_BYTES = 16 * 1024 * 1024
+MAX_RETRY_AFTER = 300.0
+MAX_BACKOFF = 60.0
+REPORT_BATCH = 200
+SHA = re.compile(r"^[0-9a-f]{40}$")
+SHA256 = re.compile(r"^[0-9a-f]{64}$")
+REF = re.compile(r"^(?:hf://)?(?P<repo>[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+)(?:@(?P<rev>[^\s@]+))?$")
+
+
+class AgentError(Exception):
+    """A configuration or node problem the operator must fix; printed as one sentence."""
+
+
+@dataclass(frozen=True)
+class Config:
+    node_url: str = "http://127.0.0.1:3131"  # the node's console API
+    meshdash_url: str = "http://127.0.0.1:8000"
+    token: str = ""
+    hub_url: str = "https://huggingface.co"
+    spool_dir: str = ""
+    interval: float = 30.0
+    proxy_listen: str = ""  # host:port; empty = no proxy
+    upstream_url: str = ""  # the node's OpenAI API; empty = node_url
+
+    @classmethod
+    def load(cls, path: str | None, overrides: dict[str, Any]) -> Config:
+        data: dict[str, Any] = {}
+        if path:
+            try:
+                data = json.loads(Path(path).read_text())
+            except (OSError, ValueError) as exc:
+                raise AgentError(f"Cannot read the config file {path}: {exc}") from None
+            unknown = set(data) - set(cls.__dataclass_fields__)
+            if unknown:
+                raise AgentError(f"Unknown config keys in {path}: {', '.join(sorted(unknown))}")
+        data.update({k: v for k, v in overrides.items() if v is not None})
+        data.setdefault("token", os.environ.get("MESHDASH_TOKEN", ""))
+        config = cls(**data)
+        config.check()
+        return config
+
+    def check(self) -> None:
+        for name in ("node_url", "meshdash_url", "hub_url"):
+            if not getattr(self, name).startswith(("http://", "https://")):
+                raise AgentError(f"{name} must be an http:// or https:// URL.")
+        if not self.token:
+            raise AgentError("A node token is required: token in the config file or MESHDASH_TOKEN.")
+
+    @property
+    def spool(self) -> Path:
+        return Path(self.spool_dir or Path(tempfile.gettempdir()) / "meshdash-agent")
+
+
+# --- HTTP (stdlib) ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Answer:
+    status: int
+    body: bytes
+    retry_after: float | None = None
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+def http(method: str, url: str, body: bytes | None = None, headers: dict[str, str] | None = None) -> Answer:
+    """One request with a timeout and a capped body; HTTP errors are answers, not exceptions."""
+    request = urllib.request.Request(url, data=body, headers=headers or {}, method=method)  # noqa: S310
+    try:
+        with urllib.request.urlopen(request, timeout=TIMEOUT) as response:  # noqa: S310
+            return Answer(response.status, response.read(MAX_RESPONSE_BYTES))
+    except urllib.error.HTTPError as exc:
+        return Answer(exc.code, exc.read(64 * 1024), _retry_after(exc.headers.get("Retry-After")))
+
+
+def _retry_after(value: str | None) -> float | None:
+    try:
+        return min(MAX_RETRY_AFTER, max(0.0, float(value))) if value else None
+    except ValueError:
+        return None
+
+
+# --- The node's console API -> runs -----------------------------------------------------------
+
+
+def read_runs(config: Config, resolver: RefResolver) -> list[dict[str, Any]]:
+    """The runs the node serves, as meshdash's ``POST /api/v1/runs`` takes them."""
+    stages = _get_json(config.node_url + "/api/runtime/stages")
+    status = _get_json(config.node_url + "/api/status")
+    version = status.get("version") if isinstance(status, dict) else None
+    by_run: dict[str, list[dict[str, Any]]] = {}
+    for stage in stages.get("stages") or [] if isinstance(stages, dict) else []:
+        if isinstance(stage, dict) and isinstance(stage.get("run_id"), str) and stage["run_id"]:
+            by_run.setdefault(stage["run_id"], []).append(stage)
+    return [_run(run_id, rows, version, resolver) for run_id, rows in sorted(by_run.items())]
+
+
+def _get_json(url: str) -> Any:
+    try:
+        answer = http("GET", url)
+    except OSError as exc:
+        raise AgentError(f"The node does not answer at {url}: {exc}") from None
+    if answer.status != 200:
+        raise AgentError(f"The node answered {answer.status} for {url}.")
+    try:
+        return answer.json()
+    except ValueError:
+        raise AgentError(f"The node's {url} is not JSON.") from None
+
+
+def _run(run_id: str, stages: list[dict[str, Any]], version: Any, resolver: RefResolver) -> dict[str, Any]:
+    first = stages[0]
+    ref = _text(first.get("package_ref"), 300)
+    run: dict[str, Any] = {
+        "run_id": run_id[:200],
+        "topology_id": _text(first.get("topology_id")),
+        "model_id": _text(first.get("model_id")),
+        "package_ref": ref,
+        "version": _text(version)[:100],
+        "stages": [_stage(s) for s in stages if _stage(s) is not None][:64],
+        "devices": [s["selected_device"] for s in stages if isinstance(s.get("selected_device"), dict)][:64],
+    }
+    package = resolver.package(ref, first.get("manifest_sha256"))
+    if package:
+        run["package"] = package
+    return run
+
+
+def _stage(stage: dict[str, Any]) -> dict[str, Any] | None:
+    ints = [stage.get(k) for k in ("stage_index", "layer_start", "layer_end")]
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in ints):
+        return None
+    device = stage.get("selected_device")
+    return {
+        "stage_id": _text(stage.get("stage_id")),
+        "stage_index": ints[0],
+        "node_id": _text(stage.get("node_id")),
+        "layer_start": ints[1],
+        "layer_end": ints[2],
+        "state": _text(stage.get("state")),
+        "device": _text(device.get("backend_device")) if isinstance(device, dict) else "",
+        "ctx_size": stage.get("ctx_size") if isinstance(stage.get("ctx_size"), int) else None,
+        "lane_count": stage.get("lane_count") if isinstance(stage.get("lane_count"), int) else None,
+    }
+
+
+def _text(value: Any, limit: int = 200) -> str:
+    return value[:limit] if isinstance(value, str) else ""
+
+
+class RefResolver:
+    """``owner/repo@ref`` -> ``{repo, revision, manifest_sha256}``; a branch or tag via the Hub API."""
+
+    def __init__(self, hub_url: str) -> None:
+        self.hub_url = hub_url.rstrip("/")
+        self._cache: dict[tuple[str, str], str] = {}
+
+    def package(self, ref: str, manifest: Any) -> dict[str, Any] | None:
+        match = REF.match(ref or "")
+        if not match:
+            return None
+        repo, rev = match["repo"], match["rev"] or "main"
+        sha = rev if SHA.match(rev) else self._resolve(repo, rev)
+        if sha is None:
+            return None
+        package: dict[str, Any] = {"repo": repo, "revision": sha}
+        if isinstance(manifest, str) and SHA256.match(manifest):
+            package["manifest_sha256"] = manifest
+        return package
+
+    def _resolve(self, repo: str, rev: str) -> str | None:
+        if (repo, rev) not in self._cache:
+            url = f"{self.hub_url}/api/models/{repo}/revision/{quote(rev, safe='')}"
+            try:
+                answer = http("GET", url)
+                sha = answer.json().get("sha") if answer.status == 200 else None
+            except (OSError, ValueError, AttributeError):
+                sha = None
+            if not (isinstance(sha, str) and SHA.match(sha)):
+                log.warning("could not resolve %s@%s to a commit", repo, rev)
+                return None  # not cached: try again next cycle
+            self._cache[(repo, rev)] = sha
+        return self._cache[(repo, rev)]
+
+
+# --- The spool: nothing is lost while meshdash is down ----------------------------------------
+
+
+class Spool:
+    """Outgoing bodies as files, oldest first; a file is deleted only once meshdash has answered it."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+
+    def put(self, kind: str, body: dict[str, Any]) -> Path:
+        name = f"{time.time_ns():020d}-{uuid.uuid4().hex[:8]}.{kind}.json"
+        tmp = self.directory / (name + ".tmp")
+        tmp.write_text(json.dumps(body))
+        path = self.directory / name
+        tmp.replace(path)  # atomic: a crash leaves a whole file or none
+        return path
+
+    def pending(self) -> Iterator[tuple[Path, str, dict[str, Any]]]:
+        with self._lock:
+            paths = sorted(self.directory.glob("*.json"))
+        for path in paths:
+            try:
+                body = json.loads(path.read_text())
+            except (OSError, ValueError):
+                continue  # being written, or already sent by another thread
+            yield path, path.name.split(".")[-2], body
+
+    def count(self) -> int:
+        return len(list(self.directory.glob("*.json")))
+
+
+@dataclass
+class Sender:
+    """Sends spooled bodies in order; stops at the first that meshdash cannot take now."""
+
+    config: Config
+    spool: Spool
+    dry_run: bool = False
+    wait_until: float = 0.0
+    failures: int = 0
+    sent: int = 0
+    endpoints: dict[str, str] = field(
+        default_factory=lambda: {"runs": "/api/v1/runs", "reports": "/api/v1/reports/batch"}
+    )
+
+    def flush(self) -> bool:
+        """True when the spool is empty afterwards."""
+        if time.monotonic() < self.wait_until:
+            return False
+        for path, kind, body in self.spool.pending():
+            if not self._send(kind, body):
+                return False
+            path.unlink(missing_ok=True)
+            self.sent += 1
+        return True
+
+    def _send(self, kind: str, body: dict[str, Any]) -> bool:
+        if self.dry_run:
+            print(json.dumps({"would_send": kind, "body": body}, indent=2))
+            return True
+        url = self.config.meshdash_url.rstrip("/") + self.endpoints[kind]
+        headers = {"Content-Type": "application/json", "Authorization": f"Bearer {self.config.token}"}
+        try:
+            answer = http("POST", url, json.dumps(body).encode(), headers)
+        except OSError as exc:
+            return self._back_off(None, f"meshdash unreachable ({exc})")
+        if answer.status in (429, 503) or answer.status >= 500:
+            return self._back_off(answer.retry_after, f"meshdash answered {answer.status}")
+        if answer.status >= 400:
+            # Refused as a whole (e.g. a revoked token): keeping it would block everything behind it.
+            log.error("meshdash refused a %s body with %s: %s", kind, answer.status, answer.body[:500])
+        self.failures = 0
+        return True
+
+    def _back_off(self, retry_after: float | None, reason: str) -> bool:
+        self.failures += 1
+        delay = retry_after if retry_after is not None else min(MAX_BACKOFF, 2.0 ** min(self.failures, 6))
+        self.wait_until = time.monotonic() + delay
+        log.warning("%s; %d waiting in the spool, retrying in %.0f s", reason, self.spool.count(), delay)
+        return False
+
+
+# --- The proxy: timings of each completion become a report ------------------------------------
+
+
+class Agent:
+    def __init__(self, config: Config, *, dry_run: bool = False) -> None:
+        self.config = config
+        self.spool = Spool(config.spool)
+        self.sender = Sender(config, self.spool, dry_run=dry_run)
+        self.resolver = RefResolver(config.hub_url)
+        self.runs: list[dict[str, Any]] = []
+        self._spooled_runs: list[dict[str, Any]] = []
+        self._stop = threading.Event()
+
+    def cycle(self) -> bool:
+        """Poll the node, spool its runs, flush; True when everything was sent."""
+        try:
+            self.runs = read_runs(self.config, self.resolver)
+        except AgentError as exc:
+            log.warning("%s", exc)
+        else:
+            # Registrations are upserts of the node's current state: spool one only when it changed.
+            if self.runs and self.runs != self._spooled_runs:
+                self.spool.put("runs", {"runs": self.runs})
+                self._spooled_runs = self.runs
+        return self.sender.flush()
+
+    def run_forever(self) -> None:
+        while not self._stop.is_set():
+            self.cycle()
+            self._stop.wait(self.config.interval if self.sender.failures == 0 else 1.0)
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def report_timings(self, timings: dict[str, Any]) -> bool:
+        """Spool one report of a completion's timings, for the run the node serves now."""
+        run = next((r for r in self.runs if "package" in r), None)
+        if run is None:
+            log.warning("timings dropped: the node's package is not known yet")
+            return False
+        report = {
+            "report_id": str(uuid.uuid4()),
+            "observed_at": datetime.now(UTC).isoformat(),
+            "package": run["package"],
+            "topology": {
+                "topology_id": run["topology_id"],
+                "stages": [
+                    {
+                        "node": s["node_id"] or "?",
+                        "layer_start": s["layer_start"],
+                        "layer_end": s["layer_end"],
+                        "device": s["device"] or None,
+                        "stage_index": min(s["stage_index"], 63),
+                    }
+                    for s in run["stages"]
+                    if s["layer_end"] > s["layer_start"]
+                ][:16],
+            },
+            "timings": timings,
+        }
+        self.spool.put("reports", {"reports": [report]})
+        return True
+
+    def serve_proxy(self) -> ThreadingHTTPServer:
+        host, _, port = self.config.proxy_listen.rpartition(":")
+        server = ThreadingHTTPServer((host or "127.0.0.1", int(port)), _ProxyHandler)
+        server.daemon_threads = True
+        server.agent = self  # type: ignore[attr-defined]
+        threading.Thread(target=server.serve_forever, name="agent-proxy", daemon=True).start()
+        return server
+
+
+class _ProxyHandler(BaseHTTPRequestHandler):
+    """Forwards every request to the node unchanged; reads ``timings`` from JSON completions."""
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug("proxy: " + format, *args)
+
+    def do_GET(self) -> None:
+        self._forward()
+
+    def do_POST(self) -> None:
+        self._forward()
+
+    def _forward(self) -> None:
+        agent: Agent = self.server.agent  # type: ignore[attr-defined]
+        length = min(int(self.headers.get("Content-Length") or 0), MAX_RESPONSE_BYTES)
+        body = self.rfile.read(length) if length else None
+        upstream = (agent.config.upstream_url or agent.config.node_url).rstrip("/") + self.path
+        headers = {
+            k: v for k, v in self.headers.items() if k.lower() in ("content-type", "authorization", "accept")
+        }
+        try:
+            answer = http(self.command, upstream, body, headers)
+        except OSError as exc:
+            answer = Answer(502, json.dumps({"error": {"message": f"upstream unreachable: {exc}"}}).encode())
+        # Spooled before the client hears back (a local file write), sent after: the node's client
+        # never waits on meshdash, and a report exists on disk once its completion was answered.
+        reported = answer.status == 200 and urlsplit(self.path).path.endswith("completions")
+        if reported:
+            reported = self._spool_report(agent, answer.body)
+        self.send_response(answer.status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(answer.body)))
+        self.end_headers()
+        self.wfile.write(answer.body)
+        if reported:
+            agent.sender.flush()
+
+    def _spool_report(self, agent: Agent, body: bytes) -> bool:
+        try:
+            timings = json.loads(body).get("timings")
+        except (ValueError, AttributeError):
+            return False  # a stream or not JSON: forwarded untouched, nothing to report
+        if not isinstance(timings, dict):
+            return False
+        return agent.report_timings(timings)
+
+
+# --- Command line -----------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="meshdash-agent", description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--config", help="JSON file with the keys of Config (node_url, meshdash_url, token, ...)"
+    )
+    parser.add_argument("--node-url", dest="node_url")
+    parser.add_argument("--meshdash-url", dest="meshdash_url")
+    parser.add_argument("--hub-url", dest="hub_url")
+    parser.add_argument("--spool-dir", dest="spool_dir")
+    parser.add_argument("--proxy", dest="proxy_listen", help="host:port to serve the OpenAI proxy on")
+    parser.add_argument("--once", action="store_true", help="one poll and flush, then exit (1 if unsent)")
+    parser.add_argument("--dry-run", action="store_true", help="print what would be sent; send nothing")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    overrides = {
+        k: getattr(args, k) for k in ("node_url", "meshdash_url", "hub_url", "spool_dir", "proxy_listen")
+    }
+    try:
+        config = Config.load(args.config, overrides)
+    except (AgentError, TypeError) as exc:
+        print(f"meshdash-agent: {exc}", file=sys.stderr)
+        return 2
+    agent = Agent(config, dry_run=args.dry_run)
+    if args.once:
+        return 0 if agent.cycle() else 1
+    if config.proxy_listen:
+        agent.serve_proxy()
+    try:
+        agent.run_forever()
+    except KeyboardInterrupt:
+        agent.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

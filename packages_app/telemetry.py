@@ -1,0 +1,189 @@
+"""Services for what nodes send besides reports: OTLP decode spans stored as reports, agent run registrations.
+
+Decoding is nodes/otlp.py (pure) and validation nodes/report_schema.py; this module writes rows, and
+every write is idempotent: a span is one Report per (node, report_id), the id derived from its trace
+and span ids; a run is one NodeRun per (node, run_id). Spans name only their run id; the agent's
+registration of that run names the package, so each side links the other whichever comes first.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.db.models import Q
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
+from pydantic import ValidationError
+
+from packages_app.models import Node, NodeRun, Report, Revision
+from packages_app.nodes import otlp
+from packages_app.nodes.report_schema import RunIn, Timings, canonical_json
+from packages_app.reports import CLOCK_SKEW_LIMIT, TIMING_COLUMNS
+
+# Fixed forever: a span's report_id must be the same on every export of it.
+SPAN_NAMESPACE = uuid.UUID("6d1f0b3e-8f57-4f0e-9d0c-0e5b1d3c7a21")
+MTP_COUNTERS = ("draft_n", "native_mtp_verifications", "speculative_windows")
+
+
+@dataclass(frozen=True)
+class ExportOutcome:
+    created: int
+    duplicates: int
+    response: ExportTraceServiceResponse
+
+
+def traces_export(node: Node, request: ExportTraceServiceRequest, received_at: datetime) -> ExportOutcome:
+    """Store the decode spans of one OTLP export; the answer counts what was rejected and why."""
+    batch = otlp.decode_spans(request)
+    rows, bad_counters = _span_rows(node, batch.spans, received_at)
+    created = _insert(node, rows, received_at)
+    reason = (
+        f"{bad_counters} {otlp.DECODE_SPAN} span(s) with counters of the wrong type" if bad_counters else ""
+    )
+    response = otlp.response_for(
+        batch, rejected_extra=bad_counters, extra_reason=reason if bad_counters else ""
+    )
+    return ExportOutcome(created=created, duplicates=len(rows) - created, response=response)
+
+
+def _insert(node: Node, rows: list[Report], received_at: datetime) -> int:
+    if not rows:
+        return 0
+    Report.objects.bulk_create(rows, ignore_conflicts=True)
+    ids = [row.report_id for row in rows]
+    # Ours are the rows carrying this export's receive time; the rest were stored by an earlier export.
+    return Report.objects.filter(node=node, report_id__in=ids, received_at=received_at).count()
+
+
+def _span_rows(
+    node: Node, spans: Sequence[otlp.DecodeSpan], received_at: datetime
+) -> tuple[list[Report], int]:
+    runs = _runs_by_id({span.run_id for span in spans})
+    rows: dict[uuid.UUID, Report] = {}
+    bad = 0
+    for span in spans:
+        try:
+            timings = Timings.model_validate(span.timings())
+        except ValidationError:
+            bad += 1
+            continue
+        row = _span_row(node, span, timings, runs.get(span.run_id), received_at)
+        rows.setdefault(row.report_id, row)  # one export may repeat a span
+    return list(rows.values()), bad
+
+
+def _runs_by_id(run_ids: set[str]) -> dict[str, NodeRun]:
+    # A run's stages sit on several nodes; whichever node's agent registered it names the package.
+    runs = NodeRun.objects.filter(run_id__in=run_ids).exclude(repo_id="").order_by("updated_at")
+    return {run.run_id: run for run in runs}
+
+
+def _span_row(
+    node: Node, span: otlp.DecodeSpan, timings: Timings, run: NodeRun | None, received_at: datetime
+) -> Report:
+    observed_at = span.ended_at or received_at
+    skew = (observed_at - received_at).total_seconds()
+    body = {
+        "otlp": {
+            "trace_id": span.trace_id,
+            "span_id": span.span_id,
+            "name": otlp.DECODE_SPAN,
+            "attributes": span.attributes,
+        },
+        "timings": timings.model_dump(exclude_unset=True),
+    }
+    return Report(
+        node=node,
+        report_id=uuid.uuid5(SPAN_NAMESPACE, span.key),
+        body_sha256=hashlib.sha256(canonical_json(body)).hexdigest(),
+        received_at=received_at,
+        observed_at=observed_at,
+        clock_skew_seconds=skew,
+        clock_skew_flagged=abs(skew) > CLOCK_SKEW_LIMIT.total_seconds(),
+        **_run_fields(run),
+        requested_strategy=span.requested_strategy,
+        effective_strategy=span.effective_strategy,
+        **{key: timings.plausible(key) for key in TIMING_COLUMNS},
+        mtp_used=span_used_mtp(span, timings),
+        body=body,
+        timings_flagged=timings.implausible_keys(),
+        source=Report.Source.OTLP,
+        run_id=span.run_id[:200],
+        stage_id=span.stage_id[:200],
+    )
+
+
+def _run_fields(run: NodeRun | None) -> dict[str, object]:
+    if run is None:
+        return {"repo_id": "", "commit_sha": "", "manifest_sha256": "", "revision_id": None}
+    return {
+        "repo_id": run.repo_id,
+        "commit_sha": run.commit_sha,
+        "manifest_sha256": run.manifest_sha256,
+        "revision_id": run.revision_id,
+        "topology_id": run.topology_id,
+        "stage_splits": run.stage_splits,
+    }
+
+
+def span_used_mtp(span: otlp.DecodeSpan, timings: Timings) -> bool:
+    """Native MTP really ran: the effective plan names it and its counters moved."""
+    said_on = span.effective_strategy.startswith("native-mtp")
+    return said_on and any((timings.plausible(key) or 0) > 0 for key in MTP_COUNTERS)
+
+
+# --- Runs the agent registers -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    run_id: str
+    revision_id: int | None
+    reports_linked: int
+
+
+def run_register(node: Node, run: RunIn) -> RunOutcome:
+    """Upsert what the node's agent saw for one run, and link the run's spans to its package."""
+    package = run.package
+    repo, sha, manifest = (
+        (package.repo, package.revision, package.manifest_sha256 or "") if package else ("", "", "")
+    )
+    revision_id = _revision_id(repo, sha, manifest) if repo else None
+    fields = {
+        "topology_id": run.topology_id,
+        "model_id": run.model_id,
+        "package_ref": run.package_ref,
+        "repo_id": repo,
+        "commit_sha": sha,
+        "manifest_sha256": manifest,
+        "revision_id": revision_id,
+        "version": run.version,
+        "stage_splits": run.stage_splits(),
+        "stages": [stage.model_dump() for stage in run.stages],
+        "devices": run.devices,
+    }
+    NodeRun.objects.update_or_create(node=node, run_id=run.run_id, defaults=fields)
+    linked = _link_span_reports(run.run_id, fields) if repo else 0
+    return RunOutcome(run_id=run.run_id, revision_id=revision_id, reports_linked=linked)
+
+
+def _revision_id(repo: str, sha: str, manifest: str) -> int | None:
+    match = Q(package__repo_id=repo, commit_sha=sha)
+    if manifest:
+        match |= Q(package__repo_id=repo, manifest_sha256=manifest)
+    rows = Revision.objects.filter(match).values_list("id", "commit_sha")
+    found = dict((commit, pk) for pk, commit in rows)
+    return found.get(sha) or next(iter(found.values()), None)
+
+
+def _link_span_reports(run_id: str, fields: Mapping[str, object]) -> int:
+    """Spans that arrived before their run was registered get its package now."""
+    unlinked = Report.objects.filter(run_id=run_id, source=Report.Source.OTLP, repo_id="")
+    keys = ("repo_id", "commit_sha", "manifest_sha256", "revision_id", "topology_id", "stage_splits")
+    return unlinked.update(**{key: fields[key] for key in keys})
