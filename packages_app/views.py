@@ -257,17 +257,16 @@ def _ingest_page(request: HttpRequest, form: TrackPackageForm, status: int = 200
 @access.permission_required("packages_app.track_package")
 def _track_post(request: HttpRequest) -> HttpResponse:
     form = TrackPackageForm(request.POST)
-    if form.is_valid():
-        repo_id = form.cleaned_data["repo_id"]
-        refusal = access.namespace_refusal(request.user, repo_id) or access.track_rate_refusal(request.user)
-        if refusal is None:
-            return _track(request, repo_id)
-        form.add_error("repo_id", refusal)
-    return _ingest_page(request, form, status=429 if _rate_refused(form) else 400)
-
-
-def _rate_refused(form: TrackPackageForm) -> bool:
-    return any("this hour" in str(e) for e in form.errors.get("repo_id", []))
+    if not form.is_valid():
+        return _ingest_page(request, form, status=400)
+    repo_id = form.cleaned_data["repo_id"]
+    refusal, status = access.namespace_refusal(request.user, repo_id), 400
+    if refusal is None:  # counted only for a track that is otherwise allowed
+        refusal, status = access.track_rate_refusal(request.user), 429
+    if refusal is None:
+        return _track(request, repo_id)
+    form.add_error("repo_id", refusal)
+    return _ingest_page(request, form, status=status)
 
 
 def _track(request: HttpRequest, repo_id: str) -> HttpResponse:
