@@ -19,6 +19,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from packages_app import access, background, charts, queries, ratelimit, staticfinders
 from packages_app.audit.check import check_manifest
+from packages_app.audit.model import UNCERTAIN as RESOLVER_UNCERTAIN
 from packages_app.forms import SORTS, CatalogFilterForm, CheckManifestForm, TrackPackageForm
 from packages_app.layout import MAX_MANIFEST_BYTES
 from packages_app.models import ActionLog, Package, Revision
@@ -105,7 +106,7 @@ def _check_page(
     status: int = 200,
     result: dict[str, Any] | None = None,
 ) -> HttpResponse:
-    context = {"form": form, "errors": errors or [], "result": result}
+    context = {"form": form, "errors": errors or [], "result": result, "runtime_notes": RESOLVER_UNCERTAIN}
     return render(request, "packages_app/check.html", context, status=status)
 
 
@@ -148,6 +149,7 @@ def _revision_context(revision: Revision, files_page: str | None = None) -> dict
         "detected": queries.audit_section(revision, "detected"),
         "declared": queries.audit_section(revision, "declared"),
         "runtime": queries.audit_section(revision, "runtime"),
+        "runtime_notes": RESOLVER_UNCERTAIN,
         "compatibility": queries.audit_compatibility(revision),
         "provenance": queries.audit_section(revision, "provenance"),
         "suggested": suggested,
