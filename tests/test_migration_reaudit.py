@@ -11,9 +11,12 @@ from django.db.migrations.executor import MigrationExecutor
 
 from tests.audit_fixtures import QWEN35, build
 
-BEFORE = [("packages_app", "0002_node10_timings_flags_and_node_runs")]
-AFTER = [("packages_app", "0003_issue9_reaudit")]
-LEAF = [("packages_app", "0004_issue9_refused_by")]
+# The accounts branch (access14) runs beside this one until the merge migration; it stays applied, so the
+# historical models must know its columns (Package.private has no database default).
+ACCOUNTS = ("packages_app", "0003_access14_operators_group")
+BEFORE = [("packages_app", "0002_node10_timings_flags_and_node_runs"), ACCOUNTS]
+AFTER = [("packages_app", "0003_issue9_reaudit"), ACCOUNTS]
+LEAF = [("packages_app", "0005_merge_accounts_timings_rulebook")]
 STALE = {"verdict": "consistent-mtp", "runtime": {"auto": {"native_mtp": True, "explanation": "old"}}}
 
 
