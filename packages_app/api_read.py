@@ -168,7 +168,14 @@ def _throughput_summary(throughput: dict[str, Any] | None) -> dict[str, Any] | N
         return None
     # The time series and the raw recent reports stay on the HTML page; the API gives the figures.
     keys = ("mtp_on", "mtp_off", "by_strategy", "acceptance_rate", "mean_accepted_length", "stage_splits")
-    return {key: throughput.get(key) for key in keys}
+    summary = {key: throughput.get(key) for key in keys}
+    summary["plans"] = [_plan_json(plan) for plan in throughput.get("plans", [])]
+    return summary
+
+
+def _plan_json(plan: dict[str, Any]) -> dict[str, Any]:
+    last_seen = plan["last_seen"]
+    return {**plan, "last_seen": last_seen.isoformat() if last_seen else None}
 
 
 # --- the response shapes, for the OpenAPI document (openapi.py) and the tests -------------------
@@ -233,6 +240,20 @@ class AlertOut(BaseModel):
     nodes: int
 
 
+class StrategyPlanOut(BaseModel):
+    node: str
+    stage_splits: str
+    requested_strategy: str
+    effective_strategy: str
+    differs: bool = Field(
+        description="A request of a known kind (mtp, disabled, ngram-*) ran as something else."
+    )
+    reports: int
+    from_spans: int = Field(description="How many of the reports came from OTLP stage.openai_decode spans.")
+    tps: float | None
+    last_seen: datetime | None
+
+
 class ThroughputSummaryOut(BaseModel):
     mtp_on: dict[str, Any]
     mtp_off: dict[str, Any]
@@ -240,6 +261,9 @@ class ThroughputSummaryOut(BaseModel):
     acceptance_rate: float | None
     mean_accepted_length: float | None
     stage_splits: list[str]
+    plans: list[StrategyPlanOut] = Field(
+        default_factory=list, description="Requested vs effective strategy per node and topology."
+    )
 
 
 class PackageDetailOut(BaseModel):

@@ -8,9 +8,7 @@ object (packages_app/hub/) is passed in or built from the repo id.
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
-import math
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -290,29 +288,9 @@ def _store_manifest(rev: Revision, source: hub.PackageSource) -> str | None:
 
 def _decode_manifest(data: bytes) -> tuple[object, str | None]:
     """Parsed JSON is stored only within the manifest parser's limits; the raw bytes are always kept."""
-    try:
-        parsed = json.loads(data.decode("utf-8"), parse_constant=_no_constant, parse_float=_finite_float)
-    except UnicodeDecodeError as exc:
-        return None, f"{MANIFEST_FILE} is not UTF-8 text (byte {exc.start})"
-    except RecursionError:
-        return None, f"{MANIFEST_FILE} is nested too deeply to read"
-    except ValueError as exc:
-        return None, f"{MANIFEST_FILE} is not valid JSON: {exc}"
-    # Nested deeper than the manifest parser reads, it fails every later read of the row (RecursionError).
-    too_deep = manifests.nesting_problem(parsed)
-    return (None, too_deep) if too_deep else (parsed, None)
-
-
-def _no_constant(name: str) -> float:
-    raise ValueError(f"{name} is not a JSON number")
-
-
-def _finite_float(text: str) -> float:
-    """A number like 1e999999 is refused here: stored as JSON it would be Infinity, which no column takes."""
-    value = float(text)
-    if not math.isfinite(value):
-        raise ValueError(f"the number {text[:24]} is out of range")
-    return value
+    if len(data) > manifests.MAX_MANIFEST_BYTES:
+        return None, f"{MANIFEST_FILE} is {len(data)} bytes, over the parser's limit"
+    return manifests.load_json(data)
 
 
 def _too_many_artifacts(parsed: object) -> str | None:

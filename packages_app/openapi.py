@@ -27,6 +27,8 @@ from packages_app.nodes.report_schema import (
     ErrorOut,
     ReportAccepted,
     ReportIn,
+    RunIn,
+    RunsIn,
 )
 
 PathItem = tuple[str, dict[str, Any]]
@@ -35,6 +37,8 @@ JsonMode = Literal["validation", "serialization"]
 SCHEMA_MODELS: list[tuple[type[BaseModel], JsonMode]] = [
     (ReportIn, "validation"),
     (BatchIn, "validation"),
+    (RunsIn, "validation"),
+    (RunIn, "validation"),
     (ReportAccepted, "serialization"),
     (BatchOut, "serialization"),
     (ErrorOut, "serialization"),
@@ -129,6 +133,37 @@ def _path_check_manifest() -> PathItem:
     return "/api/v1/check-manifest", {"post": operation}
 
 
+def _path_runs() -> PathItem:
+    results = {"type": "object", "properties": {"results": {"type": "array", "items": {"type": "object"}}}}
+    operation = {
+        "operationId": "runs_register",
+        "summary": "meshdash-agent: its node's runs (run id -> package revision, topology, devices).",
+        "description": "Each result: `index`, `status` (200 or 400), `revision_linked`, `reports_linked`.",
+        "security": [{"nodeToken": []}],
+        "requestBody": {"required": True, **json_content(ref("RunsIn"))},
+        "responses": {"200": {"description": "Per-run results.", **json_content(results)}} | node_errors(),
+    }
+    return "/api/v1/runs", {"post": operation}
+
+
+def _path_traces() -> PathItem:
+    otlp = {
+        "application/x-protobuf": {"schema": {"type": "string", "format": "binary"}},
+        "application/json": {"schema": {"type": "object"}},
+    }
+    operation = {
+        "operationId": "otlp_traces",
+        "summary": "OTLP/HTTP trace export; stage.openai_decode spans become reports (gzip accepted).",
+        "description": "An ExportTraceServiceRequest as protobuf or OTLP/JSON; the answer is an "
+        "ExportTraceServiceResponse in the same encoding, with partial_success counting the spans not "
+        "stored and why. Bodies over 8 MiB, compressed or inflated, get 413.",
+        "security": [{"nodeToken": []}],
+        "requestBody": {"required": True, "content": otlp},
+        "responses": {"200": {"description": "ExportTraceServiceResponse.", "content": otlp}} | node_errors(),
+    }
+    return "/v1/traces", {"post": operation}
+
+
 def _path_ping() -> PathItem:
     ok = {"type": "object", "properties": {"ok": {"const": True}}, "required": ["ok"]}
     operation = {
@@ -198,6 +233,8 @@ def _path_parameter(name: str) -> dict[str, Any]:
 PATHS: list[Callable[[], PathItem]] = [
     _path_reports,
     _path_reports_batch,
+    _path_runs,
+    _path_traces,
     _path_ping,
     _path_openapi,
     _path_packages,

@@ -67,13 +67,16 @@ def _load_json(data: bytes) -> tuple[Any, list[str]]:
     return value, duplicates
 
 
-def nesting_problem(value: Any) -> str | None:
-    """Why a decoded JSON value may not be stored, if it nests deeper than the parser reads; else None.
+def load_json(data: bytes) -> tuple[Any, str | None]:
+    """The JSON value, if it is within the parser's limits (depth, number range); else None and why.
 
-    What a database stores and a page shows must pass here: a manifest nested 950 deep stored as parsed
-    JSON failed every later read of that row (page, API, admin) with RecursionError.
+    What a database stores and a page shows must pass here: the parser's limits are what keep a
+    manifest nested 950 deep, or a number like 1e999999, from failing every later read of it.
     """
-    return _nesting_message() if _nesting_exceeds(value, MAX_DEPTH) else None
+    try:
+        return _load_json(data)[0], None
+    except _Rejected as exc:
+        return None, exc.message
 
 
 def _nesting_message() -> str:
