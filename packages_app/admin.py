@@ -231,6 +231,8 @@ class PackageFileAdmin(PackageFileAdminBase):
     readonly_fields = ("kv_preview", "tensors_preview")
     # Counting 200,000 rows twice per page (filtered and total) is what a large package cannot afford.
     show_full_result_count = False
+    # The natural key's index: ordering by path alone sorts every file of every revision per page.
+    ordering = ("revision_id", "path")
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[PackageFile]:
         heavy = [f"revision__{name}" for name in _REVISION_HEAVY]
