@@ -145,8 +145,9 @@ def test_untrusted_strings_are_shown_literally_and_run_nothing(tab: Tab) -> None
     tab.open("/packages/meshllm/hostile-layers/")
     assert TEMPLATE in tab.page.locator("#verdict").inner_text()
     assert XSS_IMG in tab.page.locator("#verdict").inner_text()
-    # Node payloads: in the reports table and, through plotly, in chart legends, as plain text.
-    assert XSS_SCRIPT in tab.page.locator("#throughput table").inner_text()
+    # Node payloads: in the strategy-plans and reports tables and, through plotly, in chart legends, as text.
+    tables = tab.page.locator("#throughput table").all()
+    assert len(tables) == 2 and all(XSS_SCRIPT in table.inner_text() for table in tables)
     legends = tab.page.locator("[data-chart=chart-timeline] .legendtext").all_text_contents()
     assert legends == [f"{XSS_IMG} @ 0..27|{XSS_IMG}"]
     assert tab.page.locator("#throughput img, #layout img").count() == 0
