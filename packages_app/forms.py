@@ -8,7 +8,7 @@ from typing import Any
 from django import forms
 from django.core.exceptions import ValidationError
 
-from packages_app import repo_ids
+from packages_app import fleet, repo_ids
 from packages_app.models import Revision
 from packages_app.queries import ANY_INCONSISTENT, NOT_AUDITED, CatalogFilters
 from packages_app.verdicts import VERDICTS
@@ -22,8 +22,10 @@ SORTS = {
     "size": "smallest first",
     "-layers": "most layers first",
     "layers": "fewest layers first",
-    "verdict": "verdict",
+    "verdict": "worst verdict first",
+    "-verdict": "best verdict first",
 }
+WINDOW_DAYS = {1: "1 day", 7: "7 days", 30: "30 days", 90: "90 days"}
 PER_PAGE_DEFAULT = 50
 PER_PAGE_MAX = 200
 
@@ -75,6 +77,13 @@ class CatalogFilterForm(forms.Form):
     )
     alert = forms.BooleanField(label="Only throughput alerts", required=False)
     sort = forms.ChoiceField(required=False, choices=list(SORTS.items()))
+    days = forms.TypedChoiceField(
+        label="Served in the last",
+        required=False,
+        choices=[(str(d), label) for d, label in WINDOW_DAYS.items()],
+        coerce=int,
+        empty_value=None,
+    )
     page = forms.IntegerField(required=False, min_value=1, max_value=1_000_000)
     per_page = forms.IntegerField(required=False, min_value=1, max_value=PER_PAGE_MAX)
 
@@ -91,7 +100,17 @@ class CatalogFilterForm(forms.Form):
             status=data["status"],
             alert=data["alert"],
             sort=data["sort"] or "repo",
+            window_days=data["days"] or fleet.DEFAULT_WINDOW_DAYS,
         )
+
+    def unknown_parameters(self) -> list[str]:
+        """Query parameters this form does not know (the JSON API refuses them)."""
+        return sorted(set(self.data) - set(self.fields))
+
+    def with_defaults_for_errors(self) -> CatalogFilterForm:
+        """The same filters with every invalid (or stale) one dropped, so it falls back to its default."""
+        data = {key: self.data.get(key) for key in self.data if key not in self.errors}
+        return CatalogFilterForm(data)
 
     def page_number(self) -> int:
         return int(self.cleaned_data["page"] or 1)

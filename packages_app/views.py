@@ -14,7 +14,7 @@ from django.shortcuts import redirect, render
 from django.utils.http import content_disposition_header
 from django.views.decorators.http import require_GET, require_http_methods
 
-from packages_app import charts, queries, staticfinders
+from packages_app import charts, fleet, queries, staticfinders
 from packages_app.forms import SORTS, CatalogFilterForm, TrackPackageForm
 from packages_app.models import Package, Revision
 
@@ -46,13 +46,22 @@ def _error_page(request: HttpRequest, title: str, message: str, status: int) -> 
 
 @require_GET
 def catalog(request: HttpRequest) -> HttpResponse:
-    form = CatalogFilterForm(request.GET)
-    if not form.is_valid():
-        context = {"form": form, "errors": form.error_sentences(), "sorts": SORTS}
-        return render(request, "packages_app/catalog.html", context, status=400)
+    form = valid_catalog_form(request)
     result = queries.catalog_page(form.filters(), form.page_number(), form.page_size())
     context = {"form": form, "result": result, "filters": form.filters(), "sorts": SORTS}
     return render(request, "packages_app/catalog.html", context)
+
+
+def valid_catalog_form(request: HttpRequest) -> CatalogFilterForm:
+    """The filters; an invalid or stale value falls back to its default, with a message saying so."""
+    form = CatalogFilterForm(request.GET)
+    if form.is_valid():
+        return form
+    for sentence in form.error_sentences():
+        messages.warning(request, f"Ignored {sentence.rstrip('.')}; showing the default instead.")
+    fallback = form.with_defaults_for_errors()
+    fallback.is_valid()
+    return fallback
 
 
 # --- one package ---------------------------------------------------------------------------------
@@ -68,20 +77,38 @@ def package_detail(request: HttpRequest, owner: str, name: str) -> HttpResponse:
     if revision is not None:
         context.update(_revision_context(revision))
         context["previous"] = _previous_in(history, revision)
-    context["hub_url"] = f"{settings.HF_ENDPOINT.rstrip('/')}/{package.repo_id}"
+    context["hub_url"] = hub_url(package, revision)
     context["plotly_guard_ids"] = staticfinders.installed_plotly_guard_ids()
     return render(request, "packages_app/package_detail.html", context)
+
+
+def hub_url(package: Package, revision: Revision | None, path: str = "") -> str:
+    """The package on the Hub pinned to the revision's sha: ``/tree/<sha>``, or ``/blob/<sha>/<path>``."""
+    base = f"{settings.HF_ENDPOINT.rstrip('/')}/{package.repo_id}"
+    if revision is None:
+        return base
+    return (
+        f"{base}/blob/{revision.commit_sha}/{path.lstrip('/')}"
+        if path
+        else f"{base}/tree/{revision.commit_sha}"
+    )
 
 
 def _revision_context(revision: Revision) -> dict[str, Any]:
     throughput = queries.revision_throughput_for(revision)
     splits = list(throughput.get("stage_splits") or []) if throughput else []
     suggested = queries.suggested_generation(revision)
+    runtime = queries.audit_section(revision, "runtime")
+    auto = runtime.get("auto")
+    auto_native_mtp = auto.get("native_mtp") if isinstance(auto, dict) else None
+    ran = fleet.ran_counts(revision.pk) if throughput else fleet.RanCounts()
     return {
+        "findings": fleet.reconcile(revision.verdict, auto_native_mtp, ran),
+        "hub_base": hub_url(revision.package, revision, path="/"),
         "problems": queries.audit_problems(revision),
         "detected": queries.audit_section(revision, "detected"),
         "declared": queries.audit_section(revision, "declared"),
-        "runtime": queries.audit_section(revision, "runtime"),
+        "runtime": runtime,
         "provenance": queries.audit_section(revision, "provenance"),
         "suggested": suggested,
         "suggested_json": _pretty_json(suggested.get("generation")) if suggested else "",

@@ -26,6 +26,7 @@ LAYERS: Mapping[str, int] = {
     "packages_app.layout": PURE,
     "packages_app.repo_ids": PURE,
     "packages_app.verdicts": PURE,
+    "packages_app.glossary": PURE,
     "packages_app.gguf_header": PURE,
     "packages_app.gguf": PURE,
     "packages_app.manifest": PURE,
@@ -52,6 +53,7 @@ LAYERS: Mapping[str, int] = {
     "packages_app.nodes": SERVICES,
     "packages_app.queries": SERVICES,
     "packages_app.throughput": SERVICES,
+    "packages_app.fleet": SERVICES,
     "packages_app.rollups": SERVICES,
     "packages_app.audit_log": SERVICES,
     # Celery tasks: ids in, one service call, follow-ups enqueued

@@ -55,7 +55,17 @@
     });
   }
 
+  // A select marked data-autosubmit applies on change; its form keeps a submit button for no-JS use.
+  function wireAutosubmit(select) {
+    select.addEventListener("change", function () {
+      if (select.form) {
+        select.form.submit();
+      }
+    });
+  }
+
   document.addEventListener("DOMContentLoaded", function () {
+    document.querySelectorAll("select[data-autosubmit]").forEach(wireAutosubmit);
     document.querySelectorAll("[data-chart]").forEach(drawChart);
     document.querySelectorAll("button[data-copy-target]").forEach(wireCopy);
   });
