@@ -9,7 +9,7 @@ REDIS_URL ?= redis://127.0.0.1:6379/0
 DEVHUB_PORT ?= 8765
 PORT ?= 8000
 
-.PHONY: install system-deps services lint test test-sqlite test-services run demo-data clean
+.PHONY: install system-deps node-deps services lint test test-sqlite test-services run demo-data clean
 
 $(STAMP): pyproject.toml requirements.lock
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -22,6 +22,14 @@ install: $(STAMP)
 # Debian's Chromium drives the browser tests (Playwright's own browser download cannot work here).
 system-deps:
 	@command -v chromium >/dev/null || { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; }
+
+# axe-core (the accessibility rules the browser tests run), pinned in package-lock.json, from the npm registry.
+NODE_STAMP := node_modules/.installed-stamp
+$(NODE_STAMP): package.json package-lock.json
+	npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+node-deps: $(NODE_STAMP)
 
 # PostgreSQL and Redis: start them if they are not answering.
 services:
@@ -39,10 +47,10 @@ lint: install
 
 # The suite runs twice: on the zero-configuration default (SQLite, eager tasks), then against the machine's real
 # PostgreSQL and Redis, where the task tests also start a real Celery worker process.
-test-sqlite: install system-deps
+test-sqlite: install system-deps node-deps
 	env -u DATABASE_URL -u CELERY_BROKER_URL $(VENV)/bin/pytest -p no:cacheprovider
 
-test-services: install system-deps services
+test-services: install system-deps node-deps services
 	DATABASE_URL=$(PG_URL) CELERY_BROKER_URL=$(REDIS_URL) $(VENV)/bin/pytest -p no:cacheprovider
 
 test: lint test-sqlite test-services
@@ -55,4 +63,4 @@ run: install
 	REDIS_URL=$(REDIS_URL) HF_ENDPOINT=http://127.0.0.1:$(DEVHUB_PORT) bin/run-demo $(DEVHUB_PORT) $(PORT)
 
 clean:
-	rm -rf $(VENV) db.sqlite3* staticfiles artifacts
+	rm -rf $(VENV) db.sqlite3* staticfiles artifacts node_modules

@@ -80,7 +80,10 @@ class CatalogFilterForm(forms.Form):
     days = forms.TypedChoiceField(
         label="Served in the last",
         required=False,
-        choices=[(str(d), label) for d, label in WINDOW_DAYS.items()],
+        # The default window is the empty choice, so a page without ?days= shows it selected.
+        choices=[
+            ("" if d == fleet.DEFAULT_WINDOW_DAYS else str(d), label) for d, label in WINDOW_DAYS.items()
+        ],
         coerce=int,
         empty_value=None,
     )

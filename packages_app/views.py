@@ -114,7 +114,11 @@ def _revision_context(revision: Revision) -> dict[str, Any]:
         "suggested_json": _pretty_json(suggested.get("generation")) if suggested else "",
         "files": queries.revision_files(revision),
         "throughput": throughput,
-        "layout_chart": charts.layer_layout_figure(queries.audit_blocks(revision), splits),
+        "layout_chart": charts.layer_layout_figure(
+            queries.audit_blocks(revision),
+            splits,
+            queries.audit_section(revision, "detected").get("missing_nextn_tensors"),
+        ),
         "throughput_charts": _throughput_charts(throughput),
         "stage_boundaries": charts.stage_boundaries(splits),
     }
