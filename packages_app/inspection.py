@@ -119,9 +119,7 @@ def audit_source(
     return PackageAudit(result, source.label, sha, source.stats.requests, source.stats.bytes)
 
 
-def _hash_candidates(
-    result: auditing.Audit, listing: list[auditing.FileInfo]
-) -> list[verify_mod.Candidate]:
+def _hash_candidates(result: auditing.Audit, listing: list[auditing.FileInfo]) -> list[verify_mod.Candidate]:
     """Artifacts worth hashing: present, of the size the manifest records, with a sha256 to compare."""
     on_disk = {f.path: f.size for f in listing}
     wanted: dict[str, int] = {}

@@ -9,6 +9,10 @@ from __future__ import annotations
 from django.db import models
 from django.db.models import Q
 
+from packages_app.layout import FileRole
+
+FILE_ROLES = [(role.value, role.name.title()) for role in FileRole]
+
 
 class Package(models.Model):
     """A layer-package repo on the Hub, e.g. ``meshllm/Qwen3.5-35B-A3B-UD-Q4_K_XL-layers``."""
@@ -114,14 +118,6 @@ class Revision(models.Model):
 class PackageFile(models.Model):
     """One file of a revision as the Hub lists it, plus the summary of its GGUF header."""
 
-    class Role(models.TextChoices):
-        MANIFEST = "manifest"
-        METADATA = "metadata"
-        COMMON = "common"
-        LAYER = "layer"
-        PROJECTOR = "projector"
-        OTHER = "other"
-
     class HeaderStatus(models.TextChoices):
         PENDING = "pending"
         PARSED = "parsed"
@@ -130,7 +126,7 @@ class PackageFile(models.Model):
 
     revision = models.ForeignKey(Revision, on_delete=models.CASCADE, related_name="files")
     path = models.CharField(max_length=500)
-    role = models.CharField(max_length=10, choices=Role.choices, default=Role.OTHER)
+    role = models.CharField(max_length=10, choices=FILE_ROLES, default=FileRole.OTHER.value)
     layer_index = models.PositiveIntegerField(null=True, blank=True)
     part_index = models.PositiveIntegerField(null=True, blank=True)
     size = models.BigIntegerField(default=0)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import hashlib
 import json
@@ -10,6 +11,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from packages_app import audit as auditing
+from packages_app.manifest.identity import package_id_of
+from packages_app.manifest.v2schema import DecodeError
 
 QWEN35_NEXTN = ("eh_proj", "enorm", "hnorm", "shared_head_norm")
 GLM_NEXTN = ("eh_proj", "embed_tokens", "enorm", "hnorm", "shared_head_head", "shared_head_norm")
@@ -141,7 +144,8 @@ NEMOTRON = Model(
 
 
 def mtp_name(schema: int) -> str:
-    return "native-mtp-n1" if schema == 1 else "mtp"
+    """The fixed writer (PR #1937) keys the strategy mtp in both schemas; explicit mtp selects only that."""
+    return "mtp"
 
 
 def mtp_generation(schema: int, layers: list[int], depth: int = 1) -> dict[str, Any]:
@@ -258,8 +262,19 @@ class Package:
             self.manifest_bytes(), self.files, self.headers, self.revision, header_errors=self.header_errors
         )
 
-    def with_manifest(self, manifest: Mapping[str, Any]) -> Package:
-        return replace(self, manifest=copy.deepcopy(dict(manifest)))
+    def with_manifest(self, manifest: Mapping[str, Any], recompute_id: bool = True) -> Package:
+        """The package with another manifest; a v2 one gets its canonical package_id, as a writer does."""
+        doc = copy.deepcopy(dict(manifest))
+        return replace(self, manifest=with_canonical_id(doc) if recompute_id else doc)
+
+
+def with_canonical_id(manifest: dict[str, Any]) -> dict[str, Any]:
+    """A v2 manifest with package_id set to what mesh-llm computes (unchanged when it cannot parse)."""
+    if manifest.get("schema_version") != 2:
+        return manifest
+    with contextlib.suppress(DecodeError):
+        manifest["package_id"] = package_id_of(manifest)
+    return manifest
 
 
 def build(
@@ -381,6 +396,7 @@ def _build_v2(
         "generator_version": "skippy-package 0.4.0",
         "created_at_unix_secs": 1_767_225_600,
     }
+    with_canonical_id(manifest)
     files = [auditing.FileInfo(p, s, fake_sha256(p)) for p, s in sizes.items()]
     # v2 ingest reads shared/metadata.gguf only: it describes every tensor of the package.
     return Package(manifest, _with_housekeeping(files), {"shared/metadata.gguf": metadata})

@@ -13,6 +13,7 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from packages_app.layout import FileRole
 from packages_app.models import Node, Package, PackageFile, Report, Revision
 
 QWEN35_REPO = "meshllm/Qwen3.5-35B-A3B-UD-Q4_K_XL-layers"
@@ -161,12 +162,15 @@ def audit(
         },
         "runtime": {
             "auto": {
-                "native_mtp": declared and has_mtp,
-                "explanation": "The manifest declares native MTP."
+                "outcome": "native-mtp" if declared and has_mtp else "no-mtp",
+                "why": "auto runs the default strategy mtp: effective native-mtp."
                 if declared
-                else "No declared strategy and the build-host model path does not exist on serving nodes.",
+                else "No declared strategy, and a package load has no local GGUF to prove MTP.",
             },
-            "mtp": {"allowed": declared and has_mtp, "explanation": "Refused unless MTP support is proven."},
+            "mtp": {
+                "outcome": "native-mtp" if declared and has_mtp else "refused",
+                "why": 'explicit mtp "requires proven native MTP support".',
+            },
         },
         "suggested_generation": _suggestion(manifest, patched) if verdict == "undeclared-mtp" else None,
     }
@@ -263,7 +267,7 @@ def make_files(revision: Revision, block_count: int, kv: dict[str, Any] | None =
         PackageFile(
             revision=revision,
             path=layer_path(i),
-            role=PackageFile.Role.LAYER,
+            role=FileRole.LAYER,
             layer_index=i,
             size=487_000_000,
             lfs_sha256=sha256(f"layer{i}"),
@@ -282,7 +286,7 @@ def make_files(revision: Revision, block_count: int, kv: dict[str, Any] | None =
         PackageFile(
             revision=revision,
             path="model-package.json",
-            role=PackageFile.Role.MANIFEST,
+            role=FileRole.MANIFEST,
             size=9000,
             header_status=PackageFile.HeaderStatus.SKIPPED,
         )

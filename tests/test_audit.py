@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from packages_app import audit as auditing
 from packages_app.audit import FileInfo, audit
 from packages_app.manifest import parse_manifest
+from packages_app.manifest.identity import package_id_of
 from tests.audit_fixtures import (
     GLM47,
     LLAMA,
@@ -40,6 +41,17 @@ def problem(result: auditing.Audit, code: str) -> auditing.Problem:
     return next(p for p in result.problems if p.code == code)
 
 
+def row(result: auditing.Audit, setting: str) -> auditing.Resolution:
+    found = result.runtime.row(setting)
+    assert found is not None, setting
+    return found
+
+
+def served(schema: int, outcome: str) -> str:
+    """What a serving load does: every setting of a schema v1 package is refused (offline-only)."""
+    return "refused" if schema == 1 else outcome
+
+
 def reaudit_patched(package: Package, result: auditing.Audit) -> auditing.Audit:
     assert result.suggested_generation is not None
     patched = json.loads(result.suggested_generation.patched_manifest)
@@ -58,9 +70,9 @@ def test_it_explains_the_motivating_qwen35_package_as_undeclared_mtp() -> None:
         "model-package.json declares no generation.speculative_decoding, so strategy auto resolves "
         "native MTP off and mtp is refused."
     )
-    assert result.runtime.auto_native_mtp is False
-    assert result.runtime.mtp_allowed is False
-    assert "/source/Qwen3.5-35B-A3B-UD-Q4_K_XL.gguf is a build-host path" in result.runtime.auto_explanation
+    assert row(result, "auto").outcome == row(result, "mtp").outcome == "refused"
+    assert "schema v1 is offline-only" in row(result, "auto").why
+    assert problem(result, "v1_offline_only").severity == "warning"
     assert problem(result, "build_host_source_path").severity == "info"
     assert result.provenance.build_host_path is True
 
@@ -96,8 +108,8 @@ def test_the_patched_manifest_audits_as_consistent_mtp(schema: int) -> None:
     patched = reaudit_patched(package, package.audit())
 
     assert patched.verdict == "consistent-mtp"
-    assert patched.runtime.auto_native_mtp is True
-    assert patched.runtime.mtp_allowed is True
+    assert row(patched, "auto").outcome == served(schema, "native-mtp")
+    assert row(patched, "mtp").outcome == served(schema, "native-mtp")
 
 
 @SCHEMAS
@@ -107,11 +119,15 @@ def test_the_patch_only_adds_generation_and_keeps_every_other_key(schema: int) -
     assert suggestion is not None
 
     patched = json.loads(suggestion.patched_manifest)
-    assert {k: v for k, v in patched.items() if k != "generation"} == package.manifest
+    assert {k: v for k, v in patched.items() if k not in ("generation", "package_id")} == {
+        k: v for k, v in package.manifest.items() if k != "package_id"
+    }
+    if schema == 2:  # the id binds the generation block, so the patch carries the recomputed one
+        assert patched["package_id"] == package_id_of(patched) != package.manifest["package_id"]
     removed = [
         line for line in suggestion.diff.splitlines() if line.startswith("-") and not line.startswith("---")
     ]
-    assert removed == []
+    assert removed == ([] if schema == 1 else [f'-  "package_id": "{package.manifest["package_id"]}",'])
     keys = list(patched)
     assert keys.index("generation") + 1 == keys.index(
         "skippy_abi_version" if schema == 1 else "native_abi_version"
@@ -128,15 +144,21 @@ def test_it_accepts_the_fixed_qwen35_revision_as_consistent_mtp(schema: int) -> 
     assert result.declared.layer_indices == (40,)
     assert result.declared.strategies == {mtp_name(schema): "native-mtp"}
     assert result.suggested_generation is None
-    assert "native MTP on" in result.runtime.auto_explanation
+    assert row(result, "auto").outcome == served(schema, "native-mtp")
 
 
-def test_the_legacy_v1_strategy_name_allows_an_explicit_mtp_setting() -> None:
-    result = build(QWEN35, 1, mtp_generation(1, [40])).audit()
+def test_the_old_v1_strategy_name_native_mtp_n1_is_refused_by_an_explicit_mtp_setting() -> None:
+    generation = mtp_generation(2, [40])
+    sd = generation["speculative_decoding"]
+    sd["strategies"]["native-mtp-n1"] = sd["strategies"].pop("mtp")
+    sd["default"] = "native-mtp-n1"
+    result = build(QWEN35, 2, generation).audit()
 
-    assert result.declared.default_strategy == "native-mtp-n1"
-    assert result.runtime.mtp_allowed is True
-    assert "strategy native-mtp-n1" in result.runtime.mtp_explanation
+    assert result.verdict == "consistent-mtp"
+    assert row(result, "auto").outcome == row(result, "native-mtp-n1").outcome == "native-mtp"
+    assert row(result, "mtp").outcome == "refused"
+    assert "not keyed mtp" in row(result, "mtp").why
+    assert problem(result, "mtp_strategy_not_keyed_mtp").severity == "info"
 
 
 # --- other realistic packages -----------------------------------------------------------------
@@ -166,7 +188,8 @@ def test_a_dense_llama_without_mtp_is_consistent_no_mtp(schema: int) -> None:
     result = build(LLAMA, schema).audit()
 
     assert result.verdict == "consistent-no-mtp"
-    assert codes(result, "error") == codes(result, "warning") == []
+    assert codes(result, "error") == []
+    assert codes(result, "warning") == (["v1_offline_only"] if schema == 1 else [])
     assert result.detected.nextn_predict_layers is None
     assert result.detected.has_mtp_weights is False
     assert [b.kinds for b in result.detected.blocks] == [("attention", "ffn")] * 16
@@ -184,7 +207,8 @@ def test_a_nemotron_composite_mtp_suffix_declaration_is_consistent(schema: int) 
     assert result.declared.default_strategy == "mtp-suffix"
     assert result.declared.strategies["mtp-suffix"] == "composite"
     assert result.declared.layer_indices == (88,)
-    assert result.runtime.auto_native_mtp is True
+    assert row(result, "auto").outcome == served(schema, "native-mtp")
+    assert schema == 1 or "effective native-mtp+suffix" in row(result, "auto").why
     assert {"ssm", "moe", "attention"} <= {k for b in result.detected.blocks for k in b.kinds}
 
 
@@ -196,7 +220,7 @@ def test_a_package_backed_load_without_a_build_host_path_still_explains_why_mtp_
 
     result = package.audit()
 
-    assert "no local GGUF to prove MTP" in result.runtime.auto_explanation
+    assert "no local GGUF to prove MTP" in row(result, "auto").why or schema == 1
     assert "build_host_source_path" not in codes(result)
 
 
@@ -225,7 +249,7 @@ def test_a_declaration_whose_nextn_tensors_were_dropped_is_declared_without_weig
     message = problem(result, "declared_without_weights").message
     assert "qwen35moe.nextn_predict_layers=1 marks layer 40 as MTP" in message
     assert "loading with native MTP fails" in message
-    assert "the load fails" in result.runtime.auto_explanation
+    assert row(result, "auto").outcome == served(schema, "load-fails")
 
 
 @SCHEMAS
@@ -268,32 +292,44 @@ def test_layer_indices_naming_the_wrong_block_are_a_declaration_mismatch(schema:
     assert result.verdict == "declaration-mismatch"
     message = problem(result, "mtp_layer_mismatch").message
     assert "layer_indices [39]" in message and MTP_40 in message
-    assert "layer 39 holds no nextn tensors, so the load fails" in result.runtime.auto_explanation
+    assert schema == 1 or "layer 39 holds no nextn tensors, so the load fails" in row(result, "auto").why
     assert result.suggested_generation is not None
     assert result.suggested_generation.generation == mtp_generation(schema, [40])
     assert reaudit_patched(package, result).verdict == "consistent-mtp"
 
 
-@SCHEMAS
-def test_a_prediction_depth_of_two_is_a_mismatch_the_runtime_refuses(schema: int) -> None:
-    package = build(QWEN35, schema, mtp_generation(schema, [40], depth=2))
+def test_a_prediction_depth_of_two_passes_v2_validation_but_the_load_fails() -> None:
+    package = build(QWEN35, 2, mtp_generation(2, [40], depth=2))
     result = package.audit()
 
     assert result.verdict == "declaration-mismatch"
-    assert {"mtp_depth_mismatch", "unsupported_generation_value"} <= set(codes(result))
-    assert result.runtime.auto_native_mtp is False
-    assert result.runtime.mtp_allowed is False
-    assert "prediction_depth is 2" in result.runtime.auto_explanation
+    assert codes(result, "error") == ["mtp_depth_mismatch"]
+    assert problem(result, "strategy_fails_at_load").severity == "warning"
+    assert row(result, "auto").outcome == "load-fails"
+    assert row(result, "mtp").outcome == "refused"  # inline form: explicit mtp refuses it
+    assert "prediction_depth is 2" in row(result, "auto").why
     assert reaudit_patched(package, result).verdict == "consistent-mtp"
 
 
+def test_a_prediction_depth_of_two_fails_the_v1_preflight() -> None:
+    result = build(QWEN35, 1, mtp_generation(1, [40], depth=2)).audit()
+
+    assert result.verdict == "invalid-manifest"
+    assert "unsupported_native_mtp_prediction_depth" in codes(result, "error")
+
+
 @SCHEMAS
-def test_an_ngram_setting_the_runtime_refuses_is_a_declaration_mismatch(schema: int) -> None:
+def test_an_ngram_setting_the_runtime_refuses_is_a_mismatch_in_v2_and_invalid_in_v1(schema: int) -> None:
     package = build(LLAMA, schema, ngram_generation(ngram_max=6))
     result = package.audit()
 
+    if schema == 1:
+        assert result.verdict == "invalid-manifest"
+        assert "unsupported_ngram_cache_max_window" in codes(result, "error")
+        return
     assert result.verdict == "declaration-mismatch"
-    assert "unsupported_generation_value" in codes(result)
+    assert "strategy_fails_at_load" in codes(result, "warning")
+    assert row(result, "auto").outcome == "load-fails"
     assert result.suggested_generation is not None
     assert (
         result.suggested_generation.generation["speculative_decoding"]["proposers"]["cache"]["ngram_max"] == 4
@@ -309,8 +345,8 @@ def test_mtp_declared_beside_an_ngram_default_is_consistent_but_warned(schema: i
 
     assert result.verdict == "consistent-mtp"
     assert problem(result, "mtp_not_default").severity == "warning"
-    assert result.runtime.auto_native_mtp is False
-    assert result.runtime.mtp_allowed is True
+    assert row(result, "auto").outcome == served(schema, "no-mtp")
+    assert row(result, "mtp").outcome == served(schema, "native-mtp")
 
 
 @SCHEMAS
@@ -340,12 +376,13 @@ def test_an_unparseable_manifest_is_invalid_but_the_weights_are_still_described(
     assert codes(result, "error")[0] == "invalid_json"
     assert result.detected.mtp_blocks == (40,)
     assert result.suggested_generation is None
-    assert "rejects" in result.runtime.auto_explanation
+    assert row(result, "auto").outcome == "load-fails"
+    assert "rejects" in row(result, "auto").why
 
 
 @pytest.mark.parametrize(
     ("schema", "key", "code"),
-    [(1, "skippy_abi_version", "missing_skippy_abi_version"), (2, "native_abi_version", "missing_key")],
+    [(1, "skippy_abi_version", "invalid_manifest_json"), (2, "native_abi_version", "invalid_manifest_json")],
 )
 def test_a_manifest_missing_a_required_key_is_invalid(schema: int, key: str, code: str) -> None:
     package = build(QWEN35, schema, mtp_generation(schema, [40]))
@@ -355,7 +392,8 @@ def test_a_manifest_missing_a_required_key_is_invalid(schema: int, key: str, cod
 
     assert result.verdict == "invalid-manifest"
     assert code in codes(result, "error")
-    assert result.runtime.auto_native_mtp is False
+    assert "missing field `" + key in problem(result, code).message
+    assert row(result, "auto").outcome == "load-fails"
 
 
 def test_a_revision_without_a_manifest_is_invalid() -> None:
@@ -368,7 +406,7 @@ def test_a_revision_without_a_manifest_is_invalid() -> None:
     assert "unlisted_file" not in codes(result)
     assert {f.status for f in result.provenance.files} == {"unlisted"}
     assert result.provenance.manifest_sha256 is None
-    assert "there is no model-package.json" in result.runtime.mtp_explanation
+    assert "there is no model-package.json" in row(result, "mtp").why
 
 
 # --- provenance -------------------------------------------------------------------------------
@@ -473,7 +511,16 @@ def test_a_layer_count_that_disagrees_with_the_block_count_is_warned(schema: int
 
 # --- the JSON contract ------------------------------------------------------------------------
 
-_TOP = {"verdict", "detected", "declared", "problems", "provenance", "runtime", "suggested_generation"}
+_TOP = {
+    "verdict",
+    "detected",
+    "declared",
+    "problems",
+    "provenance",
+    "runtime",
+    "suggested_generation",
+    "compatibility",
+}
 _DETECTED = {
     "architecture",
     "block_count",
@@ -507,10 +554,10 @@ def test_to_json_has_exactly_the_documented_shape(schema: int) -> None:
     assert set(doc["declared"]) == _DECLARED
     assert set(doc["provenance"]) == _PROVENANCE
     assert all(set(f) == _FILE for f in doc["provenance"]["files"])
-    assert set(doc["runtime"]) == {"auto", "mtp"}
-    assert set(doc["runtime"]["auto"]) == {"native_mtp", "explanation"}
-    assert set(doc["runtime"]["mtp"]) == {"allowed", "explanation"}
-    assert set(doc["suggested_generation"]) == {"generation", "patched_manifest", "diff"}
+    assert list(doc["runtime"])[:5] == ["auto", "mtp", "disabled", "ngram-cache", "ngram-suffix"]
+    assert all(set(r) == {"outcome", "why"} for r in doc["runtime"].values())
+    assert all(set(a) == {"release", "admitted", "why"} for a in doc["compatibility"])
+    assert set(doc["suggested_generation"]) == {"generation", "patched_manifest", "diff", "advice"}
     assert all(set(p) == {"code", "severity", "message", "evidence"} for p in doc["problems"])
     assert doc["detected"]["missing_nextn_tensors"] == {"40": ["enorm", "hnorm", "shared_head_norm"]}
 

@@ -56,6 +56,7 @@ LAYERS: Mapping[str, int] = {
     "packages_app.fleet": SERVICES,
     "packages_app.rollups": SERVICES,
     "packages_app.audit_log": SERVICES,
+    "packages_app.telemetry": SERVICES,
     # Celery tasks: ids in, one service call, follow-ups enqueued
     "packages_app.tasks": TASKS,
     # edges: HTTP, commands, admin, templates, and the door they enqueue through

@@ -19,6 +19,7 @@ from packages_app.devhub import (
     DevHub,
     write_package_folder,
 )
+from packages_app.layout import FileRole
 from packages_app.models import Package, PackageFile, Revision
 
 pytestmark = pytest.mark.django_db
@@ -40,7 +41,7 @@ def test_ingesting_the_motivating_revision_stores_every_file_and_its_header(
     rev = outcome.revision
     assert outcome.ran and rev.status == Revision.Status.DONE, rev.error
     assert rev.files_done == rev.files_total > 41
-    layers = PackageFile.objects.filter(revision=rev, role=PackageFile.Role.LAYER)
+    layers = PackageFile.objects.filter(revision=rev, role=FileRole.LAYER)
     assert layers.count() == 41
     assert set(layers.values_list("header_status", flat=True)) == {PackageFile.HeaderStatus.PARSED}
     block40 = layers.get(layer_index=40)
@@ -113,7 +114,7 @@ def test_a_hostile_header_fails_its_file_and_the_other_files_are_still_stored(qw
     assert bad.header_status == PackageFile.HeaderStatus.FAILED
     assert "tensor" in bad.header_error.lower()
     parsed = PackageFile.objects.filter(revision=rev, header_status=PackageFile.HeaderStatus.PARSED)
-    assert parsed.filter(role=PackageFile.Role.LAYER).count() == 40
+    assert parsed.filter(role=FileRole.LAYER).count() == 40
     assert rev.status == Revision.Status.DONE
     assert "header_unreadable" in {p["code"] for p in rev.audit["problems"]}
 

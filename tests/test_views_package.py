@@ -43,7 +43,8 @@ def test_the_page_shows_the_verdict_its_evidence_and_the_fix(client: Client, qwe
     assert "undeclared-mtp" in body and "Block 40 holds NextN tensors" in body
     assert "<dt>mtp_blocks</dt><dd><code>[40]</code></dd>" in body
     assert '<td data-label="Detected" class="mtp-blocks">40</td>' in body
-    assert "No declared strategy and the build-host model path does not exist" in body
+    assert "No declared strategy, and a package load has no local GGUF to prove MTP." in body
+    assert '<span class="outcome outcome-refused">refused</span>' in body
     assert 'id="suggested-generation"' in body and "&quot;native-mtp&quot;" in body
     assert f"manifest.patched.json?revision={f.QWEN35_SHA}" in body
 

@@ -10,11 +10,7 @@ from packages_app.audit.detection import block_kind, detect, expected_nextn_tens
 from packages_app.audit.fix import writer_mtp_strategy
 from packages_app.audit.judgement import declare
 from packages_app.audit.model import (
-    CONSISTENT_VERDICTS,
-    INCONSISTENT_VERDICTS,
     KINDS,
-    METADATA_ONLY_KEY,
-    VERDICTS,
     Audit,
     Block,
     Declared,
@@ -22,12 +18,15 @@ from packages_app.audit.model import (
     FileCheck,
     FileInfo,
     Provenance,
+    Resolution,
     Runtime,
     Suggestion,
     verdict_is_consistent,
 )
 from packages_app.audit.revision import audit
+from packages_app.layout import METADATA_ONLY_KEY
 from packages_app.manifest import Problem
+from packages_app.verdicts import CONSISTENT_VERDICTS, INCONSISTENT_VERDICTS, VERDICTS
 
 __all__ = [
     "CONSISTENT_VERDICTS",
@@ -43,6 +42,7 @@ __all__ = [
     "FileInfo",
     "Problem",
     "Provenance",
+    "Resolution",
     "Runtime",
     "Suggestion",
     "audit",

@@ -12,10 +12,10 @@ from gguf.constants import MODEL_ARCH_NAMES, MODEL_TENSOR, MODEL_TENSORS, TENSOR
 from packages_app.audit.model import (
     KINDS,
     MAX_BLOCKS,
-    METADATA_ONLY_KEY,
     Block,
     Detected,
 )
+from packages_app.layout import LAYER_FILE_RE, METADATA_ONLY_KEY
 from packages_app.manifest import (
     Manifest,
 )
@@ -33,12 +33,14 @@ _NEXTN_RE = re.compile(
 _BLOCK_RE = re.compile(r"blk\.(\d{1,6})\.([A-Za-z0-9_]+)")
 _MOE_RE = re.compile(r"ffn_[a-z_]+_exps")
 _DENSE_FFN = frozenset({"ffn_up", "ffn_down", "ffn_gate"})
-_LAYER_FILE_RE = re.compile(r"layer-(\d{1,6})(?:-part\d+)?\.gguf$")
 _ARCH_BY_NAME = {name: arch for arch, name in MODEL_ARCH_NAMES.items()}
 # gguf 0.19 lists no NextN tensors for these architectures; domain.md section 5 records what they hold.
 _DOCUMENTED_NEXTN = {
     "qwen35": ("eh_proj", "enorm", "hnorm", "shared_head_norm"),
     "qwen35moe": ("eh_proj", "enorm", "hnorm", "shared_head_norm"),
+    # DeepSeek-V4 projects with nextn.e_proj + nextn.h_proj instead of eh_proj, and its head carries its
+    # own hyper-connection mixer (nextn.hc_head_*) (domain.md, real catalog). Only the pair is required.
+    "deepseek4": ("e_proj", "h_proj"),
 }
 
 
@@ -85,7 +87,7 @@ def detect(manifest: Manifest | None, headers: Mapping[str, Mapping[str, Any]]) 
     layer_files = manifest.layer_files() if manifest else {}
     found = {i: _nextn_suffixes(names) for i, names in w.tensors.items()}
     found = {i: s for i, s in found.items() if s}
-    key_blocks = _key_blocks(w.block_count, w.nextn)
+    key_blocks = _key_blocks(w.block_count, w.nextn, found)
     inspected = _inspected_blocks(w, manifest, layer_files)
     expected = expected_nextn_tensors(w.architecture)
     checked = sorted(b for b in set(key_blocks) | set(found) if b in inspected)
@@ -133,7 +135,7 @@ def _read_weights(manifest: Manifest | None, headers: Mapping[str, Mapping[str, 
 def _header_rank(manifest: Manifest | None, path: str, header: Mapping[str, Any]) -> tuple[int, int, str]:
     if (manifest and path == manifest.metadata_path) or _kv(header).get(METADATA_ONLY_KEY) is True:
         return 0, 0, path
-    match = _LAYER_FILE_RE.search(path)
+    match = LAYER_FILE_RE.search(path)
     return (1, int(match[1]), path) if match else (2, 0, path)
 
 
@@ -180,17 +182,24 @@ def _nextn_suffixes(names: Mapping[str, int]) -> tuple[str, ...]:
     return tuple(sorted({m[2] for n in names if (m := _NEXTN_RE.match(n))}))
 
 
-def _key_blocks(block_count: int | None, nextn: int | None) -> tuple[int, ...]:
+def _key_blocks(block_count: int | None, nextn: int | None, found: Mapping[int, object]) -> tuple[int, ...]:
+    """The blocks the nextn key marks as MTP: the last ``nextn`` of block_count, unless the NextN tensors
+    sit past block_count and none inside it, as in GGUFs whose block_count leaves the MTP block out
+    (ik_llama #2256) or MTP-only GGUFs: then the blocks that hold them."""
     if not block_count or not nextn:
         return ()
-    return tuple(range(block_count - nextn, block_count))
+    inside = range(block_count - nextn, block_count)
+    beyond = sorted(b for b in found if b >= block_count)
+    if beyond and not any(b in found for b in inside):
+        return tuple(beyond[:nextn])
+    return tuple(inside)
 
 
 def _inspected_blocks(w: _Weights, manifest: Manifest | None, layer_files: Mapping[int, str]) -> set[int]:
     indices = set(range(w.block_count or 0)) | set(w.tensors)
     if w.directory is not None:
         return indices
-    guessed = {int(m[1]): p for p in w.listed if (m := _LAYER_FILE_RE.search(p))}
+    guessed = {int(m[1]): p for p in w.listed if (m := LAYER_FILE_RE.search(p))}
 
     def seen(i: int) -> bool:
         if i in w.tensors or guessed.get(i) in w.listed or layer_files.get(i) in w.listed:

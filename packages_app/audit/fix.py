@@ -11,7 +11,6 @@ from packages_app.audit.model import (
     Suggestion,
 )
 from packages_app.manifest import (
-    LEGACY_MTP_NAME,
     MANIFEST_FILE,
     MTP_NAME,
     NATIVE_MTP,
@@ -19,6 +18,8 @@ from packages_app.manifest import (
     Manifest,
     render_manifest,
 )
+from packages_app.manifest.identity import package_id_of
+from packages_app.manifest.v2schema import DecodeError
 
 _WRITER_WINDOW = {"default": "fixed", "initial_window": 1, "min_window": 1, "max_window": 1}
 
@@ -38,7 +39,7 @@ def _suggest(verdict: str, manifest: Manifest | None, d: Detected) -> Suggestion
         return None
     generation = copy.deepcopy(manifest.generation) if manifest.generation else {}
     generation["speculative_decoding"] = speculative
-    patched = _with_generation(manifest.raw, generation)
+    patched = _with_package_id(_with_generation(manifest.raw, generation), manifest)
     before, after = render_manifest(manifest.raw), render_manifest(patched)
     diff = difflib.unified_diff(
         before.splitlines(keepends=True),
@@ -46,7 +47,28 @@ def _suggest(verdict: str, manifest: Manifest | None, d: Detected) -> Suggestion
         f"a/{MANIFEST_FILE}",
         f"b/{MANIFEST_FILE}",
     )
-    return Suggestion(generation, after, "".join(diff))
+    return Suggestion(generation, after, "".join(diff), _advice(manifest))
+
+
+def _advice(manifest: Manifest) -> str | None:
+    if manifest.schema_version != 1:
+        return None
+    return (
+        "This package is schema v1, which every serving load refuses (offline-only since PR #1693): "
+        "adding the block is not enough to serve it. Republish it as package-v2 (the fixed writer, "
+        "PR #1937) with this generation block; the writer recomputes package_id."
+    )
+
+
+def _with_package_id(patched: Json, manifest: Manifest) -> Json:
+    """A v2 manifest's package_id binds the generation block, so the patch carries the recomputed id."""
+    if manifest.schema_version != 2:
+        return patched
+    try:
+        package_id = package_id_of(patched)
+    except DecodeError:
+        return patched
+    return {k: (package_id if k == "package_id" else v) for k, v in patched.items()}
 
 
 def writer_mtp_strategy(layer_indices: Sequence[int]) -> Json:
@@ -60,8 +82,9 @@ def writer_mtp_strategy(layer_indices: Sequence[int]) -> Json:
 
 
 def _with_mtp_strategy(manifest: Manifest, blocks: Sequence[int]) -> Json:
-    # v1 writers named it native-mtp-n1; v2 names it mtp.
-    name = LEGACY_MTP_NAME if manifest.schema_version == 1 else MTP_NAME
+    # Keyed mtp, as the fixed writer (PR #1937) emits it: explicit speculative.strategy = mtp selects only
+    # a strategy keyed exactly mtp, so the old v1 name native-mtp-n1 would be refused.
+    name = MTP_NAME
     sd = manifest.speculative_decoding
     if sd is None:
         return {"default": name, "strategies": {name: writer_mtp_strategy(blocks)}}
@@ -86,7 +109,7 @@ def _corrected(raw: Json, blocks: Sequence[int]) -> Json:
 
 def _correct_entry(body: Json, blocks: Sequence[int]) -> None:
     kind = body.get("type")
-    if kind in (NATIVE_MTP, LEGACY_MTP_NAME) and ("prediction_depth" in body or "layer_indices" in body):
+    if kind == NATIVE_MTP and ("prediction_depth" in body or "layer_indices" in body):
         body["prediction_depth"] = 1
         if blocks:
             body["layer_indices"] = list(blocks)

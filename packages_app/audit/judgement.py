@@ -7,9 +7,6 @@ from collections.abc import Mapping, Sequence
 
 from gguf.constants import Keys
 
-from packages_app.audit.detection import (
-    _LAYER_FILE_RE,
-)
 from packages_app.audit.model import (
     Declared,
     Detected,
@@ -18,6 +15,7 @@ from packages_app.audit.model import (
     Provenance,
     _problem,
 )
+from packages_app.layout import HOUSEKEEPING_FILES, LAYER_FILE_RE
 from packages_app.manifest import (
     MANIFEST_FILE,
     Manifest,
@@ -27,9 +25,6 @@ from packages_app.manifest import (
     Strategy,
     describe_layers,
 )
-
-# Repo housekeeping that no manifest names and nobody needs flagged.
-_HOUSEKEEPING = frozenset({MANIFEST_FILE, ".gitattributes", "README.md"})
 
 # --- what the manifest declares ---------------------------------------------------------------
 
@@ -258,7 +253,9 @@ def _coverage_problems(d: Detected, errors: Mapping[str, str]) -> list[Problem]:
 def _layer_count_problems(manifest: Manifest | None, d: Detected) -> list[Problem]:
     if manifest is None or manifest.layer_count is None or d.block_count is None:
         return []
-    if manifest.layer_count == d.block_count:
+    # A block_count that leaves the MTP block out (ik_llama #2256) still describes layer_count blocks.
+    beyond = [b for b in d.key_blocks if b >= d.block_count]
+    if manifest.layer_count in (d.block_count, d.block_count + len(beyond)):
         return []
     key = Keys.LLM.BLOCK_COUNT.format(arch=d.architecture)
     message = (
@@ -283,7 +280,7 @@ def _check_files(
         checks.append(check)
         problems += _file_problems(check)
     for f in sorted(files, key=lambda f: f.path):
-        if f.path in named or f.path in _HOUSEKEEPING:
+        if f.path in named or f.path in HOUSEKEEPING_FILES:
             continue
         checks.append(FileCheck(f.path, _guess_role(f.path), None, None, *_hub_facts(f), "unlisted"))
         if manifest is not None:
@@ -330,7 +327,7 @@ def _unlisted(path: str) -> Problem:
 
 
 def _guess_role(path: str) -> str:
-    if _LAYER_FILE_RE.search(path):
+    if LAYER_FILE_RE.search(path):
         return "layer"
     return "metadata" if path.endswith("metadata.gguf") else "other"
 

@@ -6,28 +6,21 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from packages_app.audit.releases import Admission
 from packages_app.manifest import (
     Json,
     Manifest,
     Problem,
     Severity,
 )
+from packages_app.verdicts import is_consistent
 
-CONSISTENT_VERDICTS = ("consistent-mtp", "consistent-no-mtp")
-INCONSISTENT_VERDICTS = (
-    "undeclared-mtp",
-    "declared-without-weights",
-    "declaration-mismatch",
-    "invalid-manifest",
-)
-VERDICTS = CONSISTENT_VERDICTS + INCONSISTENT_VERDICTS
 KINDS = ("attention", "ssm", "moe", "ffn", "nextn")
-METADATA_ONLY_KEY = "skippy.package.metadata_only"
 MAX_BLOCKS = 4096  # far above any real model (DeepSeek-V3: 61, Qwen3-235B: 94); bounds hostile headers
 
 
 def verdict_is_consistent(verdict: str) -> bool:
-    return verdict in CONSISTENT_VERDICTS
+    return is_consistent(verdict)
 
 
 def _problem(code: str, severity: Severity, message: str, **evidence: Any) -> Problem:
@@ -164,18 +157,37 @@ class Provenance:
         }
 
 
+UNCERTAIN = (
+    "Whether a split package load's model path exposes a GGUF with nextn metadata is not pinned down "
+    "(rules.md section 7). If it does, auto and mtp turn native MTP on through the local GGUF even without "
+    "a declaration; this table assumes a package load has no local GGUF signal.",
+    "Whether host admission runs the full validate() or validate_root() is not confirmed; this table "
+    "applies validate_root (the tensor-catalog checks need the metadata carrier).",
+)
+
+
+@dataclass(frozen=True)
+class Resolution:
+    """One row of the resolver table: an operator setting and what mesh-llm does with it."""
+
+    setting: str
+    outcome: str  # native-mtp | no-mtp | load-fails | refused
+    why: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"outcome": self.outcome, "why": self.why}
+
+
 @dataclass(frozen=True)
 class Runtime:
-    auto_native_mtp: bool
-    auto_explanation: str
-    mtp_allowed: bool
-    mtp_explanation: str
+    rows: tuple[Resolution, ...]
+    uncertain: tuple[str, ...] = UNCERTAIN
 
-    def to_json(self) -> Json:
-        return {
-            "auto": {"native_mtp": self.auto_native_mtp, "explanation": self.auto_explanation},
-            "mtp": {"allowed": self.mtp_allowed, "explanation": self.mtp_explanation},
-        }
+    def row(self, setting: str) -> Resolution | None:
+        return next((r for r in self.rows if r.setting == setting), None)
+
+    def to_json(self) -> dict[str, dict[str, str]]:
+        return {r.setting: r.to_json() for r in self.rows}
 
 
 @dataclass(frozen=True)
@@ -183,9 +195,15 @@ class Suggestion:
     generation: Json
     patched_manifest: str
     diff: str
+    advice: str | None = None  # v1: republish as package-v2; the block alone does not make it servable
 
     def to_json(self) -> Json:
-        return {"generation": self.generation, "patched_manifest": self.patched_manifest, "diff": self.diff}
+        return {
+            "generation": self.generation,
+            "patched_manifest": self.patched_manifest,
+            "diff": self.diff,
+            "advice": self.advice,
+        }
 
 
 @dataclass(frozen=True)
@@ -200,6 +218,7 @@ class Audit:
     # False when the headers needed to judge MTP were not read: `audit_package` exits 2 then.
     auditable: bool = True
     manifest: Manifest | None = None
+    compatibility: tuple[Admission, ...] = ()
 
     @property
     def consistent(self) -> bool:
@@ -219,4 +238,5 @@ class Audit:
             "suggested_generation": self.suggested_generation.to_json()
             if self.suggested_generation
             else None,
+            "compatibility": [a.to_json() for a in self.compatibility],
         }

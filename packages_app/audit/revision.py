@@ -26,10 +26,8 @@ from packages_app.audit.model import (
     Audit,
     FileInfo,
 )
-from packages_app.audit.runtime import (
-    _rejection,
-    _runtime,
-)
+from packages_app.audit.releases import compatibility
+from packages_app.audit.runtime import resolve
 from packages_app.manifest import (
     MANIFEST_FILE,
     Problem,
@@ -70,10 +68,11 @@ def audit(
         declared=declared,
         problems=problems,
         provenance=_provenance(manifest, manifest_bytes, revision, checks),
-        runtime=_runtime(manifest if trusted else None, _rejection(parsed), detected),
+        runtime=resolve(parsed, detected),
         suggested_generation=_suggest(verdict, manifest, detected) if trusted else None,
         auditable=not any(p.code == "weights_not_inspected" and p.severity == "error" for p in coverage),
         manifest=manifest,
+        compatibility=tuple(compatibility(parsed)),
     )
 
 

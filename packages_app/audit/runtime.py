@@ -1,103 +1,147 @@
-"""Pure: how mesh-llm resolves each operator strategy setting for a manifest; no Django, no I/O."""
+"""Pure: the resolver as a table: what mesh-llm does with each operator ``speculative.strategy`` setting
+for one manifest (rules.md section 5: resolver/speculative.rs, frontend/speculative.rs). No Django, no I/O.
+
+Each row is one of ``native-mtp``, ``no-mtp``, ``load-fails``, ``refused`` with a sentence. Where
+mesh-llm's behaviour is not pinned down (rules.md section 7) the table says so in ``UNCERTAIN``.
+"""
 
 from __future__ import annotations
 
-from packages_app.audit.model import (
-    Detected,
-    Runtime,
-)
+from packages_app.audit.model import Detected, Resolution, Runtime
 from packages_app.manifest import (
+    COMPOSITE,
     MANIFEST_FILE,
-    MTP_NAMES,
-    RUNTIME_CODES,
+    MTP_NAME,
+    NATIVE_MTP,
     Manifest,
     ManifestResult,
-    SpeculativeDecoding,
     Strategy,
     describe_layers,
 )
 
-# --- how the runtime resolves strategies (domain.md section 4) --------------------------------
+OUTCOMES = ("native-mtp", "no-mtp", "load-fails", "refused")
+OPERATOR_SETTINGS = ("auto", MTP_NAME, "disabled", "ngram-cache", "ngram-suffix")
+UNDECLARED_SAMPLES = ("native-mtp-n1", "ngram")
+_REFUSED_NAME = (
+    "the resolver refuses it: a strategy must be auto, disabled, mtp, ngram-cache, ngram-suffix, or a "
+    f"strategy declared by {MANIFEST_FILE}"
+)
 
 
-def _rejection(parsed: ManifestResult | None) -> str:
-    """Why the runtime cannot use the manifest at all, naming the first schema error."""
-    if parsed is None:
-        return f"there is no {MANIFEST_FILE}"
-    first = next((p for p in parsed.problems if p.severity == "error" and p.code not in RUNTIME_CODES), None)
-    return f"the runtime rejects this {MANIFEST_FILE} ({first.code}: {first.message})" if first else ""
+def resolve(parsed: ManifestResult | None, detected: Detected | None = None) -> Runtime:
+    """The resolver table for one manifest (and, when known, what its weights hold)."""
+    manifest = parsed.manifest if parsed else None
+    if manifest is None or parsed is None:
+        why = f"there is no {MANIFEST_FILE}" if parsed is None else _first_error(parsed)
+        return _every(_settings(None), "load-fails", f"the load fails: {why}.")
+    if manifest.schema_version == 1:
+        return _every(
+            _settings(manifest),
+            "refused",
+            "every serving load refuses it: layer-package schema v1 is offline-only; split serving requires "
+            "a package-v2 manifest (since PR #1693).",
+        )
+    if not parsed.trusted:
+        return _every(_settings(manifest), "load-fails", f"the load fails: {_first_error(parsed)}.")
+    return Runtime(tuple(_resolve(manifest, s, detected) for s in _settings(manifest)))
 
 
-def _runtime(manifest: Manifest | None, rejection: str, d: Detected) -> Runtime:
-    if manifest is None:
-        why = rejection.removesuffix(".")
-        return Runtime(False, f"native MTP off: {why}.", False, f"mtp is refused: {why}.")
-    no_local = _no_local_signal(manifest)
-    sd = manifest.speculative_decoding
+def _first_error(parsed: ManifestResult) -> str:
+    first = next((p for p in parsed.problems if p.severity == "error"), None)
+    return f"mesh-llm rejects this {MANIFEST_FILE} ({first.code}: {first.message})" if first else "unknown"
+
+
+def _settings(manifest: Manifest | None) -> list[str]:
+    sd = manifest.speculative_decoding if manifest else None
+    declared = [n for n in (sd.strategies if sd else {}) if n not in OPERATOR_SETTINGS]
+    sample = next(n for n in UNDECLARED_SAMPLES if not sd or n not in sd.strategies)
+    return [*OPERATOR_SETTINGS, *declared, sample]
+
+
+def _every(settings: list[str], outcome: str, why: str) -> Runtime:
+    return Runtime(tuple(Resolution(s, outcome, why) for s in settings))
+
+
+def _resolve(m: Manifest, setting: str, d: Detected | None) -> Resolution:
+    if setting == "auto":
+        return _auto(m, d)
+    if setting == MTP_NAME:
+        return _mtp(m, d)
+    if setting == "disabled":
+        return Resolution(setting, "no-mtp", "disabled clears every speculative setting: effective disabled.")
+    sd = m.speculative_decoding
+    declared = sd.strategy(setting) if sd else None
+    if declared is not None:
+        return _run(setting, declared, d, f"{setting} names a declared strategy")
+    if setting in ("ngram-cache", "ngram-suffix"):
+        return Resolution(
+            setting,
+            "refused",
+            f"no package strategy is named {setting}, so the operator must also set ngram_min and ngram_max "
+            f'("requires both ngram_min and ngram_max"); with them it runs {setting} without MTP.',
+        )
+    return Resolution(setting, "refused", f"{setting} is not declared, so {_REFUSED_NAME}.")
+
+
+def _auto(m: Manifest, d: Detected | None) -> Resolution:
+    sd = m.speculative_decoding
     if sd is None:
-        return Runtime(
-            False,
-            f"native MTP off: {MANIFEST_FILE} declares no generation.speculative_decoding, and {no_local}.",
-            False,
-            f"mtp is refused: nothing declares native MTP, and {no_local}.",
+        return Resolution(
+            "auto",
+            "no-mtp",
+            f"{MANIFEST_FILE} declares no generation.speculative_decoding, and a package load has no local "
+            "GGUF to prove MTP: effective disabled.",
         )
-    auto_on, auto_text = _auto(sd, d)
-    mtp_on, mtp_text = _explicit_mtp(sd, d, no_local)
-    return Runtime(auto_on, auto_text, mtp_on, mtp_text)
+    default = sd.strategy(sd.default)
+    if default is None:  # validate_root reports unknown_strategy, so a trusted manifest never gets here
+        return Resolution("auto", "load-fails", f"the default strategy {sd.default} is not declared.")
+    return _run("auto", default, d, f"auto runs the default strategy {default.name}")
 
 
-def _no_local_signal(manifest: Manifest) -> str:
-    path = manifest.source_model.path
-    if manifest.source_model.is_build_host_path:
-        return f"source_model.path {path} is a build-host path, so no local GGUF proves MTP on serving nodes"
-    return "a package-backed load has no local GGUF to prove MTP"
+def _mtp(m: Manifest, d: Detected | None) -> Resolution:
+    sd = m.speculative_decoding
+    keyed = sd.strategy(MTP_NAME) if sd else None
+    if keyed is None or not keyed.uses_native_mtp:
+        others = [s.name for s in sd.native_mtp_strategies()] if sd else []
+        hint = f"; strategy {', '.join(others)} is native MTP but is not keyed mtp" if others else ""
+        return Resolution(
+            MTP_NAME,
+            "refused",
+            f'explicit mtp "requires proven native MTP support": no strategy is keyed exactly mtp with '
+            f"native MTP{hint}, and a package load has no local GGUF to prove it.",
+        )
+    if keyed.runtime_refusals and keyed.proposer is None and keyed.type == NATIVE_MTP:
+        return Resolution(
+            MTP_NAME,
+            "refused",
+            f"strategy mtp is inline native MTP with {keyed.runtime_refusals[0]}, "
+            "so explicit mtp is refused.",
+        )
+    return _run(MTP_NAME, keyed, d, "explicit mtp selects the strategy keyed mtp")
 
 
-def _load_note(s: Strategy, d: Detected) -> str:
-    """Why loading the declared head fails: the runtime needs NextN tensors in every named block."""
-    if not d.has_mtp_weights:
-        return ", but the weights hold no blk.N.nextn tensors, so the load fails"
-    empty = [i for i in (s.native_mtp.layer_indices if s.native_mtp else ()) if i not in d.nextn_found]
-    return f", but {describe_layers(empty)} holds no nextn tensors, so the load fails" if empty else ""
-
-
-def _auto(sd: SpeculativeDecoding, d: Detected) -> tuple[bool, str]:
-    s = sd.default_strategy
-    if s is None:
-        return False, f"native MTP off: the default strategy {sd.default or '(empty)'} is not declared."
+def _run(setting: str, s: Strategy, d: Detected | None, lead: str) -> Resolution:
     if s.runtime_refusals:
-        return (
-            False,
-            f"native MTP off: the runtime refuses default strategy {s.name}: {s.runtime_refusals[0]}.",
-        )
-    if s.uses_native_mtp:
-        return (
-            True,
-            f"native MTP on: default strategy {s.name} is {s.type}{_layers_text(s)}{_load_note(s, d)}.",
-        )
-    return False, f"native MTP off: default strategy {s.name} is {s.type or 'unknown'}, not native MTP."
+        return Resolution(setting, "load-fails", f"{lead}, and the load fails: {s.runtime_refusals[0]}.")
+    if not s.uses_native_mtp:
+        return Resolution(setting, "no-mtp", f"{lead} ({s.type}): effective {s.type}, no native MTP.")
+    effective = _effective(s)
+    missing = _missing_weights(s, d)
+    if missing:
+        return Resolution(setting, "load-fails", f"{lead} ({effective}), but {missing}, so the load fails.")
+    layers = f" with layer_indices {list(s.native_mtp.layer_indices)}" if s.native_mtp else ""
+    return Resolution(setting, "native-mtp", f"{lead}: effective {effective}{layers}.")
 
 
-def _explicit_mtp(sd: SpeculativeDecoding, d: Detected, no_local: str) -> tuple[bool, str]:
-    default = sd.default_strategy
-    named = [s for n, s in sd.strategies.items() if n in MTP_NAMES and s.uses_native_mtp]
-    candidate = default if default is not None and default.uses_native_mtp else next(iter(named), None)
-    if candidate is None:
-        others = sd.native_mtp_strategies()
-        if others:
-            return False, (
-                f"mtp is refused: strategy {others[0].name} is native MTP but neither the default nor "
-                f"named mtp; select {others[0].name} by name."
-            )
-        return False, f"mtp is refused: no declared strategy uses native MTP, and {no_local}."
-    if candidate.runtime_refusals:
-        reason = candidate.runtime_refusals[0]
-        return False, f"mtp is refused: strategy {candidate.name} breaks a runtime rule: {reason}."
-    return True, (
-        f"mtp is allowed: {MANIFEST_FILE} declares native MTP in strategy {candidate.name}"
-        f"{_layers_text(candidate)}{_load_note(candidate, d)}."
-    )
+def _effective(s: Strategy) -> str:
+    return NATIVE_MTP if s.type != COMPOSITE else f"{NATIVE_MTP}+{s.extender or 'ngram'}"
 
 
-def _layers_text(s: Strategy) -> str:
-    return f" with layer_indices {list(s.native_mtp.layer_indices)}" if s.native_mtp else ""
+def _missing_weights(s: Strategy, d: Detected | None) -> str:
+    """What the named blocks lack, when the weights were read; empty when they hold NextN tensors."""
+    if d is None or d.architecture is None or s.native_mtp is None:
+        return ""
+    if not d.has_mtp_weights:
+        return "the weights hold no blk.N.nextn tensors"
+    empty = [i for i in s.native_mtp.layer_indices if i not in d.nextn_found and i not in d.uninspected]
+    return f"{describe_layers(empty)} holds no nextn tensors" if empty else ""

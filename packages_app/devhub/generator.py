@@ -26,6 +26,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from packages_app.manifest.identity import package_id_of
+from packages_app.manifest.v2schema import DecodeError
+
 from .store import Commit, FileEntry, RepoRecord, Store, copy_sparse
 from .weights import (
     BuiltFile,
@@ -42,7 +45,7 @@ from .weights import (
     qwen35moe_spec,
 )
 
-GENERATOR_VERSION = "2"
+GENERATOR_VERSION = "3"
 DEFAULT_ROOT = Path(__file__).resolve().parents[2] / "var" / "devhub"
 OWNER = "meshllm"
 # Unlocks the private and gated demo repos; a local test credential, not a secret.
@@ -455,7 +458,11 @@ def manifest_v2(plan: PackagePlan, rev: RevisionPlan, spec: ModelSpec, files: Pa
     manifest["native_abi_version"] = "0.3.2"
     manifest["generator_version"] = "skippy-package 0.4.1"
     manifest["created_at_unix_secs"] = int(rev.date.timestamp()) - 1800
-    return manifest | dict(rev.extra_keys)
+    manifest |= dict(rev.extra_keys)
+    # mesh-llm binds every field into the id; a manifest that does not parse keeps the placeholder.
+    with contextlib.suppress(DecodeError):
+        manifest["package_id"] = package_id_of(manifest)
+    return manifest
 
 
 def _entry(artifact_id: str, built: BuiltFile, sha: str | None = None) -> dict[str, Any]:

@@ -4,20 +4,17 @@ Owns: bounded JSON loading, both schemas' validation, the typed manifest, the ca
 Never imports: Django, packages_app.models or any service, hub/ (no network, no file I/O), audit/.
 """
 
+from packages_app.layout import LAYER_FILE_RE as LAYER_PATH
+from packages_app.layout import MANIFEST_FILE, MAX_MANIFEST_BYTES
 from packages_app.manifest.model import (
     BUILD_HOST_PATH,
     COMPOSITE,
-    LAYER_PATH,
     LEGACY_MTP_NAME,
-    MANIFEST_FILE,
     MAX_DEPTH,
-    MAX_MANIFEST_BYTES,
     MAX_PROBLEMS,
     MTP_NAME,
-    MTP_NAMES,
     NATIVE_MTP,
     NGRAM_TYPES,
-    RUNTIME_CODES,
     Artifact,
     ExtensionPolicy,
     Json,
@@ -47,10 +44,8 @@ __all__ = [
     "MAX_MANIFEST_BYTES",
     "MAX_PROBLEMS",
     "MTP_NAME",
-    "MTP_NAMES",
     "NATIVE_MTP",
     "NGRAM_TYPES",
-    "RUNTIME_CODES",
     "Artifact",
     "ExtensionPolicy",
     "Json",

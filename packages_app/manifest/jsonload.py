@@ -6,10 +6,10 @@ import json
 import math
 from typing import Any, NoReturn
 
+from packages_app.layout import MANIFEST_FILE
 from packages_app.manifest.model import (
     _CONTAINER_TYPES,
     _LONG_NUMBER,
-    MANIFEST_FILE,
     MAX_DEPTH,
     MAX_INT,
     MAX_PROBLEMS,

@@ -7,8 +7,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-MANIFEST_FILE = "model-package.json"
-MAX_MANIFEST_BYTES = 16 * 1024 * 1024
 MAX_DEPTH = 64  # a real manifest nests 6 levels deep (generation...window_policy.default)
 MAX_LAYER_COUNT = 65_536  # bounds the per-layer coverage check; real packages hold under 200 blocks
 MAX_PROBLEMS = 200  # a hostile manifest must not turn into millions of stored problems
@@ -22,14 +20,10 @@ COMPOSITE = "composite"
 NGRAM_TYPES = frozenset({"ngram-cache", "ngram-suffix"})
 PROPOSER_TYPES = frozenset({NATIVE_MTP, *NGRAM_TYPES})
 STRATEGY_TYPES = frozenset({NATIVE_MTP, COMPOSITE, *NGRAM_TYPES})
-# v1 writers named the strategy (and sometimes its type) native-mtp-n1; the runtime treats it as mtp.
+# Explicit speculative.strategy = mtp selects only a strategy keyed exactly "mtp" (SPEC:749-751).
+# Old v1 writers named it native-mtp-n1, which explicit mtp does not select.
 MTP_NAME = "mtp"
 LEGACY_MTP_NAME = "native-mtp-n1"
-MTP_NAMES = frozenset({MTP_NAME, LEGACY_MTP_NAME})
-
-# Problems the schema accepts but the runtime refuses at load: they make a declaration wrong,
-# not the manifest untrustworthy.
-RUNTIME_CODES = frozenset({"unsupported_generation_value"})
 
 _HEX64 = re.compile(r"[0-9a-fA-F]{64}")
 _LOWER_HEX64 = re.compile(r"[0-9a-f]{64}")
@@ -39,7 +33,6 @@ _KEBAB = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
 _DRIVE = re.compile(r"[A-Za-z]:")
 _LONG_NUMBER = re.compile(rb"[0-9]{19}|[eE][+-]?[0-9]{3}")
 _CONTAINER_TYPES = frozenset({dict, list})
-LAYER_PATH = re.compile(r"layers/layer-(\d{1,6})(?:-part(\d{1,4}))?\.gguf")
 BUILD_HOST_PATH = re.compile(r"(?:/|[A-Za-z]:[\\/]|\\\\)")
 
 
@@ -51,6 +44,12 @@ class Problem:
     severity: Severity
     message: str
     evidence: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def path(self) -> str | None:
+        """The manifest key the finding is about, in mesh-llm's own path notation when it has one."""
+        found = self.evidence.get("path")
+        return found if isinstance(found, str) else None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -165,11 +164,8 @@ class SpeculativeDecoding:
     raw: Json
 
     def strategy(self, name: str) -> Strategy | None:
-        """The strategy a name selects; mtp and the legacy native-mtp-n1 select each other."""
-        found = self.strategies.get(name)
-        if found is None and name in MTP_NAMES:
-            found = next((self.strategies[n] for n in sorted(MTP_NAMES) if n in self.strategies), None)
-        return found
+        """The strategy declared under exactly this key (mesh-llm matches names literally)."""
+        return self.strategies.get(name)
 
     @property
     def default_strategy(self) -> Strategy | None:
@@ -193,6 +189,16 @@ class Manifest:
     generation: Json | None
     speculative_decoding: SpeculativeDecoding | None
     raw: Json
+    generator_version: str | None = None
+    computed_package_id: str | None = None  # v2 only: what mesh-llm computes from the file
+    request_defaults: bool = False
+    publisher_metadata: bool = False
+
+    @property
+    def package_id_matches(self) -> bool | None:
+        if self.computed_package_id is None:
+            return None
+        return self.package_id == self.computed_package_id
 
     def layer_files(self) -> dict[int, str]:
         """Layer index -> the path of its (first part's) file."""
@@ -216,7 +222,5 @@ class ManifestResult:
 
     @property
     def trusted(self) -> bool:
-        """Parsed, and no error the schema itself rejects (runtime-only refusals do not count)."""
-        return self.manifest is not None and not any(
-            p.severity == "error" and p.code not in RUNTIME_CODES for p in self.problems
-        )
+        """Parsed, and mesh-llm's validator accepts it (meshdash's own findings are never errors)."""
+        return self.manifest is not None and not any(p.severity == "error" for p in self.problems)

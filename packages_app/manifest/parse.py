@@ -6,26 +6,31 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from packages_app.layout import MANIFEST_FILE, MAX_MANIFEST_BYTES
+from packages_app.manifest.findings import extra_findings
 from packages_app.manifest.jsonload import _load_json, _Rejected, _rejected
 from packages_app.manifest.model import (
-    MANIFEST_FILE,
-    MAX_MANIFEST_BYTES,
+    MAX_PROBLEMS,
     ManifestResult,
+    Problem,
 )
 from packages_app.manifest.reader import (
     _is_int,
     _json_type,
-    _Report,
     _show,
 )
-from packages_app.manifest.v1 import _parse_v1
-from packages_app.manifest.v2 import _parse_v2
+from packages_app.manifest.v1 import parse_v1
+from packages_app.manifest.v2 import parse_v2
 
 # --- public entry points ----------------------------------------------------------------------
 
 
 def parse_manifest(data: bytes) -> ManifestResult:
-    """Parse model-package.json bytes; never raises on bad input, every defect becomes a Problem."""
+    """Judge model-package.json bytes as mesh-llm does; never raises, every defect becomes a Problem.
+
+    Schema 1 goes to the v1 preflight; anything else is read as package-v2 (whose validator reports
+    unsupported_schema_version), as the runtime does.
+    """
     if len(data) > MAX_MANIFEST_BYTES:
         return _rejected(
             "manifest_too_large",
@@ -37,19 +42,32 @@ def parse_manifest(data: bytes) -> ManifestResult:
     except _Rejected as exc:
         return _rejected(exc.code, exc.message)
     if not isinstance(raw, dict):
-        return _rejected("invalid_type", f"{MANIFEST_FILE} must hold a JSON object, not {_json_type(raw)}.")
-    report = _Report()
-    for key in duplicates:
-        report.add(
-            "duplicate_key", f"{MANIFEST_FILE} repeats the key {_show(key)} inside one object.", key=key
+        return _rejected(
+            "invalid_manifest_json", f"{MANIFEST_FILE} must hold a JSON object, not {_json_type(raw)}."
         )
+    # serde refuses a repeated struct field ("duplicate field"), so a repeated key is a parse error.
+    problems = [
+        Problem(
+            "duplicate_key",
+            "error",
+            f"{MANIFEST_FILE} repeats the key {_show(key)} inside one object.",
+            {"key": key},
+        )
+        for key in duplicates
+    ]
     version = raw.get("schema_version")
-    if version is None or not _is_int(version) or version not in (1, 2):
-        code = "missing_key" if version is None else "unsupported_schema_version"
-        report.add(code, f"{MANIFEST_FILE} schema_version is {_show(version)}; only 1 and 2 are understood.")
-        return ManifestResult(None, report.finish())
-    manifest = _parse_v1(report, raw) if version == 1 else _parse_v2(report, raw)
-    return ManifestResult(manifest, report.finish())
+    manifest, found = parse_v1(raw) if _is_int(version) and version == 1 else parse_v2(raw)
+    problems += found[:MAX_PROBLEMS]
+    if len(found) > MAX_PROBLEMS:
+        problems.append(_more(len(found) - MAX_PROBLEMS))
+    if manifest is not None:
+        problems += extra_findings(manifest)
+    return ManifestResult(manifest, problems)
+
+
+def _more(count: int) -> Problem:
+    message = f"{MANIFEST_FILE} has {count} more problems that are not listed."
+    return Problem("too_many_problems", "error", message, {"not_listed": count})
 
 
 def render_manifest(raw: Mapping[str, Any]) -> str:

@@ -6,12 +6,12 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from packages_app.layout import MANIFEST_FILE
 from packages_app.manifest.model import (
     _DRIVE,
     _HEX64,
     _IDENTIFIER,
     _LOWER_HEX64,
-    MANIFEST_FILE,
     MAX_PROBLEMS,
     Json,
     Problem,
@@ -195,3 +195,9 @@ def unsafe_path_reason(path: str) -> str | None:
     if "" in segments or "." in segments:
         return "has an empty or '.' segment"
     return None
+
+
+def safe_text(text: str, limit: int = 280) -> str:
+    """A hostile name inside a message: ASCII with backslash escapes (no lone surrogates), capped."""
+    shown = text.encode("ascii", "backslashreplace").decode("ascii")
+    return shown if len(shown) <= limit else shown[: limit - 3] + "..."

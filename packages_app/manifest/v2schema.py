@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Union
 
 Json = dict[str, Any]
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
 U32 = 2**32 - 1
 U64 = 2**64 - 1
 I32 = (-(2**31), 2**31 - 1)
@@ -74,6 +76,7 @@ class Field:
 class Struct:
     name: str
     fields: tuple[Field, ...]
+    deny_unknown: bool = True  # #[serde(deny_unknown_fields)]; the v1 preflight's structs ignore extras
 
 
 @dataclass(frozen=True)
@@ -292,7 +295,12 @@ PACKAGE_ROOT = Struct(
 
 def decode_root(raw: Any) -> Json:
     """The manifest as mesh-llm's PackageRoot holds it; raises DecodeError like serde would."""
-    value: Json = _decode(PACKAGE_ROOT, raw, "")
+    return decode(PACKAGE_ROOT, raw)
+
+
+def decode(kind: Struct, raw: Any) -> Json:
+    """``raw`` (json.loads output) as the struct ``kind`` holds it; raises DecodeError like serde would."""
+    value: Json = _decode(kind, raw, "")
     return value
 
 
@@ -328,7 +336,7 @@ def _decode(kind: Type, value: Any, path: str) -> Any:
     if isinstance(kind, Map):
         if not isinstance(value, dict):
             raise DecodeError(path, f"invalid type: {_kind(value)}, expected a map")
-        return {k: _decode(kind.value, value[k], f"{path}[{k}]") for k in sorted(value)}
+        return {_checked_text(k, path): _decode(kind.value, value[k], f"{path}[{k}]") for k in sorted(value)}
     return _decode_leaf(kind, value, path)
 
 
@@ -351,13 +359,20 @@ def _decode_leaf(kind: Int | Scalar | Enum | Budget, value: Any, path: str) -> A
 
 def _decode_scalar(kind: Scalar, value: Any, path: str) -> Any:
     if kind.name == "string" and isinstance(value, str):
-        return value
+        return _checked_text(value, path)
     if kind.name == "bool" and isinstance(value, bool):
         return value
     if kind.name == "f64" and isinstance(value, int | float) and not isinstance(value, bool):
         return float(value)
     expected = {"string": "a string", "bool": "a boolean", "f64": "f64"}[kind.name]
     raise DecodeError(path, f"invalid type: {_kind(value)}, expected {expected}")
+
+
+def _checked_text(text: str, path: str) -> str:
+    """serde_json refuses a lone surrogate escape (\\ud800) that Python's json accepts."""
+    if _SURROGATE.search(text):
+        raise DecodeError(path, "lone leading surrogate in hex escape")
+    return text
 
 
 def _decode_int(kind: Int, value: Any, path: str) -> int:
@@ -376,7 +391,7 @@ def _decode_struct(kind: Struct, value: Any, path: str) -> Json:
 
 def _decode_fields(kind: Struct, value: Json, path: str, extra: frozenset[str]) -> Json:
     known = {f.key for f in kind.fields} | extra
-    for key in value:
+    for key in value if kind.deny_unknown else ():
         if key not in known:
             expected = ", ".join(f"`{f.key}`" for f in kind.fields)
             raise DecodeError(_join(path, key), f"unknown field `{key[:60]}`, expected one of {expected}")
@@ -384,7 +399,7 @@ def _decode_fields(kind: Struct, value: Json, path: str, extra: frozenset[str]) 
     for f in kind.fields:
         if f.key in value:
             out[f.key] = _decode(f.type, value[f.key], _join(path, f.key))
-        elif isinstance(f.type, Opt):
+        elif isinstance(f.type, Opt):  # serde treats a missing Option as None even without default
             out[f.key] = None
         elif f.default:
             out[f.key] = {} if isinstance(f.type, Map) else []

@@ -69,8 +69,8 @@ def render_report(result: inspection.PackageAudit, doc: dict[str, Any]) -> str:
         f"declared: default strategy {declared['default_strategy'] or 'none'}, "
         f"native MTP {'yes' if declared['uses_native_mtp'] else 'no'}"
         + (f", layer_indices {declared['layer_indices']}" if declared["layer_indices"] else ""),
-        f"runtime: auto -> {runtime['auto']['explanation']}",
-        f"         mtp  -> {runtime['mtp']['explanation']}",
+        "runtime (speculative.strategy -> outcome):",
+        *(f"  {setting}: {row['outcome']}: {row['why']}" for setting, row in runtime.items()),
     ]
     if doc["problems"]:
         lines.append("problems:")
@@ -78,5 +78,7 @@ def render_report(result: inspection.PackageAudit, doc: dict[str, Any]) -> str:
     if doc["suggested_generation"]:
         lines.append("suggested fix (add to model-package.json):")
         lines.append(doc["suggested_generation"]["diff"])
+        if doc["suggested_generation"].get("advice"):
+            lines.append(doc["suggested_generation"]["advice"])
     lines.append(f"fetched {result.bytes} bytes in {result.requests} requests")
     return "\n".join(lines)

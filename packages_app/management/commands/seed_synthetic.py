@@ -21,6 +21,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connection, transaction
 from django.db.models import Model, OuterRef, Subquery
 
+from packages_app.layout import FileRole
 from packages_app.models import Node, Package, PackageFile, Report, Revision
 
 T = TypeVar("T", bound=Model)
@@ -345,7 +346,7 @@ def file_rows(revision_id: int, blocks: int) -> Iterator[PackageFile]:
         yield PackageFile(
             revision_id=revision_id,
             path=layer_path(i),
-            role=PackageFile.Role.LAYER,
+            role=FileRole.LAYER,
             layer_index=i,
             size=500_000_000,
             lfs_sha256=digest(f"l{i}"),
@@ -397,8 +398,8 @@ def build_audit(profile: Profile, verdict: str) -> dict[str, Any]:
             "files": [_provenance(i) for i in range(blocks)],
         },
         "runtime": {
-            "auto": {"native_mtp": declared and profile.mtp, "explanation": "Decided by the manifest."},
-            "mtp": {"allowed": declared and profile.mtp, "explanation": "Needs a declaration and weights."},
+            "auto": {"outcome": "native-mtp" if declared and profile.mtp else "no-mtp", "why": "Synthetic."},
+            "mtp": {"outcome": "native-mtp" if declared and profile.mtp else "refused", "why": "Synthetic."},
         },
         "suggested_generation": None,
     }

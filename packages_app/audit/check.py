@@ -1,0 +1,90 @@
+"""Pure: one model-package.json judged alone, as mesh-llm judges it: validity with mesh-llm's codes, the
+canonical package_id, the resolver table and the release matrix. No weights, no network, no Django.
+
+The shape of ``to_json`` is the contract of ``manage.py check_manifest --json``, the "Check a manifest" page
+and ``POST /api/v1/check-manifest``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from packages_app.audit.model import Runtime
+from packages_app.audit.releases import Admission, compatibility
+from packages_app.audit.runtime import resolve
+from packages_app.manifest import ManifestResult, Problem, parse_manifest
+
+
+@dataclass(frozen=True)
+class ManifestCheck:
+    schema: int | None
+    parsed: ManifestResult
+    declared_id: str | None
+    computed_id: str | None
+    runtime: Runtime
+    compatibility: tuple[Admission, ...]
+
+    @property
+    def valid(self) -> bool:
+        return self.parsed.trusted
+
+    @property
+    def problems(self) -> list[Problem]:
+        return self.parsed.problems
+
+    @property
+    def id_matches(self) -> bool | None:
+        if self.declared_id is None and self.computed_id is None:
+            return None
+        return self.declared_id == self.computed_id
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema": self.schema,
+            "valid": self.valid,
+            "problems": [
+                {"code": p.code, "severity": p.severity, "message": p.message, "path": p.path}
+                for p in self.problems
+            ],
+            "package_id": {
+                "declared": self.declared_id,
+                "computed": self.computed_id,
+                "matches": self.id_matches,
+            },
+            "runtime": self.runtime.to_json(),
+            "compatibility": [a.to_json() for a in self.compatibility],
+        }
+
+
+def check_manifest(data: bytes) -> ManifestCheck:
+    """Judge manifest bytes; never raises on bad input."""
+    parsed = parse_manifest(data)
+    manifest = parsed.manifest
+    raw = manifest.raw if manifest is not None else _loose(data, parsed)
+    schema = manifest.schema_version if manifest is not None else _int(raw.get("schema_version"))
+    declared = raw.get("package_id") if schema != 1 else None
+    return ManifestCheck(
+        schema=schema,
+        parsed=parsed,
+        declared_id=declared if isinstance(declared, str) else None,
+        computed_id=manifest.computed_package_id if manifest is not None else None,
+        runtime=resolve(parsed),
+        compatibility=tuple(compatibility(parsed)),
+    )
+
+
+def _loose(data: bytes, parsed: ManifestResult) -> dict[str, Any]:
+    """The top-level object of a manifest that did not parse, for its schema_version and declared id."""
+    if any(p.code in ("manifest_too_large", "too_deeply_nested", "invalid_json") for p in parsed.problems):
+        return {}
+    try:
+        value = json.loads(data)
+    except (ValueError, RecursionError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None

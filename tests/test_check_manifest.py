@@ -1,0 +1,113 @@
+"""`manage.py check_manifest PATH [--json]`: one manifest judged alone; the JSON contract and exit codes."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.core.management import call_command
+
+from packages_app.layout import MAX_MANIFEST_BYTES
+from packages_app.manifest.identity import package_id_of
+from tests.test_rulebook import mtp_sd, v1_base, v2_base
+
+
+def run(path: Path | str, *flags: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with pytest.raises(SystemExit) as exited:
+        call_command("check_manifest", str(path), *flags, stdout=out, stderr=err)
+    code = exited.value.code
+    return (code if isinstance(code, int) else 1), out.getvalue(), err.getvalue()
+
+
+def write(tmp_path: Path, doc: Any) -> Path:
+    path = tmp_path / "model-package.json"
+    path.write_text(doc if isinstance(doc, str) else json.dumps(doc))
+    return path
+
+
+def valid_v2() -> dict[str, Any]:
+    doc = v2_base()
+    doc["generation"] = {"speculative_decoding": mtp_sd()}
+    doc["package_id"] = package_id_of(doc)
+    return doc
+
+
+def test_a_valid_v2_manifest_exits_0_with_exactly_the_documented_json(tmp_path: Path) -> None:
+    code, out, _ = run(write(tmp_path, valid_v2()), "--json")
+    doc = json.loads(out)
+
+    assert code == 0
+    assert set(doc) == {"schema", "valid", "problems", "package_id", "runtime", "compatibility"}
+    assert (doc["schema"], doc["valid"], doc["problems"]) == (2, True, [])
+    assert doc["package_id"]["matches"] is True
+    assert doc["package_id"]["declared"] == doc["package_id"]["computed"]
+    assert doc["runtime"]["auto"] == {"outcome": "native-mtp", "why": doc["runtime"]["auto"]["why"]}
+    assert {"auto", "mtp", "disabled"} <= set(doc["runtime"])
+    assert all(set(r) == {"outcome", "why"} for r in doc["runtime"].values())
+    assert [set(a) for a in doc["compatibility"]] == [{"release", "admitted", "why"}] * len(
+        doc["compatibility"]
+    )
+
+
+def test_a_stale_package_id_exits_1_and_names_both_ids(tmp_path: Path) -> None:
+    doc = valid_v2()
+    doc["native_abi_version"] = "0.1.57"
+
+    code, out, _ = run(write(tmp_path, doc), "--json")
+    result = json.loads(out)
+
+    assert code == 1
+    assert [p["code"] for p in result["problems"]] == ["package_identity_mismatch"]
+    assert result["problems"][0]["path"] == "package_id"
+    assert result["package_id"]["matches"] is False
+
+
+@pytest.mark.parametrize("body", ['{"schema_version": 2,', "[]", '{"schema_version": 2}', "\x00"])
+def test_a_file_that_is_not_a_manifest_is_invalid_not_unreadable(tmp_path: Path, body: str) -> None:
+    code, out, _ = run(write(tmp_path, body), "--json")
+
+    assert code == 1
+    assert json.loads(out)["valid"] is False
+
+
+def test_a_v1_manifest_is_judged_by_the_preflight_and_refused_by_every_release(tmp_path: Path) -> None:
+    code, out, _ = run(write(tmp_path, v1_base()), "--json")
+    doc = json.loads(out)
+
+    assert code == 0
+    assert doc["schema"] == 1
+    assert [p["code"] for p in doc["problems"]] == ["v1_offline_only"]
+    assert doc["package_id"] == {"declared": None, "computed": None, "matches": None}
+    assert {a["admitted"] for a in doc["compatibility"]} == {False}
+
+
+def test_a_manifest_over_16_mib_is_invalid(tmp_path: Path) -> None:
+    path = tmp_path / "model-package.json"
+    path.write_bytes(b"{" + b" " * MAX_MANIFEST_BYTES + b"}")
+
+    code, out, _ = run(path, "--json")
+
+    assert code == 1
+    assert json.loads(out)["problems"][0]["code"] == "manifest_too_large"
+
+
+@pytest.mark.parametrize("name", ["missing.json", "."])
+def test_a_file_that_cannot_be_read_exits_2(tmp_path: Path, name: str) -> None:
+    code, out, err = run(tmp_path / name)
+
+    assert code == 2
+    assert out == "" and "cannot read" in err
+
+
+def test_the_text_report_lists_problems_the_resolver_table_and_releases(tmp_path: Path) -> None:
+    code, out, _ = run(write(tmp_path, valid_v2()))
+
+    assert code == 0
+    assert "valid as mesh-llm judges it" in out
+    assert "  auto: native-mtp:" in out
+    assert "  v0.76.2: refused: package-v2 native ABI 0.1.53" not in out
+    assert "after PR #1959: admitted" in out

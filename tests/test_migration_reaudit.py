@@ -1,0 +1,63 @@
+"""The issue-9 data migration re-audits stored revisions from their stored inputs and loses none of them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.db.migrations.executor import MigrationExecutor
+
+from tests.audit_fixtures import QWEN35, build
+
+BEFORE = [("packages_app", "0002_node10_timings_flags_and_node_runs")]
+AFTER = [("packages_app", "0003_issue9_reaudit")]
+STALE = {"verdict": "consistent-mtp", "runtime": {"auto": {"native_mtp": True, "explanation": "old"}}}
+
+
+def migrate(targets: list[tuple[str, str]]) -> Any:
+    executor = MigrationExecutor(connection)
+    executor.loader.build_graph()
+    executor.migrate(targets)
+    return executor.loader.project_state(targets).apps
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_migration_recomputes_the_audit_and_keeps_every_input() -> None:
+    apps = migrate(BEFORE)
+    package = build(QWEN35, 1)
+    manifest = package.manifest_bytes()
+    pkg = apps.get_model("packages_app", "Package").objects.create(repo_id=QWEN35.package)
+    rev = apps.get_model("packages_app", "Revision").objects.create(
+        package=pkg,
+        commit_sha=package.revision,
+        status="done",
+        manifest_bytes=manifest,
+        verdict="consistent-mtp",
+        audit=STALE,
+    )
+    file_model = apps.get_model("packages_app", "PackageFile")
+    for f in package.files:
+        h = package.headers.get(f.path)
+        file_model.objects.create(
+            revision=rev,
+            path=f.path,
+            size=f.size,
+            lfs_sha256=f.lfs_sha256 or "",
+            header_status="parsed" if h else "pending",
+            kv=h["kv"] if h else None,
+            tensors=h["tensors"] if h else None,
+            header_bytes=h["header_bytes"] if h else None,
+            gguf_version=3 if h else None,
+        )
+
+    apps = migrate(AFTER)
+
+    after = apps.get_model("packages_app", "Revision").objects.get(pk=rev.pk)
+    assert after.verdict == "undeclared-mtp"
+    assert after.audit["runtime"]["auto"]["outcome"] == "refused"  # v1: offline-only
+    assert [a["admitted"] for a in after.audit["compatibility"]] == [False, False, False]
+    assert bytes(after.manifest_bytes) == manifest
+    assert apps.get_model("packages_app", "PackageFile").objects.filter(revision_id=rev.pk).count() == len(
+        package.files
+    )
