@@ -430,29 +430,47 @@ def ran_counts(revision_id: int) -> RanCounts:
     return RanCounts(**row)
 
 
-def reconcile(verdict: str, auto_native_mtp: Any, ran: RanCounts) -> list[str]:
+def auto_outcome(runtime: Any, verdict: str) -> str:
+    """What the audit predicts for ``strategy = auto``: native-mtp, no-mtp, load-fails or refused.
+
+    Reads the resolver table (``runtime.auto.outcome``); an audit written before it existed has
+    ``native_mtp`` instead, and a declared head without weights fails to load.
+    """
+    auto = runtime.get("auto") if isinstance(runtime, dict) else None
+    if not isinstance(auto, dict):
+        return ""
+    if isinstance(auto.get("outcome"), str):
+        return str(auto["outcome"])
+    if verdict == "declared-without-weights":
+        return "load-fails"
+    native = auto.get("native_mtp")
+    return "" if native is None else ("native-mtp" if native else "no-mtp")
+
+
+def reconcile(outcome: str, ran: RanCounts) -> list[str]:
     """Findings where what nodes report contradicts what the audit predicts (pure; [] when they agree)."""
     if not ran.reports:
         return []
-    findings = []
     nodes = f"{ran.nodes} node{'s' if ran.nodes != 1 else ''}"
-    if verdict == "declared-without-weights":
-        findings.append(
-            f"The audit says loading with MTP fails (no NextN tensors), yet {ran.reports} reports from "
-            f"{nodes} ran this revision{' without MTP' if not ran.mtp_on else ''}: "
+    if outcome in ("load-fails", "refused"):
+        how = " without MTP" if not ran.mtp_on else ""
+        verb = "fails to load" if outcome == "load-fails" else "is refused"
+        return [
+            f"The audit predicts this revision {verb} "
+            f"under auto, yet {ran.reports} reports from {nodes} ran it{how}: "
             "the runtime fell back instead of failing, or the audit misses something."
-        )
-    if auto_native_mtp is False and ran.mtp_on:
-        findings.append(
+        ]
+    if outcome == "no-mtp" and ran.mtp_on:
+        return [
             f"The audit predicts no native MTP under auto, yet {ran.mtp_on} reports show MTP in use: "
             "the nodes found another signal (a local GGUF or an explicit strategy)."
-        )
-    if auto_native_mtp is True and ran.auto_off:
-        findings.append(
+        ]
+    if outcome == "native-mtp" and ran.auto_off:
+        return [
             f"The audit predicts native MTP under auto, yet {ran.auto_off} reports that asked for auto "
             "ran without it: check the node's mesh-llm version and its load log."
-        )
-    return findings
+        ]
+    return []
 
 
 # --- topologies ----------------------------------------------------------------------------------

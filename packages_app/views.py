@@ -99,11 +99,9 @@ def _revision_context(revision: Revision) -> dict[str, Any]:
     splits = list(throughput.get("stage_splits") or []) if throughput else []
     suggested = queries.suggested_generation(revision)
     runtime = queries.audit_section(revision, "runtime")
-    auto = runtime.get("auto")
-    auto_native_mtp = auto.get("native_mtp") if isinstance(auto, dict) else None
     ran = fleet.ran_counts(revision.pk) if throughput else fleet.RanCounts()
     return {
-        "findings": fleet.reconcile(revision.verdict, auto_native_mtp, ran),
+        "findings": fleet.reconcile(fleet.auto_outcome(runtime, revision.verdict), ran),
         "hub_base": hub_url(revision.package, revision, path="/"),
         "problems": queries.audit_problems(revision),
         "detected": queries.audit_section(revision, "detected"),

@@ -131,19 +131,32 @@ def test_a_package_with_one_revision_has_nothing_to_compare(client: Client) -> N
 
 def test_nodes_running_a_revision_the_audit_says_cannot_load_is_a_finding() -> None:
     ran = fleet.RanCounts(reports=5, nodes=2, mtp_on=0, auto_off=5)
-    findings = fleet.reconcile("declared-without-weights", False, ran)
-    assert len(findings) == 1 and "5 reports from 2 nodes ran this revision without MTP" in findings[0]
+    findings = fleet.reconcile("load-fails", ran)
+    assert len(findings) == 1 and "yet 5 reports from 2 nodes ran it without MTP" in findings[0]
+    assert "MTP in use" in fleet.reconcile("no-mtp", fleet.RanCounts(5, 2, 5, 0))[0]
+    assert "ran without it" in fleet.reconcile("native-mtp", fleet.RanCounts(5, 2, 0, 5))[0]
 
 
 def test_reports_that_agree_with_the_audit_raise_no_finding() -> None:
-    assert fleet.reconcile("undeclared-mtp", False, fleet.RanCounts(5, 2, 0, 5)) == []
-    assert fleet.reconcile("consistent-mtp", True, fleet.RanCounts(5, 2, 5, 0)) == []
-    assert fleet.reconcile("declared-without-weights", False, fleet.RanCounts()) == []
+    assert fleet.reconcile("no-mtp", fleet.RanCounts(5, 2, 0, 5)) == []
+    assert fleet.reconcile("native-mtp", fleet.RanCounts(5, 2, 5, 0)) == []
+    assert fleet.reconcile("load-fails", fleet.RanCounts()) == []
+
+
+def test_the_predicted_outcome_reads_the_resolver_table_and_older_audits() -> None:
+    assert fleet.auto_outcome(
+        {"auto": {"outcome": "load-fails", "why": "."}}, "declared-without-weights"
+    ) == ("load-fails")
+    assert fleet.auto_outcome({"auto": {"native_mtp": False}}, "declared-without-weights") == "load-fails"
+    assert fleet.auto_outcome({"auto": {"native_mtp": True}}, "consistent-mtp") == "native-mtp"
+    assert fleet.auto_outcome(None, "consistent-mtp") == ""
 
 
 def test_the_package_page_shows_the_finding(client: Client) -> None:
     package = f.make_package("meshllm/Nemotron-layers")
     revision = f.make_revision(package, "declared-without-weights")
+    revision.audit["runtime"]["auto"] = {"outcome": "load-fails", "why": "no NextN tensors"}
+    revision.save(update_fields=["audit"])
     f.make_report(f.make_node(), revision, 4.0, at=timezone.now())
     body = text(client.get("/packages/meshllm/Nemotron-layers/"))
     assert 'class="finding"' in body and "the runtime fell back instead of failing" in body
