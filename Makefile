@@ -19,9 +19,11 @@ $(STAMP): pyproject.toml requirements.lock
 
 install: $(STAMP)
 
-# Debian's Chromium drives the browser tests (Playwright's own browser download cannot work here).
+# Debian's Chromium drives the browser tests (Playwright's own browser download cannot work here); Debian's
+# nginx is the buffering proxy tests/test_proxy.py puts in front of gunicorn, as the README documents.
 system-deps:
 	@command -v chromium >/dev/null || { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; }
+	@test -x /usr/sbin/nginx || { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q nginx-light; }
 
 # axe-core (the accessibility rules the browser tests run), pinned in package-lock.json, from the npm registry.
 NODE_STAMP := node_modules/.installed-stamp
@@ -57,10 +59,12 @@ test: lint test-sqlite test-services
 
 # The demo: devhub serves generated packages, a Celery worker ingests them, runserver shows them. It needs
 # neither PostgreSQL nor Redis: SQLite, and Redis as the broker only when one answers (bin/run-demo).
+# The demo is a development server: DEBUG is off unless set, so it is set here.
+run: export DEBUG = true
 run: install
 	$(PY) manage.py migrate --noinput
 	$(PY) manage.py collect_plotly
-	REDIS_URL=$(REDIS_URL) HF_ENDPOINT=http://127.0.0.1:$(DEVHUB_PORT) bin/run-demo $(DEVHUB_PORT) $(PORT)
+	REDIS_URL=$(REDIS_URL) HF_ENDPOINT=http://127.0.0.1:$(DEVHUB_PORT) MESHDASH_HUB_DEV=1 bin/run-demo $(DEVHUB_PORT) $(PORT)
 
 clean:
 	rm -rf $(VENV) db.sqlite3* staticfiles artifacts node_modules

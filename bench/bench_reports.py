@@ -1,11 +1,13 @@
-"""Report API throughput and latency under gunicorn + PostgreSQL, beside a trivial endpoint.
+"""Report API and OTLP ingest throughput and latency under gunicorn + PostgreSQL, beside a trivial one.
 
     .venv/bin/python bench/bench_reports.py [--workers 4] [--worker-class sync] [--clients 20]
 
 Recreates the database named by --database-url (default: meshdash_bench on the local
 PostgreSQL), migrates it, starts gunicorn on a loopback port with the Redis cache, and drives it
 with 20 concurrent keep-alive clients: GET /api/v1/ping (the trivial endpoint), single reports,
-and batches of 100. Prints a markdown table and whether each target is met. Then runs the
+batches of 100, and OTLP/HTTP trace exports of 512 stage.openai_decode spans (POST /v1/traces,
+protobuf, spans joined to the bench revision by a registered run id). Prints a markdown table and
+whether each target is met (OTLP spans/s at least the batched reports/s). Then runs the
 throughput selectors on the stored rows, so PostgreSQL's percentile_cont path is exercised too.
 """
 
@@ -186,6 +188,52 @@ def report_lanes(
     return lanes
 
 
+BENCH_RUN = "bench-run"
+
+
+def register_bench_run() -> None:
+    """The run id every bench span carries, registered as an agent would, so spans join the revision."""
+    from packages_app import telemetry
+    from packages_app.models import Node
+    from packages_app.nodes.report_schema import RunIn
+
+    run = RunIn.model_validate(
+        {
+            "run_id": BENCH_RUN,
+            "package": {"repo": lr.BENCH_REPO, "revision": lr.BENCH_SHA},
+            "stages": [{"stage_id": "s0", "stage_index": 0, "layer_start": 0, "layer_end": 41}],
+        }
+    )
+    telemetry.run_register(Node.objects.filter(name__startswith="bench-perf").first(), run)
+
+
+def span_lanes(
+    tokens: list[str], clients: int, per_lane: int, spans: int, rng: random.Random
+) -> list[list[lr.Call]]:
+    from packages_app.devnode import payloads
+
+    plans = [
+        payloads.RunPlan(repo=lr.BENCH_REPO, run_id=BENCH_RUN, effective_strategy=effective)
+        for effective in ("native-mtp", "disabled", "ngram-cache")
+    ]
+    lanes = []
+    for lane in range(clients):
+        calls = []
+        for _ in range(per_lane):
+            batch = []
+            for _ in range(spans):
+                plan = rng.choice(plans)
+                measured = payloads.decode(plan, rng, 256)
+                attrs = payloads.span_attributes(plan, measured, "s0")
+                batch.append(payloads.decode_span(attrs, rng, measured.predicted_ms))
+            body = payloads.export_request(batch).SerializeToString()
+            calls.append(
+                lr.Call("/v1/traces", body, tokens[lane % len(tokens)], content_type="application/x-protobuf")
+            )
+        lanes.append(calls)
+    return lanes
+
+
 def table(rows: list[Row]) -> str:
     head = ["scenario", "requests", "reports", "wall s", "req/s", "reports/s", "p50 ms", "p99 ms", "errors"]
     head += ["app CPU ms/unit", "db CPU ms/unit", "units/s on 2 free cores"]
@@ -193,8 +241,12 @@ def table(rows: list[Row]) -> str:
     return "\n".join(lines + ["| " + " | ".join(row.cells()) + " |" for row in rows])
 
 
-def targets(ping: Row, single: Row, batch: Row) -> list[str]:
+def targets(ping: Row, single: Row, batch: Row, otlp: Row) -> list[str]:
     checks = [
+        (
+            ">= the batched reports/s, in OTLP spans/s",
+            otlp.reports / otlp.seconds >= batch.reports / batch.seconds,
+        ),
         (">= 300 single reports/s", single.reports / single.seconds >= 300),
         ("single p99 <= 100 ms", single.p99 <= 0.100),
         (">= 3,000 batched reports/s", batch.reports / batch.seconds >= 3000),
@@ -202,9 +254,20 @@ def targets(ping: Row, single: Row, batch: Row) -> list[str]:
             ">= half the ping request rate, in batched reports/s",
             batch.reports / batch.seconds >= ping.requests / ping.seconds / 2,
         ),
-        ("no errors", not (ping.errors or single.errors or batch.errors)),
+        ("no errors", not (ping.errors or single.errors or batch.errors or otlp.errors)),
     ]
     return [f"- {'PASS' if ok else 'FAIL'}: {label}" for label, ok in checks]
+
+
+def otlp_check(otlp: Row) -> str:
+    from packages_app.models import Report, Revision
+
+    revision = Revision.objects.get(commit_sha=lr.BENCH_SHA)
+    stored = Report.objects.filter(source=Report.Source.OTLP)
+    linked = stored.filter(revision=revision).count()
+    return (
+        f"OTLP: {stored.count()} span reports stored of {otlp.reports} sent, {linked} linked to the revision"
+    )
 
 
 def selector_check() -> str:
@@ -236,6 +299,8 @@ def main() -> int:
     parser.add_argument("--singles", type=int, default=6000)
     parser.add_argument("--batches", type=int, default=300, help="batches of --batch-size")
     parser.add_argument("--batch-size", type=int, default=100)
+    parser.add_argument("--exports", type=int, default=60, help="OTLP exports of --spans spans")
+    parser.add_argument("--spans", type=int, default=512)
     args = parser.parse_args()
     recreate_database(args)
     os.environ.update({k: v for k, v in server_env(args).items() if k in ("DATABASE_URL", "REDIS_URL")})
@@ -244,6 +309,8 @@ def main() -> int:
     tokens = lr.bench_nodes(args.clients // 4 or 1, prefix="bench-perf")
     singles = report_lanes(tokens, args.clients, args.singles // args.clients, 1, rng)
     batches = report_lanes(tokens, args.clients, args.batches // args.clients, args.batch_size, rng)
+    register_bench_run()
+    exports = span_lanes(tokens, args.clients, max(1, args.exports // args.clients), args.spans, rng)
     url = f"http://127.0.0.1:{args.port}"
     global SERVER
     server = SERVER = start_server(args)
@@ -260,6 +327,13 @@ def main() -> int:
         batch = measure(
             f"POST /api/v1/reports/batch ({args.batch_size}/request)", url, batches, args.batch_size, {200}
         )
+        otlp = measure(
+            f"POST /v1/traces (OTLP/HTTP protobuf, {args.spans} spans/request)",
+            url,
+            exports,
+            args.spans,
+            {200},
+        )
     finally:
         server.send_signal(signal.SIGTERM)
         server.wait(timeout=30)
@@ -267,10 +341,11 @@ def main() -> int:
         f"gunicorn -w {args.workers} -k {args.worker_class} --threads {args.threads}; {args.clients} clients"
     )
     print(f"\n{config}; PostgreSQL; Redis cache; {os.cpu_count()} CPUs shared\n")
-    print(table([ping, single, batch]))
+    print(table([ping, single, batch, otlp]))
     print("\n(unit = a report, or a request for ping; the last column = 2 CPUs / CPU per unit, what")
     print(" the server would do with both cores to itself and the load generator elsewhere)")
-    print("\n" + "\n".join(targets(ping, single, batch)))
+    print("\n" + "\n".join(targets(ping, single, batch, otlp)))
+    print("\n" + otlp_check(otlp))
     print("\n" + selector_check())
     return 0
 

@@ -38,6 +38,7 @@ class Call:
     body: bytes
     token: str
     method: str = "POST"
+    content_type: str = "application/json"
     tag: object = None
     status: int = 0
     answer: bytes = b""
@@ -66,7 +67,7 @@ class Connection:
         assert self.reader is not None
         head = (
             f"{call.method} {call.path} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\n"
-            f"Content-Type: application/json\r\nContent-Length: {len(call.body)}\r\n"
+            f"Content-Type: {call.content_type}\r\nContent-Length: {len(call.body)}\r\n"
             + (f"Authorization: Bearer {call.token}\r\n" if call.token else "")
             + "\r\n"
         )

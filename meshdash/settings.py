@@ -57,17 +57,27 @@ def proxy_ssl_header(value: str) -> tuple[str, str] | None:
     return (meta if meta.startswith("HTTP_") else f"HTTP_{meta}", expected)
 
 
-DEBUG = envbool("DEBUG", True)
+# Off unless explicitly set: `make run`, the Dockerfile's build steps and the test suite set DEBUG=true.
+DEBUG = envbool("DEBUG", False)
 SECRET_KEY = envstr("SECRET_KEY")
-if not SECRET_KEY:
-    if not DEBUG:
-        raise ImproperlyConfigured("SECRET_KEY must be set when DEBUG is false")
+if not SECRET_KEY and DEBUG:
     SECRET_KEY = "dev-only-insecure-key-never-use-in-production"  # noqa: S105
 ALLOWED_HOSTS = [h for h in envstr("ALLOWED_HOSTS").split(",") if h]
-if not ALLOWED_HOSTS:
-    if not DEBUG:
-        raise ImproperlyConfigured("ALLOWED_HOSTS must be set when DEBUG is false")
+if not ALLOWED_HOSTS and DEBUG:
     ALLOWED_HOSTS = ["127.0.0.1", "localhost", "[::1]", "testserver"]
+
+
+def serving_problems() -> list[str]:
+    """What production must set before serving; the offline commands (audit_package, ...) need neither."""
+    missing = [
+        name for name, value in (("SECRET_KEY", SECRET_KEY), ("ALLOWED_HOSTS", ALLOWED_HOSTS)) if not value
+    ]
+    return [f"{name} must be set when DEBUG is false" for name in missing]
+
+
+# Error pages and mails: Django's filter, plus no password inside any URL (meshdash/reporting.py).
+DEFAULT_EXCEPTION_REPORTER_FILTER = "meshdash.reporting.UrlSecretsFilter"
+DEFAULT_EXCEPTION_REPORTER = "meshdash.reporting.UrlSecretsReporter"
 
 # --- HTTPS and cookies: secure by default in production, plain HTTP for local development ----
 # Behind a TLS-terminating proxy set SECURE_PROXY_SSL_HEADER (e.g. X-Forwarded-Proto,https), or the
@@ -112,6 +122,8 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    # MESHDASH_PUBLIC_READ=false: every page and the read API need a signed-in user.
+    "packages_app.access.LoginRequiredUnlessPublicMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     # Innermost, so its process_exception sees a view's database error first: 503, never 500.
@@ -119,6 +131,23 @@ MIDDLEWARE = [
 ]
 
 ROOT_URLCONF = "meshdash.urls"
+
+# --- Who may act (packages_app/access.py) ------------------------------------------------------
+# Reading is public by default; tracking, untracking, deleting, re-ingesting and node management need
+# a signed-in user with the model permission (the "operators" group has them all).
+MESHDASH_PUBLIC_READ = envbool("MESHDASH_PUBLIC_READ", True)
+LOGIN_URL = "packages_app:login"
+LOGIN_REDIRECT_URL = "packages_app:catalog"
+LOGOUT_REDIRECT_URL = "packages_app:catalog"
+# Tracks per user per hour (superusers too: a typo loop must not flood the Hub); 0 = off.
+MESHDASH_TRACK_RATE_LIMIT = envint("MESHDASH_TRACK_RATE_LIMIT", 30)
+# Failed logins per username and per client address before the login form refuses for LOGIN_LOCKOUT s.
+MESHDASH_LOGIN_FAILURE_LIMIT = envint("MESHDASH_LOGIN_FAILURE_LIMIT", 5)
+MESHDASH_LOGIN_LOCKOUT = envint("MESHDASH_LOGIN_LOCKOUT", 900)
+# With eager tasks (no broker), web requests hand work to this many background threads, and refuse
+# new work with a message while MESHDASH_BACKGROUND_QUEUE jobs already wait.
+MESHDASH_BACKGROUND_THREADS = envint("MESHDASH_BACKGROUND_THREADS", 2)
+MESHDASH_BACKGROUND_QUEUE = envint("MESHDASH_BACKGROUND_QUEUE", 8)
 WSGI_APPLICATION = "meshdash.wsgi.application"
 
 TEMPLATES = [
@@ -241,14 +270,37 @@ else:
 
 # --- Node reports ---------------------------------------------------------------------------
 MESHDASH_NODE_RATE_LIMIT = envint("MESHDASH_NODE_RATE_LIMIT", 1200)  # requests/minute/node; 0 = off
+# "Check a manifest" page and POST /api/v1/check-manifest: checks/minute per client address; 0 = off
+MESHDASH_CHECK_RATE_LIMIT = envint("MESHDASH_CHECK_RATE_LIMIT", 30)
 
 # --- The Hub --------------------------------------------------------------------------------
 # HF_ENDPOINT and HF_TOKEN are read by huggingface_hub itself, from the environment, inside packages_app/hub/.
 HF_ENDPOINT = envstr("HF_ENDPOINT", "https://huggingface.co")
 MESHDASH_NAMESPACES = [n for n in envstr("MESHDASH_NAMESPACES", "meshllm").split(",") if n]
+# Namespaces an operator may track from the UI (superusers may track any); default: the discovered ones.
+MESHDASH_TRACK_NAMESPACES = envlist("MESHDASH_TRACK_NAMESPACES") or MESHDASH_NAMESPACES
 MESHDASH_CATALOG_DATASET = envstr("MESHDASH_CATALOG_DATASET", "meshllm/catalog")
 MESHDASH_FETCH_CONCURRENCY = envint("MESHDASH_FETCH_CONCURRENCY", 8)
 MESHDASH_MAX_REVISIONS = envint("MESHDASH_MAX_REVISIONS", 50)
+# Bounds on what the Hub (or a hostile imitation of it) can make meshdash do; see RELIABILITY.md.
+# A development endpoint (devhub) may be plain http on a loopback or private address; nothing else may.
+MESHDASH_HUB_DEV = envbool("MESHDASH_HUB_DEV", False)
+# Origins file reads may be redirected to (the Hub's LFS/Xet CDN); empty = the Hub's own CDN hosts.
+MESHDASH_HUB_CDN_ORIGINS = envlist("MESHDASH_HUB_CDN_ORIGINS")
+MESHDASH_HUB_CONNECT_TIMEOUT = envint("MESHDASH_HUB_CONNECT_TIMEOUT", 10)  # seconds
+MESHDASH_HUB_READ_TIMEOUT = envint("MESHDASH_HUB_READ_TIMEOUT", 30)  # seconds without a byte
+MESHDASH_HUB_CALL_DEADLINE = envint("MESHDASH_HUB_CALL_DEADLINE", 90)  # one call, retries and pages included
+MESHDASH_HUB_INGEST_DEADLINE = envint("MESHDASH_HUB_INGEST_DEADLINE", 480)  # all Hub calls of one ingest
+MESHDASH_HUB_MAX_RETRY_AFTER = envint("MESHDASH_HUB_MAX_RETRY_AFTER", 600)  # a longer Retry-After is cut
+MESHDASH_HUB_INLINE_RETRY_AFTER = envint("MESHDASH_HUB_INLINE_RETRY_AFTER", 5)  # longer: the task retries
+MESHDASH_HUB_MAX_RESPONSE_BYTES = envint("MESHDASH_HUB_MAX_RESPONSE_BYTES", 32 * 1024 * 1024)
+MESHDASH_HUB_MAX_PAGES = envint("MESHDASH_HUB_MAX_PAGES", 100)  # requests of one listing
+MESHDASH_HUB_MAX_LISTING_BYTES = envint("MESHDASH_HUB_MAX_LISTING_BYTES", 64 * 1024 * 1024)
+# Per revision: refused past these, with the reason recorded on the revision (or the file).
+MESHDASH_MAX_FILES = envint("MESHDASH_MAX_FILES", 10_000)
+MESHDASH_MAX_MANIFEST_ARTIFACTS = envint("MESHDASH_MAX_MANIFEST_ARTIFACTS", 4096)
+MESHDASH_MAX_HEADER_BYTES = envint("MESHDASH_MAX_HEADER_BYTES", 1024 * 1024 * 1024)  # all ranged reads
+MESHDASH_MAX_TENSORS_PER_FILE = envint("MESHDASH_MAX_TENSORS_PER_FILE", 8192)
 # Hub webhooks (POST /api/v1/hooks/hub) carry this in X-Webhook-Secret; empty = endpoint disabled.
 MESHDASH_WEBHOOK_SECRET = envstr("MESHDASH_WEBHOOK_SECRET")
 if MESHDASH_WEBHOOK_SECRET and len(MESHDASH_WEBHOOK_SECRET) < 16:

@@ -1,7 +1,14 @@
-"""Django admin. Node/report and package/revision/file admin are kept in separate sections below."""
+"""Django admin. Node/report and package/revision/file admin are kept in separate sections below.
+
+List pages never load the large JSON columns (manifest, audit, GGUF kv and tensors); change pages show
+them as capped text; deleting a package lists counts, not its 200,000 files. Operator actions taken
+here are written to the action log, like those taken on the dashboard.
+"""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from django.contrib import admin, messages
@@ -9,8 +16,25 @@ from django.db.models import QuerySet
 from django.forms import ModelForm
 from django.http import HttpRequest
 
-from packages_app.models import Node, Package, PackageFile, Report, Revision
+from packages_app import access
+from packages_app.models import ActionLog, Node, Package, PackageFile, Report, Revision
 from packages_app.nodes import identity as nodes
+
+# What a change page shows of one JSON column; the rest is cut with a note (the data stays stored).
+JSON_PREVIEW_CHARS = 20_000
+_REVISION_HEAVY = ("manifest_bytes", "manifest_json", "audit")
+
+
+def json_preview(value: object) -> str:
+    """Pretty JSON cut at JSON_PREVIEW_CHARS; a value too deep to print says so instead of failing."""
+    try:
+        text = json.dumps(value, indent=2, ensure_ascii=False, default=str)
+    except (RecursionError, ValueError):
+        return "(too deeply nested to show)"
+    if len(text) <= JSON_PREVIEW_CHARS:
+        return text
+    return text[:JSON_PREVIEW_CHARS] + f"\n... cut: {len(text) - JSON_PREVIEW_CHARS} more characters"
+
 
 # --- Nodes and their reports ------------------------------------------------------------------
 
@@ -47,18 +71,21 @@ class NodeAdmin(NodeAdminBase):
         token = nodes.new_token()
         obj.token_hash, obj.token_prefix = nodes.hash_token(token), token[: nodes.PREFIX_CHARS]
         super().save_model(request, obj, form, change)
+        access.record(request.user, ActionLog.Action.NODE_CREATE, obj.name)
         _show_token(request, obj, token)
 
     @admin.action(description="Revoke the selected nodes' tokens")
     def revoke_tokens(self, request: HttpRequest, queryset: QuerySet[Node]) -> None:
         for node in queryset:
             nodes.node_revoke(node)
+            access.record(request.user, ActionLog.Action.NODE_REVOKE, node.name)
         self.message_user(request, f"Revoked {len(queryset)} node token(s).", messages.SUCCESS)
 
     @admin.action(description="Rotate the selected nodes' tokens (shows the new ones once)")
     def rotate_tokens(self, request: HttpRequest, queryset: QuerySet[Node]) -> None:
         for node in queryset:
             _show_token(request, node, nodes.node_rotate_token(node).token)
+            access.record(request.user, ActionLog.Action.NODE_ROTATE, node.name)
 
 
 def _show_token(request: HttpRequest, node: Node, token: str) -> None:
@@ -107,12 +134,47 @@ else:
 class PackageAdmin(PackageAdminBase):
     """Tracking on/off is the one thing an operator edits; revisions come from ingest."""
 
-    list_display = ("repo_id", "tracked", "latest_revision", "last_synced_at", "sync_error")
-    list_filter = ("tracked",)
+    list_display = ("repo_id", "tracked", "private", "latest_revision", "last_synced_at", "sync_error")
+    list_filter = ("tracked", "private")
     search_fields = ("repo_id",)
     list_select_related = ("latest_revision__package",)
-    fields = ("repo_id", "tracked", "latest_revision", "created_at", "last_synced_at", "sync_error")
-    readonly_fields = ("latest_revision", "created_at", "last_synced_at", "sync_error")
+    fields = (
+        "repo_id",
+        "tracked",
+        "private",
+        "latest_revision",
+        "created_at",
+        "last_synced_at",
+        "sync_error",
+    )
+    readonly_fields = ("private", "latest_revision", "created_at", "last_synced_at", "sync_error")
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Package]:
+        heavy = [f"latest_revision__{name}" for name in _REVISION_HEAVY]
+        return super().get_queryset(request).defer(*heavy)
+
+    def get_deleted_objects(
+        self, objs: Sequence[Package] | QuerySet[Package], request: HttpRequest
+    ) -> tuple[list[str], dict[str, int], set[str], list[str]]:
+        """Counts instead of one line per file: the stock page listed all 200,000 files of a package."""
+        ids = [p.pk for p in objs]
+        counts = {
+            "packages": len(ids),
+            "revisions": Revision.objects.filter(package_id__in=ids).count(),
+            "package files": PackageFile.objects.filter(revision__package_id__in=ids).count(),
+        }
+        summary = [f"{p.repo_id}, with all its revisions and files" for p in objs]
+        return summary, counts, set(), []
+
+    def delete_model(self, request: HttpRequest, obj: Package) -> None:
+        super().delete_model(request, obj)
+        access.record(request.user, ActionLog.Action.DELETE, obj.repo_id, "from the admin")
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Package]) -> None:
+        names = list(queryset.values_list("repo_id", flat=True))
+        super().delete_queryset(request, queryset)
+        for name in names:
+            access.record(request.user, ActionLog.Action.DELETE, name, "from the admin")
 
 
 @admin.register(Revision)
@@ -123,9 +185,21 @@ class RevisionAdmin(RevisionAdminBase):
     list_select_related = ("package",)
     raw_id_fields = ("package",)
     date_hierarchy = "committed_at"
-    # The manifest bytes and the audit are large and owned by ingest; shown, never edited here.
-    exclude = ("manifest_bytes",)
-    readonly_fields = ("manifest_json", "audit", "audited_at", "claim_token")
+    # The manifest and the audit are large and owned by ingest; shown capped, never edited or listed.
+    exclude = _REVISION_HEAVY
+    readonly_fields = ("manifest_preview", "audit_preview", "audited_at", "claim_token")
+    show_full_result_count = False
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Revision]:
+        return super().get_queryset(request).defer(*_REVISION_HEAVY)
+
+    @admin.display(description="manifest (parsed)")
+    def manifest_preview(self, obj: Revision) -> str:
+        return json_preview(obj.manifest_json)
+
+    @admin.display(description="audit")
+    def audit_preview(self, obj: Revision) -> str:
+        return json_preview(obj.audit)
 
 
 @admin.register(PackageFile)
@@ -135,4 +209,44 @@ class PackageFileAdmin(PackageFileAdminBase):
     search_fields = ("path", "revision__commit_sha", "revision__package__repo_id", "lfs_sha256")
     list_select_related = ("revision__package",)
     raw_id_fields = ("revision",)
-    readonly_fields = ("kv", "tensors")
+    exclude = ("kv", "tensors")
+    readonly_fields = ("kv_preview", "tensors_preview")
+    # Counting 200,000 rows twice per page (filtered and total) is what a large package cannot afford.
+    show_full_result_count = False
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[PackageFile]:
+        heavy = [f"revision__{name}" for name in _REVISION_HEAVY]
+        return super().get_queryset(request).defer("kv", "tensors", *heavy)
+
+    @admin.display(description="KV metadata")
+    def kv_preview(self, obj: PackageFile) -> str:
+        return json_preview(obj.kv)
+
+    @admin.display(description="tensors")
+    def tensors_preview(self, obj: PackageFile) -> str:
+        return json_preview(obj.tensors)
+
+
+if TYPE_CHECKING:
+    ActionLogAdminBase = admin.ModelAdmin[ActionLog]
+else:
+    ActionLogAdminBase = admin.ModelAdmin
+
+
+@admin.register(ActionLog)
+class ActionLogAdmin(ActionLogAdminBase):
+    """Who did what; written by the dashboard and the admin, never edited."""
+
+    list_display = ("at", "username", "action", "target", "detail")
+    list_filter = ("action",)
+    search_fields = ("username", "target")
+    date_hierarchy = "at"
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: ActionLog | None = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: ActionLog | None = None) -> bool:
+        return False

@@ -12,13 +12,16 @@ from collections.abc import Callable
 from functools import wraps
 from typing import Any
 
+from django.conf import settings
 from django.db import InterfaceError, OperationalError
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET
 
-from packages_app import queueing, reports
+from packages_app import queueing, ratelimit, reports
+from packages_app.audit.check import check_manifest
+from packages_app.layout import MAX_MANIFEST_BYTES
 from packages_app.models import Node
 from packages_app.nodes import identity as nodes
 from packages_app.nodes.report_schema import BodyError, validate_batch, validate_report_body
@@ -194,6 +197,27 @@ _CONFLICT_MESSAGE = "This report_id was already stored with a different body."
 
 def _conflict_response() -> JsonResponse:
     return error_response(409, _CONFLICT_MESSAGE, "report_id")
+
+
+@csrf_exempt
+def check_manifest_api(request: HttpRequest) -> HttpResponse:
+    """``POST /api/v1/check-manifest``: the body is a model-package.json; the answer is its judgement."""
+    if request.method != "POST":
+        return error_response(405, "Only POST is allowed here.", Allow="POST")
+    wait = ratelimit.retry_after(ratelimit.client_key(request, "check"), settings.MESHDASH_CHECK_RATE_LIMIT)
+    if wait is not None:
+        return error_response(429, "Too many checks from this address.", Retry_After=str(wait))
+    limit = f"The manifest must be at most {MAX_MANIFEST_BYTES} bytes (16 MiB)."
+    try:
+        declared = int(request.META.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        declared = 0
+    if declared > MAX_MANIFEST_BYTES:
+        return error_response(413, limit)
+    body = request.read(MAX_MANIFEST_BYTES + 1)  # the stream, not request.body: our cap, not Django's 2.5 MiB
+    if len(body) > MAX_MANIFEST_BYTES:
+        return error_response(413, limit)
+    return JsonResponse(check_manifest(body).to_json())
 
 
 @require_GET

@@ -14,9 +14,9 @@ from django import forms
 from django.core.paginator import EmptyPage
 from django.http import HttpRequest, JsonResponse
 from django.urls import reverse
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
-from packages_app import fleet, queries
+from packages_app import access, fleet, queries
 from packages_app.forms import CatalogFilterForm
 from packages_app.models import Package, Revision
 
@@ -56,7 +56,13 @@ def packages_list(request: HttpRequest) -> JsonResponse:
     if not form.is_valid():
         return error("Invalid filter: " + "; ".join(form.error_sentences()), 400)
     try:
-        result = queries.catalog_page(form.filters(), form.page_number(), form.page_size(), clamp=False)
+        result = queries.catalog_page(
+            form.filters(),
+            form.page_number(),
+            form.page_size(),
+            clamp=False,
+            show_private=access.can_see_private(request.user),
+        )
     except EmptyPage:
         return error(f"Page {form.page_number()} is past the last page of results.", 404)
     page = result.page
@@ -141,12 +147,13 @@ def _revision_summary(revision: Revision) -> dict[str, Any]:
         "verdict": revision.verdict or None,
         "mtp_detected": revision.mtp_detected,
         "mtp_declared": revision.mtp_declared,
+        "refused_by": revision.refused_releases,
     }
 
 
 @read_only
 def package_detail(request: HttpRequest, owner: str, name: str) -> JsonResponse:
-    package = queries.package_get(owner, name)
+    package = queries.package_get(owner, name, access.can_see_private(request.user))
     revision = queries.revision_resolve(package, request.GET.get("revision"))
     history = queries.revision_history(package)
     body: dict[str, Any] = {
@@ -180,6 +187,7 @@ def _audit_json(revision: Revision) -> dict[str, Any]:
         "problems": audit.get("problems", []),
         "provenance": audit.get("provenance"),
         "runtime": audit.get("runtime"),
+        "compatibility": queries.audit_compatibility(revision),
         "suggested_generation": audit.get("suggested_generation"),
         "throughput": _throughput_summary(throughput),
         "alerts": [alert] if alert else [],
@@ -188,7 +196,7 @@ def _audit_json(revision: Revision) -> dict[str, Any]:
 
 def _empty_audit() -> dict[str, Any]:
     keys = ("verdict", "detected", "declared", "provenance", "runtime", "suggested_generation", "throughput")
-    return {**dict.fromkeys(keys), "problems": [], "alerts": []}
+    return {**dict.fromkeys(keys), "problems": [], "alerts": [], "compatibility": []}
 
 
 def _throughput_summary(throughput: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -196,7 +204,14 @@ def _throughput_summary(throughput: dict[str, Any] | None) -> dict[str, Any] | N
         return None
     # The time series and the raw recent reports stay on the HTML page; the API gives the figures.
     keys = ("mtp_on", "mtp_off", "by_strategy", "acceptance_rate", "mean_accepted_length", "stage_splits")
-    return _rounded_figures({key: throughput.get(key) for key in keys})
+    summary = {key: throughput.get(key) for key in keys}
+    summary["plans"] = [_plan_json(plan) for plan in throughput.get("plans", [])]
+    return _rounded_figures(summary)
+
+
+def _plan_json(plan: dict[str, Any]) -> dict[str, Any]:
+    last_seen = plan["last_seen"]
+    return {**plan, "last_seen": last_seen.isoformat() if last_seen else None}
 
 
 # --- the response shapes, for the OpenAPI document (openapi.py) and the tests -------------------
@@ -217,6 +232,7 @@ class RevisionSummaryOut(BaseModel):
     verdict: str | None
     mtp_detected: bool | None
     mtp_declared: bool | None
+    refused_by: list[str]  # mesh-llm releases (releases.toml) that refuse this revision
 
 
 class CatalogThroughputOut(BaseModel):
@@ -274,6 +290,20 @@ class AlertOut(BaseModel):
     nodes: int
 
 
+class StrategyPlanOut(BaseModel):
+    node: str
+    stage_splits: str
+    requested_strategy: str
+    effective_strategy: str
+    differs: bool = Field(
+        description="A request of a known kind (mtp, disabled, ngram-*) ran as something else."
+    )
+    reports: int
+    from_spans: int = Field(description="How many of the reports came from OTLP stage.openai_decode spans.")
+    tps: float | None
+    last_seen: datetime | None
+
+
 class ThroughputSummaryOut(BaseModel):
     mtp_on: dict[str, Any]
     mtp_off: dict[str, Any]
@@ -281,6 +311,9 @@ class ThroughputSummaryOut(BaseModel):
     acceptance_rate: float | None
     mean_accepted_length: float | None
     stage_splits: list[str]
+    plans: list[StrategyPlanOut] = Field(
+        default_factory=list, description="Requested vs effective strategy per node and topology."
+    )
 
 
 class PackageDetailOut(BaseModel):
@@ -296,6 +329,7 @@ class PackageDetailOut(BaseModel):
     problems: list[dict[str, Any]]
     provenance: dict[str, Any] | None
     runtime: dict[str, Any] | None
+    compatibility: list[dict[str, Any]]
     suggested_generation: dict[str, Any] | None
     throughput: ThroughputSummaryOut | None
     alerts: list[AlertOut]
@@ -315,3 +349,41 @@ def _query_parameter(name: str, field: forms.Field) -> dict[str, Any]:
         schema = {"type": "boolean"}
     description = str(field.label or name.replace("_", " ").capitalize())
     return {"name": name, "in": "query", "required": False, "schema": schema, "description": description}
+
+
+# --- POST /api/v1/check-manifest (documented here with the other answer models) -----------------
+
+
+class CheckProblemOut(BaseModel):
+    code: str
+    severity: str
+    message: str
+    path: str | None
+
+
+class PackageIdOut(BaseModel):
+    declared: str | None
+    computed: str | None
+    matches: bool | None
+
+
+class ResolutionOut(BaseModel):
+    outcome: str  # native-mtp | no-mtp | load-fails | refused
+    why: str
+
+
+class AdmissionOut(BaseModel):
+    release: str
+    admitted: bool | None  # null: mesh-llm's behaviour for this release is not pinned down
+    why: str
+
+
+class ManifestCheckOut(BaseModel):
+    """One model-package.json judged as mesh-llm judges it (packages_app.audit.check)."""
+
+    schema_: int | None = Field(alias="schema")
+    valid: bool
+    problems: list[CheckProblemOut]
+    package_id: PackageIdOut
+    runtime: dict[str, ResolutionOut]
+    compatibility: list[AdmissionOut]

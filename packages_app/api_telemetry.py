@@ -17,7 +17,7 @@ from django.views.decorators.csrf import csrf_exempt
 from google.protobuf import json_format
 from google.protobuf.message import Message
 
-from packages_app import telemetry
+from packages_app import queueing, telemetry
 from packages_app.api import authorized_node, error_response, node_json_endpoint
 from packages_app.models import Node
 from packages_app.nodes import identity, otlp
@@ -95,6 +95,8 @@ def runs_register(request: HttpRequest, node: Node, data: Any) -> HttpResponse:
             results.append({"index": index, "status": 400, "error": exc.message, "field": exc.field})
             continue
         outcome = telemetry.run_register(node, run)
+        if outcome.unknown_revision is not None:
+            queueing.request_ingests([outcome.unknown_revision])
         results.append(
             {
                 "index": index,

@@ -188,13 +188,18 @@ class NodeRow:
         return any(s.outdated or s.broken for s in self.serving)
 
 
-def node_rows(since: datetime, name: str | None = None, stale_only: bool = False) -> list[NodeRow]:
-    """Every node (or the one named) with what it served since ``since`` (4 queries)."""
+def node_rows(
+    since: datetime, name: str | None = None, stale_only: bool = False, show_private: bool = False
+) -> list[NodeRow]:
+    """Every node (or the one named) with what it served since ``since`` (4 queries).
+
+    Private packages' revisions are left out unless ``show_private`` (the edge asks access.py).
+    """
     nodes = Node.objects.order_by("name")
     if name is not None:
         nodes = nodes.filter(name=name)
     node_list = list(nodes)
-    serving = _serving(since, {n.pk: n.name for n in node_list})
+    serving = _serving(since, {n.pk: n.name for n in node_list}, show_private)
     runs = _latest_runs([n.pk for n in node_list])
     rows = [_node_row(n, runs.get(n.pk), serving.get(n.pk, [])) for n in node_list]
     return [r for r in rows if r.stale] if stale_only else rows
@@ -218,10 +223,12 @@ def _latest_runs(node_ids: list[int]) -> dict[int, NodeRun]:
     return runs
 
 
-def _serving(since: datetime, names: dict[int, str]) -> dict[int, list[NodeServing]]:
+def _serving(since: datetime, names: dict[int, str], show_private: bool) -> dict[int, list[NodeServing]]:
+    reports = Report.objects.filter(received_at__gte=since, node_id__in=list(names), revision__isnull=False)
+    if not show_private:
+        reports = reports.filter(revision__package__private=False)
     groups = list(
-        Report.objects.filter(received_at__gte=since, node_id__in=list(names), revision__isnull=False)
-        .values(
+        reports.values(
             "node_id",
             "revision_id",
             "stage_splits",
@@ -497,11 +504,13 @@ class TopologyRun(_Names):
     alert: bool = False
 
 
-def topology_runs(topology_id: str, since: datetime) -> list[TopologyRun]:
+def topology_runs(topology_id: str, since: datetime, show_private: bool = False) -> list[TopologyRun]:
     """What ran on one topology since ``since``, per revision and split, busiest first (2 queries)."""
+    reports = Report.objects.filter(topology_id=topology_id, received_at__gte=since, revision__isnull=False)
+    if not show_private:
+        reports = reports.filter(revision__package__private=False)
     groups = list(
-        Report.objects.filter(topology_id=topology_id, received_at__gte=since, revision__isnull=False)
-        .values("revision_id", "stage_splits", "revision__package__repo_id", "revision__commit_sha")
+        reports.values("revision_id", "stage_splits", "revision__package__repo_id", "revision__commit_sha")
         .annotate(
             verdict=F("revision__verdict"),
             reports=Count("*"),

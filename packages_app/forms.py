@@ -9,6 +9,8 @@ from django import forms
 from django.core.exceptions import ValidationError
 
 from packages_app import fleet, repo_ids
+from packages_app.audit.releases import known_releases
+from packages_app.layout import MAX_MANIFEST_BYTES
 from packages_app.models import Revision
 from packages_app.queries import ANY_INCONSISTENT, NOT_AUDITED, CatalogFilters
 from packages_app.verdicts import VERDICTS
@@ -76,6 +78,11 @@ class CatalogFilterForm(forms.Form):
         label="Ingest", required=False, choices=[("", "any status"), *Revision.Status.choices]
     )
     alert = forms.BooleanField(label="Only throughput alerts", required=False)
+    refused_by = forms.ChoiceField(
+        label="Refused by",
+        required=False,
+        choices=[("", "any release"), *((r.release, r.release) for r in known_releases())],
+    )
     sort = forms.ChoiceField(required=False, choices=list(SORTS.items()))
     days = forms.TypedChoiceField(
         label="Served in the last",
@@ -104,6 +111,7 @@ class CatalogFilterForm(forms.Form):
             alert=data["alert"],
             sort=data["sort"] or "repo",
             window_days=data["days"] or fleet.DEFAULT_WINDOW_DAYS,
+            refused_by=data["refused_by"],
         )
 
     def unknown_parameters(self) -> list[str]:
@@ -128,3 +136,30 @@ class CatalogFilterForm(forms.Form):
 
 def _tri_state(value: str) -> bool | None:
     return {"yes": True, "no": False}.get(value)
+
+
+class CheckManifestForm(forms.Form):
+    """The "Check a manifest" page: a pasted model-package.json or an uploaded one, exactly one of them."""
+
+    manifest = forms.CharField(required=False, strip=False, widget=forms.Textarea(attrs={"rows": 14}))
+    file = forms.FileField(required=False, label="or upload model-package.json")
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        pasted, uploaded = data.get("manifest"), data.get("file")
+        if bool(pasted) == bool(uploaded):
+            raise ValidationError("Paste a manifest or upload one (exactly one of the two).")
+        if uploaded is not None and uploaded.size > MAX_MANIFEST_BYTES:
+            raise ValidationError(
+                f"The file is {uploaded.size} bytes; the limit is {MAX_MANIFEST_BYTES} (16 MiB)."
+            )
+        return data
+
+    def manifest_bytes(self) -> bytes:
+        uploaded = self.cleaned_data.get("file")
+        if uploaded is not None:
+            return bytes(uploaded.read(MAX_MANIFEST_BYTES + 1))
+        return str(self.cleaned_data["manifest"]).encode("utf-8", "surrogatepass")
+
+    def error_sentences(self) -> list[str]:
+        return [str(e) for errors in self.errors.values() for e in errors]

@@ -8,12 +8,12 @@ object (packages_app/hub/) is passed in or built from the repo id.
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 from django.conf import settings
 from django.db.models import F, Q
@@ -21,6 +21,8 @@ from django.utils import timezone
 
 from packages_app import audit as auditing
 from packages_app import hub, inspection
+from packages_app import manifest as manifests
+from packages_app.audit.releases import refused_key
 from packages_app.gguf_header import GGUFHeader
 from packages_app.layout import MANIFEST_FILE, classify_path
 from packages_app.models import Package, PackageFile, Revision
@@ -29,6 +31,9 @@ from packages_app.reports import link_reports_to_revision
 log = logging.getLogger(__name__)
 
 ProgressFn = Callable[[int, int], None]
+# What one revision's stored audit may hold (cap_audit); a real package has under 200 files and blocks.
+AUDIT_LIST_LIMIT = 2000
+AUDIT_TEXT_LIMIT = 1024 * 1024
 STALE_CLAIM = timedelta(seconds=getattr(settings, "CELERY_TASK_TIME_LIMIT", 660) * 2)
 
 
@@ -55,6 +60,7 @@ def sync_package(repo_id: str, source: hub.PackageSource | None = None) -> list[
     except hub.HubError as exc:
         Package.objects.filter(pk=package.pk).update(sync_error=str(exc), last_synced_at=timezone.now())
         raise
+    record_privacy(package, source)
     revisions = [_revision_for_commit(package, c) for c in commits]
     _refresh_latest(package)
     Package.objects.filter(pk=package.pk).update(sync_error="", last_synced_at=timezone.now())
@@ -67,15 +73,23 @@ class Discovery:
     tracked: list[str]  # those tracked by this discovery, whose sync the caller enqueues
 
 
-def discover_packages(namespaces: list[str], catalog_dataset: str | None) -> Discovery:
-    """Track every ``-layers`` repo of the namespaces and every package the curated catalog lists."""
+def discover_packages(
+    namespaces: list[str], catalog_dataset: str | None, on_skip: hub.SkipFn | None = None
+) -> Discovery:
+    """Track every ``-layers`` repo of the namespaces and every package the curated catalog lists.
+
+    A listed repo id that is not valid is skipped and reported (``on_skip``, and the log), never fatal.
+    """
+    skip = on_skip or _log_skipped
     found: set[str] = set()
     for namespace in namespaces:
-        found.update(hub.list_namespace_packages(namespace))
+        found.update(hub.list_namespace_packages(namespace, on_skip=skip))
     if catalog_dataset:
         try:
             found.update(
-                r for r in hub.catalog_package_repos(catalog_dataset) if r.split("/")[0] in namespaces
+                r
+                for r in hub.catalog_package_repos(catalog_dataset, on_skip=skip)
+                if r.split("/")[0] in namespaces
             )
         except hub.HubNotFound:
             log.info("catalog dataset %s not found; skipped", catalog_dataset)
@@ -84,6 +98,10 @@ def discover_packages(namespaces: list[str], catalog_dataset: str | None) -> Dis
     for repo_id in new:
         track_package(repo_id)
     return Discovery(found=sorted(found), tracked=new)
+
+
+def _log_skipped(repo_id: str, reason: str) -> None:
+    log.warning("discover: skipped %r: %s", repo_id, reason)
 
 
 def _revision_for_commit(package: Package, commit: hub.CommitInfo) -> Revision:
@@ -174,6 +192,7 @@ def ingest_revision(
     source = source or hub.HubSource(repo_id)
     sha = revision if revision and hub.SHA_RE.match(revision) else source.resolve_revision(revision)
     package, _ = Package.objects.get_or_create(repo_id=repo_id)
+    _learn_privacy(package, source)
     rev, _ = Revision.objects.get_or_create(package=package, commit_sha=sha)
     if rev.committed_at is None:
         _fill_commit_info(rev, source)
@@ -194,6 +213,21 @@ def ingest_revision(
     link_reports_to_revision(rev)
     rev.refresh_from_db()
     return IngestOutcome(rev, ran=True)
+
+
+def record_privacy(package: Package, source: hub.PackageSource) -> None:
+    """Store what the Hub said about the repo's visibility (a source that never asked says nothing)."""
+    private = getattr(source, "private", None)
+    if private is not None and private != package.private:
+        Package.objects.filter(pk=package.pk).update(private=private)
+        package.private = private
+
+
+def _learn_privacy(package: Package, source: hub.PackageSource) -> None:
+    # Read with a token, a repo may be private although no sync ran yet (ingest of a pinned sha): ask.
+    if getattr(source, "private", False) is None and getattr(source, "token", None):
+        source.resolve_revision(None)
+    record_privacy(package, source)
 
 
 def _fill_commit_info(rev: Revision, source: hub.PackageSource) -> None:
@@ -239,25 +273,38 @@ def _store_manifest(rev: Revision, source: hub.PackageSource) -> str | None:
             raise  # nothing was read: no verdict to give, only the reason (or a retry)
         return str(exc)
     parsed, error = _decode_manifest(data)
+    refusal = _too_many_artifacts(parsed)
     schema = parsed.get("schema_version") if isinstance(parsed, dict) else None
     Revision.objects.filter(pk=rev.pk).update(
         manifest_bytes=data,
         manifest_sha256=hashlib.sha256(data).hexdigest(),
-        manifest_json=parsed,
+        manifest_json=None if refusal else parsed,
         schema_version=schema if isinstance(schema, int) and 0 < schema < 100 else None,
     )
+    if refusal:  # the bytes are kept; no file list, headers or audit are spent on it
+        raise hub.HubRefused(refusal)
     return error
 
 
 def _decode_manifest(data: bytes) -> tuple[object, str | None]:
-    try:
-        return json.loads(data.decode("utf-8")), None
-    except UnicodeDecodeError as exc:
-        return None, f"{MANIFEST_FILE} is not UTF-8 text (byte {exc.start})"
-    except RecursionError:
-        return None, f"{MANIFEST_FILE} is nested too deeply to read"
-    except ValueError as exc:
-        return None, f"{MANIFEST_FILE} is not valid JSON: {exc}"
+    """Parsed JSON is stored only within the manifest parser's limits; the raw bytes are always kept."""
+    if len(data) > manifests.MAX_MANIFEST_BYTES:
+        return None, f"{MANIFEST_FILE} is {len(data)} bytes, over the parser's limit"
+    return manifests.load_json(data)
+
+
+def _too_many_artifacts(parsed: object) -> str | None:
+    """A manifest listing more layers or artifacts than any real package: refused before the audit."""
+    if not isinstance(parsed, dict):
+        return None
+    catalog = parsed.get("artifact_catalog")
+    entries = catalog.get("entries") if isinstance(catalog, dict) else None
+    count = sum(len(x) for x in (parsed.get("layers"), entries) if isinstance(x, list))
+    cap = settings.MESHDASH_MAX_MANIFEST_ARTIFACTS
+    if count > cap:
+        setting = "MESHDASH_MAX_MANIFEST_ARTIFACTS"
+        return f"{MANIFEST_FILE} lists {count} artifacts; meshdash reads at most {cap} ({setting})"
+    return None
 
 
 def _store_files(rev: Revision, files: list[hub.RemoteFile]) -> None:
@@ -376,7 +423,7 @@ def audit_revision(rev: Revision) -> auditing.Audit:
     errors = {f.path: f.header_error for f in files if f.header_status == PackageFile.HeaderStatus.FAILED}
     manifest = bytes(rev.manifest_bytes) if rev.manifest_bytes is not None else None
     result = auditing.audit(manifest, listing, headers, revision=rev.commit_sha, header_errors=errors)
-    doc = result.to_json()
+    doc = cap_audit(result.to_json())
     detected, declared = doc["detected"], doc["declared"]
     Revision.objects.filter(pk=rev.pk).update(
         verdict=doc["verdict"],
@@ -387,8 +434,36 @@ def audit_revision(rev: Revision) -> auditing.Audit:
         architecture=(detected.get("architecture") or "")[:64],
         block_count=_small_int(detected.get("block_count")),
         nextn_predict_layers=_small_int(detected.get("nextn_predict_layers")),
+        refused_by=refused_key(doc.get("compatibility") or []),
     )
     return result
+
+
+def cap_audit(doc: dict[str, Any]) -> dict[str, Any]:
+    """Cut what a hostile package inflates: lists past AUDIT_LIST_LIMIT items, texts past AUDIT_TEXT_LIMIT.
+
+    A 77,000-layer manifest made a 35 MB audit per revision (and a 69 MB page); what was cut is listed
+    under ``"truncated"`` as ``{"path", "kept", "total"}`` (a text is dropped whole: ``kept`` 0), so
+    pages can say so. The verdict, problems' codes and counts are computed before the cut.
+    """
+    cut: list[dict[str, Any]] = []
+    stack: list[tuple[Any, str]] = [(doc, "")]
+    while stack:
+        node, path = stack.pop()
+        items = list(node.items()) if isinstance(node, dict) else list(enumerate(node))
+        for key, value in items:
+            where = f"{path}.{key}".lstrip(".")
+            if isinstance(value, str) and len(value) > AUDIT_TEXT_LIMIT:
+                node[key] = None
+                cut.append({"path": where, "kept": 0, "total": len(value)})
+            elif isinstance(value, list) and len(value) > AUDIT_LIST_LIMIT:
+                cut.append({"path": where, "kept": AUDIT_LIST_LIMIT, "total": len(value)})
+                node[key] = value = value[:AUDIT_LIST_LIMIT]
+            if isinstance(value, dict | list):
+                stack.append((value, where))
+    if cut:
+        doc["truncated"] = sorted(cut, key=lambda c: str(c["path"]))
+    return doc
 
 
 def reaudit_all(progress: ProgressFn | None = None) -> int:

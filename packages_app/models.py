@@ -6,6 +6,7 @@ workers write the same rows (design.md).
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
@@ -19,6 +20,9 @@ class Package(models.Model):
 
     repo_id = models.CharField(max_length=96, unique=True)
     tracked = models.BooleanField(default=True, help_text="Synced by the periodic task.")
+    private = models.BooleanField(
+        default=False, help_text="The Hub says the repo is private: shown only to users who may see it."
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     last_synced_at = models.DateTimeField(null=True, blank=True)
     sync_error = models.TextField(blank=True)
@@ -29,6 +33,11 @@ class Package(models.Model):
 
     class Meta:
         ordering = ["repo_id"]
+        permissions = [
+            ("track_package", "Can track a package (start following a Hub repo)"),
+            ("reingest_package", "Can re-ingest a package's revisions"),
+            ("view_private_package", "Can see packages the Hub says are private"),
+        ]
 
     def __str__(self) -> str:
         return self.repo_id
@@ -95,6 +104,9 @@ class Revision(models.Model):
     mtp_declared = models.BooleanField(null=True)
     audit = models.JSONField(null=True, blank=True)
     audited_at = models.DateTimeField(null=True, blank=True)
+    # The releases that refuse it, from the audit's release matrix, as "|v0.76.1|v0.76.2|": a plain
+    # substring filter then works on SQLite and PostgreSQL alike (the catalog's "refused by" filter).
+    refused_by = models.CharField(max_length=500, blank=True, default="")
 
     objects = RevisionQuerySet.as_manager()
 
@@ -109,6 +121,10 @@ class Revision(models.Model):
 
     def __str__(self) -> str:
         return f"{self.package.repo_id}@{self.commit_sha[:12]}"
+
+    @property
+    def refused_releases(self) -> list[str]:
+        return [r for r in self.refused_by.split("|") if r]
 
     @property
     def short_sha(self) -> str:
@@ -292,3 +308,30 @@ class NodeRun(models.Model):
 
     def __str__(self) -> str:
         return f"{self.node.name}:{self.run_id}"
+
+
+class ActionLog(models.Model):
+    """Who did what: one row per operator action (track, untrack, delete, re-ingest, node changes)."""
+
+    class Action(models.TextChoices):
+        TRACK = "track"
+        UNTRACK = "untrack"
+        DELETE = "delete"
+        REINGEST = "reingest"
+        NODE_CREATE = "node-create"
+        NODE_REVOKE = "node-revoke"
+        NODE_ROTATE = "node-rotate"
+
+    at = models.DateTimeField(auto_now_add=True, db_index=True)
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+    # Kept as text too, so the record survives the account's deletion.
+    username = models.CharField(max_length=150)
+    action = models.CharField(max_length=16, choices=Action.choices)
+    target = models.CharField(max_length=200, help_text="The repo id or node name acted on.")
+    detail = models.CharField(max_length=500, blank=True)
+
+    class Meta:
+        ordering = ["-at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.username} {self.action} {self.target}"

@@ -13,7 +13,13 @@ from typing import Any, Literal
 from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
-from packages_app.api_read import PackageDetailOut, PackageListOut, catalog_query_parameters
+from packages_app.api_read import (
+    ManifestCheckOut,
+    PackageDetailOut,
+    PackageListOut,
+    catalog_query_parameters,
+)
+from packages_app.layout import MAX_MANIFEST_BYTES
 from packages_app.nodes.report_schema import (
     MAX_BATCH,
     BatchIn,
@@ -21,6 +27,8 @@ from packages_app.nodes.report_schema import (
     ErrorOut,
     ReportAccepted,
     ReportIn,
+    RunIn,
+    RunsIn,
 )
 
 PathItem = tuple[str, dict[str, Any]]
@@ -29,11 +37,14 @@ JsonMode = Literal["validation", "serialization"]
 SCHEMA_MODELS: list[tuple[type[BaseModel], JsonMode]] = [
     (ReportIn, "validation"),
     (BatchIn, "validation"),
+    (RunsIn, "validation"),
+    (RunIn, "validation"),
     (ReportAccepted, "serialization"),
     (BatchOut, "serialization"),
     (ErrorOut, "serialization"),
     (PackageListOut, "serialization"),
     (PackageDetailOut, "serialization"),
+    (ManifestCheckOut, "serialization"),
 ]
 
 
@@ -95,6 +106,62 @@ def _path_reports_batch() -> PathItem:
         | node_errors(),
     }
     return "/api/v1/reports/batch", {"post": operation}
+
+
+def _path_check_manifest() -> PathItem:
+    body = {"type": "string", "format": "binary", "maxLength": MAX_MANIFEST_BYTES}
+    operation = {
+        "operationId": "check_manifest",
+        "summary": "Judge one model-package.json as mesh-llm does (no login, rate-limited per address).",
+        "description": (
+            "The body is the manifest file itself (any Content-Type, at most 16 MiB). The answer is 200 for "
+            "every manifest, valid or not: `valid` is mesh-llm's verdict, `problems` carry its own codes "
+            "(meshdash's own findings are warnings or info), `runtime` maps each speculative.strategy "
+            "setting to native-mtp, no-mtp, load-fails or refused, `compatibility` lists the releases."
+        ),
+        "requestBody": {"required": True, "content": {"application/json": {"schema": body}}},
+        "responses": {
+            "200": {"description": "The judgement.", **json_content(ref("ManifestCheckOut"))},
+            "405": error("Only POST is allowed."),
+            "413": error("The manifest is over 16 MiB."),
+            "429": error(
+                "Over the per-address rate limit.",
+                Retry_After={"description": "Seconds to wait.", "schema": {"type": "integer"}},
+            ),
+        },
+    }
+    return "/api/v1/check-manifest", {"post": operation}
+
+
+def _path_runs() -> PathItem:
+    results = {"type": "object", "properties": {"results": {"type": "array", "items": {"type": "object"}}}}
+    operation = {
+        "operationId": "runs_register",
+        "summary": "meshdash-agent: its node's runs (run id -> package revision, topology, devices).",
+        "description": "Each result: `index`, `status` (200 or 400), `revision_linked`, `reports_linked`.",
+        "security": [{"nodeToken": []}],
+        "requestBody": {"required": True, **json_content(ref("RunsIn"))},
+        "responses": {"200": {"description": "Per-run results.", **json_content(results)}} | node_errors(),
+    }
+    return "/api/v1/runs", {"post": operation}
+
+
+def _path_traces() -> PathItem:
+    otlp = {
+        "application/x-protobuf": {"schema": {"type": "string", "format": "binary"}},
+        "application/json": {"schema": {"type": "object"}},
+    }
+    operation = {
+        "operationId": "otlp_traces",
+        "summary": "OTLP/HTTP trace export; stage.openai_decode spans become reports (gzip accepted).",
+        "description": "An ExportTraceServiceRequest as protobuf or OTLP/JSON; the answer is an "
+        "ExportTraceServiceResponse in the same encoding, with partial_success counting the spans not "
+        "stored and why. Bodies over 8 MiB, compressed or inflated, get 413.",
+        "security": [{"nodeToken": []}],
+        "requestBody": {"required": True, "content": otlp},
+        "responses": {"200": {"description": "ExportTraceServiceResponse.", "content": otlp}} | node_errors(),
+    }
+    return "/v1/traces", {"post": operation}
 
 
 def _path_ping() -> PathItem:
@@ -166,10 +233,13 @@ def _path_parameter(name: str) -> dict[str, Any]:
 PATHS: list[Callable[[], PathItem]] = [
     _path_reports,
     _path_reports_batch,
+    _path_runs,
+    _path_traces,
     _path_ping,
     _path_openapi,
     _path_packages,
     _path_package,
+    _path_check_manifest,
 ]
 
 

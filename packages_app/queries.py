@@ -41,6 +41,7 @@ class CatalogFilters:
     alert: bool = False
     sort: str = "repo"
     window_days: int = fleet.DEFAULT_WINDOW_DAYS
+    refused_by: str = ""  # a release name from releases.toml: packages whose latest revision it refuses
 
 
 # Columns a catalog row shows; the audit and manifest JSON stay in the database.
@@ -61,6 +62,7 @@ _CATALOG_FIELDS = (
     "latest_revision__verdict",
     "latest_revision__mtp_detected",
     "latest_revision__mtp_declared",
+    "latest_revision__refused_by",
 )
 _HISTORY_FIELDS = (
     "package_id",
@@ -108,6 +110,8 @@ DIFF_LINE_LIMIT = 4000
 # difflib is quadratic in the worst case; real manifests are under 2,000 pretty-printed lines.
 DIFF_INPUT_LIMIT = 6000
 TENSOR_ROW_LIMIT = 5000
+FILES_PER_PAGE = 500
+MISSING_ON_HUB = "missing_on_hub"  # capability.py's provenance status of a file the Hub did not list
 _SHA_PREFIX = re.compile(r"[0-9a-fA-F]{4,40}")
 
 
@@ -189,9 +193,14 @@ class CatalogResult:
     architectures: list[str]
 
 
-def catalog_queryset(filters: CatalogFilters) -> QuerySet[Package]:
+def visible_packages(show_private: bool) -> QuerySet[Package]:
+    """Every package this reader may see: private ones only for users allowed to (access.py decides)."""
+    return Package.objects.all() if show_private else Package.objects.filter(private=False)
+
+
+def catalog_queryset(filters: CatalogFilters, show_private: bool = False) -> QuerySet[Package]:
     """Packages matching ``filters``, each with its latest revision joined, in the requested order."""
-    packages = Package.objects.select_related("latest_revision").only(*_CATALOG_FIELDS)
+    packages = visible_packages(show_private).select_related("latest_revision").only(*_CATALOG_FIELDS)
     packages = _filter_packages(packages, filters).filter(_verdict_q(filters))
     return packages.order_by(*_SORT_ORDER.get(filters.sort, _SORT_ORDER["repo"]))
 
@@ -214,6 +223,8 @@ def _filter_packages(packages: QuerySet[Package], filters: CatalogFilters) -> Qu
         since = fleet.window_start(filters.window_days)
         latest = Q(latest_revision_id__in=throughput.alert_revision_ids())
         packages = packages.filter(latest | fleet.served_alert_q(since))
+    if filters.refused_by:
+        packages = packages.filter(latest_revision__refused_by__contains=f"|{filters.refused_by}|")
     return packages
 
 
@@ -231,9 +242,9 @@ def _verdict_q(filters: CatalogFilters) -> Q:
     return latest | fleet.served_inconsistent_q(fleet.window_start(filters.window_days), verdicts)
 
 
-def catalog_facets(filters: CatalogFilters) -> dict[str, int]:
+def catalog_facets(filters: CatalogFilters, show_private: bool = False) -> dict[str, int]:
     """How many packages each verdict would show, given every other filter (one query)."""
-    base = _filter_packages(Package.objects.all(), filters)
+    base = _filter_packages(visible_packages(show_private), filters)
     counts = {verdict: 0 for verdict in VERDICTS}
     counts[NOT_AUDITED] = 0
     rows = base.values("latest_revision__verdict").annotate(n=Count("id")).order_by()
@@ -247,10 +258,10 @@ def catalog_facets(filters: CatalogFilters) -> dict[str, int]:
     return counts
 
 
-def catalog_architectures() -> list[str]:
+def catalog_architectures(show_private: bool = False) -> list[str]:
     """Architectures of the packages' latest revisions, for the filter's choices."""
     names = (
-        Revision.objects.filter(id__in=Package.objects.values("latest_revision_id"))
+        Revision.objects.filter(id__in=visible_packages(show_private).values("latest_revision_id"))
         .exclude(architecture="")
         .values_list("architecture", flat=True)
         .distinct()
@@ -260,13 +271,13 @@ def catalog_architectures() -> list[str]:
 
 
 def catalog_page(
-    filters: CatalogFilters, page_number: int, per_page: int, clamp: bool = True
+    filters: CatalogFilters, page_number: int, per_page: int, clamp: bool = True, show_private: bool = False
 ) -> CatalogResult:
     """One page of the catalog with its facets; ``clamp`` maps a page past the end to the last page.
 
     Raises ``django.core.paginator.EmptyPage`` for a page past the end when ``clamp`` is False.
     """
-    paginator = Paginator(catalog_queryset(filters), per_page)
+    paginator = Paginator(catalog_queryset(filters, show_private), per_page)
     page = paginator.get_page(page_number) if clamp else paginator.page(page_number)
     packages = list(page.object_list)
     latest_ids = [p.latest_revision_id for p in packages if p.latest_revision_id]
@@ -283,18 +294,26 @@ def catalog_page(
         )
         for p in packages
     ]
-    return CatalogResult(page, rows, catalog_facets(filters), catalog_architectures())
+    facets = catalog_facets(filters, show_private)
+    return CatalogResult(page, rows, facets, catalog_architectures(show_private))
 
 
 # --- one package ---------------------------------------------------------------------------------
 
 
-def package_get(owner: str, name: str) -> Package:
+def package_get(owner: str, name: str, show_private: bool = False) -> Package:
+    """The package, or LookupFailed; a private one the reader may not see is "not tracked" too."""
     repo_id = f"{owner}/{name}"
-    package = Package.objects.filter(repo_id=repo_id).first()
+    package = visible_packages(show_private).filter(repo_id=repo_id).first()
     if package is None:
         raise LookupFailed(f"No package {repo_id} is tracked.")
     return package
+
+
+def package_counts(package: Package) -> dict[str, int]:
+    """How many revisions and files a package holds (what deleting it removes)."""
+    files = PackageFile.objects.filter(revision__package=package).count()
+    return {"revisions": package.revisions.count(), "files": files}
 
 
 def revision_resolve(package: Package, ref: str | None) -> Revision | None:
@@ -343,17 +362,27 @@ class FileRow:
     status: str
 
 
-def revision_files(revision: Revision) -> list[FileRow]:
-    """The revision's files, each with what the manifest says about it (from the audit's provenance)."""
-    files = list(revision.files.defer("kv", "tensors"))
+@dataclass(frozen=True)
+class FilePage:
+    rows: list[FileRow]
+    page: Page[PackageFile]
+
+
+def revision_files(revision: Revision, page_number: int = 1, per_page: int = FILES_PER_PAGE) -> FilePage:
+    """One page of the revision's files, each with what the manifest says about it (audit provenance).
+
+    Files the manifest names but the Hub did not list are rows too, after the last page's Hub files.
+    """
+    paginator = Paginator(revision.files.defer("kv", "tensors").order_by("path"), per_page)
+    page = paginator.get_page(page_number)
     provenance = _provenance_by_path(revision.audit)
-    rows = [_file_row(f, provenance.pop(f.path, {})) for f in files]
-    # Files the manifest names but the Hub did not list are still rows, with no Hub side.
-    for path, entry in sorted(provenance.items()):
-        rows.append(
-            _file_row(PackageFile(revision=revision, path=path, role=str(entry.get("role", ""))), entry)
-        )
-    return rows
+    rows = [_file_row(f, provenance.get(f.path, {})) for f in page.object_list]
+    if not page.has_next():
+        unlisted = (e for e in provenance.values() if e.get("status") == MISSING_ON_HUB)
+        for entry in sorted(unlisted, key=lambda e: str(e["path"])):
+            file = PackageFile(revision=revision, path=str(entry["path"]), role=str(entry.get("role", "")))
+            rows.append(_file_row(file, entry))
+    return FilePage(rows, page)
 
 
 def _provenance_by_path(audit: Any) -> dict[str, dict[str, Any]]:
@@ -489,6 +518,13 @@ def audit_section(revision: Revision, key: str) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
+def audit_compatibility(revision: Revision) -> list[dict[str, Any]]:
+    """Release -> admitted (true, false or null when not pinned down) and why, as the audit stored it."""
+    value = _dig(revision.audit, "compatibility")
+    rows = value if isinstance(value, list) else []
+    return [r for r in rows if isinstance(r, dict) and {"release", "admitted", "why"} <= set(r)]
+
+
 @dataclass(frozen=True)
 class ProblemRow:
     code: str
@@ -527,6 +563,12 @@ def audit_blocks(revision: Revision) -> list[dict[str, Any]]:
     return [b for b in blocks if isinstance(b, dict)] if isinstance(blocks, list) else []
 
 
+def audit_truncated(revision: Revision) -> list[dict[str, Any]]:
+    """What ingest cut from this audit before storing it (ingest.cap_audit), for the page to say."""
+    cut = _dig(revision.audit, "truncated")
+    return [c for c in cut if isinstance(c, dict)] if isinstance(cut, list) else []
+
+
 def suggested_generation(revision: Revision) -> dict[str, Any] | None:
     value = _dig(revision.audit, "suggested_generation")
     return value if isinstance(value, dict) else None
@@ -557,15 +599,18 @@ class IngestOverview:
     counts: dict[str, int]
 
 
-def ingest_overview(limit: int = 100) -> IngestOverview:
+def ingest_overview(limit: int = 100, show_private: bool = False) -> IngestOverview:
     """Queued and running ingests (oldest first), recent failures and packages whose sync failed."""
-    revisions = Revision.objects.select_related("package").only(*_INGEST_FIELDS)
+    visible = Revision.objects.all() if show_private else Revision.objects.filter(package__private=False)
+    revisions = visible.select_related("package").only(*_INGEST_FIELDS)
     unfinished = revisions.unfinished().order_by("queued_at", "id")[:limit]
     failed = revisions.filter(status=Revision.Status.FAILED).order_by(
         F("finished_at").desc(nulls_last=True), "-id"
     )[:limit]
-    sync_errors = Package.objects.exclude(sync_error="").only("repo_id", "sync_error", "last_synced_at")
+    sync_errors = (
+        visible_packages(show_private).exclude(sync_error="").only("repo_id", "sync_error", "last_synced_at")
+    )
     counts = {status: 0 for status in Revision.Status.values}
-    for row in Revision.objects.values("status").annotate(n=Count("id")).order_by():
+    for row in visible.values("status").annotate(n=Count("id")).order_by():
         counts[row["status"]] = row["n"]
     return IngestOverview(list(unfinished), list(failed), list(sync_errors[:limit]), counts)

@@ -146,6 +146,7 @@ class RunOutcome:
     run_id: str
     revision_id: int | None
     reports_linked: int
+    unknown_revision: tuple[str, str] | None = None  # (repo id, commit sha) for the caller to ingest
 
 
 def run_register(node: Node, run: RunIn) -> RunOutcome:
@@ -170,7 +171,8 @@ def run_register(node: Node, run: RunIn) -> RunOutcome:
     }
     NodeRun.objects.update_or_create(node=node, run_id=run.run_id, defaults=fields)
     linked = _link_span_reports(run.run_id, fields) if repo else 0
-    return RunOutcome(run_id=run.run_id, revision_id=revision_id, reports_linked=linked)
+    unknown = (repo, sha) if repo and revision_id is None else None
+    return RunOutcome(run.run_id, revision_id, linked, unknown_revision=unknown)
 
 
 def _revision_id(repo: str, sha: str, manifest: str) -> int | None:

@@ -26,6 +26,7 @@ from django.db.models import (
     Exists,
     F,
     FloatField,
+    Max,
     OuterRef,
     Q,
     QuerySet,
@@ -146,6 +147,7 @@ def revision_throughput(revision_id: int, *, bucket: str = "hour") -> dict[str, 
         **_rates(total),
         "stage_splits": sorted({cell["stage_splits"] for cell in cells} - {""}),
         "recent": _recent(reports),
+        "plans": strategy_plans(reports),
         "alert": _alert(wide) if mtp_detected else None,
     }
 
@@ -286,6 +288,58 @@ RECENT_FIELDS = (
 def _recent(reports: QuerySet[Report]) -> list[dict[str, Any]]:
     rows = reports.order_by("-received_at", "-id").annotate(node_name=F("node__name"))
     return [dict(row) for row in rows.values(*RECENT_FIELDS)[:RECENT]]
+
+
+PLAN_ROWS = 50
+# Requests whose outcome is known (node-report.md section 4); "auto" and a package's own strategy
+# names may resolve to anything, so they are never called unmet.
+JUDGED_REQUESTS = ("mtp", "disabled", "ngram-cache", "ngram-suffix")
+
+
+def plan_honoured(requested: str, effective: str) -> bool:
+    """False only when a request of a known kind ran as something else (e.g. ``mtp`` -> ``disabled``)."""
+    if requested not in JUDGED_REQUESTS or not effective:
+        return True
+    if requested == "mtp":
+        return effective.startswith("native-mtp")
+    if requested == "disabled":
+        return effective == "disabled"
+    return effective.endswith(requested)  # ngram-cache, or native-mtp+ngram-cache
+
+
+def strategy_plans(reports: QuerySet[Report]) -> list[dict[str, Any]]:
+    """Requested vs effective strategy per node and topology: what each node asked for and what ran.
+
+    The effective strategy comes from the node (the ``stage.openai_decode`` span's attributes, or the
+    report's ``speculative`` block); a requested plan that differs from the effective one is the
+    thing to see. One grouped query; the busiest PLAN_ROWS groups.
+    """
+    rows = (
+        reports.values("node__name", "stage_splits", "requested_strategy", "effective_strategy")
+        .annotate(
+            reports=Count("*"),
+            from_spans=Count("id", filter=Q(source=Report.Source.OTLP)),
+            tps=GroupMedian("predicted_per_second"),
+            last_seen=Max("received_at"),
+        )
+        .order_by("-reports", "node__name", "stage_splits")
+    )
+    return [_plan(row) for row in rows[:PLAN_ROWS]]
+
+
+def _plan(row: Mapping[str, Any]) -> dict[str, Any]:
+    requested, effective = row["requested_strategy"], row["effective_strategy"]
+    return {
+        "node": row["node__name"],
+        "stage_splits": row["stage_splits"],
+        "requested_strategy": requested,
+        "effective_strategy": effective,
+        "differs": not plan_honoured(requested, effective),
+        "reports": row["reports"],
+        "from_spans": row["from_spans"],
+        "tps": row["tps"],
+        "last_seen": row["last_seen"],
+    }
 
 
 def catalog_throughput(revision_ids: list[int]) -> dict[int, dict[str, Any]]:

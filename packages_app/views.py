@@ -9,14 +9,18 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib import messages
+from django.core.exceptions import RequestDataTooBig
+from django.db import transaction
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.utils.http import content_disposition_header
-from django.views.decorators.http import require_GET, require_http_methods
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from packages_app import charts, fleet, queries, staticfinders
-from packages_app.forms import SORTS, CatalogFilterForm, TrackPackageForm
-from packages_app.models import Package, Revision
+from packages_app import access, background, charts, fleet, queries, ratelimit, staticfinders
+from packages_app.audit.check import check_manifest
+from packages_app.forms import SORTS, CatalogFilterForm, CheckManifestForm, TrackPackageForm
+from packages_app.layout import MAX_MANIFEST_BYTES
+from packages_app.models import ActionLog, Package, Revision
 
 View = Callable[..., HttpResponse]
 
@@ -47,7 +51,12 @@ def _error_page(request: HttpRequest, title: str, message: str, status: int) -> 
 @require_GET
 def catalog(request: HttpRequest) -> HttpResponse:
     form = valid_catalog_form(request)
-    result = queries.catalog_page(form.filters(), form.page_number(), form.page_size())
+    result = queries.catalog_page(
+        form.filters(),
+        form.page_number(),
+        form.page_size(),
+        show_private=access.can_see_private(request.user),
+    )
     context = {"form": form, "result": result, "filters": form.filters(), "sorts": SORTS}
     return render(request, "packages_app/catalog.html", context)
 
@@ -64,18 +73,68 @@ def valid_catalog_form(request: HttpRequest) -> CatalogFilterForm:
     return fallback
 
 
+# --- check a manifest ---------------------------------------------------------------------------
+
+_UPLOAD_SLACK = 64 * 1024  # multipart boundaries and the CSRF field around a 16 MiB file
+
+
+@require_http_methods(["GET", "POST"])
+def check_manifest_page(request: HttpRequest) -> HttpResponse:
+    """Paste or upload a model-package.json; see it judged as mesh-llm judges it. No login."""
+    if request.method == "GET":
+        return _check_page(request, CheckManifestForm())
+    if _content_length(request) > MAX_MANIFEST_BYTES + _UPLOAD_SLACK:
+        return _check_page(
+            request, CheckManifestForm(), ["The manifest is over 16 MiB; it was not read."], 413
+        )
+    wait = ratelimit.retry_after(ratelimit.client_key(request, "check"), settings.MESHDASH_CHECK_RATE_LIMIT)
+    if wait is not None:
+        response = _check_page(
+            request, CheckManifestForm(), [f"Too many checks; try again in {wait} s."], 429
+        )
+        response["Retry-After"] = str(wait)
+        return response
+    try:
+        form = CheckManifestForm(request.POST, request.FILES)
+        valid = form.is_valid()
+    except RequestDataTooBig:
+        too_big = "A pasted manifest may be at most 2.5 MiB; upload the file instead (up to 16 MiB)."
+        return _check_page(request, CheckManifestForm(), [too_big], 413)
+    if not valid:
+        return _check_page(request, form, form.error_sentences(), 400)
+    return _check_page(request, form, result=check_manifest(form.manifest_bytes()).to_json())
+
+
+def _check_page(
+    request: HttpRequest,
+    form: CheckManifestForm,
+    errors: list[str] | None = None,
+    status: int = 200,
+    result: dict[str, Any] | None = None,
+) -> HttpResponse:
+    context = {"form": form, "errors": errors or [], "result": result}
+    return render(request, "packages_app/check.html", context, status=status)
+
+
+def _content_length(request: HttpRequest) -> int:
+    try:
+        return int(request.META.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        return 0
+
+
 # --- one package ---------------------------------------------------------------------------------
 
 
 @require_GET
 @lookup_errors
 def package_detail(request: HttpRequest, owner: str, name: str) -> HttpResponse:
-    package = queries.package_get(owner, name)
+    package = queries.package_get(owner, name, access.can_see_private(request.user))
     revision = queries.revision_resolve(package, request.GET.get("revision"))
     history = queries.revision_history(package)
     context: dict[str, Any] = {"package": package, "revision": revision, "history": history}
     if revision is not None:
-        context.update(_revision_context(revision))
+        context.update(_revision_context(revision, request.GET.get("files_page")))
         context["previous"] = _previous_in(history, revision)
     context["hub_url"] = hub_url(package, revision)
     context["plotly_guard_ids"] = staticfinders.installed_plotly_guard_ids()
@@ -94,7 +153,11 @@ def hub_url(package: Package, revision: Revision | None, path: str = "") -> str:
     )
 
 
-def _revision_context(revision: Revision) -> dict[str, Any]:
+def _page_param(value: str | None) -> int:
+    return int(value) if value and value.isdigit() and len(value) < 9 else 1
+
+
+def _revision_context(revision: Revision, files_page: str | None = None) -> dict[str, Any]:
     throughput = queries.revision_throughput_for(revision)
     splits = list(throughput.get("stage_splits") or []) if throughput else []
     suggested = queries.suggested_generation(revision)
@@ -104,13 +167,15 @@ def _revision_context(revision: Revision) -> dict[str, Any]:
         "findings": fleet.reconcile(fleet.auto_outcome(runtime, revision.verdict), ran),
         "hub_base": hub_url(revision.package, revision, path="/"),
         "problems": queries.audit_problems(revision),
+        "truncated": queries.audit_truncated(revision),
         "detected": queries.audit_section(revision, "detected"),
         "declared": queries.audit_section(revision, "declared"),
         "runtime": runtime,
+        "compatibility": queries.audit_compatibility(revision),
         "provenance": queries.audit_section(revision, "provenance"),
         "suggested": suggested,
         "suggested_json": _pretty_json(suggested.get("generation")) if suggested else "",
-        "files": queries.revision_files(revision),
+        "files": queries.revision_files(revision, _page_param(files_page)),
         "throughput": throughput,
         "layout_chart": charts.layer_layout_figure(
             queries.audit_blocks(revision),
@@ -144,16 +209,21 @@ def _pretty_json(value: Any) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False)
 
 
+_PATCHED_PATH = "suggested_generation.patched_manifest"
+
+
 @require_GET
 @lookup_errors
 def patched_manifest(request: HttpRequest, owner: str, name: str) -> HttpResponse:
     """The manifest with the suggested ``generation`` applied, as a download."""
-    package = queries.package_get(owner, name)
+    package = queries.package_get(owner, name, access.can_see_private(request.user))
     revision = queries.revision_require(package, request.GET.get("revision"))
     suggested = queries.suggested_generation(revision)
     patched = suggested.get("patched_manifest") if suggested else None
     if not isinstance(patched, str):
-        raise queries.LookupFailed(f"{revision} needs no fix, so there is no patched manifest.")
+        cut = any(c.get("path") == _PATCHED_PATH for c in queries.audit_truncated(revision))
+        reason = "was too large to store" if cut else "needs no fix, so there is none"
+        raise queries.LookupFailed(f"The patched manifest of {revision} {reason}.")
     filename = f"{package.name}-{revision.short_sha}-model-package.json"
     response = HttpResponse(patched, content_type="application/json")
     response["Content-Disposition"] = content_disposition_header(True, filename)
@@ -163,7 +233,7 @@ def patched_manifest(request: HttpRequest, owner: str, name: str) -> HttpRespons
 @require_GET
 @lookup_errors
 def file_detail(request: HttpRequest, owner: str, name: str, path: str) -> HttpResponse:
-    package = queries.package_get(owner, name)
+    package = queries.package_get(owner, name, access.can_see_private(request.user))
     revision = queries.revision_require(package, request.GET.get("revision"))
     file = queries.file_get(revision, path)
     tensors = file.tensors if isinstance(file.tensors, list) else []
@@ -182,7 +252,7 @@ def file_detail(request: HttpRequest, owner: str, name: str, path: str) -> HttpR
 @lookup_errors
 def revision_diff(request: HttpRequest, owner: str, name: str) -> HttpResponse:
     """Compare two revisions; ``to`` defaults to the latest, ``from`` to the one before ``to``."""
-    package = queries.package_get(owner, name)
+    package = queries.package_get(owner, name, access.can_see_private(request.user))
     new = queries.revision_require(package, request.GET.get("to"))
     old_ref = request.GET.get("from")
     old = (
@@ -196,16 +266,37 @@ def revision_diff(request: HttpRequest, owner: str, name: str) -> HttpResponse:
     return render(request, "packages_app/revision_diff.html", context)
 
 
-# --- ingest --------------------------------------------------------------------------------------
+# --- ingest and operator actions ------------------------------------------------------------------
 
 
 @require_http_methods(["GET", "POST"])
 def ingest_status(request: HttpRequest) -> HttpResponse:
-    form = TrackPackageForm(request.POST if request.method == "POST" else None)
+    if request.method == "POST":
+        return _track_post(request)
+    background.reconcile_soon()
+    return _ingest_page(request, TrackPackageForm())
+
+
+def _ingest_page(request: HttpRequest, form: TrackPackageForm, status: int = 200) -> HttpResponse:
+    overview = queries.ingest_overview(show_private=access.can_see_private(request.user))
+    context = {"form": form, "overview": overview}
+    return render(request, "packages_app/ingest.html", context, status=status)
+
+
+@access.permission_required("packages_app.track_package")
+def _track_post(request: HttpRequest) -> HttpResponse:
+    form = TrackPackageForm(request.POST)
     if form.is_valid():
-        return _track(request, form.cleaned_data["repo_id"])
-    context = {"form": form, "overview": queries.ingest_overview()}
-    return render(request, "packages_app/ingest.html", context, status=400 if form.errors else 200)
+        repo_id = form.cleaned_data["repo_id"]
+        refusal = access.namespace_refusal(request.user, repo_id) or access.track_rate_refusal(request.user)
+        if refusal is None:
+            return _track(request, repo_id)
+        form.add_error("repo_id", refusal)
+    return _ingest_page(request, form, status=429 if _rate_refused(form) else 400)
+
+
+def _rate_refused(form: TrackPackageForm) -> bool:
+    return any("this hour" in str(e) for e in form.errors.get("repo_id", []))
 
 
 def _track(request: HttpRequest, repo_id: str) -> HttpResponse:
@@ -213,7 +304,82 @@ def _track(request: HttpRequest, repo_id: str) -> HttpResponse:
     from packages_app import queueing
     from packages_app.ingest import track_package
 
+    try:
+        background.ensure_room()
+    except background.Busy as exc:
+        messages.error(request, f"{repo_id} is not tracked: {exc}")
+        return redirect("packages_app:ingest")
     package: Package = track_package(repo_id)
-    queueing.enqueue_sync(package.repo_id)
+    _hand_off(queueing.enqueue_sync, package.repo_id)
+    access.record(request.user, ActionLog.Action.TRACK, package.repo_id)
     messages.success(request, f"Tracking {package.repo_id}: its revisions are queued for ingest.")
     return redirect("packages_app:ingest")
+
+
+def _hand_off(fn: Callable[..., Any], *args: Any) -> None:
+    """With a broker ``fn`` only enqueues, so it runs here; eagerly it would do the work: a thread does."""
+    if background.eager():
+        background.submit(fn, *args)
+    else:
+        fn(*args)
+
+
+@require_POST
+@access.permission_required("packages_app.change_package")
+@lookup_errors
+def package_untrack(request: HttpRequest, owner: str, name: str) -> HttpResponse:
+    package = queries.package_get(owner, name, access.can_see_private(request.user))
+    Package.objects.filter(pk=package.pk).update(tracked=False)
+    access.record(request.user, ActionLog.Action.UNTRACK, package.repo_id)
+    messages.success(request, f"{package.repo_id} is no longer synced; what was ingested stays.")
+    return redirect("packages_app:package", owner, name)
+
+
+@require_http_methods(["GET", "POST"])
+@access.permission_required("packages_app.delete_package")
+@lookup_errors
+def package_delete(request: HttpRequest, owner: str, name: str) -> HttpResponse:
+    """GET: what would be deleted, with a confirm button; POST: delete it with its revisions and files."""
+    package = queries.package_get(owner, name, access.can_see_private(request.user))
+    if request.method == "GET":
+        context = {"package": package, "counts": queries.package_counts(package)}
+        return render(request, "packages_app/package_delete.html", context)
+    counts = queries.package_counts(package)
+    package.delete()
+    detail = f"{counts['revisions']} revisions, {counts['files']} files"
+    access.record(request.user, ActionLog.Action.DELETE, package.repo_id, detail)
+    messages.success(request, f"Deleted {package.repo_id} ({detail}).")
+    return redirect("packages_app:catalog")
+
+
+@require_POST
+@access.permission_required("packages_app.reingest_package")
+@lookup_errors
+def package_reingest(request: HttpRequest, owner: str, name: str) -> HttpResponse:
+    from packages_app import tasks
+
+    package = queries.package_get(owner, name, access.can_see_private(request.user))
+    shas = list(
+        package.revisions.exclude(status=Revision.Status.RUNNING).values_list("commit_sha", flat=True)
+    )
+    try:
+        with transaction.atomic():  # queued first: the work starts only once this commits
+            package.revisions.filter(commit_sha__in=shas).update(status=Revision.Status.QUEUED)
+            if background.eager():
+                background.submit(_ingest_each, package.repo_id, shas)
+            else:
+                for sha in shas:
+                    tasks.ingest_revision.delay_on_commit(package.repo_id, sha)
+    except background.Busy as exc:
+        messages.error(request, str(exc))
+        return redirect("packages_app:package", owner, name)
+    access.record(request.user, ActionLog.Action.REINGEST, package.repo_id, f"{len(shas)} revisions")
+    messages.success(request, f"{len(shas)} revisions of {package.repo_id} are queued for ingest again.")
+    return redirect("packages_app:package", owner, name)
+
+
+def _ingest_each(repo_id: str, shas: list[str]) -> None:
+    from packages_app import tasks
+
+    for sha in shas:
+        tasks.ingest_revision.delay(repo_id, sha)

@@ -14,7 +14,7 @@ from django.shortcuts import render
 from django.utils.http import content_disposition_header
 from django.views.decorators.http import require_GET
 
-from packages_app import charts, fleet, glossary, queries, staticfinders
+from packages_app import access, charts, fleet, glossary, queries, staticfinders
 from packages_app.forms import WINDOW_DAYS
 from packages_app.models import Report, Revision
 from packages_app.views import lookup_errors, valid_catalog_form
@@ -32,7 +32,8 @@ def _window_days(request: HttpRequest) -> int:
 def nodes(request: HttpRequest) -> HttpResponse:
     days = _window_days(request)
     stale_only = request.GET.get("stale") == "1"
-    rows = fleet.node_rows(fleet.window_start(days), stale_only=stale_only)
+    private = access.can_see_private(request.user)
+    rows = fleet.node_rows(fleet.window_start(days), stale_only=stale_only, show_private=private)
     context = {"rows": rows, "days": days, "windows": WINDOW_DAYS, "stale_only": stale_only}
     return render(request, "packages_app/nodes.html", context)
 
@@ -41,7 +42,8 @@ def nodes(request: HttpRequest) -> HttpResponse:
 @lookup_errors
 def node_detail(request: HttpRequest, name: str) -> HttpResponse:
     days = _window_days(request)
-    rows = fleet.node_rows(fleet.window_start(days), name=name)
+    private = access.can_see_private(request.user)
+    rows = fleet.node_rows(fleet.window_start(days), name=name, show_private=private)
     if not rows:
         raise queries.LookupFailed(f"No node named {name} is registered.")
     row = rows[0]
@@ -57,7 +59,8 @@ def node_detail(request: HttpRequest, name: str) -> HttpResponse:
 @lookup_errors
 def topology_detail(request: HttpRequest, topology_id: str) -> HttpResponse:
     days = _window_days(request)
-    runs = fleet.topology_runs(topology_id, fleet.window_start(days))
+    private = access.can_see_private(request.user)
+    runs = fleet.topology_runs(topology_id, fleet.window_start(days), private)
     if not runs:
         raise queries.LookupFailed(f"No report in the last {days} days ran on topology {topology_id}.")
     main = runs[0]
@@ -82,7 +85,7 @@ def _layout_chart(revision_id: int, splits: list[str]) -> dict[str, Any]:
 @lookup_errors
 def compare(request: HttpRequest, owner: str, name: str) -> HttpResponse:
     """Two revisions' throughput side by side; by default the latest against the last one nodes ran."""
-    package = queries.package_get(owner, name)
+    package = queries.package_get(owner, name, access.can_see_private(request.user))
     history = queries.revision_history(package)
     old_ref, new_ref = request.GET.get("from"), request.GET.get("to")
     if not (old_ref and new_ref):
@@ -158,7 +161,8 @@ CATALOG_COLUMNS = [
 def catalog_csv(request: HttpRequest) -> HttpResponse:
     """The whole filtered catalog (every page) as CSV; same filters as the page."""
     form = valid_catalog_form(request)
-    result = queries.catalog_page(form.filters(), 1, 10**6)
+    private = access.can_see_private(request.user)
+    result = queries.catalog_page(form.filters(), 1, 10**6, show_private=private)
     return _csv_response("meshdash-catalog.csv", [CATALOG_COLUMNS, *map(_catalog_csv_row, result.rows)])
 
 
@@ -208,7 +212,7 @@ REPORT_COLUMNS = [
 @lookup_errors
 def reports_csv(request: HttpRequest, owner: str, name: str) -> HttpResponse:
     """Every report of one revision (newest first) as CSV."""
-    package = queries.package_get(owner, name)
+    package = queries.package_get(owner, name, access.can_see_private(request.user))
     revision = queries.revision_require(package, request.GET.get("revision"))
     reports = (
         Report.objects.filter(revision=revision)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -24,6 +24,8 @@ CATALOG_ROOT = ROOT / "var" / "devhub-test"
 def pytest_configure(config: pytest.Config) -> None:
     # huggingface_hub reads HF_ENDPOINT at import; tests always pass the endpoint explicitly instead.
     os.environ.pop("HF_TOKEN", None)
+    # devhub is plain http on loopback: a development endpoint, for this process and the ones it starts.
+    os.environ["MESHDASH_HUB_DEV"] = "1"
     os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 
 
@@ -36,8 +38,11 @@ def demo_catalog() -> Path:
 
 @pytest.fixture(scope="session")
 def devhub(demo_catalog: Path) -> Iterator[DevHub]:
+    from django.conf import settings
+
     from packages_app.devhub import DevHub
 
+    settings.MESHDASH_HUB_DEV = True  # in case the settings were loaded before pytest_configure ran
     server = DevHub(demo_catalog).start()
     yield server
     server.stop()
@@ -73,3 +78,22 @@ def eager_tasks() -> Iterator[None]:
     app.conf.task_always_eager = True
     yield
     app.conf.task_always_eager = previous
+
+
+@pytest.fixture
+def operator(db: None) -> Any:
+    """A signed-in user of the "operators" group (created by migration 0003), not a superuser."""
+    from django.contrib.auth.models import Group, User
+
+    user = User.objects.create_user("olga", password="correct horse battery staple")
+    user.groups.add(Group.objects.get(name="operators"))
+    return user
+
+
+@pytest.fixture
+def operator_client(operator: Any) -> Any:
+    from django.test import Client
+
+    client = Client()
+    client.force_login(operator)
+    return client

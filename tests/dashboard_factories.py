@@ -173,6 +173,13 @@ def audit(
             },
         },
         "suggested_generation": _suggestion(manifest, patched) if verdict == "undeclared-mtp" else None,
+        "compatibility": [
+            {
+                "release": "v0.76.2",
+                "admitted": False,
+                "why": "schema v1 is offline-only; split serving requires package-v2.",
+            }
+        ],
     }
 
 

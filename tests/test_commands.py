@@ -21,8 +21,9 @@ def manage(
 ) -> subprocess.CompletedProcess[str]:
     """Run manage.py in a fresh process, as an operator would."""
     env = {"PATH": "/usr/bin:/bin", "HF_HUB_DISABLE_TELEMETRY": "1"}
-    if endpoint:
+    if endpoint:  # devhub: a development endpoint, plain http on loopback, allowed explicitly
         env["HF_ENDPOINT"] = endpoint
+        env["MESHDASH_HUB_DEV"] = "1"
     env["DATABASE_URL"] = f"sqlite:///{database}" if database else "sqlite:////nonexistent/never-used.sqlite3"
     return subprocess.run(
         [sys.executable, "manage.py", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300

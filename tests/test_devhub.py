@@ -33,6 +33,7 @@ from packages_app.devhub import (
     PRIVATE_REPO,
     QWEN35_FIRST_SHA,
     QWEN35_REPO,
+    QWEN38_GIANT_REPO,
     QWEN38_REPO,
     VERDICTS,
     DevHub,
@@ -41,6 +42,8 @@ from packages_app.devhub import (
     write_package_folder,
 )
 from packages_app.devhub.store import Store
+from packages_app.devhub.weights import SPLIT_BYTES
+from packages_app.manifest import identity, v2schema
 
 MiB = 1 << 20
 
@@ -306,8 +309,12 @@ def test_the_stale_llama_revision_disagrees_on_exactly_one_layer(api: HfApi, tmp
 
     lfs = _lfs_sha256(api, LLAMA_REPO, demo.revisions[0].sha)
 
-    wrong = [x["layer_index"] for x in manifest["layers"] if lfs[x["path"]] != x["sha256"]]
-    assert wrong == [7]
+    wrong = [
+        e["id"]
+        for e in manifest["artifact_catalog"]["entries"]
+        if lfs.get(e["path"], e["sha256"]) != e["sha256"]
+    ]
+    assert wrong == ["layer-00007"]
     assert demo.revisions[0].problems == ("artifact_sha256_mismatch",)
 
 
@@ -512,7 +519,7 @@ def test_qwen35_blocks_mix_ssm_and_full_attention_tensor_counts(demo_catalog: Pa
     ("repo_id", "path", "vocab"),
     [
         (GLM47_REPO, "shared/metadata.gguf", 151552),
-        (LLAMA_REPO, "layers/layer-00003.gguf", 128256),
+        (LLAMA_REPO, "shared/common.gguf", 128256),
         (NEMOTRON_REPO, "shared/common.gguf", 131072),
         (QWEN38_REPO, "shared/metadata.gguf", 248320),
     ],
@@ -577,6 +584,180 @@ def test_layer_files_are_sparse_on_disk(demo_catalog: Path) -> None:
 
     assert stat.st_size > 400 * MiB
     assert stat.st_blocks * 512 < 16 * MiB
+
+
+# --- the demo catalog mirrors the real one (rules.md, domain.md "The real catalog") ---------------
+
+
+def _parse_error(manifest: dict[str, Any]) -> str | None:
+    """What mesh-llm's serde decode (deny_unknown_fields, types, required fields) refuses, if anything."""
+    try:
+        v2schema.decode_root(manifest)
+    except v2schema.DecodeError as exc:
+        return str(exc)
+    return None
+
+
+_REQUIRED_ROOT = {
+    "schema_version", "package_id", "model_id", "source_model", "format", "layer_count",
+    "artifact_catalog", "native_abi_version", "generator_version", "created_at_unix_secs",
+}  # fmt: skip
+
+
+def _hex64(text: str) -> bool:
+    return len(text) == 64 and all(c in "0123456789abcdef" for c in text)
+
+
+def _value_problems(m: dict[str, Any]) -> list[str]:
+    """The validate_root checks a demo manifest could trip (rules.md section 2), as codes."""
+    source, entries = m["source_model"], m["artifact_catalog"]["entries"]
+    ids = {e["id"]: e for e in entries}
+    primary = {f["path"]: f for f in source["files"]}.get(source.get("primary_file"))
+    checks = {
+        "missing_value": set(m) >= _REQUIRED_ROOT and m["layer_count"] > 0 and bool(source["files"]),
+        "unknown_source_file": primary is not None,
+        "source_identity_mismatch": primary is not None
+        and primary["sha256"] == source["sha256"]
+        and all(
+            (p["source_repo"], p["source_revision"]) == (source["repo"], source["revision"])
+            for p in m.get("publisher_metadata", [])
+        ),
+        "invalid_digest": all(_hex64(x["sha256"]) for x in [source, *source["files"], *entries]),
+        "unknown_artifact": source["metadata_artifact_id"] in ids
+        and all(x["artifact_id"] in ids for x in m.get("sidecars", []) + m.get("publisher_metadata", [])),
+        "invalid_metadata_artifact": ids.get(source["metadata_artifact_id"], {})
+        .get("path", "")
+        .endswith(".gguf"),
+        "duplicate_artifact": len(ids) == len(entries),
+        "duplicate_artifact_path": len({e["path"] for e in entries}) == len(entries),
+        "package_identity_mismatch": m["package_id"] == identity.package_id_of(m),
+    }
+    return [code for code, ok in checks.items() if not ok]
+
+
+def _stored_manifest(root: Path, repo_id: str, revision: str) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(_blob(root, repo_id, "model-package.json", revision).read_bytes())
+    return data
+
+
+def _v2_revisions() -> list[Any]:
+    return [
+        pytest.param(p.repo_id, r.sha, id=f"{p.repo_id}@{r.sha[:8]}")
+        for p in DEMO_PACKAGES
+        if p.schema == 2
+        for r in p.revisions
+    ]
+
+
+# Built to break mesh-llm's parse on purpose: `speculative_decoding` at the top level (deny_unknown_fields).
+_BROKEN_ON_PURPOSE = {next(p for p in DEMO_PACKAGES if p.repo_id == QWEN38_REPO).revisions[0].sha}
+
+
+@pytest.mark.parametrize(("repo_id", "sha"), _v2_revisions())
+def test_every_v2_manifest_decodes_as_mesh_llms_structs(demo_catalog: Path, repo_id: str, sha: str) -> None:
+    error = _parse_error(_stored_manifest(demo_catalog, repo_id, sha))
+
+    if sha in _BROKEN_ON_PURPOSE:
+        assert error is not None and "speculative_decoding" in error
+    else:
+        assert error is None
+
+
+@pytest.mark.parametrize(("repo_id", "sha"), _v2_revisions())
+def test_every_v2_manifest_passes_mesh_llms_root_checks_with_a_canonical_package_id(
+    demo_catalog: Path, repo_id: str, sha: str
+) -> None:
+    manifest = _stored_manifest(demo_catalog, repo_id, sha)
+    if sha in _BROKEN_ON_PURPOSE:
+        manifest.pop("speculative_decoding")  # the id is computed over mesh-llm's own fields only
+
+    assert _value_problems(manifest) == []
+
+
+def test_v2_packages_carry_the_real_writer_versions_and_abis(demo_catalog: Path) -> None:
+    stamps = {
+        (m["generator_version"], m["native_abi_version"])
+        for p in DEMO_PACKAGES
+        if p.schema == 2
+        for r in p.revisions
+        for m in [_stored_manifest(demo_catalog, p.repo_id, r.sha)]
+    }
+
+    assert stamps == {
+        ("0.76.0-rc9", "0.1.53"),
+        ("0.76.0", "0.1.54"),
+        ("0.76.1", "0.1.54"),
+        ("0.76.1", "0.1.57"),
+    }
+
+
+def test_glm_4_7_flash_is_a_deepseek2_gguf(demo_catalog: Path) -> None:
+    header = _header(_blob(demo_catalog, GLM47_REPO, "shared/metadata.gguf"))
+
+    assert header.kv["general.architecture"] == "deepseek2"
+    assert header.kv["deepseek2.block_count"] == 48 and header.kv["deepseek2.nextn_predict_layers"] == 1
+    assert "blk.47.attn_kv_a_mqa.weight" in {name for name, *_ in header.tensors}
+
+
+def test_the_undeclared_v2_package_is_qwen3_8_27b_with_mtp_block_64(demo_catalog: Path) -> None:
+    demo = next(p for p in DEMO_PACKAGES if p.repo_id == QWEN38_REPO)
+    header = _header(_blob(demo_catalog, QWEN38_REPO, "shared/metadata.gguf"))
+
+    assert (demo.schema, demo.verdict, demo.mtp_layers) == (2, "undeclared-mtp", (64,))
+    assert header.kv["qwen35.block_count"] == 65 and header.kv["qwen35.nextn_predict_layers"] == 1
+    assert "blk.64.nextn.eh_proj.weight" in {name for name, *_ in header.tensors}
+    assert "generation" not in _stored_manifest(demo_catalog, QWEN38_REPO, demo.main_sha)
+
+
+def test_qwen3_8_27b_ships_an_mmproj_sidecar(demo_catalog: Path) -> None:
+    manifest = _stored_manifest(demo_catalog, QWEN38_REPO, "main")
+    (sidecar,) = manifest["sidecars"]
+    entry = next(e for e in manifest["artifact_catalog"]["entries"] if e["id"] == sidecar["artifact_id"])
+
+    assert sidecar["kind"] == "mmproj"
+    header = _header(_blob(demo_catalog, QWEN38_REPO, entry["path"]))
+    assert header.kv["general.architecture"] == "clip" and header.kv["clip.has_vision_encoder"] is True
+
+
+def test_one_package_splits_its_big_layers_into_part_files(demo_catalog: Path) -> None:
+    manifest = _stored_manifest(demo_catalog, QWEN38_GIANT_REPO, "main")
+    entries = {e["id"]: e for e in manifest["artifact_catalog"]["entries"]}
+
+    assert [i for i in entries if i.startswith("layer-00000")] == [
+        "layer-00000-part00", "layer-00000-part01", "layer-00000-part02"
+    ]  # fmt: skip
+    assert entries["layer-00093-part02"]["path"] == "layers/layer-00093-part02.gguf"
+    assert all(e["byte_size"] <= SPLIT_BYTES for i, e in entries.items() if "-part" in i)
+    assert sum(e["byte_size"] for i, e in entries.items() if i.startswith("layer-00000")) > SPLIT_BYTES
+
+
+def test_the_first_nemotron_revision_says_generation_null(demo_catalog: Path) -> None:
+    demo = next(p for p in DEMO_PACKAGES if p.repo_id == NEMOTRON_REPO)
+    text = _blob(demo_catalog, NEMOTRON_REPO, "model-package.json", demo.revisions[0].sha).read_text()
+
+    assert '"generation": null' in text and demo.revisions[0].verdict == "undeclared-mtp"
+
+
+def test_the_llama_head_carries_request_defaults_sourced_to_a_commit(demo_catalog: Path) -> None:
+    defaults = _stored_manifest(demo_catalog, LLAMA_REPO, "main")["generation"]["request_defaults"]
+    profile = defaults["profiles"][defaults["selection"]["default"]]
+
+    revision = profile["provenance"]["revision"]
+    assert _hex64(revision + "0" * 24) and revision in profile["provenance"]["url"].split("/")
+    assert 0 <= profile["temperature"] <= 2 and 0 <= profile["top_p"] <= 1
+
+
+def test_the_glm_head_binds_publisher_metadata_to_files_of_the_revision(demo_catalog: Path) -> None:
+    manifest = _stored_manifest(demo_catalog, GLM47_REPO, "main")
+    entries = {e["id"]: e for e in manifest["artifact_catalog"]["entries"]}
+
+    roles = {p["role"]: entries[p["artifact_id"]]["path"] for p in manifest["publisher_metadata"]}
+    assert roles == {
+        "model_config": "publisher/config.json",
+        "generation_config": "publisher/generation_config.json",
+    }
+    config = json.loads(_blob(demo_catalog, GLM47_REPO, roles["model_config"]).read_bytes())
+    assert config["num_nextn_predict_layers"] == 1
 
 
 # --- generation -------------------------------------------------------------------------------

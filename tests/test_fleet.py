@@ -240,3 +240,14 @@ def test_the_nav_marks_the_inconsistent_filter_as_the_current_page(client: Clien
     body = text(client.get("/", {"verdict": "inconsistent"}))
     assert 'href="/?verdict=inconsistent" aria-current="page"' in body
     assert 'href="/" aria-current="page"' not in body
+
+
+def test_a_private_packages_fleet_stays_hidden_from_readers_who_may_not_see_it(client: Client) -> None:
+    f.qwen35_fleet(timezone.now())
+    f.Package.objects.filter(repo_id=f.QWEN35_REPO).update(private=True)
+    assert "69cbd9fc" not in text(client.get("/nodes/"))
+    assert "69cbd9fc" not in text(client.get("/nodes/gpu-box-1/"))
+    assert client.get("/topologies/lab-2/").status_code == 404
+    assert client.get(f"/packages/{f.QWEN35_REPO}/compare").status_code == 404
+    assert client.get(f"/packages/{f.QWEN35_REPO}/reports.csv").status_code == 404
+    assert f.QWEN35_REPO not in text(client.get("/catalog.csv"))

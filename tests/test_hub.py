@@ -313,6 +313,6 @@ def test_a_bug_inside_a_ranged_read_surfaces_as_itself(
     def buggy(*args: object, **kwargs: object) -> object:
         raise KeyError("a bug in our code")
 
-    monkeypatch.setattr(net, "http_backoff", buggy)
+    monkeypatch.setattr(net, "_read_cut", buggy)
     with pytest.raises(KeyError, match="a bug in our code"):
         hub_source(QWEN35_REPO).read_range(QWEN35_FIRST_SHA, "model-package.json", 0, 10)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.db.models import F
@@ -68,6 +69,9 @@ def test_ingest_audits_the_revision(hub_source: type[hub.HubSource]) -> None:
     assert rev.mtp_detected is True and rev.mtp_declared is False
     assert rev.audit["detected"]["mtp_blocks"] == [40]
     assert rev.architecture == "qwen35moe" and rev.block_count == 41
+    # Schema v1 is offline-only, so every release in releases.toml refuses it; the catalog filters on this.
+    assert rev.refused_releases == [a["release"] for a in rev.audit["compatibility"]]
+    assert {a["admitted"] for a in rev.audit["compatibility"]} == {False}
 
 
 def test_re_ingesting_a_finished_revision_does_nothing(
@@ -94,15 +98,22 @@ def test_a_v2_revision_is_audited_from_its_metadata_without_reading_layer_header
     assert rev.fetch_requests < 10
 
 
-@pytest.mark.parametrize(
-    ("repo_id", "sha", "verdict"),
-    [(p.repo_id, r.sha, r.verdict) for p in DEMO_PACKAGES for r in p.revisions],
-)
+def _demo_revision_cases() -> list[Any]:
+    return [
+        pytest.param(p.repo_id, r.sha, r.verdict, r.problems, id=f"{p.repo_id}@{r.sha[:8]}")
+        for p in DEMO_PACKAGES
+        for r in p.revisions
+    ]
+
+
+@pytest.mark.parametrize(("repo_id", "sha", "verdict", "problems"), _demo_revision_cases())
 def test_every_demo_revision_gets_the_verdict_it_was_built_to_show(
-    hub_source: type[hub.HubSource], repo_id: str, sha: str, verdict: str
+    hub_source: type[hub.HubSource], repo_id: str, sha: str, verdict: str, problems: tuple[str, ...]
 ) -> None:
     rev = ingest.ingest_revision(repo_id, sha, source=hub_source(repo_id)).revision
     assert rev.verdict == verdict, rev.audit["problems"] if rev.audit else rev.error
+    assert rev.audit is not None
+    assert set(problems) <= {p["code"] for p in rev.audit["problems"]}
 
 
 def test_a_hostile_header_fails_its_file_and_the_other_files_are_still_stored(qwen_folder: Path) -> None:

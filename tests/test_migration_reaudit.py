@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -12,6 +13,7 @@ from tests.audit_fixtures import QWEN35, build
 
 BEFORE = [("packages_app", "0002_node10_timings_flags_and_node_runs")]
 AFTER = [("packages_app", "0003_issue9_reaudit")]
+LEAF = [("packages_app", "0004_issue9_refused_by")]
 STALE = {"verdict": "consistent-mtp", "runtime": {"auto": {"native_mtp": True, "explanation": "old"}}}
 
 
@@ -22,7 +24,14 @@ def migrate(targets: list[tuple[str, str]]) -> Any:
     return executor.loader.project_state(targets).apps
 
 
+@pytest.fixture
+def back_to_the_leaf() -> Iterator[None]:
+    yield
+    migrate(LEAF)  # the other tests of the session expect the full schema
+
+
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("back_to_the_leaf")
 def test_the_migration_recomputes_the_audit_and_keeps_every_input() -> None:
     apps = migrate(BEFORE)
     package = build(QWEN35, 1)
@@ -61,3 +70,8 @@ def test_the_migration_recomputes_the_audit_and_keeps_every_input() -> None:
     assert apps.get_model("packages_app", "PackageFile").objects.filter(revision_id=rev.pk).count() == len(
         package.files
     )
+
+    apps = migrate(LEAF)
+
+    refused = apps.get_model("packages_app", "Revision").objects.get(pk=rev.pk).refused_by
+    assert refused == "|v0.76.1|v0.76.2|after PR #1959|"

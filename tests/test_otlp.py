@@ -300,3 +300,72 @@ def test_devnode_spans_over_otlp_http_with_gzip_are_stored_linked_to_the_revisio
     rows = Report.objects.filter(source=Report.Source.OTLP, node__name="node-http")
     assert rows.count() == 4
     assert {r.revision_id for r in rows} == {revision.pk}
+
+
+# --- requested vs effective, shown --------------------------------------------------------------
+
+
+def test_the_package_page_and_api_show_requested_vs_effective_per_node_and_topology(
+    client: Client, token: str, revision: Revision
+) -> None:
+    Package.objects.filter(repo_id=REPO).update(latest_revision=revision)
+    register_run(client, token)
+    unmet = payloads.RunPlan(
+        repo=REPO, run_id="run-42", requested_strategy="mtp", effective_strategy="disabled"
+    )
+    post_traces(client, token, payloads.export_request(spans(3, unmet)).SerializeToString())
+    post_traces(client, token, payloads.export_request(spans(2, PLAN, seed=9)).SerializeToString())
+    page = client.get(f"/packages/{REPO}/").content.decode()
+    assert "Requested vs effective strategy" in page and "not what was requested" in page
+    plans = client.get(f"/api/v1/packages/{REPO}").json()["throughput"]["plans"]
+    assert [
+        (
+            p["node"],
+            p["stage_splits"],
+            p["requested_strategy"],
+            p["effective_strategy"],
+            p["reports"],
+            p["from_spans"],
+            p["differs"],
+        )
+        for p in plans
+    ] == [
+        ("node-a", "0..21|21..41", "mtp", "disabled", 3, 3, True),
+        ("node-a", "0..21|21..41", "auto", "native-mtp", 2, 2, False),
+    ]
+
+
+def test_the_grpc_receiver_takes_gzip_compressed_exports(grpc_receiver: int) -> None:
+    token = identity.node_create("node-gz").token
+    channel = grpc.insecure_channel(f"127.0.0.1:{grpc_receiver}")
+    stub = trace_service_pb2_grpc.TraceServiceStub(channel)
+    answer = stub.Export(
+        payloads.export_request(spans(3)),
+        metadata=(("authorization", f"Bearer {token}"),),
+        compression=grpc.Compression.Gzip,
+        timeout=5,
+    )
+    channel.close()
+    assert not answer.HasField("partial_success")
+    assert Report.objects.filter(node__name="node-gz").count() == 3
+
+
+def test_the_openapi_document_describes_the_otlp_and_run_endpoints(client: Client) -> None:
+    document = client.get("/api/v1/openapi.json").json()
+    assert {"/v1/traces", "/api/v1/runs"} <= set(document["paths"])
+    assert "run_id" in document["components"]["schemas"]["RunIn"]["properties"]
+
+
+def test_a_run_on_a_revision_not_ingested_yet_asks_for_its_ingest(
+    client: Client, token: str, settings: Any
+) -> None:
+    from unittest import mock
+
+    from packages_app import tasks
+
+    cache.clear()
+    settings.CELERY_TASK_ALWAYS_EAGER = False  # as with a broker; eager mode enqueues nothing
+    with mock.patch.object(tasks.ingest_revision, "delay_on_commit") as delay_on_commit:
+        result = register_run(client, token).json()["results"][0]
+    assert result["revision_linked"] is False
+    delay_on_commit.assert_called_once_with(REPO, SHA)

@@ -115,7 +115,7 @@ def test_file_rows_compare_the_manifest_sha256_with_the_hub_lfs_sha256() -> None
     missing = {"path": "layers/layer-041.gguf", "manifest_size": 5, "status": "missing_on_hub"}
     revision.audit["provenance"]["files"] = [*f.provenance_files(41, mismatch=7), missing]
     revision.save()
-    rows = {row.file.path: row for row in queries.revision_files(revision)}
+    rows = {row.file.path: row for row in queries.revision_files(revision).rows}
     assert rows["layers/layer-007.gguf"].status == "sha256_mismatch"
     assert rows["layers/layer-006.gguf"].status == "match"
     assert rows["layers/layer-041.gguf"].status == "missing_on_hub"
@@ -125,7 +125,7 @@ def test_file_rows_compare_the_manifest_sha256_with_the_hub_lfs_sha256() -> None
 
 def test_file_rows_survive_an_audit_of_an_unexpected_shape() -> None:
     revision = f.make_revision(f.make_package("meshllm/c-layers"), files=True, audit={"provenance": [1, 2]})
-    assert len(queries.revision_files(revision)) == 42
+    assert len(queries.revision_files(revision).rows) == 42
     assert queries.audit_problems(revision) == []
     assert queries.audit_blocks(revision) == []
     assert queries.suggested_generation(revision) is None

@@ -106,7 +106,7 @@ def test_the_deploy_check_passes_at_warning_level_with_production_settings() -> 
 
 
 def test_the_deploy_check_fails_on_development_settings_so_the_check_above_means_something() -> None:
-    result = run_manage({}, "check", "--deploy", "--fail-level", "WARNING")
+    result = run_manage({"DEBUG": "true"}, "check", "--deploy", "--fail-level", "WARNING")
     assert result.returncode != 0
     for code in ("W004", "W008", "W009", "W012", "W016", "W018"):
         assert f"security.{code}" in result.stderr
@@ -135,7 +135,8 @@ def test_production_cookies_are_secure_and_https_is_enforced() -> None:
 
 
 def test_local_development_keeps_working_over_plain_http() -> None:
-    values = settings_in_subprocess({}, "SESSION_COOKIE_SECURE", "SECURE_SSL_REDIRECT", "SECURE_HSTS_SECONDS")
+    names = ("SESSION_COOKIE_SECURE", "SECURE_SSL_REDIRECT", "SECURE_HSTS_SECONDS")
+    values = settings_in_subprocess({"DEBUG": "true"}, *names)
     assert values == {"SESSION_COOKIE_SECURE": False, "SECURE_SSL_REDIRECT": False, "SECURE_HSTS_SECONDS": 0}
 
 
@@ -407,9 +408,9 @@ def no_enqueue() -> Any:
 @pytest.mark.django_db
 @pytest.mark.parametrize("repo_id", BAD_REPO_IDS)
 def test_the_track_form_refuses_a_hostile_repo_id_before_any_request(
-    client: Client, hub_requests: Any, no_enqueue: Any, repo_id: str
+    operator_client: Client, hub_requests: Any, no_enqueue: Any, repo_id: str
 ) -> None:
-    response = client.post("/ingest/", {"repo_id": repo_id})
+    response = operator_client.post("/ingest/", {"repo_id": repo_id})
     assert response.status_code == 400
     assert not Package.objects.exists() and no_enqueue() == 0 and hub_requests() == 0
 

@@ -53,6 +53,16 @@ def test_an_invalid_filter_is_a_json_400_naming_the_parameter(client: Client) ->
     assert error.startswith("Invalid filter: ") and "verdict:" in error and "page:" in error
 
 
+def test_the_list_filters_on_the_releases_that_refuse_a_package(client: Client) -> None:
+    f.make_revision(f.make_package("meshllm/old-abi-layers"), refused_by="|v0.76.2|")
+    f.make_revision(f.make_package("meshllm/admitted-layers"))
+
+    body = client.get("/api/v1/packages", {"refused_by": "v0.76.2"}).json()
+
+    assert [p["repo_id"] for p in body["results"]] == ["meshllm/old-abi-layers"]
+    assert body["results"][0]["latest_revision"]["refused_by"] == ["v0.76.2"]
+
+
 def test_the_detail_carries_the_whole_audit_and_the_history(client: Client) -> None:
     f.qwen35_package()
     body = client.get(DETAIL).json()
@@ -61,7 +71,14 @@ def test_the_detail_carries_the_whole_audit_and_the_history(client: Client) -> N
     assert body["declared"]["present"] is False
     assert body["problems"][0]["code"] == "undeclared_mtp"
     assert body["provenance"]["build_host_path"] is True
-    assert body["runtime"]["auto"]["native_mtp"] is False
+    assert body["runtime"]["auto"]["outcome"] == "no-mtp"
+    assert body["compatibility"] == [
+        {
+            "release": "v0.76.2",
+            "admitted": False,
+            "why": "schema v1 is offline-only; split serving requires package-v2.",
+        }
+    ]
     assert body["suggested_generation"]["generation"]["speculative_decoding"]["default"] == "mtp"
     assert [r["verdict"] for r in body["revisions"]] == ["undeclared-mtp", "consistent-mtp"]
     assert body["throughput"] is None and body["alerts"] == []

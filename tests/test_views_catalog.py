@@ -138,3 +138,24 @@ def test_a_seeded_synthetic_catalog_renders_with_the_same_queries(client: Client
     assert client.get(f"/packages/{busiest.repo_id}/").status_code == 200
     call_command("seed_synthetic", packages=5, reports=0, owner="synthetic-test", reset=True, stdout=quiet)
     assert Package.objects.filter(repo_id__startswith="synthetic-test/").count() == 5
+
+
+def test_the_catalog_shows_and_filters_the_releases_that_refuse_a_package(client: Client) -> None:
+    old_abi = f.make_revision(
+        f.make_package("meshllm/old-abi-layers"), refused_by="|v0.76.1|v0.76.2|"
+    ).package
+    admitted = f.make_revision(f.make_package("meshllm/admitted-layers")).package
+
+    body = text(client.get("/", {"refused_by": "v0.76.2"}))
+
+    assert old_abi.name in body and admitted.name not in body
+    assert '<code class="refused">v0.76.1</code> <code class="refused">v0.76.2</code>' in body
+    assert '<option value="after PR #1959">after PR #1959</option>' in body
+
+
+def test_an_unknown_release_in_the_refused_by_filter_falls_back_with_a_message(client: Client) -> None:
+    response = client.get("/", {"refused_by": "v9.9.9"})
+
+    # Issue 11: a bad or stale filter value is ignored with a message naming it, never an error page.
+    assert response.status_code == 200
+    assert "Ignored refused_by" in text(response)

@@ -17,8 +17,12 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def tracked(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Replaces ingest.track_package (which enqueues Hub work) and records what it was asked."""
+def tracked(monkeypatch: pytest.MonkeyPatch, settings: Any) -> list[str]:
+    """Replaces ingest.track_package (which enqueues Hub work) and records what it was asked.
+
+    With a broker set, the view calls it in the request (it only writes a row and enqueues).
+    """
+    settings.CELERY_BROKER_URL = "redis://broker.invalid:6379/0"
     calls: list[str] = []
 
     def fake_track(repo_id: str) -> Package:
@@ -52,7 +56,10 @@ def test_it_lists_failed_ingests_with_their_error_and_failed_syncs(client: Clien
     assert "HubNotFound: the repo is gone" in body
 
 
-def test_a_valid_repo_id_is_tracked_and_the_browser_is_redirected(client: Client, tracked: list[str]) -> None:
+def test_a_valid_repo_id_is_tracked_and_the_browser_is_redirected(
+    operator_client: Client, tracked: list[str]
+) -> None:
+    client = operator_client
     response = client.post("/ingest/", {"repo_id": "  meshllm/Qwen3-235B-A22B-UD-Q4_K_XL-layers "})
     assert response.status_code == 302 and response["Location"] == "/ingest/"
     assert tracked == ["meshllm/Qwen3-235B-A22B-UD-Q4_K_XL-layers"]
@@ -80,9 +87,9 @@ def test_a_valid_repo_id_is_tracked_and_the_browser_is_redirected(client: Client
     ],
 )
 def test_an_invalid_repo_id_is_refused_with_a_reason_and_nothing_is_tracked(
-    client: Client, tracked: list[str], repo_id: str, message: str
+    operator_client: Client, tracked: list[str], repo_id: str, message: str
 ) -> None:
-    response = client.post("/ingest/", {"repo_id": repo_id})
+    response = operator_client.post("/ingest/", {"repo_id": repo_id})
     assert response.status_code == 400
     assert message in text(response)
     assert tracked == []

@@ -207,7 +207,9 @@ def test_the_number_of_queries_does_not_grow_with_revisions_files_or_reports(
     package = f.make_package("meshllm/q-layers")
     node = f.make_node()
     for i in range(3):
-        revision = f.make_revision(package, "undeclared-mtp", committed_at=f.BASE_TIME + timedelta(days=i))
+        revision = f.make_revision(
+            package, "undeclared-mtp", committed_at=f.BASE_TIME + timedelta(days=i), files=i == 2
+        )
         f.make_report(node, revision, 3.0)
     few = page_queries(client, "/packages/meshllm/q-layers/")
     for i in range(3, 30):
@@ -238,8 +240,14 @@ def test_the_page_renders_what_capability_audit_really_writes(
     response = client.get("/packages/meshllm/real/")
     assert response.status_code == 200
     assert f'class="badge verdict verdict-{verdict}"' in text(response)
+    for row in audit["compatibility"]:  # the release matrix, one row per release in releases.toml
+        assert f'<td data-label="Release"><code>{row["release"]}</code></td>' in text(response)
+    for setting in audit["runtime"]:
+        assert f'<td data-label="Setting"><code>{setting}</code></td>' in text(response)
     mtp_bars = [t["x"] for t in chart(response, "chart-layout")["data"] if t["name"] == "MTP (NextN) block"]
     assert mtp_bars == ([audit["detected"]["mtp_blocks"]] if audit["detected"]["mtp_blocks"] else [])
+    if audit["suggested_generation"] and schema == 1:  # v1: the block alone does not make it servable
+        assert "Republish it as package-v2" in text(response)
     if audit["suggested_generation"]:
         download = client.get("/packages/meshllm/real/manifest.patched.json")
         assert json.loads(download.content)["generation"] == audit["suggested_generation"]["generation"]

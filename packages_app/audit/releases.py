@@ -97,6 +97,14 @@ def admit(parsed: ManifestResult | None, r: Release) -> Admission:
     return Admission(r.release, True, f"admitted: schema v2, a matching package_id, {rule}.")
 
 
+def refused_key(compatibility: list[dict[str, Any]]) -> str:
+    """The releases that refuse a revision, from its stored matrix, as "|v0.76.1|v0.76.2|" (or "")."""
+    names = [
+        str(a.get("release")) for a in compatibility if isinstance(a, dict) and a.get("admitted") is False
+    ]
+    return f"|{'|'.join(names)}|"[:500] if names else ""
+
+
 def _unsupported_block(m: Manifest, r: Release) -> Admission | None:
     for present, supported, key in (
         (m.request_defaults, r.request_defaults, "generation.request_defaults"),

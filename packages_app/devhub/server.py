@@ -4,7 +4,9 @@ It speaks the read-only part of the Hub API - repo listing and info, refs, commi
 paths-info, and `resolve` downloads with byte ranges - from the records and sparse blobs in
 `store.py`, with the Hub's error codes (`X-Error-Code`) and auth behaviour for private and gated
 repos. It counts requests and bytes per path and can be scripted to fail (429/5xx + Retry-After).
-It must not import huggingface_hub: it is what that client talks to.
+Like the real Hub, it can answer LFS file reads with a redirect to a second origin (its "CDN", another
+port): a signed URL that keeps the Range, refuses an Authorization header (as S3 does) and needs no
+token. It must not import huggingface_hub: it is what that client talks to.
 """
 
 from __future__ import annotations
@@ -160,6 +162,7 @@ class DevHub:
         *,
         page_size: int | None = None,
         max_range_bytes: int = MAX_RANGE_BYTES,
+        redirect_to_cdn: bool = False,
     ) -> None:
         self.root = root
         self.host = host
@@ -172,8 +175,11 @@ class DevHub:
         self.repos: dict[tuple[str, str], RepoRecord] = {}
         self.store = Store(root)
         self.url = ""
+        self.redirect_to_cdn = redirect_to_cdn  # LFS reads answer 302 to cdn_url, as the Hub's do
+        self.cdn_url = ""
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
+        self._cdn: ThreadingHTTPServer | None = None
 
     def start(self) -> DevHub:
         self.repos = self.store.load_repos()
@@ -187,7 +193,22 @@ class DevHub:
         serve = lambda: server.serve_forever(poll_interval=0.1)  # noqa: E731
         self._thread = threading.Thread(target=serve, name="devhub", daemon=True)
         self._thread.start()
+        self._start_cdn()
         return self
+
+    def _start_cdn(self) -> None:
+        """The second origin: same host, another port, serving signed blob URLs."""
+        handler = type("BoundCdnHandler", (_CdnHandler,), {"hub": self})
+        cdn = ThreadingHTTPServer((self.host, 0), handler)
+        cdn.daemon_threads = True
+        self._cdn = cdn
+        self.cdn_url = f"http://{self.host}:{int(cdn.server_address[1])}"
+        threading.Thread(
+            target=lambda: cdn.serve_forever(poll_interval=0.1), name="devhub-cdn", daemon=True
+        ).start()
+
+    def cdn_signature(self, blob: str, size: int) -> str:
+        return hmac.new(self.token.encode(), f"{blob}:{size}".encode(), hashlib.sha256).hexdigest()
 
     def serve_forever(self) -> None:
         """Block the calling thread (the management command) until KeyboardInterrupt, then stop."""
@@ -203,6 +224,10 @@ class DevHub:
             self.stop()
 
     def stop(self) -> None:
+        if self._cdn is not None:
+            self._cdn.shutdown()
+            self._cdn.server_close()
+            self._cdn = None
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
@@ -355,31 +380,48 @@ class _Handler(BaseHTTPRequestHandler):
         entry = commit.files.get(path)
         if entry is None:
             raise HubError(404, "Entry not found", "EntryNotFound")
+        if self.hub.redirect_to_cdn and entry.lfs_sha256:
+            return self._redirect_to_cdn(commit, entry)
         self._send_file(req, commit, path, entry)
 
+    def _redirect_to_cdn(self, commit: Commit, entry: FileEntry) -> None:
+        """The Hub's answer to an LFS read: 302 to a signed storage URL, metadata on the redirect itself."""
+        query = urlencode({"size": entry.size, "sig": self.hub.cdn_signature(entry.blob, entry.size)})
+        etag = f'"{entry.lfs_sha256}"'
+        headers = {
+            "Location": f"{self.hub.cdn_url}/blobs/{entry.blob}?{query}",
+            "X-Repo-Commit": commit.sha,
+            "X-Linked-Etag": etag,
+            "X-Linked-Size": str(entry.size),
+            "ETag": etag,
+            "Content-Length": "0",
+        }
+        self._start(302, headers)
+
     def _send_file(self, req: _Request, commit: Commit, path: str, entry: FileEntry) -> None:
-        start, end, status = 0, entry.size - 1, 200
-        range_header = self.headers.get("Range")
-        if range_header:
-            start, end = _parse_range(range_header, entry.size)
-            end = min(end, start + self.hub.max_range_bytes - 1)
-            status = 206
         etag = f'"{entry.lfs_sha256 or entry.git_oid}"'
         headers = {
             "Content-Type": "application/octet-stream",
-            "Accept-Ranges": "bytes",
             "ETag": etag,
             "X-Repo-Commit": commit.sha,
             "Content-Disposition": f'inline; filename="{path.rsplit("/", 1)[-1]}"',
         }
         if entry.lfs_sha256:
             headers |= {"X-Linked-Etag": etag, "X-Linked-Size": str(entry.size)}
-        if status == 206:
-            headers["Content-Range"] = f"bytes {start}-{end}/{entry.size}"
+        self._send_range(req, self.hub.store.blob_path(entry.blob), entry.size, headers)
+
+    def _send_range(self, req: _Request, blob: Path, size: int, headers: dict[str, str]) -> None:
+        start, end, status = 0, size - 1, 200
+        range_header = self.headers.get("Range")
+        if range_header:
+            start, end = _parse_range(range_header, size)
+            end = min(end, start + self.hub.max_range_bytes - 1)
+            status = 206
+            headers = headers | {"Content-Range": f"bytes {start}-{end}/{size}"}
         length = max(0, end - start + 1)
-        self._start(status, headers | {"Content-Length": str(length)})
+        self._start(status, headers | {"Content-Length": str(length), "Accept-Ranges": "bytes"})
         if req.method == "GET" and length:
-            self._stream(self.hub.store.blob_path(entry.blob), start, length, req.path)
+            self._stream(blob, start, length, req.path)
 
     def _stream(self, blob: Path, start: int, length: int, counted_path: str) -> None:
         with blob.open("rb") as handle:
@@ -406,6 +448,27 @@ class _Handler(BaseHTTPRequestHandler):
         if self.command != "HEAD":
             self.wfile.write(body)
             self.hub.counters.count_bytes(urlsplit(self.path).path, len(body))
+
+
+class _CdnHandler(_Handler):
+    """devhub's second origin: ``/blobs/<key>?size=N&sig=...`` with Range; a token here is an error."""
+
+    def _route(self, req: _Request, body: bytes) -> None:
+        if req.method not in ("GET", "HEAD"):
+            raise HubError(405, f"{req.method} is not allowed here")
+        if self.headers.get("Authorization"):
+            raise HubError(400, "Only one auth mechanism allowed; the URL is already signed")
+        segs = req.path.split("/")[1:]
+        size = _small_int(req.param("size") or "")
+        if len(segs) != 2 or segs[0] != "blobs":
+            raise HubError(404, "NoSuchKey")
+        blob = unquote(segs[1])
+        expected = self.hub.cdn_signature(blob, size)
+        if not hmac.compare_digest((req.param("sig") or "").encode(), expected.encode()):
+            raise HubError(403, "SignatureDoesNotMatch")
+        self._send_range(
+            req, self.hub.store.blob_path(blob), size, {"Content-Type": "application/octet-stream"}
+        )
 
 
 def _error_headers(err: HubError) -> dict[str, str]:

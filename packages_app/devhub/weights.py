@@ -16,7 +16,7 @@ import contextlib
 import hashlib
 import logging
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from itertools import count
@@ -43,6 +43,7 @@ from gguf.constants import (
 from .store import FileEntry, Store
 
 KV = tuple[str, Any, GGUFValueType, GGUFValueType | None]
+SPLIT_BYTES = 8 * 1024**3  # the writer splits a layer group over 8 GiB into -partMM files
 _NEXTN = {t for t in MODEL_TENSOR if t.name.startswith("NEXTN_")}
 _Q = GGMLQuantizationType
 _U32, _F32, _STR, _BOOL, _ARR = (
@@ -360,57 +361,82 @@ def _hp(key: str, value: Any, vtype: GGUFValueType = _U32, sub: GGUFValueType | 
     return (key, value, vtype, sub)
 
 
-def qwen35moe_spec() -> ModelSpec:
-    """Qwen3.5-35B-A3B: 40 blocks mixing gated-delta-net (SSM) and full attention, plus MTP block 40."""
-    t, h, vocab, n_blocks = _Tensors(MODEL_ARCH.QWEN35MOE), 2048, 248320, 41
+@dataclass(frozen=True)
+class MoeShape:
+    """The sizes that tell one qwen35moe model from another."""
+
+    name: str
+    size_label: str
+    hidden: int
+    experts: int
+    expert_ffn: int
+    n_trunk: int
+    mtp: bool  # one appended NextN block after the trunk
+    n_head: int = 16
+    n_kv: int = 2
+    v_heads: int = 32
+
+
+QWEN35_35B = MoeShape("Qwen3.5-35B-A3B", "35B-A3B", 2048, 256, 512, 40, mtp=True)
+# Trunk-only (no NextN block); an expert group is ~15 GB, so every layer splits into -partMM files.
+QWEN38_2T = MoeShape(
+    "Qwen3.8-2.4T", "2.4T-A60B", 8192, 512, 2048, 94, mtp=False, n_head=64, n_kv=8, v_heads=64
+)
+
+
+def qwen35moe_spec(shape: MoeShape = QWEN35_35B) -> ModelSpec:
+    """Qwen3.5-style MoE: gated-delta-net (SSM) and full-attention blocks, plus an optional MTP block."""
+    t, h, vocab = _Tensors(MODEL_ARCH.QWEN35MOE), shape.hidden, 248320
+    n_blocks, experts, eff = shape.n_trunk + int(shape.mtp), shape.experts, shape.expert_ffn
 
     def moe(bid: int) -> list[TensorSpec]:
         return [
             t(MODEL_TENSOR.ATTN_POST_NORM, (h,), _Q.F32, bid),
-            t(MODEL_TENSOR.FFN_GATE_INP, (h, 256), _Q.F32, bid),
-            t(MODEL_TENSOR.FFN_GATE_EXP, (h, 512, 256), _Q.Q4_K, bid),
-            t(MODEL_TENSOR.FFN_UP_EXP, (h, 512, 256), _Q.Q4_K, bid),
-            t(MODEL_TENSOR.FFN_DOWN_EXP, (512, h, 256), _Q.Q5_K, bid),
+            t(MODEL_TENSOR.FFN_GATE_INP, (h, experts), _Q.F32, bid),
+            t(MODEL_TENSOR.FFN_GATE_EXP, (h, eff, experts), _Q.Q4_K, bid),
+            t(MODEL_TENSOR.FFN_UP_EXP, (h, eff, experts), _Q.Q4_K, bid),
+            t(MODEL_TENSOR.FFN_DOWN_EXP, (eff, h, experts), _Q.Q5_K, bid),
             t(MODEL_TENSOR.FFN_GATE_INP_SHEXP, (h,), _Q.F32, bid),
-            t(MODEL_TENSOR.FFN_GATE_SHEXP, (h, 512), _Q.Q8_0, bid),
-            t(MODEL_TENSOR.FFN_UP_SHEXP, (h, 512), _Q.Q8_0, bid),
-            t(MODEL_TENSOR.FFN_DOWN_SHEXP, (512, h), _Q.Q8_0, bid),
+            t(MODEL_TENSOR.FFN_GATE_SHEXP, (h, eff), _Q.Q8_0, bid),
+            t(MODEL_TENSOR.FFN_UP_SHEXP, (h, eff), _Q.Q8_0, bid),
+            t(MODEL_TENSOR.FFN_DOWN_SHEXP, (eff, h), _Q.Q8_0, bid),
         ]
 
     def block(bid: int) -> list[TensorSpec]:
         norm = [t(MODEL_TENSOR.ATTN_NORM, (h,), _Q.F32, bid)]
-        if (bid + 1) % 4 == 0 or bid == n_blocks - 1:
-            mixer = _gated_attention(t, bid, h, n_head=16, n_kv=2, head_dim=256)
+        mtp_block = shape.mtp and bid == n_blocks - 1
+        if (bid + 1) % 4 == 0 or mtp_block:
+            mixer = _gated_attention(t, bid, h, n_head=shape.n_head, n_kv=shape.n_kv, head_dim=256)
         else:
-            mixer = _gated_delta_net(t, bid, h, qk_heads=16, v_heads=32, head_dim=128)
-        mtp = _nextn(t, bid, h, vocab, full=False) if bid == n_blocks - 1 else []
+            mixer = _gated_delta_net(t, bid, h, qk_heads=16, v_heads=shape.v_heads, head_dim=128)
+        mtp = _nextn(t, bid, h, vocab, full=False) if mtp_block else []
         return norm + mixer + moe(bid) + mtp
 
     hparams = [
         _hp(Keys.LLM.CONTEXT_LENGTH, 262144),
         _hp(Keys.LLM.EMBEDDING_LENGTH, h),
         _hp(Keys.LLM.BLOCK_COUNT, n_blocks),
-        _hp(Keys.Attention.HEAD_COUNT, 16),
-        _hp(Keys.Attention.HEAD_COUNT_KV, 2),
+        _hp(Keys.Attention.HEAD_COUNT, shape.n_head),
+        _hp(Keys.Attention.HEAD_COUNT_KV, shape.n_kv),
         _hp(Keys.Attention.KEY_LENGTH, 256),
         _hp(Keys.Attention.VALUE_LENGTH, 256),
         _hp(Keys.Rope.FREQ_BASE, 10000000.0, _F32),
         _hp(Keys.Rope.DIMENSION_COUNT, 64),
         _hp(Keys.Rope.DIMENSION_SECTIONS, [11, 11, 10, 0], _ARR, GGUFValueType.INT32),
         _hp(Keys.Attention.LAYERNORM_RMS_EPS, 1e-6, _F32),
-        _hp(Keys.LLM.EXPERT_COUNT, 256),
+        _hp(Keys.LLM.EXPERT_COUNT, experts),
         _hp(Keys.LLM.EXPERT_USED_COUNT, 8),
-        _hp(Keys.LLM.EXPERT_FEED_FORWARD_LENGTH, 512),
-        _hp(Keys.LLM.EXPERT_SHARED_FEED_FORWARD_LENGTH, 512),
-        *_ssm_hparams(conv=4, state=128, groups=16, rank=32, inner=4096),
+        _hp(Keys.LLM.EXPERT_FEED_FORWARD_LENGTH, eff),
+        _hp(Keys.LLM.EXPERT_SHARED_FEED_FORWARD_LENGTH, eff),
+        *_ssm_hparams(conv=4, state=128, groups=16, rank=shape.v_heads, inner=shape.v_heads * 128),
         _hp(Keys.LLM.FULL_ATTENTION_INTERVAL, 4),
-        _hp(Keys.LLM.NEXTN_PREDICT_LAYERS, 1),
+        _hp(Keys.LLM.NEXTN_PREDICT_LAYERS, int(shape.mtp)),
     ]
     emb, out = _globals(t, h, vocab)
     return _spec(
         MODEL_ARCH.QWEN35MOE,
-        "Qwen3.5-35B-A3B",
-        "35B-A3B",
+        shape.name,
+        shape.size_label,
         "apache-2.0",
         h,
         hparams,
@@ -421,12 +447,17 @@ def qwen35moe_spec() -> ModelSpec:
     )
 
 
+def qwen38_giant_spec() -> ModelSpec:
+    return qwen35moe_spec(QWEN38_2T)
+
+
 def qwen35_dense_spec() -> ModelSpec:
-    """Qwen3.8-27B as converted without its MTP block: 64 trunk blocks, nextn key 0, no nextn tensors."""
-    t, h, vocab, n_blocks, ffn = _Tensors(MODEL_ARCH.QWEN35), 5120, 248320, 64, 17408
+    """Qwen3.8-27B: 64 dense trunk blocks (SSM and full attention) plus the MTP block 64 (65 blocks)."""
+    t, h, vocab, n_trunk, ffn = _Tensors(MODEL_ARCH.QWEN35), 5120, 248320, 64, 17408
 
     def block(bid: int) -> list[TensorSpec]:
-        if (bid + 1) % 4 == 0:
+        mtp_block = bid == n_trunk
+        if (bid + 1) % 4 == 0 or mtp_block:
             mixer = _gated_attention(t, bid, h, n_head=24, n_kv=4, head_dim=256)
         else:
             mixer = _gated_delta_net(t, bid, h, qk_heads=16, v_heads=48, head_dim=128)
@@ -437,12 +468,13 @@ def qwen35_dense_spec() -> ModelSpec:
             t(MODEL_TENSOR.FFN_GATE, (h, ffn), _Q.Q4_K, bid),
             t(MODEL_TENSOR.FFN_UP, (h, ffn), _Q.Q4_K, bid),
             t(MODEL_TENSOR.FFN_DOWN, (ffn, h), _Q.Q6_K, bid),
+            *(_nextn(t, bid, h, vocab, full=False) if mtp_block else []),
         ]
 
     hparams = [
         _hp(Keys.LLM.CONTEXT_LENGTH, 262144),
         _hp(Keys.LLM.EMBEDDING_LENGTH, h),
-        _hp(Keys.LLM.BLOCK_COUNT, n_blocks),
+        _hp(Keys.LLM.BLOCK_COUNT, n_trunk + 1),
         _hp(Keys.LLM.FEED_FORWARD_LENGTH, ffn),
         _hp(Keys.Attention.HEAD_COUNT, 24),
         _hp(Keys.Attention.HEAD_COUNT_KV, 4),
@@ -454,7 +486,7 @@ def qwen35_dense_spec() -> ModelSpec:
         _hp(Keys.Attention.LAYERNORM_RMS_EPS, 1e-6, _F32),
         *_ssm_hparams(conv=4, state=128, groups=16, rank=48, inner=6144),
         _hp(Keys.LLM.FULL_ATTENTION_INTERVAL, 4),
-        _hp(Keys.LLM.NEXTN_PREDICT_LAYERS, 0),
+        _hp(Keys.LLM.NEXTN_PREDICT_LAYERS, 1),
     ]
     emb, out = _globals(t, h, vocab)
     return _spec(
@@ -467,8 +499,47 @@ def qwen35_dense_spec() -> ModelSpec:
         QWEN35_TOKENIZER,
         emb,
         out,
-        [block(b) for b in range(n_blocks)],
+        [block(b) for b in range(n_trunk + 1)],
     )
+
+
+def qwen38_mmproj() -> tuple[list[KV], list[TensorSpec]]:
+    """The vision projector (mmproj) sidecar of Qwen3.8-27B: a `clip` GGUF, F16, 27 ViT blocks."""
+    t, width, ffn, n_blocks = _Tensors(MODEL_ARCH.MMPROJ), 1152, 4352, 27
+    vision = Keys.ClipVision
+    kv: list[KV] = [
+        (Keys.General.TYPE, "mmproj", _STR, None),
+        (Keys.General.NAME, "Qwen3.8-27B", _STR, None),
+        (Keys.Clip.HAS_VISION_ENCODER, True, _BOOL, None),
+        (Keys.Clip.PROJECTOR_TYPE, "qwen3vl_merger", _STR, None),
+        (vision.BLOCK_COUNT, n_blocks, _U32, None),
+        (vision.EMBEDDING_LENGTH, width, _U32, None),
+        (vision.FEED_FORWARD_LENGTH, ffn, _U32, None),
+        (vision.IMAGE_SIZE, 768, _U32, None),
+        (vision.PATCH_SIZE, 16, _U32, None),
+        (vision.PROJECTION_DIM, 5120, _U32, None),
+        (vision.Attention.HEAD_COUNT, 16, _U32, None),
+        (vision.Attention.LAYERNORM_EPS, 1e-6, _F32, None),
+    ]
+    tensors = [
+        t(MODEL_TENSOR.V_ENC_EMBD_PATCH, (16, 16, 3, width), _Q.F16),
+        t(MODEL_TENSOR.V_ENC_EMBD_POS, (width, 2304), _Q.F16),
+    ]
+    for bid in range(n_blocks):
+        tensors += [
+            t(MODEL_TENSOR.V_ENC_INPUT_NORM, (width,), _Q.F32, bid),
+            t(MODEL_TENSOR.V_ENC_ATTN_QKV, (width, 3 * width), _Q.F16, bid),
+            t(MODEL_TENSOR.V_ENC_ATTN_O, (width, width), _Q.F16, bid),
+            t(MODEL_TENSOR.V_ENC_POST_ATTN_NORM, (width,), _Q.F32, bid),
+            t(MODEL_TENSOR.V_ENC_FFN_UP, (width, ffn), _Q.F16, bid),
+            t(MODEL_TENSOR.V_ENC_FFN_DOWN, (ffn, width), _Q.F16, bid),
+        ]
+    tensors += [
+        t(MODEL_TENSOR.V_POST_NORM, (width,), _Q.F32),
+        t(MODEL_TENSOR.V_MMPROJ, (4 * width, 4 * width), _Q.F16, 0),
+        t(MODEL_TENSOR.V_MMPROJ, (4 * width, 5120), _Q.F16, 2),
+    ]
+    return kv, tensors
 
 
 def _gated_attention(
@@ -512,27 +583,100 @@ def _ssm_hparams(conv: int, state: int, groups: int, rank: int, inner: int) -> l
     ]
 
 
-def glm4moe_spec(name: str = "GLM-4.7-Flash", nextn_tensors: bool = True) -> ModelSpec:
-    """GLM-4.7-Flash-like: 47 trunk blocks (block 0 dense) + MTP block 47 with the six nextn tensors."""
-    t, h, vocab, n_blocks, experts, eff = _Tensors(MODEL_ARCH.GLM4_MOE), 2048, 151552, 48, 64, 1536
+def glm47_flash_spec() -> ModelSpec:
+    """GLM-4.7-Flash: GGUF architecture `deepseek2` (MLA attention), 47 trunk blocks + MTP block 47."""
+    t, h, vocab, n_blocks, experts, eff = _Tensors(MODEL_ARCH.DEEPSEEK2), 2048, 151552, 48, 64, 1536
+    heads, q_lora, kv_lora, rope, nope, v_dim = 20, 768, 512, 64, 192, 256
 
-    def ffn(bid: int) -> list[TensorSpec]:
-        if bid == 0:
-            return [
-                t(MODEL_TENSOR.FFN_GATE, (h, 10240), _Q.Q4_K, bid),
-                t(MODEL_TENSOR.FFN_UP, (h, 10240), _Q.Q4_K, bid),
-                t(MODEL_TENSOR.FFN_DOWN, (10240, h), _Q.Q6_K, bid),
-            ]
+    def attention(bid: int) -> list[TensorSpec]:
         return [
-            t(MODEL_TENSOR.FFN_GATE_INP, (h, experts), _Q.F32, bid),
-            t(MODEL_TENSOR.FFN_EXP_PROBS_B, (experts,), _Q.F32, bid, suffix="bias"),
-            t(MODEL_TENSOR.FFN_GATE_EXP, (h, eff, experts), _Q.Q4_K, bid),
-            t(MODEL_TENSOR.FFN_UP_EXP, (h, eff, experts), _Q.Q4_K, bid),
-            t(MODEL_TENSOR.FFN_DOWN_EXP, (eff, h, experts), _Q.Q5_K, bid),
-            t(MODEL_TENSOR.FFN_GATE_SHEXP, (h, eff), _Q.Q8_0, bid),
-            t(MODEL_TENSOR.FFN_UP_SHEXP, (h, eff), _Q.Q8_0, bid),
-            t(MODEL_TENSOR.FFN_DOWN_SHEXP, (eff, h), _Q.Q8_0, bid),
+            t(MODEL_TENSOR.ATTN_NORM, (h,), _Q.F32, bid),
+            t(MODEL_TENSOR.ATTN_Q_A, (h, q_lora), _Q.Q8_0, bid),
+            t(MODEL_TENSOR.ATTN_Q_A_NORM, (q_lora,), _Q.F32, bid),
+            t(MODEL_TENSOR.ATTN_Q_B, (q_lora, heads * (nope + rope)), _Q.Q8_0, bid),
+            t(MODEL_TENSOR.ATTN_KV_A_MQA, (h, kv_lora + rope), _Q.Q8_0, bid),
+            t(MODEL_TENSOR.ATTN_KV_A_NORM, (kv_lora,), _Q.F32, bid),
+            t(MODEL_TENSOR.ATTN_K_B, (nope, kv_lora, heads), _Q.Q8_0, bid),
+            t(MODEL_TENSOR.ATTN_V_B, (kv_lora, v_dim, heads), _Q.Q8_0, bid),
+            t(MODEL_TENSOR.ATTN_OUT, (heads * v_dim, h), _Q.Q8_0, bid),
+            t(MODEL_TENSOR.FFN_NORM, (h,), _Q.F32, bid),
         ]
+
+    def block(bid: int) -> list[TensorSpec]:
+        mtp = _nextn(t, bid, h, vocab, full=True) if bid == n_blocks - 1 else []
+        return attention(bid) + _glm_ffn(t, bid, h, experts, eff) + mtp
+
+    hparams = [
+        _hp(Keys.LLM.CONTEXT_LENGTH, 202752),
+        _hp(Keys.LLM.EMBEDDING_LENGTH, h),
+        _hp(Keys.LLM.BLOCK_COUNT, n_blocks),
+        _hp(Keys.LLM.FEED_FORWARD_LENGTH, 10240),
+        _hp(Keys.Attention.HEAD_COUNT, heads),
+        _hp(Keys.Attention.HEAD_COUNT_KV, 1),
+        _hp(Keys.Attention.KEY_LENGTH, kv_lora + rope),
+        _hp(Keys.Attention.VALUE_LENGTH, kv_lora),
+        _hp(Keys.Attention.KEY_LENGTH_MLA, nope + rope),
+        _hp(Keys.Attention.VALUE_LENGTH_MLA, v_dim),
+        _hp(Keys.Attention.Q_LORA_RANK, q_lora),
+        _hp(Keys.Attention.KV_LORA_RANK, kv_lora),
+        _hp(Keys.Rope.FREQ_BASE, 1000000.0, _F32),
+        _hp(Keys.Rope.DIMENSION_COUNT, rope),
+        _hp(Keys.Attention.LAYERNORM_RMS_EPS, 1e-5, _F32),
+        *_glm_moe_hparams(experts, eff),
+    ]
+    emb, out = _globals(t, h, vocab)
+    return _spec(
+        MODEL_ARCH.DEEPSEEK2,
+        "GLM-4.7-Flash",
+        "30B-A3B",
+        "mit",
+        h,
+        hparams,
+        GLM_TOKENIZER,
+        emb,
+        out,
+        [block(b) for b in range(n_blocks)],
+    )
+
+
+def _glm_moe_hparams(experts: int, eff: int) -> list[KV]:
+    """GLM's expert routing (4 of `experts`, one shared, sigmoid gating) and its one NextN layer key."""
+    return [
+        _hp(Keys.LLM.EXPERT_COUNT, experts),
+        _hp(Keys.LLM.EXPERT_USED_COUNT, 4),
+        _hp(Keys.LLM.EXPERT_SHARED_COUNT, 1),
+        _hp(Keys.LLM.EXPERT_FEED_FORWARD_LENGTH, eff),
+        _hp(Keys.LLM.LEADING_DENSE_BLOCK_COUNT, 1),
+        _hp(Keys.LLM.EXPERT_WEIGHTS_SCALE, 1.8, _F32),
+        _hp(Keys.LLM.EXPERT_WEIGHTS_NORM, True, _BOOL),
+        _hp(Keys.LLM.EXPERT_GATING_FUNC, 2),
+        _hp(Keys.LLM.NEXTN_PREDICT_LAYERS, 1),
+    ]
+
+
+def _glm_ffn(t: _Tensors, bid: int, h: int, experts: int, eff: int) -> list[TensorSpec]:
+    """GLM's feed-forward: block 0 dense, the others MoE with one shared expert."""
+    if bid == 0:
+        return [
+            t(MODEL_TENSOR.FFN_GATE, (h, 10240), _Q.Q4_K, bid),
+            t(MODEL_TENSOR.FFN_UP, (h, 10240), _Q.Q4_K, bid),
+            t(MODEL_TENSOR.FFN_DOWN, (10240, h), _Q.Q6_K, bid),
+        ]
+    return [
+        t(MODEL_TENSOR.FFN_GATE_INP, (h, experts), _Q.F32, bid),
+        t(MODEL_TENSOR.FFN_EXP_PROBS_B, (experts,), _Q.F32, bid, suffix="bias"),
+        t(MODEL_TENSOR.FFN_GATE_EXP, (h, eff, experts), _Q.Q4_K, bid),
+        t(MODEL_TENSOR.FFN_UP_EXP, (h, eff, experts), _Q.Q4_K, bid),
+        t(MODEL_TENSOR.FFN_DOWN_EXP, (eff, h, experts), _Q.Q5_K, bid),
+        t(MODEL_TENSOR.FFN_GATE_SHEXP, (h, eff), _Q.Q8_0, bid),
+        t(MODEL_TENSOR.FFN_UP_SHEXP, (h, eff), _Q.Q8_0, bid),
+        t(MODEL_TENSOR.FFN_DOWN_SHEXP, (eff, h), _Q.Q8_0, bid),
+    ]
+
+
+def glm4moe_spec(name: str = "GLM-5.3-Flash", nextn_tensors: bool = True) -> ModelSpec:
+    """A glm4moe model: 47 trunk blocks (block 0 dense) + MTP block 47 with the six nextn tensors."""
+    t, h, vocab, n_blocks, experts, eff = _Tensors(MODEL_ARCH.GLM4_MOE), 2048, 151552, 48, 64, 1536
 
     def block(bid: int) -> list[TensorSpec]:
         attn = [
@@ -544,7 +688,7 @@ def glm4moe_spec(name: str = "GLM-4.7-Flash", nextn_tensors: bool = True) -> Mod
             t(MODEL_TENSOR.ATTN_POST_NORM, (h,), _Q.F32, bid),
         ]
         mtp = _nextn(t, bid, h, vocab, full=True) if bid == n_blocks - 1 and nextn_tensors else []
-        return attn + ffn(bid) + mtp
+        return attn + _glm_ffn(t, bid, h, experts, eff) + mtp
 
     hparams = [
         _hp(Keys.LLM.CONTEXT_LENGTH, 202752),
@@ -558,15 +702,7 @@ def glm4moe_spec(name: str = "GLM-4.7-Flash", nextn_tensors: bool = True) -> Mod
         _hp(Keys.Rope.FREQ_BASE, 1000000.0, _F32),
         _hp(Keys.Rope.DIMENSION_COUNT, 64),
         _hp(Keys.Attention.LAYERNORM_RMS_EPS, 1e-5, _F32),
-        _hp(Keys.LLM.EXPERT_COUNT, experts),
-        _hp(Keys.LLM.EXPERT_USED_COUNT, 4),
-        _hp(Keys.LLM.EXPERT_SHARED_COUNT, 1),
-        _hp(Keys.LLM.EXPERT_FEED_FORWARD_LENGTH, eff),
-        _hp(Keys.LLM.LEADING_DENSE_BLOCK_COUNT, 1),
-        _hp(Keys.LLM.EXPERT_WEIGHTS_SCALE, 1.8, _F32),
-        _hp(Keys.LLM.EXPERT_WEIGHTS_NORM, True, _BOOL),
-        _hp(Keys.LLM.EXPERT_GATING_FUNC, 2),
-        _hp(Keys.LLM.NEXTN_PREDICT_LAYERS, 1),
+        *_glm_moe_hparams(experts, eff),
     ]
     emb, out = _globals(t, h, vocab)
     return _spec(
@@ -878,10 +1014,11 @@ class PackageFiles:
     """The GGUF files of one package build, by role."""
 
     shared: dict[str, BuiltFile] = field(default_factory=dict)  # v1: metadata/embeddings/output; v2: ids
-    layers: list[BuiltFile] = field(default_factory=list)
+    layers: list[BuiltFile] = field(default_factory=list)  # in block order; v2 split parts in part order
+    sidecars: dict[str, BuiltFile] = field(default_factory=dict)  # v2: artifact id -> file (mmproj)
 
     def all(self) -> list[BuiltFile]:
-        return [*self.shared.values(), *self.layers]
+        return [*self.shared.values(), *self.layers, *self.sidecars.values()]
 
 
 def build_v1_files(store: Store, spec: ModelSpec, digits: int) -> PackageFiles:
@@ -895,12 +1032,20 @@ def build_v1_files(store: Store, spec: ModelSpec, digits: int) -> PackageFiles:
     return files
 
 
-def build_v2_files(store: Store, spec: ModelSpec) -> PackageFiles:
-    """Schema v2: common + layer files, then shared/metadata.gguf describing where every tensor lives."""
+def build_v2_files(store: Store, spec: ModelSpec, mmproj: Sidecar | None = None) -> PackageFiles:
+    """Schema v2: common + layer files, then shared/metadata.gguf describing where every tensor lives.
+
+    A block whose tensors exceed SPLIT_BYTES is written as `layer-NNNNN-partMM.gguf` files, as the
+    real writer does; an mmproj sidecar, if any, is its own `clip` GGUF outside the locator.
+    """
     arch, files = spec.arch_name, PackageFiles()
     common = write_gguf(store, "shared/common.gguf", arch, spec.model_kv(), spec.embeddings + spec.output)
     for i, block in enumerate(spec.blocks):
-        files.layers.append(write_gguf(store, f"layers/layer-{i:05d}.gguf", arch, spec.core_kv(), block))
+        groups = split_groups(block)
+        for part, group in enumerate(groups):
+            suffix = f"-part{part:02d}" if len(groups) > 1 else ""
+            path = f"layers/layer-{i:05d}{suffix}.gguf"
+            files.layers.append(write_gguf(store, path, arch, spec.core_kv(), group))
     parts = [common, *files.layers]
     files.shared["metadata"] = write_gguf(
         store,
@@ -911,7 +1056,33 @@ def build_v2_files(store: Store, spec: ModelSpec) -> PackageFiles:
         with_data=False,
     )
     files.shared["common"] = common
+    if mmproj is not None:
+        kv, tensors = mmproj.header()
+        files.sidecars[mmproj.artifact_id] = write_gguf(store, mmproj.path, "clip", kv, tensors)
     return files
+
+
+@dataclass(frozen=True)
+class Sidecar:
+    """A loader sidecar file of a v2 package (today only `mmproj`)."""
+
+    artifact_id: str
+    path: str
+    name: str
+    header: Callable[[], tuple[list[KV], list[TensorSpec]]]
+
+
+def split_groups(tensors: Sequence[TensorSpec], limit: int = SPLIT_BYTES) -> list[list[TensorSpec]]:
+    """Tensors in order, cut into groups of at most `limit` bytes (a lone bigger tensor keeps its own)."""
+    groups: list[list[TensorSpec]] = [[]]
+    size = 0
+    for t in tensors:
+        if groups[-1] and size + pad(t.nbytes) > limit:
+            groups.append([])
+            size = 0
+        groups[-1].append(t)
+        size += pad(t.nbytes)
+    return groups
 
 
 def _locator_kv(parts: Sequence[BuiltFile]) -> list[KV]:

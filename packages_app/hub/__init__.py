@@ -11,8 +11,11 @@ module of ``packages_app`` above it; callers pass a source object in rather than
 
 from packages_app.hub.client import (
     PUBLIC_ENDPOINT,
+    HubConfig,
     HubSource,
+    SkipFn,
     catalog_package_repos,
+    config_from_settings,
     default_endpoint,
     list_namespace_packages,
 )
@@ -27,7 +30,7 @@ from packages_app.hub.errors import (
 )
 from packages_app.hub.fetch import FIRST_READ, HeaderFetcher, HeaderResult, read_header
 from packages_app.hub.ids import validate_repo_id
-from packages_app.hub.net import ranged_get
+from packages_app.hub.net import install_session, ranged_get
 from packages_app.hub.records import (
     MANIFEST_MAX_BYTES,
     MANIFEST_PATH,
@@ -46,6 +49,8 @@ from packages_app.hub.sources import (
     read_local_range,
 )
 
+install_session()  # huggingface_hub's own requests get the bounds too
+
 __all__ = [
     "FIRST_READ",
     "LOCAL_REVISION",
@@ -58,6 +63,7 @@ __all__ = [
     "FetchStats",
     "HeaderFetcher",
     "HeaderResult",
+    "HubConfig",
     "HubError",
     "HubNotFound",
     "HubRefused",
@@ -69,8 +75,10 @@ __all__ = [
     "PackageSource",
     "RangeReader",
     "RemoteFile",
+    "SkipFn",
     "UrlSource",
     "catalog_package_repos",
+    "config_from_settings",
     "default_endpoint",
     "list_namespace_packages",
     "parse_hf_uri",

@@ -1,24 +1,32 @@
 """The Hub client: a package repo on a Hub-compatible server (``HF_ENDPOINT``) read through
 huggingface_hub, plus the namespace and catalog listings discovery uses.
 
-Everything is pinned to 40-hex commit shas. Django's settings are read lazily (and only when Django
-is configured) for the endpoint; nothing else of Django is imported.
+Everything is pinned to 40-hex commit shas. Every call runs inside ``net.bounded_call`` under the
+source's ``Policy`` (origins, https, timeouts, deadlines, byte and page caps), and the per-revision caps
+(files, header bytes, tensors per file) are refusals with a sentence saying which. Django's settings are
+read lazily (and only when Django is configured); nothing else of Django is imported.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
-from collections.abc import Callable, Iterator
-from typing import TypeVar
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, TypeVar
+from urllib.parse import quote
 
 from huggingface_hub import HfApi, hf_hub_url
 from huggingface_hub.hf_api import RepoFile
-from huggingface_hub.utils import build_hf_headers  # type: ignore[attr-defined]
+from huggingface_hub.utils import build_hf_headers, paginate, parse_datetime  # type: ignore[attr-defined]
 
-from packages_app.hub.errors import EXPECTED_ERRORS, HubError, InvalidRepoId, translate
+from packages_app.gguf_header import Limits as HeaderLimits
+from packages_app.hub.errors import EXPECTED_ERRORS, HubError, HubRefused, InvalidRepoId, translate
 from packages_app.hub.ids import validate_repo_id
-from packages_app.hub.net import ranged_get
+from packages_app.hub.net import DEFAULT_LIMITS, HUB_CDN_ORIGINS, Limits, Policy, bounded_call, ranged_get
 from packages_app.hub.records import (
     MANIFEST_MAX_BYTES,
     MANIFEST_PATH,
@@ -45,6 +53,52 @@ def _token() -> str | None:
     return os.environ.get("HF_TOKEN") or None
 
 
+MAX_FILE_SIZE = 2**63 - 1  # a PackageFile.size column; no real file comes near
+
+
+@dataclass(frozen=True)
+class HubConfig:
+    """The bounds of one source, from Django settings (or the defaults outside Django)."""
+
+    limits: Limits = DEFAULT_LIMITS
+    cdn_origins: tuple[str, ...] = HUB_CDN_ORIGINS
+    development: bool = False
+    max_files: int = 10_000
+    max_commits: int = 50
+    max_header_bytes: int = 1024**3
+    max_tensors_per_file: int = 8192
+
+
+def config_from_settings() -> HubConfig:
+    try:
+        from django.conf import settings
+
+        get: Callable[[str, Any], Any] = lambda name, default: getattr(settings, name, default)  # noqa: E731
+        get("HF_ENDPOINT", None)  # raises outside a configured Django
+    except Exception:  # the pure CLI: defaults, and the development flag from the environment
+        return HubConfig(development=os.environ.get("MESHDASH_HUB_DEV", "") in ("1", "true", "yes", "on"))
+    base, limits = HubConfig(), Limits()
+    return HubConfig(
+        limits=Limits(
+            connect_timeout=float(get("MESHDASH_HUB_CONNECT_TIMEOUT", limits.connect_timeout)),
+            read_timeout=float(get("MESHDASH_HUB_READ_TIMEOUT", limits.read_timeout)),
+            call_deadline=float(get("MESHDASH_HUB_CALL_DEADLINE", limits.call_deadline)),
+            ingest_deadline=float(get("MESHDASH_HUB_INGEST_DEADLINE", limits.ingest_deadline)),
+            max_retry_after=float(get("MESHDASH_HUB_MAX_RETRY_AFTER", limits.max_retry_after)),
+            inline_retry_after=float(get("MESHDASH_HUB_INLINE_RETRY_AFTER", limits.inline_retry_after)),
+            max_response_bytes=int(get("MESHDASH_HUB_MAX_RESPONSE_BYTES", limits.max_response_bytes)),
+            max_pages=int(get("MESHDASH_HUB_MAX_PAGES", limits.max_pages)),
+            max_listing_bytes=int(get("MESHDASH_HUB_MAX_LISTING_BYTES", limits.max_listing_bytes)),
+        ),
+        cdn_origins=tuple(get("MESHDASH_HUB_CDN_ORIGINS", None) or HUB_CDN_ORIGINS),
+        development=bool(get("MESHDASH_HUB_DEV", False)),
+        max_files=int(get("MESHDASH_MAX_FILES", base.max_files)),
+        max_commits=int(get("MESHDASH_MAX_REVISIONS", base.max_commits)),
+        max_header_bytes=int(get("MESHDASH_MAX_HEADER_BYTES", base.max_header_bytes)),
+        max_tensors_per_file=int(get("MESHDASH_MAX_TENSORS_PER_FILE", base.max_tensors_per_file)),
+    )
+
+
 class HubSource:
     """A package repo on a Hub-compatible server (``HF_ENDPOINT``), read through huggingface_hub."""
 
@@ -57,6 +111,7 @@ class HubSource:
         repo_type: str = "model",
         max_retries: int = 4,
         stats: FetchStats | None = None,
+        config: HubConfig | None = None,
     ) -> None:
         self.repo_id = validate_repo_id(repo_id)
         self.endpoint = (endpoint or default_endpoint()).rstrip("/")
@@ -64,14 +119,37 @@ class HubSource:
         self.repo_type = repo_type
         self.max_retries = max_retries
         self.stats = stats or FetchStats()
+        self.config = config or config_from_settings()
+        self.policy = Policy.for_endpoint(
+            self.endpoint,
+            self.config.cdn_origins,
+            development=self.config.development,
+            limits=self.config.limits,
+        )
+        self.budget_deadline = time.monotonic() + self.config.limits.ingest_deadline
+        self.header_limits = HeaderLimits(max_tensor_count=self.config.max_tensors_per_file)
         self.api = HfApi(endpoint=self.endpoint, token=self.token or False)
         self.label = f"hf://{repo_id}"
+        self.private: bool | None = None  # what the Hub's repo info said, once resolve_revision ran
 
-    def _call(self, what: str, fn: Callable[[], T]) -> T:
-        try:
-            return fn()
-        except EXPECTED_ERRORS as exc:  # huggingface_hub's errors, and httpx2's once its retries are spent
-            raise translate(exc, what) from exc
+    def _bounded(self, what: str, *, listing: bool = False) -> Any:
+        limits = self.config.limits
+        return bounded_call(
+            self.policy,
+            what,
+            budget_deadline=self.budget_deadline,
+            max_requests=limits.max_pages if listing else None,
+            max_bytes=limits.max_listing_bytes if listing else None,
+        )
+
+    def _call(self, what: str, fn: Callable[[], T], *, listing: bool = False) -> T:
+        with self._bounded(what, listing=listing):
+            try:
+                return fn()
+            except (
+                EXPECTED_ERRORS
+            ) as exc:  # huggingface_hub's errors, and httpx2's once its retries are spent
+                raise translate(exc, what, max_retry_after=self.config.limits.max_retry_after) from exc
 
     def resolve_revision(self, revision: str | None) -> str:
         """A branch, tag or sha -> the 40-hex commit sha it points at now."""
@@ -81,21 +159,27 @@ class HubSource:
             what, lambda: self.api.repo_info(self.repo_id, revision=rev, repo_type=self.repo_type)
         )
         sha = getattr(info, "sha", None)
+        self.private = bool(getattr(info, "private", False))
         if not isinstance(sha, str) or not SHA_RE.match(sha):
             raise HubError(f"{what}: the Hub did not return a commit sha")
         return sha
 
     def list_commits(self, head: str | None = None) -> list[CommitInfo]:
-        """The history behind ``head`` (a pinned sha; default: the default branch), newest first."""
-        commits = self._call(
-            f"{self.repo_id} commits",
-            lambda: self.api.list_repo_commits(self.repo_id, revision=head, repo_type=self.repo_type),
-        )
-        return [
-            CommitInfo(sha=c.commit_id, date=c.created_at, title=(c.title or "")[:500])
-            for c in commits
-            if SHA_RE.match(c.commit_id)
-        ]
+        """The newest ``max_commits`` commits behind ``head`` (a pinned sha; default: the default branch).
+
+        Read page by page and stopped at the cap: the pages past it are never requested.
+        """
+        limit = self.config.max_commits
+        rev = quote(head or "main", safe="")
+        url = f"{self.endpoint}/api/{self.repo_type}s/{self.repo_id}/commits/{rev}"
+        headers = build_hf_headers(token=self.token or False)
+
+        def fetch() -> list[Any]:
+            return list(itertools.islice(paginate(url, params={}, headers=headers), limit))
+
+        items = self._call(f"{self.repo_id} commits", fetch, listing=True)
+        commits = (_commit_info(item) for item in items if isinstance(item, dict))
+        return [c for c in commits if c is not None]
 
     def read_manifest(self, sha: str) -> bytes:
         return self.read_small_file(sha, MANIFEST_PATH, MANIFEST_MAX_BYTES)
@@ -108,13 +192,22 @@ class HubSource:
         return data
 
     def list_files(self, sha: str) -> list[RemoteFile]:
+        """Every file of the revision; refused past ``max_files`` or with a size no file can have."""
+        what = f"{self.repo_id}@{sha[:12]} file list"
+        cap = self.config.max_files
+
         def fetch() -> list[RemoteFile]:
             entries = self.api.list_repo_tree(
                 self.repo_id, revision=sha, recursive=True, repo_type=self.repo_type
             )
-            return [_remote_file(e) for e in entries if isinstance(e, RepoFile)]
+            files = (_remote_file(e, what) for e in entries if isinstance(e, RepoFile))
+            return list(itertools.islice(files, cap + 1))
 
-        files = self._call(f"{self.repo_id}@{sha[:12]} file list", fetch)
+        files = self._call(what, fetch, listing=True)
+        if len(files) > cap:
+            raise HubRefused(
+                f"{what}: more than {cap} files; meshdash reads at most {cap} (MESHDASH_MAX_FILES)"
+            )
         return sorted(files, key=lambda f: f.path)
 
     def url(self, sha: str, path: str) -> str:
@@ -124,29 +217,82 @@ class HubSource:
         """Bytes [start, start+length) of a file at a commit, or fewer at the end of the file."""
         headers = build_hf_headers(token=self.token or False)
         what = f"{self.repo_id}@{sha[:12]}/{path}"
-        url = self.url(sha, path)
-        data = ranged_get(url, start, length, headers=headers, what=what, max_retries=self.max_retries)
+        cap = self.config.max_header_bytes
+        if self.stats.bytes >= cap:
+            raise HubRefused(
+                f"{what}: this revision's ranged reads passed {cap} bytes (MESHDASH_MAX_HEADER_BYTES)"
+            )
+        with self._bounded(what):
+            data = ranged_get(
+                self.url(sha, path), start, length, headers=headers, what=what, max_retries=self.max_retries
+            )
         self.stats.add(len(data))
         return data
 
 
-def _remote_file(entry: RepoFile) -> RemoteFile:
+def _remote_file(entry: RepoFile, what: str) -> RemoteFile:
     lfs = entry.lfs
     sha256 = lfs.sha256 if lfs is not None else None
-    return RemoteFile(path=entry.path, size=int(entry.size), lfs_sha256=sha256, blob_id=entry.blob_id or "")
+    size = entry.size
+    if not isinstance(size, int) or not 0 <= size <= MAX_FILE_SIZE:
+        raise HubRefused(f"{what}: {entry.path!r} claims a size of {str(size)[:40]} bytes, which no file has")
+    return RemoteFile(path=entry.path, size=size, lfs_sha256=sha256, blob_id=entry.blob_id or "")
 
 
-def list_namespace_packages(namespace: str, *, endpoint: str | None = None) -> list[str]:
-    """Model repos of ``namespace`` named like layer packages (``...-layers``)."""
-    api = HfApi(endpoint=endpoint or default_endpoint(), token=_token() or False)
+def _commit_info(item: dict[str, Any]) -> CommitInfo | None:
+    sha, title, date = item.get("id"), item.get("title"), item.get("date")
+    if not isinstance(sha, str) or not SHA_RE.match(sha):
+        return None
+    return CommitInfo(sha=sha, date=_date(date), title=(title if isinstance(title, str) else "")[:500])
+
+
+def _date(value: object) -> datetime | None:
     try:
-        models = list(api.list_models(author=namespace, search="-layers"))
-    except EXPECTED_ERRORS as exc:
-        raise translate(exc, f"models of {namespace}") from exc
-    return sorted({m.id for m in models if m.id.endswith("-layers") and "/" in m.id})
+        return parse_datetime(value) if isinstance(value, str) else None
+    except ValueError:
+        return None
 
 
-def catalog_package_repos(dataset_id: str, *, endpoint: str | None = None) -> list[str]:
+SkipFn = Callable[[str, str], None]
+
+
+def _ignore(repo_id: str, reason: str) -> None:
+    pass
+
+
+def _valid_ids(candidates: Iterable[str], on_skip: SkipFn) -> Iterator[str]:
+    """The candidates that are valid repo ids; each other one reported with the reason, and skipped."""
+    for repo_id in candidates:
+        try:
+            yield validate_repo_id(repo_id)
+        except InvalidRepoId as exc:
+            on_skip(repo_id[:200], str(exc))
+
+
+def list_namespace_packages(
+    namespace: str, *, endpoint: str | None = None, on_skip: SkipFn = _ignore
+) -> list[str]:
+    """Model repos of ``namespace`` named like layer packages (``...-layers``); invalid ids skipped."""
+    endpoint = endpoint or default_endpoint()
+    config = config_from_settings()
+    policy = Policy.for_endpoint(
+        endpoint, config.cdn_origins, development=config.development, limits=config.limits
+    )
+    api = HfApi(endpoint=endpoint, token=_token() or False)
+    what = f"models of {namespace}"
+    limits = config.limits
+    with bounded_call(policy, what, max_requests=limits.max_pages, max_bytes=limits.max_listing_bytes):
+        try:
+            models = list(api.list_models(author=namespace, search="-layers"))
+        except EXPECTED_ERRORS as exc:
+            raise translate(exc, what, max_retry_after=limits.max_retry_after) from exc
+    layer_ids = (m.id for m in models if isinstance(m.id, str) and m.id.endswith("-layers"))
+    return sorted(set(_valid_ids(layer_ids, on_skip)))
+
+
+def catalog_package_repos(
+    dataset_id: str, *, endpoint: str | None = None, on_skip: SkipFn = _ignore
+) -> list[str]:
     """Package repos listed by the curated ``meshllm/catalog`` dataset (``entries/<owner>/<repo>.json``)."""
     source = HubSource(dataset_id, endpoint=endpoint, repo_type="dataset")
     sha = source.resolve_revision(None)
@@ -158,7 +304,7 @@ def catalog_package_repos(dataset_id: str, *, endpoint: str | None = None) -> li
             entry = json.loads(source.read_small_file(sha, f.path, 1024 * 1024))
         except (ValueError, HubError):
             continue
-        repos.update(_catalog_entry_repos(entry))
+        repos.update(_valid_ids(_catalog_entry_repos(entry), on_skip))
     return sorted(repos)
 
 
@@ -168,7 +314,4 @@ def _catalog_entry_repos(entry: object) -> Iterator[str]:
         for pkg in variant.get("packages", []) if isinstance(variant, dict) else ():
             repo = pkg.get("repo") if isinstance(pkg, dict) else None
             if isinstance(repo, str) and pkg.get("type", "layer-package") == "layer-package":
-                try:
-                    yield validate_repo_id(repo)
-                except InvalidRepoId:
-                    continue
+                yield repo

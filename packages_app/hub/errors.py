@@ -16,6 +16,8 @@ from huggingface_hub.errors import (
     RevisionNotFoundError,
 )
 
+from packages_app import repo_ids
+
 RETRY_STATUS = (429, 500, 502, 503, 504)
 # The network failures a retry can cure; a ValueError or a TypeError is a bug, not one of these.
 NETWORK_ERRORS: tuple[type[Exception], ...] = (httpx2.RequestError, OfflineModeIsEnabled)
@@ -28,8 +30,8 @@ class HubError(Exception):
     retryable = False
 
 
-class InvalidRepoId(HubError, ValueError):
-    pass
+class InvalidRepoId(HubError, repo_ids.InvalidRepoId):
+    """A bad repo id, caught as a Hub error or as the pure rule's refusal alike."""
 
 
 class HubNotFound(HubError):

@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 
-from packages_app.gguf_header import GGUFHeader, GGUFHeaderError, HeaderParser
+from packages_app.gguf_header import DEFAULT_LIMITS, GGUFHeader, GGUFHeaderError, HeaderParser
 from packages_app.hub.records import RangeReader
 
 # Range sizing. A first read of unknown size asks for FIRST_READ; the parser's estimate of the rest
@@ -31,8 +31,11 @@ class HeaderResult:
 
 
 def read_header(source: RangeReader, sha: str, path: str, *, first_read: int = FIRST_READ) -> HeaderResult:
-    """Parse one file's GGUF header from ranged reads sized by the parser's own estimate."""
-    parser = HeaderParser()
+    """Parse one file's GGUF header from ranged reads sized by the parser's own estimate.
+
+    A source may carry ``header_limits`` (the per-file caps of its configuration, e.g. tensors per file).
+    """
+    parser = HeaderParser(getattr(source, "header_limits", DEFAULT_LIMITS))
     requests = 0
     want = first_read
     while True:

@@ -11,9 +11,10 @@ import re
 from pathlib import Path, PurePosixPath
 from urllib.parse import urlsplit
 
+from packages_app.hub.client import config_from_settings
 from packages_app.hub.errors import HubError, HubNotFound
 from packages_app.hub.ids import validate_repo_id
-from packages_app.hub.net import ranged_get
+from packages_app.hub.net import Policy, bounded_call, ranged_get
 from packages_app.hub.records import MANIFEST_MAX_BYTES, MANIFEST_PATH, CommitInfo, FetchStats, RemoteFile
 
 LOCAL_REVISION = "0" * 40
@@ -89,18 +90,24 @@ def _sha256_file(path: Path) -> str:
 
 
 class UrlSource:
-    """One plain ``http(s)://`` URL, read with ranged GETs through huggingface_hub's session."""
+    """One plain ``http(s)://`` URL, read with ranged GETs through the guarded session: redirects only to
+    the URL's own origin or the Hub's CDN origins (a Hub ``resolve`` URL redirects there)."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, *, development: bool | None = None) -> None:
+        """``development`` (default: MESHDASH_HUB_DEV): plain http and private addresses are allowed."""
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.netloc:
             raise HubError(f"{url!r} is not an http(s) URL")
         self.url = url
         self.stats = FetchStats()
         self.label = url
+        config = config_from_settings()
+        dev = config.development if development is None else development
+        self.policy = Policy.for_endpoint(url, config.cdn_origins, development=dev, limits=config.limits)
 
     def read_range(self, sha: str, path: str, start: int, length: int) -> bytes:
-        data = ranged_get(self.url, start, length, headers={}, what=self.url)
+        with bounded_call(self.policy, self.url):
+            data = ranged_get(self.url, start, length, headers={}, what=self.url)
         self.stats.add(len(data))
         return data
 

@@ -6,6 +6,7 @@ Never imports: Django, packages_app.models or any service, hub/ (no network, no 
 
 from packages_app.layout import LAYER_FILE_RE as LAYER_PATH
 from packages_app.layout import MANIFEST_FILE, MAX_MANIFEST_BYTES
+from packages_app.manifest.jsonload import load_json
 from packages_app.manifest.model import (
     BUILD_HOST_PATH,
     COMPOSITE,
@@ -62,6 +63,7 @@ __all__ = [
     "Strategy",
     "WindowPolicy",
     "describe_layers",
+    "load_json",
     "parse_manifest",
     "render_manifest",
     "unsafe_path_reason",

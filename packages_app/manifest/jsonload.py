@@ -67,6 +67,18 @@ def _load_json(data: bytes) -> tuple[Any, list[str]]:
     return value, duplicates
 
 
+def load_json(data: bytes) -> tuple[Any, str | None]:
+    """The JSON value, if it is within the parser's limits (depth, number range); else None and why.
+
+    What a database stores and a page shows must pass here: the parser's limits are what keep a
+    manifest nested 950 deep, or a number like 1e999999, from failing every later read of it.
+    """
+    try:
+        return _load_json(data)[0], None
+    except _Rejected as exc:
+        return None, exc.message
+
+
 def _nesting_message() -> str:
     return f"{MANIFEST_FILE} nests objects or arrays more than {MAX_DEPTH} levels deep."
 

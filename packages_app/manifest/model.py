@@ -8,7 +8,6 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 MAX_DEPTH = 64  # a real manifest nests 6 levels deep (generation...window_policy.default)
-MAX_LAYER_COUNT = 65_536  # bounds the per-layer coverage check; real packages hold under 200 blocks
 MAX_PROBLEMS = 200  # a hostile manifest must not turn into millions of stored problems
 MAX_INT = 2**63 - 1
 
@@ -18,18 +17,11 @@ Json = dict[str, Any]
 NATIVE_MTP = "native-mtp"
 COMPOSITE = "composite"
 NGRAM_TYPES = frozenset({"ngram-cache", "ngram-suffix"})
-PROPOSER_TYPES = frozenset({NATIVE_MTP, *NGRAM_TYPES})
-STRATEGY_TYPES = frozenset({NATIVE_MTP, COMPOSITE, *NGRAM_TYPES})
 # Explicit speculative.strategy = mtp selects only a strategy keyed exactly "mtp" (SPEC:749-751).
 # Old v1 writers named it native-mtp-n1, which explicit mtp does not select.
 MTP_NAME = "mtp"
 LEGACY_MTP_NAME = "native-mtp-n1"
 
-_HEX64 = re.compile(r"[0-9a-fA-F]{64}")
-_LOWER_HEX64 = re.compile(r"[0-9a-f]{64}")
-_PACKAGE_ID = re.compile(r"sha256:[0-9a-f]{64}")
-_IDENTIFIER = re.compile(r"[A-Za-z0-9._-]+")
-_KEBAB = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
 _DRIVE = re.compile(r"[A-Za-z]:")
 _LONG_NUMBER = re.compile(rb"[0-9]{19}|[eE][+-]?[0-9]{3}")
 _CONTAINER_TYPES = frozenset({dict, list})

@@ -454,6 +454,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.once:
         return 0 if agent.cycle() else 1
     if config.proxy_listen:
+        agent.cycle()  # learn the node's package first, so the first completions are reported too
         agent.serve_proxy()
     try:
         agent.run_forever()

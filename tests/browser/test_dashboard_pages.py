@@ -115,7 +115,9 @@ def hostile_package() -> Any:
     revision.manifest_json["model_id"] = hostile
     revision.audit["problems"][0]["message"] = hostile
     revision.audit["problems"][0]["evidence"] = {"note": hostile}
-    revision.audit["runtime"]["auto"]["explanation"] = hostile
+    revision.audit["runtime"]["auto"]["why"] = hostile
+    revision.audit["runtime"][hostile] = {"outcome": hostile, "why": hostile}
+    revision.audit["compatibility"] = [{"release": hostile, "admitted": False, "why": hostile}]
     revision.audit["detected"]["blocks"][40]["file"] = hostile
     revision.audit["suggested_generation"]["diff"] += "\n+" + hostile
     revision.save()

@@ -17,7 +17,7 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         namespaces = options["namespace"] or settings.MESHDASH_NAMESPACES
         try:
-            discovery = ingest.discover_packages(namespaces, settings.MESHDASH_CATALOG_DATASET)
+            discovery = ingest.discover_packages(namespaces, settings.MESHDASH_CATALOG_DATASET, self._skipped)
         except hub.HubError as exc:
             raise CommandError(str(exc)) from exc
         for repo_id in discovery.tracked:
@@ -25,3 +25,6 @@ class Command(BaseCommand):
         for repo_id in discovery.found:
             self.stdout.write(repo_id)
         self.stdout.write(f"{len(discovery.found)} packages found, {len(discovery.tracked)} newly tracked")
+
+    def _skipped(self, repo_id: str, reason: str) -> None:
+        self.stderr.write(f"skipped {repo_id!r}: {reason}")

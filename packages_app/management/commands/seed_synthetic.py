@@ -51,7 +51,7 @@ class Profile:
 PROFILES = [
     Profile("Qwen3.5-35B-A3B", "qwen35moe", 40, 480_000_000, True),
     Profile("Qwen3.8-27B", "qwen35", 64, 250_000_000, True),
-    Profile("GLM-4.7-Flash", "glm4moe", 47, 380_000_000, True),
+    Profile("GLM-4.7-Flash", "deepseek2", 47, 380_000_000, True),
     Profile("NVIDIA-Nemotron-3-Super-120B-A12B", "nemotron_h_moe", 88, 760_000_000, True),
     Profile("DeepSeek-V3.2", "deepseek2", 61, 6_600_000_000, True),
     Profile("Qwen3-235B-A22B", "qwen3moe", 94, 1_420_000_000, False),

@@ -1,0 +1,81 @@
+"""`manage.py devnode`: a local imitation of a mesh-llm node (console API, OpenAI API, OTLP span export)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from packages_app.devnode.payloads import RunPlan, StagePlan
+from packages_app.devnode.server import DevNode, OtlpTarget
+
+
+class Command(BaseCommand):
+    help = "Run devnode, an imitation mesh-llm node serving one run of a package."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--port", type=int, default=3131)
+        parser.add_argument("--host", default="127.0.0.1")
+        parser.add_argument("--repo", required=True, help="the package repo id")
+        parser.add_argument("--ref", default="main", help="branch, tag or 40-hex commit in package_ref")
+        parser.add_argument("--run-id", default="run-0001")
+        parser.add_argument("--node-id", default="devnode-a")
+        parser.add_argument("--layers", type=int, default=41, help="block count, split over two stages")
+        parser.add_argument("--requested", default="auto", help="llama_stage.spec.requested_strategy")
+        parser.add_argument("--effective", default="native-mtp", help="llama_stage.spec.effective_strategy")
+        parser.add_argument("--tps", type=float, default=40.0, help="mean decode tokens/s")
+        parser.add_argument("--otlp", help="grpc://HOST:PORT or http://HOST:PORT (meshdash's /v1/traces)")
+        parser.add_argument("--token", default="", help="node token sent as Authorization: Bearer")
+        parser.add_argument("--gzip", action="store_true", help="gzip OTLP/HTTP bodies")
+        parser.add_argument("--requests", type=int, default=0, help="serve this many completions itself")
+        parser.add_argument("--every", type=float, default=0.05, help="seconds between those completions")
+        parser.add_argument("--seed", type=int, default=None)
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        if options["otlp"] and not options["otlp"].startswith(("grpc://", "http://", "https://")):
+            raise CommandError("--otlp must start with grpc://, http:// or https://")
+        node = self._node(options)
+        try:
+            node.start()
+        except OSError as exc:
+            raise CommandError(f"cannot listen on {options['host']}:{options['port']}: {exc}") from exc
+        self.stdout.write(
+            f"devnode: {options['repo']}@{options['ref']} run {options['run_id']} on {node.url}"
+        )
+        if options["requests"]:
+            threading.Thread(
+                target=_drive, args=(node, options["requests"], options["every"]), daemon=True
+            ).start()
+        try:
+            while True:
+                time.sleep(3600)
+        except KeyboardInterrupt:
+            node.stop()
+
+    def _node(self, options: dict[str, Any]) -> DevNode:
+        half = options["layers"] // 2
+        plan = RunPlan(
+            repo=options["repo"],
+            ref=options["ref"],
+            run_id=options["run_id"],
+            topology_id=f"topo-{options['run_id']}",
+            node_id=options["node_id"],
+            stages=(
+                StagePlan("stage-0", options["node_id"], 0, half, "CUDA0"),
+                StagePlan("stage-1", f"{options['node_id']}-peer", half, options["layers"], "Metal"),
+            ),
+            requested_strategy=options["requested"],
+            effective_strategy=options["effective"],
+            decode_tps=options["tps"],
+        )
+        otlp = OtlpTarget(options["otlp"], options["token"], options["gzip"]) if options["otlp"] else None
+        node = DevNode(plan, host=options["host"], port=options["port"], otlp=otlp, seed=options["seed"])
+        return node
+
+
+def _drive(node: DevNode, requests: int, every: float) -> None:
+    for _ in range(requests):
+        node.complete({"messages": [{"role": "user", "content": "demo"}], "max_tokens": 256})
+        time.sleep(every)
