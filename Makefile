@@ -9,7 +9,7 @@ REDIS_URL ?= redis://127.0.0.1:6379/0
 DEVHUB_PORT ?= 8765
 PORT ?= 8000
 
-.PHONY: install system-deps node-deps services lint test test-sqlite test-services run demo-data clean
+.PHONY: install system-deps node-deps node-deps-if-npm services lint test test-sqlite test-services run demo-data clean
 
 $(STAMP): pyproject.toml requirements.lock
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -32,6 +32,11 @@ $(NODE_STAMP): package.json package-lock.json
 	touch $@
 
 node-deps: $(NODE_STAMP)
+
+# make run works without npm: the pages then load the full plotly.js bundle of the plotly package.
+node-deps-if-npm:
+	@if command -v npm >/dev/null; then $(MAKE) --no-print-directory node-deps; \
+	else echo "npm not found: the pages will load the full plotly.js bundle (4.8 MB)"; fi
 
 # PostgreSQL and Redis: start them if they are not answering.
 services:
@@ -61,7 +66,7 @@ test: lint test-sqlite test-services
 # neither PostgreSQL nor Redis: SQLite, and Redis as the broker only when one answers (bin/run-demo).
 # The demo is a development server: DEBUG is off unless set, so it is set here.
 run: export DEBUG = true
-run: install
+run: install node-deps-if-npm
 	$(PY) manage.py migrate --noinput
 	$(PY) manage.py collect_plotly
 	REDIS_URL=$(REDIS_URL) HF_ENDPOINT=http://127.0.0.1:$(DEVHUB_PORT) MESHDASH_HUB_DEV=1 bin/run-demo $(DEVHUB_PORT) $(PORT)

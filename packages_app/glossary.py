@@ -58,6 +58,10 @@ RUNTIME: dict[str, str] = {
     "for a strategy that could use it.",
     "outdated": "The node runs a revision that is not its package's latest.",
     "broken": "The node runs a revision whose verdict is inconsistent, or that raised a throughput alert.",
+    "queued": "Ingest status: the revision waits for a worker to read its files.",
+    "running": "Ingest status: a worker is reading the revision's GGUF headers (files read / total).",
+    "done": "Ingest status: every file was listed and every GGUF header read; the audit is current.",
+    "failed": "Ingest status: the ingest stopped; the badge's tooltip and the ingest page say why.",
 }
 
 

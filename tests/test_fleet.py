@@ -251,3 +251,12 @@ def test_a_private_packages_fleet_stays_hidden_from_readers_who_may_not_see_it(c
     assert client.get(f"/packages/{f.QWEN35_REPO}/compare").status_code == 404
     assert client.get(f"/packages/{f.QWEN35_REPO}/reports.csv").status_code == 404
     assert f.QWEN35_REPO not in text(client.get("/catalog.csv"))
+
+
+def test_ingest_status_badges_link_to_their_glossary_entry(client: Client) -> None:
+    f.catalog_mix()
+    glossary_page = text(client.get("/glossary/"))
+    catalog = text(client.get("/"))
+    for status in ("done", "running"):
+        assert f'id="runtime-{status}"' in glossary_page
+        assert f"/glossary/#runtime-{status}" in catalog
