@@ -41,4 +41,3 @@ def test_the_readme_catalog_query_is_a_valid_filter(client: Client) -> None:
     query = re.search(r"`GET /api/v1/packages` \| [^`]*`\?([^`]+)`", README)
     assert query is not None
     assert client.get(f"/api/v1/packages?{query.group(1)}").status_code == 200
-
