@@ -93,6 +93,17 @@
     });
   }
 
+  // One chart per frame, in page order: the first one is on screen before the next is built.
+  function drawInTurn(charts) {
+    if (!charts.length) {
+      return;
+    }
+    drawChart(charts.shift());
+    window.requestAnimationFrame(function () {
+      drawInTurn(charts);
+    });
+  }
+
   // A select marked data-autosubmit applies on change; its form keeps a submit button for no-JS use.
   function wireAutosubmit(select) {
     select.addEventListener("change", function () {
@@ -117,7 +128,7 @@
   document.addEventListener("DOMContentLoaded", function () {
     document.querySelectorAll(".table-wrap").forEach(wireScrollable);
     document.querySelectorAll("select[data-autosubmit]").forEach(wireAutosubmit);
-    document.querySelectorAll("[data-chart]").forEach(drawChart);
+    drawInTurn(Array.prototype.slice.call(document.querySelectorAll("[data-chart]")));
     document.querySelectorAll("button[data-copy-target]").forEach(wireCopy);
   });
 })();
