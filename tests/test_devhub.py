@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import struct
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -763,23 +762,26 @@ def test_the_glm_head_binds_publisher_metadata_to_files_of_the_revision(demo_cat
 # --- generation -------------------------------------------------------------------------------
 
 
-def test_generation_is_deterministic_and_fast(tmp_path: Path, demo_catalog: Path) -> None:
-    started = time.monotonic()
+def test_generation_is_deterministic(tmp_path: Path, demo_catalog: Path) -> None:
     generate_catalog(tmp_path / "a", only=[GLM47_REPO])
-    elapsed = time.monotonic() - started
     generate_catalog(tmp_path / "b", only=[GLM47_REPO])
 
     first = Store(tmp_path / "a").record_path("model", GLM47_REPO).read_text()
     assert first == Store(tmp_path / "b").record_path("model", GLM47_REPO).read_text()
     assert first == Store(demo_catalog).record_path("model", GLM47_REPO).read_text()
-    assert elapsed < 20
 
 
-def test_ensure_catalog_does_not_regenerate_the_same_version(demo_catalog: Path) -> None:
-    started = time.monotonic()
+def test_ensure_catalog_does_not_regenerate_the_same_version(
+    demo_catalog: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from packages_app.devhub import generator
 
+    def regenerate(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the catalog of this generator version is already there")
+
+    monkeypatch.setattr(generator, "generate_catalog", regenerate)
+    monkeypatch.setattr(generator, "_wipe", regenerate)
     assert ensure_catalog(demo_catalog) == demo_catalog
-    assert time.monotonic() - started < 2
 
 
 def test_a_package_folder_materialises_one_revision(demo_catalog: Path, tmp_path: Path) -> None:

@@ -61,7 +61,7 @@ def test_offline_commands_need_no_production_settings(tmp_path: Path) -> None:
         text=True,
         timeout=120,
     )
-    assert "SECRET_KEY" not in result.stderr and result.returncode == 2  # could not audit: no manifest
+    assert "SECRET_KEY" not in result.stderr and result.returncode == 1  # invalid-manifest: no manifest
 
 
 # --- error pages ---------------------------------------------------------------------------------
