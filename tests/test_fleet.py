@@ -260,3 +260,10 @@ def test_ingest_status_badges_link_to_their_glossary_entry(client: Client) -> No
     for status in ("done", "running"):
         assert f'id="runtime-{status}"' in glossary_page
         assert f"/glossary/#runtime-{status}" in catalog
+
+
+def test_a_problem_code_links_to_its_entry_or_to_the_section_on_manifest_codes() -> None:
+    from packages_app.templatetags.verdicts import problem_anchor
+
+    assert problem_anchor("undeclared_mtp") == "problem-undeclared-mtp"
+    assert problem_anchor("invalid_layer_indices") == "problems"
