@@ -91,13 +91,13 @@ def recreate_database(args: argparse.Namespace) -> None:
     subprocess.run([PYTHON, "manage.py", "migrate", "-v0"], cwd=ROOT, env=server_env(args), check=True)
 
 
-def start_server(args: argparse.Namespace) -> subprocess.Popen[bytes]:
-    command = [str(GUNICORN), "meshdash.wsgi", "-b", f"127.0.0.1:{args.port}", "-w", str(args.workers)]
+def start_server(args: argparse.Namespace, port: int, **env: str) -> subprocess.Popen[bytes]:
+    command = [str(GUNICORN), "meshdash.wsgi", "-b", f"127.0.0.1:{port}", "-w", str(args.workers)]
     command += ["-k", args.worker_class, "--threads", str(args.threads), "--backlog", "256"]
-    server = subprocess.Popen(command, cwd=ROOT, env=server_env(args), stdout=subprocess.DEVNULL)
+    server = subprocess.Popen(command, cwd=ROOT, env=server_env(args) | env, stdout=subprocess.DEVNULL)
     for _ in range(100):
         try:
-            urllib.request.urlopen(f"http://127.0.0.1:{args.port}/api/v1/ping", timeout=1).read()
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/ping", timeout=1).read()
             return server
         except OSError:
             time.sleep(0.2)
@@ -146,11 +146,19 @@ def _comm(proc: Path) -> str:
 SERVER: subprocess.Popen[bytes] | None = None
 
 
-def measure(name: str, url: str, lanes: list[list[lr.Call]], per_call: int, ok: set[int]) -> Row:
-    assert SERVER is not None
-    app_before, db_before = cpu_by_pid(server_pids(SERVER)), cpu_by_pid(database_pids())
+def measure(
+    name: str,
+    url: str,
+    lanes: list[list[lr.Call]],
+    per_call: int,
+    ok: set[int],
+    server: subprocess.Popen[bytes] | None = None,
+) -> Row:
+    server = server or SERVER
+    assert server is not None
+    app_before, db_before = cpu_by_pid(server_pids(server)), cpu_by_pid(database_pids())
     seconds = asyncio.run(lr.run_calls(url, lanes))
-    app_cpu = cpu_used(app_before, cpu_by_pid(server_pids(SERVER)))
+    app_cpu = cpu_used(app_before, cpu_by_pid(server_pids(server)))
     db_cpu = cpu_used(db_before, cpu_by_pid(database_pids()))
     calls = [call for lane in lanes for call in lane]
     latencies = [call.seconds for call in calls]
@@ -271,17 +279,58 @@ def otlp_check(otlp: Row) -> str:
 
 
 def selector_check() -> str:
+    from packages_app import rollups
     from packages_app.models import Revision
     from packages_app.throughput import catalog_throughput, revision_throughput
 
     revision = Revision.objects.get(commit_sha=lr.BENCH_SHA)
+    rollups.rebuild([revision.pk])  # the batches stored with rollups off are in them now
     started = time.perf_counter()
     detail = revision_throughput(revision.pk)
     catalog = catalog_throughput([revision.pk])
     ms = (time.perf_counter() - started) * 1000
+    assert detail is not None
     return (
-        f"selectors on PostgreSQL ({ms:.0f} ms): mtp_on {detail['mtp_on']}, mtp_off {detail['mtp_off']}, "
-        f"alert {detail['alert'] and detail['alert']['message']!r}, catalog {catalog[revision.pk]}"
+        f"selectors on PostgreSQL ({ms:.0f} ms): mtp_on {detail.mtp_on}, mtp_off {detail.mtp_off}, "
+        f"alert {detail.alert and detail.alert.message!r}, catalog {catalog[revision.pk]}"
+    )
+
+
+def rollup_cost(args: argparse.Namespace, url: str, tokens: list[str], rng: random.Random) -> list[Row]:
+    """Batched reports with rollups on (SERVER) and off (a second server), alternated in rounds so
+    that a change in the machine's load falls on both; the sums are compared."""
+    plain = start_server(args, args.port + 1, MESHDASH_ROLLUP_ON_STORE="false")
+    plain_url = f"http://127.0.0.1:{args.port + 1}"
+    rows: dict[str, list[Row]] = {"on": [], "off": []}
+    try:
+        for _ in range(ROUNDS):
+            for side, target, server in (("on", url, SERVER), ("off", plain_url, plain)):
+                lanes = report_lanes(
+                    tokens, args.clients, args.batches // args.clients // 2, args.batch_size, rng
+                )
+                label = f"batch ({args.batch_size}/request), rollups {side}"
+                rows[side].append(measure(label, target, lanes, args.batch_size, {200}, server))
+    finally:
+        plain.send_signal(signal.SIGTERM)
+        plain.wait(timeout=30)
+    return [_summed(rows["on"]), _summed(rows["off"])]
+
+
+ROUNDS = 2
+
+
+def _summed(rows: list[Row]) -> Row:
+    latencies = sorted(row.p50 for row in rows)
+    return Row(
+        name=rows[0].name + f" ({len(rows)} rounds)",
+        requests=sum(row.requests for row in rows),
+        reports=sum(row.reports for row in rows),
+        seconds=sum(row.seconds for row in rows),
+        p50=latencies[len(latencies) // 2],
+        p99=max(row.p99 for row in rows),
+        errors=sum(row.errors for row in rows),
+        app_cpu=sum(row.app_cpu for row in rows),
+        db_cpu=sum(row.db_cpu for row in rows),
     )
 
 
@@ -313,7 +362,7 @@ def main() -> int:
     exports = span_lanes(tokens, args.clients, max(1, args.exports // args.clients), args.spans, rng)
     url = f"http://127.0.0.1:{args.port}"
     global SERVER
-    server = SERVER = start_server(args)
+    server = SERVER = start_server(args, args.port)
     try:
         measure("warm-up", url, ping_lanes(args.clients, 20), 0, {200})
         ping = measure(
@@ -334,6 +383,7 @@ def main() -> int:
             args.spans,
             {200},
         )
+        with_rollups, without = rollup_cost(args, url, tokens, rng)
     finally:
         server.send_signal(signal.SIGTERM)
         server.wait(timeout=30)
@@ -341,7 +391,9 @@ def main() -> int:
         f"gunicorn -w {args.workers} -k {args.worker_class} --threads {args.threads}; {args.clients} clients"
     )
     print(f"\n{config}; PostgreSQL; Redis cache; {os.cpu_count()} CPUs shared\n")
-    print(table([ping, single, batch, otlp]))
+    print(table([ping, single, batch, otlp, with_rollups, without]))
+    ratio = (with_rollups.reports / with_rollups.seconds) / (without.reports / without.seconds)
+    print(f"\nbatched reports/s with rollups / without: {ratio:.2f}x (target >= 0.8x)")
     print("\n(unit = a report, or a request for ping; the last column = 2 CPUs / CPU per unit, what")
     print(" the server would do with both cores to itself and the load generator elsewhere)")
     print("\n" + "\n".join(targets(ping, single, batch, otlp)))

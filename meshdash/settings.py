@@ -256,6 +256,10 @@ CELERY_BEAT_SCHEDULE = {
         "task": "packages_app.tasks.discover_packages",
         "schedule": envint("MESHDASH_DISCOVER_INTERVAL", 3600),
     },
+    "prune-hourly-rollups": {
+        "task": "packages_app.tasks.prune_hourly_rollups",
+        "schedule": 3600,
+    },
 }
 
 # --- Cache (the node rate limiter counts here, so it must be shared by all web workers) -------
@@ -270,6 +274,11 @@ else:
 
 # --- Node reports ---------------------------------------------------------------------------
 MESHDASH_NODE_RATE_LIMIT = envint("MESHDASH_NODE_RATE_LIMIT", 1200)  # requests/minute/node; 0 = off
+# Hourly report rollups are kept this many days; day and total rollups are kept for good.
+MESHDASH_ROLLUP_HOURLY_DAYS = envint("MESHDASH_ROLLUP_HOURLY_DAYS", 14)
+# Off only to measure what the rollups cost (bench/bench_reports.py): pages then lag until
+# `manage.py rebuild_rollups`.
+MESHDASH_ROLLUP_ON_STORE = envbool("MESHDASH_ROLLUP_ON_STORE", True)
 # "Check a manifest" page and POST /api/v1/check-manifest: checks/minute per client address; 0 = off
 MESHDASH_CHECK_RATE_LIMIT = envint("MESHDASH_CHECK_RATE_LIMIT", 30)
 

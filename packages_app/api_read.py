@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from dataclasses import asdict
 from datetime import datetime
 from typing import Any
 
@@ -19,6 +20,7 @@ from pydantic import BaseModel, Field
 from packages_app import access, fleet, queries
 from packages_app.forms import CatalogFilterForm
 from packages_app.models import Package, Revision
+from packages_app.throughput import Plan, RevisionThroughput
 
 JsonView = Callable[..., JsonResponse]
 
@@ -91,7 +93,7 @@ def _catalog_row_json(row: queries.CatalogRow) -> dict[str, Any]:
         "repo_id": row.package.repo_id,
         "url": _package_api_url(row.package),
         "latest_revision": _revision_summary(row.revision) if row.revision else None,
-        "throughput": _rounded_figures(row.throughput),
+        "throughput": _rounded_figures(row.throughput.as_dict()) if row.throughput else None,
         "alert": row.alert,
         "reason": row.reason or None,
         "served_revisions": [_served_json(s) for s in row.served],
@@ -179,7 +181,7 @@ def _history_entry(revision: Revision) -> dict[str, Any]:
 def _audit_json(revision: Revision) -> dict[str, Any]:
     audit = revision.audit if isinstance(revision.audit, dict) else {}
     throughput = queries.revision_throughput_for(revision)
-    alert = throughput.get("alert") if throughput else None
+    alert = asdict(throughput.alert) if throughput and throughput.alert else None
     return {
         "verdict": revision.verdict or None,
         "detected": audit.get("detected"),
@@ -199,19 +201,25 @@ def _empty_audit() -> dict[str, Any]:
     return {**dict.fromkeys(keys), "problems": [], "alerts": [], "compatibility": []}
 
 
-def _throughput_summary(throughput: dict[str, Any] | None) -> dict[str, Any] | None:
+def _throughput_summary(throughput: RevisionThroughput | None) -> dict[str, Any] | None:
     if not throughput:
         return None
     # The time series and the raw recent reports stay on the HTML page; the API gives the figures.
-    keys = ("mtp_on", "mtp_off", "by_strategy", "acceptance_rate", "mean_accepted_length", "stage_splits")
-    summary = {key: throughput.get(key) for key in keys}
-    summary["plans"] = [_plan_json(plan) for plan in throughput.get("plans", [])]
-    return _rounded_figures(summary)
+    return _rounded_figures(
+        {
+            "mtp_on": asdict(throughput.mtp_on),
+            "mtp_off": asdict(throughput.mtp_off),
+            "by_strategy": [asdict(row) for row in throughput.by_strategy],
+            "acceptance_rate": throughput.acceptance_rate,
+            "mean_accepted_length": throughput.mean_accepted_length,
+            "stage_splits": throughput.stage_splits,
+            "plans": [_plan_json(plan) for plan in throughput.plans],
+        }
+    )
 
 
-def _plan_json(plan: dict[str, Any]) -> dict[str, Any]:
-    last_seen = plan["last_seen"]
-    return {**plan, "last_seen": last_seen.isoformat() if last_seen else None}
+def _plan_json(plan: Plan) -> dict[str, Any]:
+    return {**asdict(plan), "last_seen": plan.last_seen.isoformat() if plan.last_seen else None}
 
 
 # --- the response shapes, for the OpenAPI document (openapi.py) and the tests -------------------

@@ -6,6 +6,7 @@ never write, and issue a fixed number of queries however many nodes or reports e
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -17,13 +18,28 @@ from django.utils import timezone
 
 from packages_app import glossary
 from packages_app.models import Node, NodeRun, Report, Revision
-from packages_app.throughput import MTP_ON, MTP_UNUSED, Median
+from packages_app.rollups import NON_MTP_CHOICES
 from packages_app.verdicts import INCONSISTENT_VERDICTS
 
 DEFAULT_WINDOW_DAYS = 7
 # Below this many reports on either side a before/after ratio is noise, and is marked so.
 FEW_REPORTS = 10
+MTP_ON = Q(mtp_used=True)
+# As rollups.shows_mtp_unused: MTP not used although the operator asked for a strategy that could use it.
+MTP_UNUSED = Q(mtp_used=False) & ~Q(requested_strategy__in=NON_MTP_CHOICES)
 ALERT_ON_SERVED = MTP_UNUSED & Q(revision__mtp_detected=True)
+
+
+def medians(reports: QuerySet[Report], keys: tuple[str, ...], condition: Q | None = None) -> dict[Any, float]:
+    """The exact median decode rate per group of ``keys`` (one query; the rates of the window, in Python).
+
+    A window's worth of one fleet's reports; the rollups (node_key) would bound it by time buckets instead.
+    """
+    rows = reports.filter(condition or Q(), predicted_per_second__isnull=False)
+    groups: dict[Any, list[float]] = {}
+    for *key, rate in rows.values_list(*keys, "predicted_per_second"):
+        groups.setdefault(key[0] if len(key) == 1 else tuple(key), []).append(rate)
+    return {key: round(statistics.median(rates), 2) for key, rates in groups.items()}
 
 
 class _Names:
@@ -239,17 +255,20 @@ def _serving(since: datetime, names: dict[int, str], show_private: bool) -> dict
         .annotate(
             latest_id=F("revision__package__latest_revision_id"),
             reports=Count("*"),
-            tps=Median("predicted_per_second"),
             unused=Count("received_at", filter=ALERT_ON_SERVED),
             last_report=Max("id"),
         )
         .order_by()
     )
+    rates = medians(reports, ("node_id", "revision_id", "stage_splits"))
+    rows: list[dict[str, Any]] = [dict(g) for g in groups]
+    for row in rows:
+        row["tps"] = rates.get((row["node_id"], row["revision_id"], row["stage_splits"]))
     topologies = dict(
-        Report.objects.filter(id__in=[g["last_report"] for g in groups]).values_list("id", "body__topology")
+        Report.objects.filter(id__in=[g["last_report"] for g in rows]).values_list("id", "body__topology")
     )
     result: dict[int, list[NodeServing]] = {}
-    for group in groups:
+    for group in rows:
         topology = topologies.get(group["last_report"])
         serving = _node_serving(group, topology, names[group["node_id"]])
         result.setdefault(group["node_id"], []).append(serving)
@@ -381,24 +400,29 @@ def _figures(revision_ids: list[int], topology: str) -> dict[int, dict[str, Any]
         reports.values("revision_id")
         .annotate(
             reports=Count("*"),
-            tps=Median("predicted_per_second"),
-            tps_mtp_on=Median("predicted_per_second", filter=MTP_ON),
-            tps_mtp_off=Median("predicted_per_second", filter=~MTP_ON),
             on_reports=Count("received_at", filter=MTP_ON),
             accepted=Sum(Coalesce("speculative_accepted_n", "draft_n_accepted")),
             proposed=Sum(Coalesce("speculative_proposed_n", "draft_n")),
         )
         .order_by()
     )
-    return {row["revision_id"]: _figure_values(dict(row)) for row in rows}
+    rates = {
+        "tps": medians(reports, ("revision_id",)),
+        "tps_mtp_on": medians(reports, ("revision_id",), MTP_ON),
+        "tps_mtp_off": medians(reports, ("revision_id",), ~MTP_ON),
+    }
+    figures = {}
+    for row in rows:
+        values = _figure_values(dict(row))
+        values.update({name: by_id.get(row["revision_id"]) for name, by_id in rates.items()})
+        figures[row["revision_id"]] = values
+    return figures
 
 
 def _figure_values(row: dict[str, Any]) -> dict[str, Any]:
     row.pop("revision_id")
     accepted, proposed = row.pop("accepted") or 0, row.pop("proposed")
     row["acceptance_rate"] = round(accepted / proposed, 3) if proposed else None
-    for key in ("tps", "tps_mtp_on", "tps_mtp_off"):
-        row[key] = _rounded(row[key])
     return row
 
 
@@ -514,15 +538,18 @@ def topology_runs(topology_id: str, since: datetime, show_private: bool = False)
         .annotate(
             verdict=F("revision__verdict"),
             reports=Count("*"),
-            tps=Median("predicted_per_second"),
             last_report=Max("id"),
         )
         .order_by()
     )
+    rates = medians(reports, ("revision_id", "stage_splits"))
+    rows: list[dict[str, Any]] = [dict(g) for g in groups]
+    for row in rows:
+        row["tps"] = rates.get((row["revision_id"], row["stage_splits"]))
     bodies = dict(
-        Report.objects.filter(id__in=[g["last_report"] for g in groups]).values_list("id", "body__topology")
+        Report.objects.filter(id__in=[g["last_report"] for g in rows]).values_list("id", "body__topology")
     )
-    runs = [_topology_run(g, bodies.get(g["last_report"])) for g in groups]
+    runs = [_topology_run(g, bodies.get(g["last_report"])) for g in rows]
     return sorted(runs, key=lambda r: (-r.reports, r.repo_id, r.commit_sha))
 
 

@@ -190,23 +190,6 @@ class Node(models.Model):
         return self.name
 
 
-REPORT_THROUGHPUT_COLUMNS = (
-    "revision",
-    "predicted_per_second",
-    "received_at",
-    "mtp_used",
-    "effective_strategy",
-    "stage_splits",
-    "requested_strategy",
-    "node",
-    "speculative_accepted_n",
-    "draft_n_accepted",
-    "speculative_proposed_n",
-    "draft_n",
-    "speculative_windows",
-)
-
-
 class Report(models.Model):
     """One timing report posted by a node, stored exactly once per (node, report_id).
 
@@ -265,11 +248,7 @@ class Report(models.Model):
             models.UniqueConstraint(fields=["node", "report_id"], name="report_natural_key"),
         ]
         indexes = [
-            # Covers every column throughput.py aggregates, so a busy revision's charts are read from
-            # this index alone (index-only scans) instead of 10^5 scattered heap pages; in decode-rate
-            # order, so every median finds its input sorted. Key columns, not INCLUDE: SQLite has none.
-            models.Index(fields=[*REPORT_THROUGHPUT_COLUMNS], name="report_revision_tps"),
-            # A revision's first, last and newest reports (the cache key, the "recent" table).
+            # A revision's newest reports (the bounded "recent" table; pages read the rollups, not these).
             models.Index(fields=["revision", "received_at"], name="report_revision_time"),
             models.Index(fields=["repo_id", "commit_sha"], name="report_package_ref"),
         ]
@@ -308,6 +287,95 @@ class NodeRun(models.Model):
 
     def __str__(self) -> str:
         return f"{self.node.name}:{self.run_id}"
+
+
+ROLLUP_KEY = (
+    "revision",
+    "grain",
+    "node_key",
+    "bucket_start",
+    "stage_splits",
+    "requested_strategy",
+    "strategy",
+    "mtp_used",
+)
+
+
+class Rollup(models.Model):
+    """Report figures added up per revision x node x topology x strategy (requested, effective) x
+    MTP used x time bucket.
+
+    Written by packages_app.rollups in the transaction that stores the reports (so each report is
+    counted exactly once), read by throughput.py instead of the raw reports. Grains: ``hour`` (kept
+    for MESHDASH_ROLLUP_HOURLY_DAYS), ``day`` (kept for good) and ``total`` (one bucket, the whole
+    life of the revision); ``node_key`` is the node's id (no foreign key: 0 must be storable), or
+    ALL_NODES for the figures of every node together, which is what the pages read. Sketches:
+    packages_app.sketch, as JSON.
+    """
+
+    class Grain(models.TextChoices):
+        HOUR = "hour"
+        DAY = "day"
+        TOTAL = "total"
+
+    ALL_NODES = 0
+
+    revision = models.ForeignKey(Revision, on_delete=models.CASCADE, related_name="rollups")
+    node_key = models.BigIntegerField(help_text="Node id, or 0 for every node together.")
+    grain = models.CharField(max_length=5, choices=Grain.choices)
+    bucket_start = models.DateTimeField()
+    stage_splits = models.CharField(max_length=400, blank=True)
+    requested_strategy = models.CharField(max_length=64, blank=True)
+    strategy = models.CharField(max_length=64, blank=True, help_text="effective_strategy")
+    mtp_used = models.BooleanField()
+
+    reports = models.BigIntegerField(default=0)
+    from_spans = models.BigIntegerField(default=0, help_text="Reports that came as OTLP spans.")
+    unused = models.BigIntegerField(
+        default=0, help_text="Reports showing MTP unused (throughput.MTP_UNUSED)."
+    )
+    accepted = models.BigIntegerField(default=0)
+    proposed = models.BigIntegerField(default=0)
+    windows = models.BigIntegerField(default=0)
+    first_at = models.DateTimeField()
+    last_at = models.DateTimeField()
+
+    tps_n = models.BigIntegerField(default=0)
+    tps_sum = models.FloatField(default=0)
+    tps_min = models.FloatField(null=True)
+    tps_max = models.FloatField(null=True)
+    tps_sketch = models.JSONField(default=dict)
+    prompt_n = models.BigIntegerField(default=0)
+    prompt_sum = models.FloatField(default=0)
+    prompt_min = models.FloatField(null=True)
+    prompt_max = models.FloatField(null=True)
+    prompt_sketch = models.JSONField(default=dict)
+    acceptance_n = models.BigIntegerField(default=0)
+    acceptance_sum = models.FloatField(default=0)
+    acceptance_min = models.FloatField(null=True)
+    acceptance_max = models.FloatField(null=True)
+    acceptance_sketch = models.JSONField(default=dict)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=[*ROLLUP_KEY],
+                name="rollup_natural_key",
+            ),
+        ]
+        indexes = [
+            # The catalog's alert filter: revisions whose reports show MTP unused.
+            models.Index(
+                fields=["revision"],
+                condition=Q(grain="total", node_key=0, unused__gt=0),
+                name="rollup_unused_revisions",
+            ),
+            # Pruning hourly rows past their window.
+            models.Index(fields=["grain", "bucket_start"], name="rollup_grain_time"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.revision_id}:{self.grain}:{self.bucket_start:%Y-%m-%dT%H}:{self.node_key}"
 
 
 class ActionLog(models.Model):

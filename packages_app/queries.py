@@ -10,16 +10,14 @@ import difflib
 import json
 import re
 from dataclasses import dataclass, field
-from datetime import timedelta
 from typing import Any
 
-from django.core.cache import cache
 from django.core.paginator import Page, Paginator
-from django.db.models import Case, Count, F, IntegerField, Max, Min, Q, QuerySet, Value, When
+from django.db.models import Case, Count, F, IntegerField, Q, QuerySet, Value, When
 from django.db.models.functions import NullIf
 
 from packages_app import fleet, throughput
-from packages_app.models import Package, PackageFile, Report, Revision
+from packages_app.models import Package, PackageFile, Revision
 from packages_app.verdicts import INCONSISTENT_VERDICTS, VERDICTS
 
 # Catalog filter values beside the verdicts themselves.
@@ -104,8 +102,6 @@ _SORT_ORDER: dict[str, tuple[Any, ...]] = {
     "-verdict": (_SEVERITY.desc(), "repo_id"),
 }
 HISTORY_LIMIT = 200
-CACHE_FROM_REPORTS = 2000
-THROUGHPUT_CACHE_SECONDS = 3600
 DIFF_LINE_LIMIT = 4000
 # difflib is quadratic in the worst case; real manifests are under 2,000 pretty-printed lines.
 DIFF_INPUT_LIMIT = 6000
@@ -126,42 +122,14 @@ class AmbiguousRevision(Exception):
 # --- throughput (aggregated over node reports by throughput.py) ---------------------------------
 
 
-def catalog_throughput_for(revision_ids: list[int]) -> dict[int, dict[str, Any]]:
+def catalog_throughput_for(revision_ids: list[int]) -> dict[int, throughput.CatalogThroughput]:
     return throughput.catalog_throughput(revision_ids) if revision_ids else {}
 
 
-def revision_throughput_for(revision: Revision) -> dict[str, Any] | None:
-    """The revision's throughput figures, or None while no node has reported running it.
-
-    Aggregating a busy revision's reports (10^5 rows) takes far longer than a page may, so figures
-    over CACHE_FROM_REPORTS reports are cached under a key that changes with every new, removed or
-    relinked report: never stale, and quiet revisions (and tests) always compute afresh.
-    """
-    seen = Report.objects.filter(revision_id=revision.pk).aggregate(
-        n=Count("*"), first=Min("received_at"), last=Max("received_at")
-    )
-    if not seen["n"]:
-        return None
-    bucket = time_bucket(seen["last"] - seen["first"])
-    if seen["n"] < CACHE_FROM_REPORTS:
-        return throughput.revision_throughput(revision.pk, bucket=bucket)
-    key = f"meshdash:throughput:{revision.pk}:{revision.mtp_detected}:{seen['n']}:{seen['last'].timestamp()}"
-    figures: dict[str, Any] | None = cache.get_or_set(
-        key, lambda: throughput.revision_throughput(revision.pk, bucket=bucket), THROUGHPUT_CACHE_SECONDS
-    )
-    return figures
-
-
-def time_bucket(span: timedelta) -> str:
-    """The bucket that gives a throughput timeline some tens to a few hundred points per line."""
-    for bucket, longest in (
-        ("minute", timedelta(hours=3)),
-        ("hour", timedelta(days=4)),
-        ("day", timedelta(days=200)),
-    ):
-        if span <= longest:
-            return bucket
-    return "week"
+def revision_throughput_for(revision: Revision) -> throughput.RevisionThroughput | None:
+    """The revision's throughput figures (from the rollups: no cache needed), or None while no node
+    has reported running it."""
+    return throughput.revision_throughput(revision.pk)
 
 
 # --- catalog -----------------------------------------------------------------------------------
@@ -171,7 +139,7 @@ def time_bucket(span: timedelta) -> str:
 class CatalogRow:
     package: Package
     revision: Revision | None
-    throughput: dict[str, Any] | None
+    throughput: throughput.CatalogThroughput | None
     # Revisions other than the latest that nodes ran in the window, broken ones first.
     served: list[fleet.ServedRevision] = field(default_factory=list)
     reason: str = ""
@@ -182,7 +150,7 @@ class CatalogRow:
 
     @property
     def alert(self) -> bool:
-        return bool(self.throughput and self.throughput.get("alert")) or any(s.alert for s in self.served)
+        return bool(self.throughput and self.throughput.alert) or any(s.alert for s in self.served)
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,6 @@ Validation happens before (report_schema.py); reading and aggregating happens af
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -15,6 +14,7 @@ from uuid import UUID
 from django.db import IntegrityError, transaction
 from django.db.models import Q
 
+from packages_app import rollups
 from packages_app.models import Node, Report, Revision
 from packages_app.nodes.report_schema import ReportIn
 
@@ -57,20 +57,16 @@ def report_store(node: Node, item: ValidReport, received_at: datetime) -> StoreO
     revisions = _resolve_revisions({_package_key(item.report)})
     row = _build_row(node, item, received_at, revisions)
     try:
-        with _savepoint_if_in_transaction():
+        # The row and its rollup figures commit together (a savepoint inside a caller's transaction).
+        with transaction.atomic():
             row.save(force_insert=True)
+            rollups.add_reports([row])
     except IntegrityError:
         stored = _stored_rows(node, [item.report.report_id]).get(item.report.report_id)
         if stored is None:
             raise  # not our natural key: a real integrity problem, not a replay
         return _with_unknown(_compare(stored[:2], item.digest), item, revisions)
     return _with_unknown(StoreOutcome(Stored.CREATED, row.pk), item, revisions)
-
-
-def _savepoint_if_in_transaction() -> AbstractContextManager[object]:
-    # In autocommit mode one INSERT is atomic by itself, and BEGIN/COMMIT would double the round
-    # trips. Inside a transaction, a savepoint keeps a failed INSERT from aborting the caller's.
-    return transaction.atomic() if transaction.get_connection().in_atomic_block else nullcontext()
 
 
 def reports_store_batch(
@@ -86,11 +82,21 @@ def reports_store_batch(
     revisions = _resolve_revisions({_package_key(item.report) for item in items})
     firsts = _first_occurrences(items)
     rows = [_build_row(node, item, received_at, revisions) for item in firsts]
-    Report.objects.bulk_create(rows, ignore_conflicts=True)
-    stored = _stored_rows(node, [item.report.report_id for item in firsts])
-    firsts_by_id = {item.report.report_id: item for item in firsts}
-    outcomes = [_batch_outcome(item, stored, firsts_by_id, received_at) for item in items]
+    with transaction.atomic():  # the rows and their rollup figures commit together
+        Report.objects.bulk_create(rows, ignore_conflicts=True)
+        stored = _stored_rows(node, [item.report.report_id for item in firsts])
+        firsts_by_id = {item.report.report_id: item for item in firsts}
+        outcomes = [_batch_outcome(item, stored, firsts_by_id, received_at) for item in items]
+        rollups.add_reports(_created(rows, stored, outcomes))
     return [_with_unknown(o, item, revisions) for o, item in zip(outcomes, items, strict=True)]
+
+
+def _created(
+    rows: list[Report], stored: dict[UUID, tuple[int, str, datetime]], outcomes: list[StoreOutcome]
+) -> list[Report]:
+    """The rows this call inserted (bulk_create with ignore_conflicts leaves their pk unset)."""
+    ours = {outcome.id for outcome in outcomes if outcome.result is Stored.CREATED}
+    return [row for row in rows if stored[row.report_id][0] in ours]
 
 
 def _batch_outcome(
@@ -243,4 +249,4 @@ def link_reports_to_revision(revision: Revision) -> int:
     match = Q(repo_id=repo_id, commit_sha=revision.commit_sha)
     if revision.manifest_sha256:
         match |= Q(repo_id=repo_id, manifest_sha256=revision.manifest_sha256)
-    return Report.objects.filter(match, revision__isnull=True).update(revision=revision)
+    return rollups.link_reports(match & Q(revision__isnull=True), {"revision": revision})

@@ -18,7 +18,7 @@ from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
 from django.core.cache import cache
 
-from packages_app import hub, ingest
+from packages_app import hub, ingest, rollups
 
 log = logging.getLogger(__name__)
 
@@ -169,3 +169,10 @@ def reconcile_stuck_revisions() -> int:
     for repo_id, sha in stuck:
         ingest_revision.delay_on_commit(repo_id, sha)
     return len(stuck)
+
+
+@shared_task(acks_late=True)
+def prune_hourly_rollups() -> int:
+    """Delete hour rollups past MESHDASH_ROLLUP_HOURLY_DAYS (their reports are in the day rollups).
+    Idempotent: a redelivery deletes nothing more."""
+    return rollups.prune_hourly()

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+from django.db import transaction
 from django.db.models import Q
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
@@ -21,6 +22,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 from pydantic import ValidationError
 
+from packages_app import rollups
 from packages_app.models import Node, NodeRun, Report, Revision
 from packages_app.nodes import otlp
 from packages_app.nodes.report_schema import RunIn, Timings, canonical_json
@@ -55,10 +57,14 @@ def traces_export(node: Node, request: ExportTraceServiceRequest, received_at: d
 def _insert(node: Node, rows: list[Report], received_at: datetime) -> int:
     if not rows:
         return 0
-    Report.objects.bulk_create(rows, ignore_conflicts=True)
     ids = [row.report_id for row in rows]
-    # Ours are the rows carrying this export's receive time; the rest were stored by an earlier export.
-    return Report.objects.filter(node=node, report_id__in=ids, received_at=received_at).count()
+    with transaction.atomic():  # the rows and their rollup figures commit together
+        Report.objects.bulk_create(rows, ignore_conflicts=True)
+        # Ours are the rows carrying this export's receive time; the rest were stored by an earlier export.
+        mine = Report.objects.filter(node=node, report_id__in=ids, received_at=received_at)
+        ours = set(mine.values_list("report_id", flat=True))
+        rollups.add_reports(row for row in rows if row.report_id in ours)
+    return len(ours)
 
 
 def _span_rows(
@@ -186,6 +192,6 @@ def _revision_id(repo: str, sha: str, manifest: str) -> int | None:
 
 def _link_span_reports(run_id: str, fields: Mapping[str, object]) -> int:
     """Spans that arrived before their run was registered get its package now."""
-    unlinked = Report.objects.filter(run_id=run_id, source=Report.Source.OTLP, repo_id="")
+    unlinked = Q(run_id=run_id, source=Report.Source.OTLP, repo_id="")
     keys = ("repo_id", "commit_sha", "manifest_sha256", "revision_id", "topology_id", "stage_splits")
-    return unlinked.update(**{key: fields[key] for key in keys})
+    return rollups.link_reports(unlinked, {key: fields[key] for key in keys})

@@ -1,269 +1,254 @@
 """Read-side selectors over node reports: throughput series, MTP use and the unused-MTP alert.
 
-Everything is aggregated in SQL (time buckets, counts, sums, medians); Python only renames, adds up
-and divides the few hundred aggregated rows. ``tps`` is the median decode rate on PostgreSQL
-(percentile_cont); SQLite has no percentile function, so there it is the mean.
+They read the rollups (models.Rollup, kept by rollups.py), never the raw reports, except the
+bounded "recent reports" table: so a page's cost depends on how long and how varied a revision's
+traffic is (hours or days x strategies x topologies), not on how many reports it got. A package
+page is five small queries; the catalog's columns one; the alert filter a subquery on a partial
+index. Medians come from the rollups' sketches (packages_app.sketch): medians on every database,
+within 1 % relative of the exact median (percentile_cont).
 
-A revision's figures take two passes over its reports, however many there are: one grouped by
-(time bucket, strategy, topology), which gives the series and every count and sum, and one
-ungrouped, for the medians of wider groups (MTP on and off, each strategy), since medians do not
-add up. On PostgreSQL both read the ``report_revision_tps`` index alone, in decode-rate order, so
-each median's sort finds its input already sorted.
+Results are typed (RevisionThroughput and its parts, CatalogThroughput); ``as_dict`` gives the
+JSON-ready shape the API and the charts take.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
-from operator import itemgetter
 from typing import Any
 
-from django.db import connections, transaction
-from django.db.backends.base.base import BaseDatabaseWrapper
-from django.db.models import (
-    Aggregate,
-    Count,
-    Exists,
-    F,
-    FloatField,
-    Max,
-    OuterRef,
-    Q,
-    QuerySet,
-    Sum,
-)
-from django.db.models.functions import Coalesce, Trunc
-from django.db.models.sql.compiler import SQLCompiler
+from django.db.models import F, OuterRef, QuerySet, Subquery
 
-from packages_app.models import Report, Revision
+from packages_app import sketch
+from packages_app.models import Node, Report, Revision, Rollup
+from packages_app.rollups import hourly_since
 
-BUCKETS = ("minute", "hour", "day", "week", "month")
+BUCKETS = ("hour", "day", "week", "month")
 RECENT = 20
-# A report "shows MTP unused" unless the operator chose a strategy without MTP: then the package
-# is not at fault, so such reports never raise the alert.
-NON_MTP_CHOICES = ("disabled", "ngram-cache", "ngram-suffix")
-MTP_UNUSED = Q(mtp_used=False) & ~Q(requested_strategy__in=NON_MTP_CHOICES)
-MTP_ON = Q(mtp_used=True)
-MTP_OFF = Q(mtp_used=False)
-# Per-strategy medians are FILTERed aggregates of the ungrouped pass, one per strategy; past this
-# many strategies (nodes name them freely) one grouped query computes them instead.
-STRATEGY_FILTERS = 16
-BUCKET_WIDTHS = {
-    "minute": timedelta(minutes=1),
-    "hour": timedelta(hours=1),
-    "day": timedelta(days=1),
-    "week": timedelta(weeks=1),
-}
-A_MONDAY = datetime(2000, 1, 3, tzinfo=UTC)  # date_trunc's weeks start on Mondays
+A_MONDAY = datetime(2000, 1, 3, tzinfo=UTC)  # weeks start on Mondays, as date_trunc's do
 
 
-class Median(Aggregate):
-    """The 50th percentile on PostgreSQL; the mean elsewhere (SQLite has no percentile)."""
+@dataclass(frozen=True)
+class Point:
+    """One point of the timeline: a bucket of one strategy on one topology."""
 
-    function = "AVG"
-    name = "Median"
-    output_field = FloatField()
-
-    def as_postgresql(
-        self, compiler: SQLCompiler, connection: BaseDatabaseWrapper, **extra: Any
-    ) -> tuple[str, tuple[Any, ...]]:
-        # Set on a copy, not passed as an argument: Aggregate.as_sql also passes `template` when
-        # it wraps a FILTER clause, and the two would collide.
-        percentile = self.copy()
-        percentile.template = "PERCENTILE_CONT(0.5) WITHIN GROUP (ORDER BY %(expressions)s)"
-        sql, params = percentile.as_sql(compiler, connection, **extra)
-        return sql, tuple(params)
+    bucket: datetime
+    strategy: str
+    topology: str
+    tps: float | None
+    reports: int
 
 
-class GroupMedian(Median):
-    """Median for a GROUP BY that PostgreSQL should hash (see ``_grouped_by_hashing``).
+@dataclass(frozen=True)
+class StrategyFigures:
+    strategy: str
+    reports: int
+    tps: float | None
+    acceptance_rate: float | None
+    mean_accepted_length: float | None
 
-    An ordered-set aggregate forces sort-based grouping, i.e. sorting every report by the group
-    key. ARRAY_AGG hashes; the percentile of each group's array is then taken in a subquery, where
-    the ARRAY_AGG still belongs to the outer query (its arguments are all outer columns).
+
+@dataclass(frozen=True)
+class MtpFigures:
+    reports: int
+    tps: float | None
+
+
+@dataclass(frozen=True)
+class Alert:
+    message: str
+    reports: int
+    nodes: int
+
+
+@dataclass(frozen=True)
+class RevisionThroughput:
+    """Everything the package page charts for one revision."""
+
+    reports: int
+    first_at: datetime
+    last_at: datetime
+    bucket: str
+    series: list[Point]
+    by_strategy: list[StrategyFigures]
+    mtp_on: MtpFigures
+    mtp_off: MtpFigures
+    acceptance_rate: float | None
+    mean_accepted_length: float | None
+    prompt_tps: float | None
+    stage_splits: list[str]
+    recent: list[dict[str, Any]]
+    plans: list[Plan]
+    alert: Alert | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class CatalogThroughput:
+    """A catalog row's figures: median tok/s with and without MTP, reports, the alert flag."""
+
+    tps_mtp: float | None
+    tps_no_mtp: float | None
+    reports: int
+    alert: bool
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+NO_THROUGHPUT = CatalogThroughput(tps_mtp=None, tps_no_mtp=None, reports=0, alert=False)
+
+
+def time_bucket(span: timedelta) -> str:
+    """The bucket that gives a timeline some tens to a few hundred points per line (an hour at least)."""
+    for bucket, longest in (("hour", timedelta(days=4)), ("day", timedelta(days=200))):
+        if span <= longest:
+            return bucket
+    return "week"
+
+
+# --- one revision ----------------------------------------------------------------------------
+
+
+def revision_throughput(revision_id: int, *, bucket: str | None = None) -> RevisionThroughput | None:
+    """The revision's figures, or None while no node has reported running it.
+
+    ``bucket`` defaults to one that suits the span of the reports; hour buckets need hour rollups,
+    which are kept MESHDASH_ROLLUP_HOURLY_DAYS: an older revision is shown by day instead.
     """
-
-    name = "GroupMedian"
-
-    def as_postgresql(
-        self, compiler: SQLCompiler, connection: BaseDatabaseWrapper, **extra: Any
-    ) -> tuple[str, tuple[Any, ...]]:
-        values = self.copy()
-        values.function = "ARRAY_AGG"
-        sql, params = values.as_sql(compiler, connection, **extra)
-        # Only wraps SQL that Django compiled; the values stay parameters.
-        median = f"(SELECT PERCENTILE_CONT(0.5) WITHIN GROUP (ORDER BY rate) FROM UNNEST({sql}) AS rate)"  # noqa: S608
-        return median, tuple(params)
-
-
-class BucketStart(Trunc):
-    """``Trunc``; on PostgreSQL, date_bin (14+, as Django 5.2 requires) for fixed-width buckets in
-    UTC: the same bucket starts for a small part of date_trunc's cost over ``AT TIME ZONE``."""
-
-    def as_postgresql(
-        self, compiler: SQLCompiler, connection: BaseDatabaseWrapper, **extra: Any
-    ) -> tuple[str, tuple[Any, ...]]:
-        width = BUCKET_WIDTHS.get(str(self.kind))
-        if width is None or self.get_tzname() != "UTC":
-            sql, params = self.as_sql(compiler, connection)
-            return sql, tuple(params)
-        sql, params = compiler.compile(self.lhs)
-        return f"DATE_BIN(%s, {sql}, %s)", (width, *params, A_MONDAY)
-
-
-def _speculative_sums(condition: Q | None = None) -> dict[str, Sum]:
-    # llama-server style nodes send draft_n / draft_n_accepted; mesh-llm sends speculative_*.
-    return {
-        "accepted": Sum(Coalesce("speculative_accepted_n", "draft_n_accepted"), filter=condition),
-        "proposed": Sum(Coalesce("speculative_proposed_n", "draft_n"), filter=condition),
-        "windows": Sum("speculative_windows", filter=condition),
-    }
+    if bucket is not None and bucket not in BUCKETS:
+        raise ValueError(f"bucket must be one of {', '.join(BUCKETS)}, not {bucket!r}")
+    totals = list(_cells(revision_id, Rollup.Grain.TOTAL).values(*_TOTAL_FIELDS))
+    if not totals:
+        return None
+    first_at, last_at = min(c["first_at"] for c in totals), max(c["last_at"] for c in totals)
+    bucket = bucket or time_bucket(last_at - first_at)
+    if bucket == "hour" and first_at < hourly_since():
+        bucket = "day"
+    mtp_detected = Revision.objects.filter(pk=revision_id, mtp_detected=True).exists()
+    sums = _add_up(totals)
+    return RevisionThroughput(
+        reports=sums["reports"],
+        first_at=first_at,
+        last_at=last_at,
+        bucket=bucket,
+        series=_series(revision_id, bucket),
+        by_strategy=_by_strategy(totals),
+        mtp_on=_mtp(totals, used=True),
+        mtp_off=_mtp(totals, used=False),
+        **_rates(sums),
+        prompt_tps=sketch.median(_merged(totals, "prompt_sketch")),
+        stage_splits=sorted({c["stage_splits"] for c in totals} - {""}),
+        recent=_recent(revision_id),
+        plans=strategy_plans(revision_id),
+        alert=_alert(revision_id, sums["unused"]) if mtp_detected else None,
+    )
 
 
-def _rates(row: Mapping[str, Any]) -> dict[str, float | None]:
+_TOTAL_FIELDS = (
+    "stage_splits",
+    "strategy",
+    "mtp_used",
+    "reports",
+    "unused",
+    "accepted",
+    "proposed",
+    "windows",
+    "first_at",
+    "last_at",
+    "tps_sketch",
+    "prompt_sketch",
+)
+ADDED_UP = ("reports", "unused", "accepted", "proposed", "windows")
+
+
+def _cells(revision_id: int, grain: str) -> QuerySet[Rollup]:
+    return Rollup.objects.filter(revision_id=revision_id, grain=grain, node_key=Rollup.ALL_NODES)
+
+
+def _add_up(cells: Iterable[Mapping[str, Any]]) -> dict[str, int]:
+    sums = dict.fromkeys(ADDED_UP, 0)
+    for cell in cells:
+        for key in ADDED_UP:
+            sums[key] += cell[key]
+    return sums
+
+
+def _merged(cells: Iterable[Mapping[str, Any]], column: str) -> sketch.Sketch:
+    return sketch.merged(sketch.from_json(cell[column]) for cell in cells)
+
+
+def _rates(sums: Mapping[str, int]) -> dict[str, float | None]:
     """Acceptance rate = accepted / proposed; mean accepted length = 1 + accepted / drafts."""
-    accepted, proposed, windows = row.get("accepted") or 0, row.get("proposed"), row.get("windows")
+    accepted, proposed, windows = sums["accepted"], sums["proposed"], sums["windows"]
     return {
         "acceptance_rate": accepted / proposed if proposed else None,
         "mean_accepted_length": 1 + accepted / windows if windows else None,
     }
 
 
-def revision_throughput(revision_id: int, *, bucket: str = "hour") -> dict[str, Any]:
-    """Everything the package page charts for one revision (see the keys below)."""
-    if bucket not in BUCKETS:
-        raise ValueError(f"bucket must be one of {', '.join(BUCKETS)}, not {bucket!r}")
-    reports = Report.objects.filter(revision_id=revision_id)
-    mtp_detected = Revision.objects.filter(pk=revision_id, mtp_detected=True).exists()
-    cells = _cells(reports, bucket)
-    strategies = _add_up_by_strategy(cells)
-    total = _add_up(cells)
-    wide = _wide_medians(reports, list(strategies), alert=mtp_detected) if cells else NO_MEDIANS
-    return {
-        "series": _series(cells),
-        "by_strategy": _by_strategy(strategies, wide["strategy_tps"]),
-        "mtp_on": {"reports": wide["on_reports"], "tps": wide["on_tps"]},
-        "mtp_off": {"reports": total["reports"] - wide["on_reports"], "tps": wide["off_tps"]},
-        **_rates(total),
-        "stage_splits": sorted({cell["stage_splits"] for cell in cells} - {""}),
-        "recent": _recent(reports),
-        "plans": strategy_plans(reports),
-        "alert": _alert(wide) if mtp_detected else None,
-    }
+def _mtp(totals: list[dict[str, Any]], *, used: bool) -> MtpFigures:
+    cells = [c for c in totals if c["mtp_used"] is used]
+    return MtpFigures(reports=_add_up(cells)["reports"], tps=sketch.median(_merged(cells, "tps_sketch")))
 
 
-def _cells(reports: QuerySet[Report], bucket: str) -> list[dict[str, Any]]:
-    """Per (time bucket, strategy, topology): reports, median tok/s and the speculative counters."""
-    rows = (
-        reports.annotate(bucket=BucketStart("received_at", bucket))
-        .values("bucket", "effective_strategy", "stage_splits")
-        .annotate(tps=GroupMedian("predicted_per_second"), reports=Count("*"), **_speculative_sums())
-        .order_by()
-    )
-    # Sorted here, not by SQL: an ORDER BY would let PostgreSQL group by sorting after all.
-    return sorted(_grouped_by_hashing(rows), key=itemgetter("bucket", "effective_strategy", "stage_splits"))
-
-
-def _grouped_by_hashing(rows: QuerySet[Any, Any]) -> list[dict[str, Any]]:
-    """The rows of a GROUP BY, which PostgreSQL is told to group by hashing.
-
-    It has no statistics on a time bucket, so it expects one group per distinct received_at (10^5
-    for a busy revision) and would sort every report by the group key first; there are a few
-    hundred groups, which one hash table takes in a single pass. JIT goes off too: a plan that
-    still sorts costs over 10^10 with sorting "disabled", and compiling it would take ~100 ms. SET
-    LOCAL ends with the transaction; the old values are put back in case a caller's goes on.
-    """
-    database = connections[rows.db]
-    if database.vendor != "postgresql":
-        return list(rows)
-    with transaction.atomic(using=rows.db), database.cursor() as cursor:
-        cursor.execute("SELECT current_setting('enable_sort'), current_setting('jit')")
-        previous = cursor.fetchone()
-        cursor.execute("SELECT set_config('enable_sort', 'off', true), set_config('jit', 'off', true)")
-        result = list(rows)
-        cursor.execute("SELECT set_config('enable_sort', %s, true), set_config('jit', %s, true)", previous)
-    return result
-
-
-def _series(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [
-        {
-            "bucket": cell["bucket"],
-            "strategy": cell["effective_strategy"],
-            "topology": cell["stage_splits"],
-            "tps": cell["tps"],
-            "reports": cell["reports"],
-        }
-        for cell in cells
-    ]
-
-
-ADDED_UP = ("reports", "accepted", "proposed", "windows")
-
-
-def _add_up(rows: Sequence[Mapping[str, Any]]) -> dict[str, int]:
-    """Counts and sums over several cells (a SQL SUM of nothing is NULL: counted as 0)."""
-    return {key: sum(row[key] or 0 for row in rows) for key in ADDED_UP}
-
-
-def _add_up_by_strategy(cells: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
+def _by_strategy(totals: list[dict[str, Any]]) -> list[StrategyFigures]:
     groups: dict[str, list[dict[str, Any]]] = {}
-    for cell in cells:
-        groups.setdefault(cell["effective_strategy"], []).append(cell)
-    return {strategy: _add_up(groups[strategy]) for strategy in sorted(groups)}
+    for cell in totals:
+        groups.setdefault(cell["strategy"], []).append(cell)
+    return [_strategy(name, groups[name]) for name in sorted(groups)]
 
 
-def _by_strategy(
-    strategies: dict[str, dict[str, int]], medians: Mapping[str, float | None]
-) -> list[dict[str, Any]]:
+def _strategy(name: str, cells: list[dict[str, Any]]) -> StrategyFigures:
+    sums = _add_up(cells)
+    tps = sketch.median(_merged(cells, "tps_sketch"))
+    return StrategyFigures(strategy=name, reports=sums["reports"], tps=tps, **_rates(sums))
+
+
+def _series(revision_id: int, bucket: str) -> list[Point]:
+    """Median decode rate and reports per (bucket, strategy, topology), from hour or day cells."""
+    grain = Rollup.Grain.HOUR if bucket == "hour" else Rollup.Grain.DAY
+    rows = _cells(revision_id, grain).values_list(
+        "bucket_start", "strategy", "stage_splits", "reports", "tps_sketch"
+    )
+    points: dict[tuple[datetime, str, str], tuple[int, sketch.Sketch]] = {}
+    for start, strategy, splits, reports, bins in rows:
+        key = (bucket_start(start, bucket), strategy, splits)
+        count, merged = points.get(key, (0, {}))
+        points[key] = (count + reports, sketch.merge_into(merged, sketch.from_json(bins)))
     return [
-        {"strategy": strategy, "reports": sums["reports"], "tps": medians.get(strategy), **_rates(sums)}
-        for strategy, sums in strategies.items()
+        Point(bucket=at, strategy=strategy, topology=splits, tps=sketch.median(bins), reports=count)
+        for (at, strategy, splits), (count, bins) in sorted(points.items())
     ]
 
 
-NO_MEDIANS: dict[str, Any] = {"on_reports": 0, "on_tps": None, "off_tps": None, "strategy_tps": {}}
+def bucket_start(at: datetime, bucket: str) -> datetime:
+    """The start of the bucket ``at`` falls in, in UTC (weeks start on Mondays)."""
+    at = at.astimezone(UTC)
+    hour = at.replace(minute=0, second=0, microsecond=0)
+    if bucket == "hour":
+        return hour
+    day = hour.replace(hour=0)
+    if bucket == "day":
+        return day
+    if bucket == "week":
+        return day - timedelta(days=(day - A_MONDAY).days % 7)
+    return day.replace(day=1)
 
 
-def _wide_medians(reports: QuerySet[Report], strategies: list[str], *, alert: bool) -> dict[str, Any]:
-    """Medians over MTP on, MTP off and each strategy (plus the alert's counts) in one pass."""
-    filtered = len(strategies) <= STRATEGY_FILTERS
-    aggregates: dict[str, Aggregate] = {
-        # received_at, never NULL, rather than id: read from the index (Count("*") takes no filter).
-        "on_reports": Count("received_at", filter=MTP_ON),
-        "on_tps": Median("predicted_per_second", filter=MTP_ON),
-        "off_tps": Median("predicted_per_second", filter=MTP_OFF),
-    }
-    if filtered:
-        for index, strategy in enumerate(strategies):
-            aggregates[f"strategy_{index}"] = Median(
-                "predicted_per_second", filter=Q(effective_strategy=strategy)
-            )
-    if alert:
-        aggregates["unused_reports"] = Count("received_at", filter=MTP_UNUSED)
-        aggregates["unused_nodes"] = Count("node", filter=MTP_UNUSED, distinct=True)
-    row = reports.aggregate(**aggregates)
-    if filtered:
-        row["strategy_tps"] = {s: row.pop(f"strategy_{i}") for i, s in enumerate(strategies)}
-    else:
-        row["strategy_tps"] = _strategy_medians(reports)
-    return row
-
-
-def _strategy_medians(reports: QuerySet[Report]) -> dict[str, float | None]:
-    rows = reports.values("effective_strategy").annotate(tps=GroupMedian("predicted_per_second"))
-    return {row["effective_strategy"]: row["tps"] for row in _grouped_by_hashing(rows.order_by())}
-
-
-def _alert(wide: dict[str, Any]) -> dict[str, Any] | None:
-    reports, nodes = wide.get("unused_reports"), wide.get("unused_nodes")
-    if not reports:
+def _alert(revision_id: int, unused: int) -> Alert | None:
+    if not unused:
         return None
+    per_node = Rollup.objects.filter(revision_id=revision_id, grain=Rollup.Grain.TOTAL, unused__gt=0)
+    nodes = per_node.exclude(node_key=Rollup.ALL_NODES).values("node_key").distinct().count()
     message = (
-        f"MTP weights present but never used in {reports} report{'s' if reports != 1 else ''} "
+        f"MTP weights present but never used in {unused} report{'s' if unused != 1 else ''} "
         f"from {nodes} node{'s' if nodes != 1 else ''}"
     )
-    return {"message": message, "reports": reports, "nodes": nodes}
+    return Alert(message=message, reports=unused, nodes=nodes)
 
 
 RECENT_FIELDS = (
@@ -285,8 +270,10 @@ RECENT_FIELDS = (
 )
 
 
-def _recent(reports: QuerySet[Report]) -> list[dict[str, Any]]:
-    rows = reports.order_by("-received_at", "-id").annotate(node_name=F("node__name"))
+def _recent(revision_id: int) -> list[dict[str, Any]]:
+    """The newest RECENT raw reports (the one raw read of a page, bounded by an index)."""
+    rows = Report.objects.filter(revision_id=revision_id).order_by("-received_at", "-id")
+    rows = rows.annotate(node_name=F("node__name"))
     return [dict(row) for row in rows.values(*RECENT_FIELDS)[:RECENT]]
 
 
@@ -294,6 +281,21 @@ PLAN_ROWS = 50
 # Requests whose outcome is known (node-report.md section 4); "auto" and a package's own strategy
 # names may resolve to anything, so they are never called unmet.
 JUDGED_REQUESTS = ("mtp", "disabled", "ngram-cache", "ngram-suffix")
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What one node asked for on one topology, what ran, and how it went."""
+
+    node: str
+    stage_splits: str
+    requested_strategy: str
+    effective_strategy: str
+    differs: bool
+    reports: int
+    from_spans: int
+    tps: float | None
+    last_seen: datetime | None
 
 
 def plan_honoured(requested: str, effective: str) -> bool:
@@ -307,69 +309,87 @@ def plan_honoured(requested: str, effective: str) -> bool:
     return effective.endswith(requested)  # ngram-cache, or native-mtp+ngram-cache
 
 
-def strategy_plans(reports: QuerySet[Report]) -> list[dict[str, Any]]:
+def strategy_plans(revision_id: int) -> list[Plan]:
     """Requested vs effective strategy per node and topology: what each node asked for and what ran.
 
     The effective strategy comes from the node (the ``stage.openai_decode`` span's attributes, or the
     report's ``speculative`` block); a requested plan that differs from the effective one is the
-    thing to see. One grouped query; the busiest PLAN_ROWS groups.
+    thing to see. One query over the revision's per-node total rollups; the busiest PLAN_ROWS.
     """
+    name = Node.objects.filter(pk=OuterRef("node_key")).values("name")[:1]
     rows = (
-        reports.values("node__name", "stage_splits", "requested_strategy", "effective_strategy")
-        .annotate(
-            reports=Count("*"),
-            from_spans=Count("id", filter=Q(source=Report.Source.OTLP)),
-            tps=GroupMedian("predicted_per_second"),
-            last_seen=Max("received_at"),
+        Rollup.objects.filter(revision_id=revision_id, grain=Rollup.Grain.TOTAL)
+        .exclude(node_key=Rollup.ALL_NODES)
+        .annotate(node_name=Subquery(name))
+        .values_list(
+            "node_name",
+            "stage_splits",
+            "requested_strategy",
+            "strategy",
+            "reports",
+            "from_spans",
+            "last_at",
+            "tps_sketch",
         )
-        .order_by("-reports", "node__name", "stage_splits")
     )
-    return [_plan(row) for row in rows[:PLAN_ROWS]]
+    groups: dict[tuple[str, str, str, str], list[tuple[Any, ...]]] = {}
+    for row in rows:
+        groups.setdefault((row[0] or "", row[1], row[2], row[3]), []).append(row)
+    plans = [_plan(key, cells) for key, cells in groups.items()]
+    plans.sort(key=lambda plan: (-plan.reports, plan.node, plan.stage_splits))
+    return plans[:PLAN_ROWS]
 
 
-def _plan(row: Mapping[str, Any]) -> dict[str, Any]:
-    requested, effective = row["requested_strategy"], row["effective_strategy"]
-    return {
-        "node": row["node__name"],
-        "stage_splits": row["stage_splits"],
-        "requested_strategy": requested,
-        "effective_strategy": effective,
-        "differs": not plan_honoured(requested, effective),
-        "reports": row["reports"],
-        "from_spans": row["from_spans"],
-        "tps": row["tps"],
-        "last_seen": row["last_seen"],
-    }
+def _plan(key: tuple[str, str, str, str], cells: list[tuple[Any, ...]]) -> Plan:
+    node, splits, requested, effective = key
+    return Plan(
+        node=node,
+        stage_splits=splits,
+        requested_strategy=requested,
+        effective_strategy=effective,
+        differs=not plan_honoured(requested, effective),
+        reports=sum(c[4] for c in cells),
+        from_spans=sum(c[5] for c in cells),
+        tps=sketch.median(sketch.merged(sketch.from_json(c[7]) for c in cells)),
+        last_seen=max(c[6] for c in cells),
+    )
 
 
-def catalog_throughput(revision_ids: list[int]) -> dict[int, dict[str, Any]]:
+# --- the catalog -------------------------------------------------------------------------------
+
+
+def catalog_throughput(revision_ids: Sequence[int]) -> dict[int, CatalogThroughput]:
     """Per revision: median tok/s with and without MTP, report count, alert flag. One query."""
-    unused_with_mtp = MTP_UNUSED & Q(revision__mtp_detected=True)
     rows = (
-        Report.objects.filter(revision_id__in=revision_ids)
-        .values("revision_id")
-        .annotate(
-            tps_mtp=Median("predicted_per_second", filter=MTP_ON),
-            tps_no_mtp=Median("predicted_per_second", filter=MTP_OFF),
-            reports=Count("*"),
-            unused=Count("received_at", filter=unused_with_mtp),
+        Rollup.objects.filter(
+            revision_id__in=revision_ids, grain=Rollup.Grain.TOTAL, node_key=Rollup.ALL_NODES
         )
+        .values_list("revision_id", "mtp_used", "reports", "unused", "tps_sketch", "revision__mtp_detected")
         .order_by()
     )
-    result = {
-        rid: {"tps_mtp": None, "tps_no_mtp": None, "reports": 0, "alert": False} for rid in revision_ids
-    }
+    grouped: dict[int, list[tuple[Any, ...]]] = {}
     for row in rows:
-        result[row["revision_id"]] = {
-            "tps_mtp": row["tps_mtp"],
-            "tps_no_mtp": row["tps_no_mtp"],
-            "reports": row["reports"],
-            "alert": row["unused"] > 0,
-        }
+        grouped.setdefault(row[0], []).append(row)
+    result = dict.fromkeys(revision_ids, NO_THROUGHPUT)
+    for revision_id, cells in grouped.items():
+        result[revision_id] = _catalog_row(cells)
     return result
+
+
+def _catalog_row(cells: list[tuple[Any, ...]]) -> CatalogThroughput:
+    on = sketch.merged(sketch.from_json(c[4]) for c in cells if c[1])
+    off = sketch.merged(sketch.from_json(c[4]) for c in cells if not c[1])
+    return CatalogThroughput(
+        tps_mtp=sketch.median(on),
+        tps_no_mtp=sketch.median(off),
+        reports=sum(c[2] for c in cells),
+        alert=bool(cells[0][5]) and any(c[3] > 0 for c in cells),
+    )
 
 
 def alert_revision_ids() -> QuerySet[Revision, int]:
     """Ids of revisions whose weights hold MTP while their reports show it unused (a subquery)."""
-    unused = Report.objects.filter(MTP_UNUSED, revision_id=OuterRef("pk"))
-    return Revision.objects.filter(Exists(unused), mtp_detected=True).values_list("pk", flat=True)
+    unused = Rollup.objects.filter(grain=Rollup.Grain.TOTAL, node_key=Rollup.ALL_NODES, unused__gt=0)
+    return Revision.objects.filter(pk__in=unused.values("revision_id"), mtp_detected=True).values_list(
+        "pk", flat=True
+    )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Callable
+from dataclasses import asdict
 from typing import Any
 
 from django.conf import settings
@@ -21,6 +22,7 @@ from packages_app.audit.check import check_manifest
 from packages_app.forms import SORTS, CatalogFilterForm, CheckManifestForm, TrackPackageForm
 from packages_app.layout import MAX_MANIFEST_BYTES
 from packages_app.models import ActionLog, Package, Revision
+from packages_app.throughput import RevisionThroughput
 
 View = Callable[..., HttpResponse]
 
@@ -159,7 +161,7 @@ def _page_param(value: str | None) -> int:
 
 def _revision_context(revision: Revision, files_page: str | None = None) -> dict[str, Any]:
     throughput = queries.revision_throughput_for(revision)
-    splits = list(throughput.get("stage_splits") or []) if throughput else []
+    splits = throughput.stage_splits if throughput else []
     suggested = queries.suggested_generation(revision)
     runtime = queries.audit_section(revision, "runtime")
     ran = fleet.ran_counts(revision.pk) if throughput else fleet.RanCounts()
@@ -187,13 +189,13 @@ def _revision_context(revision: Revision, files_page: str | None = None) -> dict
     }
 
 
-def _throughput_charts(throughput: dict[str, Any] | None) -> dict[str, Any]:
+def _throughput_charts(throughput: RevisionThroughput | None) -> dict[str, Any]:
     if not throughput:
         return {}
     return {
-        "timeline": charts.throughput_timeline_figure(list(throughput.get("series") or [])),
-        "strategies": charts.strategy_figure(list(throughput.get("by_strategy") or [])),
-        "mtp": charts.mtp_comparison_figure(throughput.get("mtp_on"), throughput.get("mtp_off")),
+        "timeline": charts.throughput_timeline_figure([asdict(point) for point in throughput.series]),
+        "strategies": charts.strategy_figure([asdict(row) for row in throughput.by_strategy]),
+        "mtp": charts.mtp_comparison_figure(asdict(throughput.mtp_on), asdict(throughput.mtp_off)),
     }
 
 
@@ -286,17 +288,16 @@ def _ingest_page(request: HttpRequest, form: TrackPackageForm, status: int = 200
 @access.permission_required("packages_app.track_package")
 def _track_post(request: HttpRequest) -> HttpResponse:
     form = TrackPackageForm(request.POST)
-    if form.is_valid():
-        repo_id = form.cleaned_data["repo_id"]
-        refusal = access.namespace_refusal(request.user, repo_id) or access.track_rate_refusal(request.user)
-        if refusal is None:
-            return _track(request, repo_id)
-        form.add_error("repo_id", refusal)
-    return _ingest_page(request, form, status=429 if _rate_refused(form) else 400)
-
-
-def _rate_refused(form: TrackPackageForm) -> bool:
-    return any("this hour" in str(e) for e in form.errors.get("repo_id", []))
+    if not form.is_valid():
+        return _ingest_page(request, form, status=400)
+    repo_id = form.cleaned_data["repo_id"]
+    refusal, status = access.namespace_refusal(request.user, repo_id), 400
+    if refusal is None:  # counted only for a track that is otherwise allowed
+        refusal, status = access.track_rate_refusal(request.user), 429
+    if refusal is None:
+        return _track(request, repo_id)
+    form.add_error("repo_id", refusal)
+    return _ingest_page(request, form, status=status)
 
 
 def _track(request: HttpRequest, repo_id: str) -> HttpResponse:

@@ -167,7 +167,8 @@ def catalog_csv(request: HttpRequest) -> HttpResponse:
 
 
 def _catalog_csv_row(row: queries.CatalogRow) -> list[Any]:
-    rev, tp = row.revision, row.throughput or {}
+    rev = row.revision
+    tp: dict[str, Any] = row.throughput.as_dict() if row.throughput else {}
     return [
         row.package.repo_id,
         rev.commit_sha if rev else None,

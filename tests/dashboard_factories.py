@@ -13,6 +13,7 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from packages_app import rollups
 from packages_app.layout import FileRole
 from packages_app.models import Node, Package, PackageFile, Report, Revision
 
@@ -401,7 +402,7 @@ def make_report(
     }
     values.update(fields)
     body = values.pop("body", {"timings": {"predicted_per_second": tps}})
-    return Report.objects.create(
+    report = Report.objects.create(
         node=node,
         report_id=uuid.uuid4(),
         body_sha256="0" * 64,
@@ -415,6 +416,8 @@ def make_report(
         body=body,
         **values,
     )
+    rollups.add_reports([report])  # as the store paths do
+    return report
 
 
 def qwen35_reports(revision: Revision, count: int = 6) -> list[Report]:

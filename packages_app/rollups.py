@@ -1,0 +1,444 @@
+"""Services that keep the report rollups (models.Rollup): added to as reports are stored, pruned, rebuilt.
+
+Exactly once, without a task: the store paths (reports.report_store, reports.reports_store_batch,
+telemetry's span insert) and the paths that link stored reports to a revision call ``add_reports``
+with the rows *they* inserted or linked, inside the transaction that inserted or linked them. Either
+both the rows and their figures commit or neither does; a replay inserts nothing and adds nothing;
+a worker killed mid-way rolls both back. The upsert adds to the stored cells in SQL (counts and sums
+add, minimum and maximum compare, sketches add bin by bin), its rows sorted by key so that two
+batches touching the same cells lock them in the same order (no deadlock).
+
+Per report, cells of six grains: (node, hour), (node, day), (node, total) and the same for all nodes
+(``node_key = 0``), which the pages read: a package page reads its revision's total cells and one
+day (or hour) series, never the reports; the catalog reads total cells. Hour cells older than
+MESHDASH_ROLLUP_HOURLY_DAYS are not written and are pruned (``prune_hourly``): the day cells hold
+them already.
+
+Quantiles: packages_app.sketch, a fixed log-bucket histogram (DDSketch's mapping) written by this
+module, not the ``ddsketch`` package and not PostgreSQL's percentile_cont, because: merging is
+adding integer counts per bin, which SQL can do inside the upsert on both PostgreSQL and SQLite
+(a DDSketch object or a t-digest would need a read-modify-write in Python, and t-digest merges
+are not exact); the relative error bound is fixed (1 %) whatever the data; a report costs one bin
+increment and a cell's sketch is a JSON object of a few tens of bins, and the same numbers come out
+on SQLite, so medians are medians there too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any, Protocol
+
+from django.conf import settings
+from django.db import connections, transaction
+from django.db.models import Q
+
+from packages_app import sketch
+from packages_app.models import ROLLUP_KEY, Report, Revision, Rollup
+
+# A report "shows MTP unused" unless the operator chose a strategy without MTP: then the package
+# is not at fault, so such reports never raise the alert.
+NON_MTP_CHOICES = ("disabled", "ngram-cache", "ngram-suffix")
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)  # the one bucket of the total grain
+METRICS = ("tps", "prompt", "acceptance")
+# The Report columns a rollup reads (the link paths fetch only these).
+SOURCE_FIELDS = (
+    "id",
+    "revision_id",
+    "node_id",
+    "received_at",
+    "stage_splits",
+    "requested_strategy",
+    "effective_strategy",
+    "mtp_used",
+    "source",
+    "predicted_per_second",
+    "prompt_per_second",
+    "speculative_accepted_n",
+    "draft_n_accepted",
+    "speculative_proposed_n",
+    "draft_n",
+    "speculative_windows",
+)
+UPSERT_ROWS = 200
+REBUILD_CHUNK = 20_000
+
+Key = tuple[int, str, int, datetime, str, str, str, bool]
+
+
+class Stored(Protocol):
+    """The columns of a stored report that a rollup reads (a Report, or a bulk loader's row)."""
+
+    @property
+    def revision_id(self) -> int | None: ...
+
+    @property
+    def node_id(self) -> int: ...
+
+    @property
+    def received_at(self) -> datetime: ...
+
+    @property
+    def stage_splits(self) -> str: ...
+
+    @property
+    def requested_strategy(self) -> str: ...
+
+    @property
+    def effective_strategy(self) -> str: ...
+
+    @property
+    def mtp_used(self) -> bool: ...
+
+    @property
+    def source(self) -> str: ...
+
+    @property
+    def predicted_per_second(self) -> float | None: ...
+
+    @property
+    def prompt_per_second(self) -> float | None: ...
+
+    @property
+    def speculative_accepted_n(self) -> int | None: ...
+
+    @property
+    def draft_n_accepted(self) -> int | None: ...
+
+    @property
+    def speculative_proposed_n(self) -> int | None: ...
+
+    @property
+    def draft_n(self) -> int | None: ...
+
+    @property
+    def speculative_windows(self) -> int | None: ...
+
+
+@dataclass
+class Metric:
+    """Count, sum, minimum, maximum and sketch of one figure over a cell's reports."""
+
+    n: int = 0
+    total: float = 0.0
+    low: float | None = None
+    high: float | None = None
+    bins: sketch.Sketch = field(default_factory=dict)
+
+    def add(self, value: float, index: int) -> None:
+        """Add a value that falls in sketch bin ``index``."""
+        self.n += 1
+        self.total += value
+        self.low = value if self.low is None or value < self.low else self.low
+        self.high = value if self.high is None or value > self.high else self.high
+        self.bins[index] = self.bins.get(index, 0) + 1
+
+
+@dataclass
+class Cell:
+    """What one batch adds to one Rollup row."""
+
+    first_at: datetime
+    last_at: datetime
+    reports: int = 0
+    from_spans: int = 0
+    unused: int = 0
+    accepted: int = 0
+    proposed: int = 0
+    windows: int = 0
+    metrics: dict[str, Metric] = field(default_factory=lambda: {name: Metric() for name in METRICS})
+
+
+def shows_mtp_unused(mtp_used: bool, requested_strategy: str) -> bool:
+    return not mtp_used and requested_strategy not in NON_MTP_CHOICES
+
+
+def hourly_since(now: datetime | None = None) -> datetime:
+    """Hour cells start at or after this time; older reports go to day and total cells only."""
+    days = int(getattr(settings, "MESHDASH_ROLLUP_HOURLY_DAYS", 14))
+    start = (now or datetime.now(UTC)) - timedelta(days=days)
+    return start.replace(minute=0, second=0, microsecond=0)
+
+
+# --- adding ------------------------------------------------------------------------------------
+
+
+def add_reports(rows: Iterable[Stored], *, using: str = "default") -> int:
+    """Add stored reports to their rollups; call inside the transaction that stored them.
+
+    Rows without a revision are skipped (``link_reports`` adds them once linked). Returns how many
+    reports were added.
+    """
+    if not settings.MESHDASH_ROLLUP_ON_STORE:
+        return 0
+    cells, added = cells_of(rows, hourly_since())
+    if cells:
+        with transaction.atomic(using=using):
+            upsert(cells, using=using)
+    return added
+
+
+def add_report_ids(ids: Sequence[int], *, using: str = "default") -> int:
+    """Add reports by id (the link paths): one read of the columns a rollup needs."""
+    if not ids:
+        return 0
+    rows = Report.objects.using(using).filter(pk__in=ids).values_list(*SOURCE_FIELDS)
+    return add_reports([_report(row) for row in rows], using=using)
+
+
+def _report(values: tuple[object, ...]) -> Report:
+    return Report(**dict(zip(SOURCE_FIELDS, values, strict=True)))
+
+
+def link_reports(unlinked: Q, changes: dict[str, object]) -> int:
+    """Give the reports matching ``unlinked`` (a filter that excludes linked ones) ``changes`` and
+    roll up the ones that gain a revision, exactly once: their rows are locked first, so a second
+    linker waits, then finds them linked already and skips them."""
+    with transaction.atomic():
+        ids = list(Report.objects.select_for_update().filter(unlinked).values_list("pk", flat=True))
+        if not ids:
+            return 0
+        Report.objects.filter(pk__in=ids).update(**changes)
+        add_report_ids(ids)
+    return len(ids)
+
+
+def cells_of(
+    rows: Iterable[Stored], hourly_from: datetime, into: dict[Key, Cell] | None = None
+) -> tuple[dict[Key, Cell], int]:
+    """The cells the rows add to (added into ``into`` when given), and how many rows counted."""
+    cells: dict[Key, Cell] = {} if into is None else into
+    added = 0
+    for row in rows:
+        if row.revision_id is None:
+            continue
+        added += 1
+        figures = Figures.of(row)
+        for key in _keys(row, hourly_from):
+            cell = cells.get(key)
+            if cell is None:
+                cell = cells[key] = Cell(first_at=row.received_at, last_at=row.received_at)
+            figures.add_to(cell)
+    return cells, added
+
+
+def _keys(row: Stored, hourly_from: datetime) -> list[Key]:
+    at = row.received_at.astimezone(UTC)
+    hour = at.replace(minute=0, second=0, microsecond=0)
+    buckets = [(Rollup.Grain.DAY.value, hour.replace(hour=0)), (Rollup.Grain.TOTAL.value, EPOCH)]
+    if hour >= hourly_from:
+        buckets.append((Rollup.Grain.HOUR.value, hour))
+    rest = (row.stage_splits, row.requested_strategy, row.effective_strategy, bool(row.mtp_used))
+    return [
+        (int(row.revision_id or 0), grain, node, start, *rest)
+        for grain, start in buckets
+        for node in (row.node_id, Rollup.ALL_NODES)
+    ]
+
+
+@dataclass(frozen=True, slots=True)
+class Figures:
+    """What one report adds to each of its cells, worked out once (bins included) for all six."""
+
+    at: datetime
+    from_spans: int
+    unused: int
+    accepted: int
+    proposed: int
+    windows: int
+    values: tuple[tuple[str, float, int] | None, ...]  # (metric, value, bin) per METRICS
+
+    @classmethod
+    def of(cls, row: Stored) -> Figures:
+        accepted = _first(row.speculative_accepted_n, row.draft_n_accepted)
+        proposed = _first(row.speculative_proposed_n, row.draft_n)
+        acceptance = (accepted or 0) / proposed if proposed else None
+        values = (row.predicted_per_second, row.prompt_per_second, acceptance)
+        return cls(
+            at=row.received_at,
+            from_spans=int(row.source == Report.Source.OTLP),
+            unused=int(shows_mtp_unused(bool(row.mtp_used), row.requested_strategy)),
+            accepted=accepted or 0,
+            proposed=proposed or 0,
+            windows=row.speculative_windows or 0,
+            values=tuple(
+                None if v is None else (name, v, sketch.bin_of(v))
+                for name, v in zip(METRICS, values, strict=True)
+            ),
+        )
+
+    def add_to(self, cell: Cell) -> None:
+        cell.reports += 1
+        cell.from_spans += self.from_spans
+        cell.unused += self.unused
+        cell.accepted += self.accepted
+        cell.proposed += self.proposed
+        cell.windows += self.windows
+        cell.first_at = min(cell.first_at, self.at)
+        cell.last_at = max(cell.last_at, self.at)
+        for value in self.values:
+            if value is not None:
+                cell.metrics[value[0]].add(value[1], value[2])
+
+
+def _first(*values: int | None) -> int | None:
+    # As SQL's COALESCE: llama-server style nodes send draft_n*, mesh-llm sends speculative_*.
+    return next((value for value in values if value is not None), None)
+
+
+# --- the upsert ----------------------------------------------------------------------------------
+
+KEY_COLUMNS = tuple(f"{name}_id" if name == "revision" else name for name in ROLLUP_KEY)
+SUMMED = ("reports", "from_spans", "unused", "accepted", "proposed", "windows")
+METRIC_COLUMNS = tuple(f"{m}_{part}" for m in METRICS for part in ("n", "sum", "min", "max", "sketch"))
+COLUMNS = (*KEY_COLUMNS, *SUMMED, "first_at", "last_at", *METRIC_COLUMNS)
+
+
+def upsert(cells: dict[Key, Cell], *, using: str = "default") -> None:
+    """Add the cells to the stored rollups: one INSERT ... ON CONFLICT DO UPDATE per UPSERT_ROWS."""
+    connection = connections[using]
+    statement = _upsert_sql(connection.vendor, Rollup._meta.db_table)
+    ordered = sorted(cells.items(), key=lambda item: item[0])
+    with connection.cursor() as cursor:
+        for start in range(0, len(ordered), UPSERT_ROWS):
+            chunk = ordered[start : start + UPSERT_ROWS]
+            placeholders = ", ".join([statement.row] * len(chunk))
+            params = [value for key, cell in chunk for value in row_values(connection, key, cell)]
+            cursor.execute(statement.sql.replace("{rows}", placeholders, 1), params)
+
+
+def insert_new(cells: dict[Key, Cell], *, using: str = "default") -> None:
+    """Write cells no rollup row exists for yet (a bulk load of new revisions): COPY on PostgreSQL."""
+    connection = connections[using]
+    if connection.vendor != "postgresql":
+        upsert(cells, using=using)
+        return
+    copy = f"COPY {Rollup._meta.db_table} ({', '.join(COLUMNS)}) FROM STDIN"
+    with connection.cursor() as cursor, cursor.cursor.copy(copy) as stream:
+        for key, cell in cells.items():
+            stream.write_row(row_values(connection, key, cell))
+
+
+@dataclass(frozen=True)
+class Statement:
+    sql: str
+    row: str
+
+
+def _upsert_sql(vendor: str, table: str) -> Statement:
+    postgres = vendor == "postgresql"
+    cast = "::jsonb" if postgres else ""
+    row = "(" + ", ".join(f"%s{cast}" if c.endswith("_sketch") else "%s" for c in COLUMNS) + ")"
+    updates = [f"{c} = {table}.{c} + excluded.{c}" for c in (*SUMMED, *_metric_parts("n", "sum"))]
+    updates += [f"{c} = {_least(postgres, table, c)}" for c in ("first_at", *_metric_parts("min"))]
+    updates += [f"{c} = {_greatest(postgres, table, c)}" for c in ("last_at", *_metric_parts("max"))]
+    updates += [f"{c} = {_merge_bins(postgres, table, c)}" for c in _metric_parts("sketch")]
+    # Only column names and constants are formatted in; every value is a parameter.
+    sql = (
+        f"INSERT INTO {table} ({', '.join(COLUMNS)}) VALUES {{rows}} "  # noqa: S608
+        f"ON CONFLICT ({', '.join(KEY_COLUMNS)}) DO UPDATE SET {', '.join(updates)}"
+    )
+    return Statement(sql, row)
+
+
+def _metric_parts(*parts: str) -> list[str]:
+    return [f"{m}_{part}" for m in METRICS for part in parts]
+
+
+def _least(postgres: bool, table: str, column: str) -> str:
+    # LEAST skips NULLs; SQLite's two-argument MIN returns NULL if either is NULL.
+    if postgres:
+        return f"LEAST({table}.{column}, excluded.{column})"
+    return f"COALESCE(MIN({table}.{column}, excluded.{column}), {table}.{column}, excluded.{column})"
+
+
+def _greatest(postgres: bool, table: str, column: str) -> str:
+    if postgres:
+        return f"GREATEST({table}.{column}, excluded.{column})"
+    return f"COALESCE(MAX({table}.{column}, excluded.{column}), {table}.{column}, excluded.{column})"
+
+
+def _merge_bins(postgres: bool, table: str, column: str) -> str:
+    """Bin-by-bin sum of two sketches stored as JSON objects ``{"bin": count}`` (names only, no values)."""
+    if postgres:
+        return (
+            "(SELECT COALESCE(jsonb_object_agg(b.key, b.n), '{}'::jsonb) FROM "  # noqa: S608
+            "(SELECT key, SUM(value::bigint) AS n FROM "
+            f"(SELECT * FROM jsonb_each_text({table}.{column}) UNION ALL "
+            f"SELECT * FROM jsonb_each_text(excluded.{column})) AS e GROUP BY key) AS b)"
+        )
+    return (
+        "(SELECT COALESCE(json_group_object(b.key, b.n), '{}') FROM "  # noqa: S608
+        "(SELECT key, SUM(value) AS n FROM "
+        f"(SELECT key, value FROM json_each({table}.{column}) UNION ALL "
+        f"SELECT key, value FROM json_each(excluded.{column})) GROUP BY key) AS b)"
+    )
+
+
+def row_values(connection: Any, key: Key, cell: Cell) -> list[Any]:
+    ops = connection.ops
+    revision, grain, node, start, splits, requested, strategy, mtp_used = key
+    values: list[Any] = [
+        revision,
+        grain,
+        node,
+        ops.adapt_datetimefield_value(start),
+        splits,
+        requested,
+        strategy,
+        mtp_used,
+        *(getattr(cell, name) for name in SUMMED),
+        ops.adapt_datetimefield_value(cell.first_at),
+        ops.adapt_datetimefield_value(cell.last_at),
+    ]
+    for name in METRICS:
+        metric = cell.metrics[name]
+        values += [metric.n, metric.total, metric.low, metric.high, _json(metric.bins)]
+    return values
+
+
+def _json(bins: sketch.Sketch) -> str:
+    return "{" + ", ".join(f'"{index}": {count}' for index, count in sorted(bins.items())) + "}"
+
+
+# --- upkeep --------------------------------------------------------------------------------------
+
+
+def prune_hourly(now: datetime | None = None) -> int:
+    """Delete hour cells past their window (their reports are in the day cells); returns how many."""
+    old = Rollup.objects.filter(grain=Rollup.Grain.HOUR, bucket_start__lt=hourly_since(now))
+    deleted, _ = old.delete()
+    return deleted
+
+
+def rebuild(revision_ids: Sequence[int] | None = None) -> int:
+    """Recompute rollups from the raw reports (every revision, or the given ones); returns reports.
+
+    Per revision, in one transaction that first takes the rollup table in EXCLUSIVE mode on
+    PostgreSQL: a store that already upserted has committed before the lock is granted (its reports
+    are read here), one that has not waits and adds its reports after this commit (they were not
+    visible here). So nothing is counted twice or lost while reports keep arriving.
+    """
+    if revision_ids is None:
+        revision_ids = list(Revision.objects.order_by("pk").values_list("pk", flat=True))
+    total = 0
+    for revision_id in revision_ids:
+        total += _rebuild_one(revision_id)
+    return total
+
+
+def _rebuild_one(revision_id: int) -> int:
+    connection = connections["default"]
+    with transaction.atomic():
+        if connection.vendor == "postgresql":
+            with connection.cursor() as cursor:
+                cursor.execute(f"LOCK TABLE {Rollup._meta.db_table} IN EXCLUSIVE MODE")
+        Rollup.objects.filter(revision_id=revision_id).delete()
+        reports = Report.objects.filter(revision_id=revision_id).order_by("pk").values_list(*SOURCE_FIELDS)
+        rows = (
+            Report(**dict(zip(SOURCE_FIELDS, row, strict=True))) for row in reports.iterator(REBUILD_CHUNK)
+        )
+        cells, total = cells_of(rows, hourly_since())
+        upsert(cells)
+    return total

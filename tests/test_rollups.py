@@ -1,0 +1,287 @@
+"""Rollups equal the raw reports: counts and sums exactly, medians within the sketch's 1 %.
+
+However the reports arrive: one by one, in batches, replayed, from racing threads, linked to their
+revision later, or from a storing process killed after its rollup upsert and before its commit.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import statistics
+import subprocess
+import sys
+import threading
+import uuid
+from collections import Counter
+from datetime import UTC, datetime, timedelta
+from io import StringIO
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.core.management import call_command
+from django.db import connection, connections
+from django.db.models import Count, Sum
+
+from packages_app import reports, rollups, sketch
+from packages_app.models import Node, Package, Report, Revision, Rollup
+from packages_app.nodes.report_schema import validate_report_body
+
+ROOT = Path(__file__).resolve().parent.parent
+POSTGRES = connection.vendor == "postgresql"
+REPO = "meshllm/Qwen3.5-35B-A3B-UD-Q4_K_XL-layers"
+SHA = "69cbd9fc1f928305e8e86e1148a1db6a6f1de8e9"
+STRATEGIES = [("native-mtp", "Integrated"), ("disabled", "Disabled"), ("ngram-cache", "Disabled")]
+
+
+@pytest.fixture
+def revision() -> Revision:
+    package = Package.objects.create(repo_id=REPO)
+    return Revision.objects.create(package=package, commit_sha=SHA, mtp_detected=True)
+
+
+def node(name: str) -> Node:
+    return Node.objects.create(name=name, token_hash=name.ljust(64, "0"), token_prefix=name[:12])
+
+
+def body(rng: random.Random, *, repo: str = REPO, sha: str = SHA) -> dict[str, Any]:
+    strategy, source = rng.choice(STRATEGIES)
+    proposed = rng.randint(1, 200) if strategy == "native-mtp" else 0
+    splits = rng.choice([(0, 27, 41), (0, 20, 41)])
+    return {
+        "report_id": str(uuid.UUID(int=rng.getrandbits(128))),
+        "observed_at": datetime.now(UTC).isoformat(),
+        "package": {"repo": repo, "revision": sha},
+        "topology": {
+            "topology_id": "topo",
+            "stages": [
+                {"node": "a", "layer_start": splits[0], "layer_end": splits[1]},
+                {"node": "b", "layer_start": splits[1], "layer_end": splits[2]},
+            ],
+        },
+        "speculative": {
+            "requested_strategy": rng.choice(["auto", "disabled"]),
+            "effective_strategy": strategy,
+            "mtp_source": source,
+        },
+        "timings": {
+            "predicted_per_second": round(rng.lognormvariate(1.5, 0.5), 3),
+            "prompt_per_second": round(rng.uniform(100, 900), 2),
+            "predicted_n": 256,
+            "speculative_proposed_n": proposed,
+            "speculative_accepted_n": rng.randint(0, proposed),
+            "speculative_windows": proposed // 2,
+        },
+    }
+
+
+def valid(data: dict[str, Any]) -> reports.ValidReport:
+    report, digest = validate_report_body(data)
+    return reports.ValidReport(report=report, digest=digest, body=data)
+
+
+def assert_rollups_match_raw(revision: Revision) -> None:
+    """Every grain's counts and sums equal the raw reports'; every total median within 1 %."""
+    raw = Report.objects.filter(revision=revision)
+    sums = {
+        "n": Count("id"),
+        "accepted": Sum("speculative_accepted_n"),
+        "proposed": Sum("speculative_proposed_n"),
+    }
+    expected = raw.aggregate(**sums)
+    for grain in Rollup.Grain:
+        for nodes in (Rollup.objects.filter(node_key=0), Rollup.objects.exclude(node_key=0)):
+            cells = nodes.filter(revision=revision, grain=grain)
+            if grain == Rollup.Grain.HOUR and not cells.exists():
+                continue  # only when the reports are older than the hourly window
+            got = cells.aggregate(n=Sum("reports"), accepted=Sum("accepted"), proposed=Sum("proposed"))
+            assert got == expected, (grain, got, expected)
+    per_node = Counter(raw.values_list("node_id", flat=True))
+    totals = Rollup.objects.filter(revision=revision, grain=Rollup.Grain.TOTAL).exclude(node_key=0)
+    assert _sum_by_node(totals) == dict(per_node)
+    assert_medians_match(revision)
+
+
+def _sum_by_node(cells: Any) -> dict[int, int]:
+    result: dict[int, int] = {}
+    for key, count in cells.values_list("node_key", "reports"):
+        result[key] = result.get(key, 0) + count
+    return result
+
+
+def assert_medians_match(revision: Revision) -> None:
+    for strategy, _ in STRATEGIES:
+        values = list(
+            Report.objects.filter(revision=revision, effective_strategy=strategy)
+            .exclude(predicted_per_second=None)
+            .values_list("predicted_per_second", flat=True)
+        )
+        cells = Rollup.objects.filter(revision=revision, grain="total", node_key=0, strategy=strategy)
+        merged = sketch.merged(sketch.from_json(bins) for bins in cells.values_list("tps_sketch", flat=True))
+        if values:
+            assert sketch.median(merged) == pytest.approx(statistics.median(values), rel=sketch.ALPHA)
+        else:
+            assert merged == {}
+
+
+@pytest.mark.django_db
+def test_batches_with_replays_and_conflicts_are_counted_once(revision: Revision) -> None:
+    rng = random.Random(1)
+    a, b = node("node-a"), node("node-b")
+    bodies = [body(rng) for _ in range(120)]
+    now = datetime.now(UTC)
+    reports.reports_store_batch(a, [valid(x) for x in bodies[:80]], now)
+    reports.reports_store_batch(a, [valid(x) for x in bodies[40:] + bodies[:10]], now + timedelta(seconds=1))
+    reports.reports_store_batch(b, [valid(x) for x in bodies[:30]], now + timedelta(seconds=2))
+    changed = {**bodies[0], "timings": {**bodies[0]["timings"], "predicted_per_second": 1.0}}
+    reports.reports_store_batch(a, [valid(changed)], now + timedelta(seconds=3))  # a conflict: stored as was
+    for x in bodies[100:]:
+        reports.report_store(b, valid(x), now + timedelta(seconds=4))
+        reports.report_store(b, valid(x), now + timedelta(seconds=5))  # a verbatim replay
+    assert Report.objects.count() == 120 + 30 + 20
+    assert_rollups_match_raw(revision)
+
+
+@pytest.mark.django_db
+def test_reports_that_arrive_before_their_revision_are_rolled_up_when_it_is_linked() -> None:
+    rng = random.Random(2)
+    sender = node("node-a")
+    reports.reports_store_batch(sender, [valid(body(rng)) for _ in range(25)], datetime.now(UTC))
+    assert not Rollup.objects.exists()  # no revision yet
+    package = Package.objects.create(repo_id=REPO)
+    revision = Revision.objects.create(package=package, commit_sha=SHA, mtp_detected=True)
+    assert reports.link_reports_to_revision(revision) == 25
+    assert reports.link_reports_to_revision(revision) == 0  # a second link adds nothing
+    assert_rollups_match_raw(revision)
+
+
+@pytest.mark.django_db
+def test_rebuild_rollups_gives_the_rows_the_store_paths_wrote(revision: Revision) -> None:
+    rng = random.Random(4)
+    sender = node("node-a")
+    for second in range(5):
+        at = datetime.now(UTC) - timedelta(hours=second * 7)
+        reports.reports_store_batch(sender, [valid(body(rng)) for _ in range(20)], at)
+    before = _rows()
+    call_command("rebuild_rollups", stdout=StringIO())
+    after = _rows()
+    assert after.keys() == before.keys()
+    for key, row in before.items():
+        assert after[key] == {k: pytest.approx(v) if isinstance(v, float) else v for k, v in row.items()}
+
+
+def _rows() -> dict[tuple[Any, ...], dict[str, Any]]:
+    """Rollup rows by natural key; float sums may differ in the last bits (order of addition)."""
+    fields = [f.attname for f in Rollup._meta.fields if f.name != "id"]
+    return {tuple(row[k] for k in rollups.KEY_COLUMNS): row for row in Rollup.objects.values(*fields)}
+
+
+@pytest.mark.django_db
+def test_hour_rollups_past_their_window_are_pruned_and_the_day_figures_stay(
+    revision: Revision, settings: Any
+) -> None:
+    settings.MESHDASH_ROLLUP_HOURLY_DAYS = 2
+    rng = random.Random(5)
+    sender = node("node-a")
+    now = datetime.now(UTC)
+    reports.reports_store_batch(sender, [valid(body(rng)) for _ in range(10)], now - timedelta(days=1))
+    assert Rollup.objects.filter(grain="hour").exists()
+    assert rollups.prune_hourly(now + timedelta(days=3)) > 0
+    assert not Rollup.objects.filter(grain="hour").exists()
+    assert_rollups_match_raw(revision)
+
+
+@pytest.mark.django_db
+def test_reports_older_than_the_hourly_window_get_day_and_total_rollups_only(revision: Revision) -> None:
+    rng = random.Random(6)
+    old = datetime.now(UTC) - timedelta(days=400)
+    reports.reports_store_batch(node("node-a"), [valid(body(rng)) for _ in range(10)], old)
+    assert set(Rollup.objects.values_list("grain", flat=True)) == {"day", "total"}
+    assert_rollups_match_raw(revision)
+
+
+@pytest.mark.skipif(not POSTGRES, reason="concurrent writers need PostgreSQL (SQLite serialises them)")
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_batches_with_replays_add_up_exactly(revision: Revision) -> None:
+    rng = random.Random(8)
+    senders = [node(f"node-{i}") for i in range(3)]
+    bodies = [body(rng) for _ in range(600)]
+    errors: list[BaseException] = []
+
+    def send(worker: int) -> None:
+        try:
+            local = random.Random(worker)
+            sender = senders[worker % len(senders)]
+            for _ in range(12):
+                start = local.randrange(0, len(bodies) - 50)
+                batch = [valid(x) for x in bodies[start : start + 50]]
+                reports.reports_store_batch(sender, batch, datetime.now(UTC))
+        except BaseException as exc:  # reported by the main thread
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=send, args=(worker,)) for worker in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert Report.objects.count() > 600  # replays across nodes are separate reports
+    assert_rollups_match_raw(revision)
+
+
+KILLED_WRITER = """
+import os, signal, sys, json
+import django
+django.setup()
+from datetime import UTC, datetime
+from django.db import transaction
+from packages_app import reports
+from packages_app.models import Node, Rollup
+from packages_app.nodes.report_schema import validate_report_body
+bodies = json.load(sys.stdin)
+items = []
+for b in bodies:
+    report, digest = validate_report_body(b)
+    items.append(reports.ValidReport(report=report, digest=digest, body=b))
+with transaction.atomic():
+    reports.reports_store_batch(Node.objects.get(name="node-a"), items, datetime.now(UTC))
+    assert Rollup.objects.exists()  # upserted, not committed
+    os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+@pytest.mark.skipif(not POSTGRES, reason="a second process needs the PostgreSQL test database")
+@pytest.mark.django_db(transaction=True)
+def test_a_writer_killed_after_its_rollup_upsert_leaves_nothing_and_a_replay_counts_once(
+    revision: Revision,
+) -> None:
+    import json
+
+    rng = random.Random(9)
+    sender = node("node-a")
+    bodies = [body(rng) for _ in range(40)]
+    reports.reports_store_batch(sender, [valid(x) for x in bodies[:10]], datetime.now(UTC))
+    settings = connection.settings_dict
+    url = f"postgres://{settings['USER']}@{settings['HOST']}:{settings['PORT']}/{settings['NAME']}"
+    env = {**os.environ, "DATABASE_URL": url, "DJANGO_SETTINGS_MODULE": "meshdash.settings"}
+    env.pop("CELERY_BROKER_URL", None)
+    child = subprocess.run(
+        [sys.executable, "-c", KILLED_WRITER],
+        input=json.dumps(bodies),
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert child.returncode == -signal.SIGKILL, child.stderr
+    assert Report.objects.count() == 10
+    assert_rollups_match_raw(revision)
+    reports.reports_store_batch(sender, [valid(x) for x in bodies], datetime.now(UTC))  # the redelivery
+    assert Report.objects.count() == 40
+    assert_rollups_match_raw(revision)
