@@ -9,7 +9,7 @@ REDIS_URL ?= redis://127.0.0.1:6379/0
 DEVHUB_PORT ?= 8765
 PORT ?= 8000
 
-.PHONY: install system-deps services lint test test-sqlite test-services run demo-data clean
+.PHONY: install system-deps node-deps node-deps-if-npm services lint test test-sqlite test-services run demo-data clean
 
 $(STAMP): pyproject.toml requirements.lock
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -24,6 +24,19 @@ install: $(STAMP)
 system-deps:
 	@command -v chromium >/dev/null || { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; }
 	@test -x /usr/sbin/nginx || { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q nginx-light; }
+
+# axe-core (the accessibility rules the browser tests run), pinned in package-lock.json, from the npm registry.
+NODE_STAMP := node_modules/.installed-stamp
+$(NODE_STAMP): package.json package-lock.json
+	npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+node-deps: $(NODE_STAMP)
+
+# make run works without npm: the pages then load the full plotly.js bundle of the plotly package.
+node-deps-if-npm:
+	@if command -v npm >/dev/null; then $(MAKE) --no-print-directory node-deps; \
+	else echo "npm not found: the pages will load the full plotly.js bundle (4.8 MB)"; fi
 
 # PostgreSQL and Redis: start them if they are not answering.
 services:
@@ -41,10 +54,10 @@ lint: install
 
 # The suite runs twice: on the zero-configuration default (SQLite, eager tasks), then against the machine's real
 # PostgreSQL and Redis, where the task tests also start a real Celery worker process.
-test-sqlite: install system-deps
+test-sqlite: install system-deps node-deps
 	env -u DATABASE_URL -u CELERY_BROKER_URL $(VENV)/bin/pytest -p no:cacheprovider
 
-test-services: install system-deps services
+test-services: install system-deps node-deps services
 	DATABASE_URL=$(PG_URL) CELERY_BROKER_URL=$(REDIS_URL) $(VENV)/bin/pytest -p no:cacheprovider
 
 test: lint test-sqlite test-services
@@ -53,10 +66,10 @@ test: lint test-sqlite test-services
 # neither PostgreSQL nor Redis: SQLite, and Redis as the broker only when one answers (bin/run-demo).
 # The demo is a development server: DEBUG is off unless set, so it is set here.
 run: export DEBUG = true
-run: install
+run: install node-deps-if-npm
 	$(PY) manage.py migrate --noinput
 	$(PY) manage.py collect_plotly
 	REDIS_URL=$(REDIS_URL) HF_ENDPOINT=http://127.0.0.1:$(DEVHUB_PORT) MESHDASH_HUB_DEV=1 bin/run-demo $(DEVHUB_PORT) $(PORT)
 
 clean:
-	rm -rf $(VENV) db.sqlite3* staticfiles artifacts
+	rm -rf $(VENV) db.sqlite3* staticfiles artifacts node_modules

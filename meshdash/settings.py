@@ -187,6 +187,12 @@ USE_I18N = False
 USE_TZ = True
 
 STATIC_URL = "static/"
+# collectstatic writes a gzipped copy of each file beside it, and whitenoise serves that to clients
+# that accept gzip (the plotly bundle: 1.2 MB -> 0.4 MB on the wire).
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+}
 STATIC_ROOT = BASE_DIR / "staticfiles"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATICFILES_FINDERS = [

@@ -4,7 +4,7 @@ An edge helper for views, the admin and the URL conf; selectors and services nev
 
 Reading is public unless ``MESHDASH_PUBLIC_READ`` is false. Acting (track, untrack, delete, re-ingest,
 node management) needs a signed-in user with the model permission; the "operators" group (created by
-migration 0003) holds them all. Login throttling uses Django's own tools, not django-axes: a failure
+migration 0006) holds them all. Login throttling uses Django's own tools, not django-axes: a failure
 counter per username and per client address in the shared cache (the one the node rate limiter uses),
 checked by the login form before it asks the password backend. It needs no new tables, middleware or
 backend, and the cache is already shared by every web worker; django-axes would add all three for the

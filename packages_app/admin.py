@@ -17,7 +17,7 @@ from django.forms import ModelForm
 from django.http import HttpRequest
 
 from packages_app import access
-from packages_app.models import ActionLog, Node, Package, PackageFile, Report, Revision
+from packages_app.models import ActionLog, Node, NodeRun, Package, PackageFile, Report, Revision
 from packages_app.nodes import identity as nodes
 
 # What a change page shows of one JSON column; the rest is cut with a note (the data stays stored).
@@ -42,8 +42,9 @@ def json_preview(value: object) -> str:
 if TYPE_CHECKING:
     NodeAdminBase = admin.ModelAdmin[Node]
     ReportAdminBase = admin.ModelAdmin[Report]
+    NodeRunAdminBase = admin.ModelAdmin[NodeRun]
 else:
-    NodeAdminBase = ReportAdminBase = admin.ModelAdmin
+    NodeAdminBase = ReportAdminBase = NodeRunAdminBase = admin.ModelAdmin
 
 
 @admin.register(Node)
@@ -107,7 +108,7 @@ class ReportAdmin(ReportAdminBase):
         "mtp_used",
         "clock_skew_flagged",
     )
-    list_filter = ("mtp_used", "mtp_source", "effective_strategy", "clock_skew_flagged", "node")
+    list_filter = ("source", "mtp_used", "mtp_source", "effective_strategy", "clock_skew_flagged", "node")
     list_select_related = ("node",)
     search_fields = ("report_id", "repo_id", "commit_sha")
     raw_id_fields = ("revision",)
@@ -117,6 +118,23 @@ class ReportAdmin(ReportAdminBase):
         return False
 
     def has_change_permission(self, request: HttpRequest, obj: Report | None = None) -> bool:
+        return False
+
+
+@admin.register(NodeRun)
+class NodeRunAdmin(NodeRunAdminBase):
+    """What each node's agent registered: run id -> package revision; read-only, like reports."""
+
+    list_display = ("run_id", "node", "repo_id", "commit_sha", "stage_splits", "version", "updated_at")
+    list_filter = ("node",)
+    list_select_related = ("node",)
+    search_fields = ("run_id", "repo_id", "commit_sha")
+    raw_id_fields = ("revision",)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: NodeRun | None = None) -> bool:
         return False
 
 
@@ -213,6 +231,8 @@ class PackageFileAdmin(PackageFileAdminBase):
     readonly_fields = ("kv_preview", "tensors_preview")
     # Counting 200,000 rows twice per page (filtered and total) is what a large package cannot afford.
     show_full_result_count = False
+    # The natural key's index: ordering by path alone sorts every file of every revision per page.
+    ordering = ("revision_id", "path")
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[PackageFile]:
         heavy = [f"revision__{name}" for name in _REVISION_HEAVY]

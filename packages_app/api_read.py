@@ -17,7 +17,7 @@ from django.http import HttpRequest, JsonResponse
 from django.urls import reverse
 from pydantic import BaseModel, Field
 
-from packages_app import access, queries
+from packages_app import access, fleet, queries
 from packages_app.forms import CatalogFilterForm
 from packages_app.models import Package, Revision
 from packages_app.throughput import Plan, RevisionThroughput
@@ -51,6 +51,10 @@ def read_only(view: JsonView) -> JsonView:
 @read_only
 def packages_list(request: HttpRequest) -> JsonResponse:
     form = CatalogFilterForm(request.GET)
+    unknown = form.unknown_parameters()
+    if unknown:
+        known = ", ".join(form.fields)
+        return error(f"Unknown query parameter(s): {', '.join(unknown)}; known: {known}.", 400)
     if not form.is_valid():
         return error("Invalid filter: " + "; ".join(form.error_sentences()), 400)
     try:
@@ -89,8 +93,39 @@ def _catalog_row_json(row: queries.CatalogRow) -> dict[str, Any]:
         "repo_id": row.package.repo_id,
         "url": _package_api_url(row.package),
         "latest_revision": _revision_summary(row.revision) if row.revision else None,
-        "throughput": row.throughput.as_dict() if row.throughput else None,
+        "throughput": _rounded_figures(row.throughput.as_dict()) if row.throughput else None,
+        "alert": row.alert,
+        "reason": row.reason or None,
+        "served_revisions": [_served_json(s) for s in row.served],
     }
+
+
+def _served_json(served: fleet.ServedRevision) -> dict[str, Any]:
+    return {
+        "commit_sha": served.commit_sha,
+        "verdict": served.verdict or None,
+        "nodes": served.nodes,
+        "reports": served.reports,
+        "alert": served.alert,
+        "reason": served.reason or None,
+    }
+
+
+def _rounded_figures(figures: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Floats rounded to what a decode rate means (2 decimals, 3 for a rate in 0..1)."""
+    if figures is None:
+        return None
+    return {key: _rounded(key, value) for key, value in figures.items()}
+
+
+def _rounded(key: str, value: Any) -> Any:
+    if isinstance(value, float):
+        return round(value, 3 if key.endswith("rate") else 2)
+    if isinstance(value, dict):
+        return _rounded_figures(value)
+    if isinstance(value, list):
+        return [_rounded_figures(v) if isinstance(v, dict) else v for v in value]
+    return value
 
 
 def _package_api_url(package: Package) -> str:
@@ -109,7 +144,8 @@ def _revision_summary(revision: Revision) -> dict[str, Any]:
         "architecture": revision.architecture or None,
         "block_count": revision.block_count,
         "nextn_predict_layers": revision.nextn_predict_layers,
-        "total_bytes": revision.total_bytes,
+        # 0 means "not measured yet" (ingest unfinished): unknown, so null.
+        "total_bytes": revision.total_bytes or None,
         "verdict": revision.verdict or None,
         "mtp_detected": revision.mtp_detected,
         "mtp_declared": revision.mtp_declared,
@@ -169,15 +205,17 @@ def _throughput_summary(throughput: RevisionThroughput | None) -> dict[str, Any]
     if not throughput:
         return None
     # The time series and the raw recent reports stay on the HTML page; the API gives the figures.
-    return {
-        "mtp_on": asdict(throughput.mtp_on),
-        "mtp_off": asdict(throughput.mtp_off),
-        "by_strategy": [asdict(row) for row in throughput.by_strategy],
-        "acceptance_rate": throughput.acceptance_rate,
-        "mean_accepted_length": throughput.mean_accepted_length,
-        "stage_splits": throughput.stage_splits,
-        "plans": [_plan_json(plan) for plan in throughput.plans],
-    }
+    return _rounded_figures(
+        {
+            "mtp_on": asdict(throughput.mtp_on),
+            "mtp_off": asdict(throughput.mtp_off),
+            "by_strategy": [asdict(row) for row in throughput.by_strategy],
+            "acceptance_rate": throughput.acceptance_rate,
+            "mean_accepted_length": throughput.mean_accepted_length,
+            "stage_splits": throughput.stage_splits,
+            "plans": [_plan_json(plan) for plan in throughput.plans],
+        }
+    )
 
 
 def _plan_json(plan: Plan) -> dict[str, Any]:
@@ -198,7 +236,7 @@ class RevisionSummaryOut(BaseModel):
     architecture: str | None
     block_count: int | None
     nextn_predict_layers: int | None
-    total_bytes: int
+    total_bytes: int | None
     verdict: str | None
     mtp_detected: bool | None
     mtp_declared: bool | None
@@ -212,11 +250,25 @@ class CatalogThroughputOut(BaseModel):
     alert: bool
 
 
+class ServedRevisionOut(BaseModel):
+    """A revision other than the latest that nodes reported running inside the window (``days``)."""
+
+    commit_sha: str
+    verdict: str | None
+    nodes: int
+    reports: int
+    alert: bool
+    reason: str | None
+
+
 class PackageRowOut(BaseModel):
     repo_id: str
     url: str
     latest_revision: RevisionSummaryOut | None
     throughput: CatalogThroughputOut | None
+    alert: bool
+    reason: str | None
+    served_revisions: list[ServedRevisionOut]
 
 
 class PackageListOut(BaseModel):

@@ -66,11 +66,19 @@ def _category_colour(category: str) -> str:
     return KIND_COLOURS.get(category.split("+")[0], KIND_COLOURS["other"])
 
 
-def layer_layout_figure(blocks: list[dict[str, Any]], stage_splits: Iterable[str] = ()) -> Figure:
-    """Bytes per block as bars (MTP highlighted), tensor counts as a line, stage boundaries as lines."""
+def layer_layout_figure(
+    blocks: list[dict[str, Any]], stage_splits: Iterable[str] = (), missing_mtp: Any = None
+) -> Figure:
+    """Bytes per block as bars (MTP highlighted), tensor counts as a line, stage boundaries as lines.
+
+    ``missing_mtp`` is the audit's ``missing_nextn_tensors`` ({block: [tensor names]}): those blocks get
+    a marker above their bar, so a head that cannot load is visible on the chart.
+    """
     ordered = sorted(blocks, key=lambda b: _as_int(b.get("index")))
     data = _block_bar_traces(ordered)
     data.append(_tensor_count_trace(ordered))
+    if isinstance(missing_mtp, dict) and missing_mtp:
+        data.append(_missing_mtp_trace(ordered, missing_mtp))
     shapes, annotations = _stage_boundaries(stage_splits)
     most_tensors = max((_as_int(b.get("tensor_count")) for b in ordered), default=0)
     layout = _layout(
@@ -102,11 +110,41 @@ def _block_bar_traces(blocks: list[dict[str, Any]]) -> list[dict[str, Any]]:
         groups.setdefault(block_category(block), []).append(block)
     # MTP last, so it is drawn on top and listed last in the legend.
     names = sorted(groups, key=lambda name: (name == "mtp", _kind_rank(name.split("+")[0]), name))
-    return [_bar_trace(name, groups[name]) for name in names]
+    colours = category_colours(names)
+    return [_bar_trace(name, groups[name], colours[name]) for name in names]
 
 
-def _bar_trace(category: str, blocks: list[dict[str, Any]]) -> dict[str, Any]:
-    colour = _category_colour(category)
+def category_colours(categories: list[str]) -> dict[str, str]:
+    """A colour per block category, never shared: a kind's own colour first, then an unused series colour."""
+    used: set[str] = set()
+    colours = {}
+    for category in categories:
+        colour = _category_colour(category)
+        if colour in used:
+            colour = next((c for c in SERIES_COLOURS if c not in used and c != MTP_COLOUR), colour)
+        used.add(colour)
+        colours[category] = colour
+    return colours
+
+
+def _missing_mtp_trace(blocks: list[dict[str, Any]], missing: dict[Any, Any]) -> dict[str, Any]:
+    heights = {_as_int(b.get("index")): round(_as_int(b.get("bytes")) / MIB, 2) for b in blocks}
+    indices = sorted(int(k) for k in missing if str(k).isdigit())
+    return {
+        "type": "scatter",
+        "mode": "markers",
+        "name": "MTP tensors missing",
+        "x": indices,
+        "y": [heights.get(i, 0) * 1.04 for i in indices],
+        "customdata": [
+            plain(", ".join(map(str, missing.get(str(i)) or missing.get(i) or []))) for i in indices
+        ],
+        "marker": {"symbol": "x", "size": 13, "color": "#c92a2a", "line": {"width": 2, "color": "#c92a2a"}},
+        "hovertemplate": "block %{x} lacks %{customdata}<extra>MTP tensors missing</extra>",
+    }
+
+
+def _bar_trace(category: str, blocks: list[dict[str, Any]], colour: str) -> dict[str, Any]:
     mtp = category == "mtp"
     return {
         "type": "bar",
@@ -211,9 +249,14 @@ def throughput_timeline_figure(series: list[dict[str, Any]]) -> Figure:
 def _timeline_trace(key: tuple[str, str], points: list[dict[str, Any]], index: int) -> dict[str, Any]:
     strategy, topology = key
     points = sorted(points, key=lambda p: plotly_time(p.get("bucket")))
+    few = len(points) < 4
     return {
         "type": "scatter",
-        "mode": "lines+markers",
+        # A line through one to three points reads as nothing: big markers, labelled with their value.
+        "mode": "markers+text" if few else "lines+markers",
+        "text": [f"{_as_float(p.get('tps')) or 0:.2f}" for p in points] if few else None,
+        "textposition": "top center",
+        "marker": {"size": 11 if few else 6},
         "name": plain(f"{strategy} @ {topology}" if topology else strategy),
         "x": [plotly_time(p.get("bucket")) for p in points],
         "y": [_as_float(p.get("tps")) for p in points],

@@ -8,7 +8,7 @@ from typing import Any
 from django import forms
 from django.core.exceptions import ValidationError
 
-from packages_app import repo_ids
+from packages_app import fleet, repo_ids
 from packages_app.audit.releases import known_releases
 from packages_app.layout import MAX_MANIFEST_BYTES
 from packages_app.models import Revision
@@ -24,8 +24,10 @@ SORTS = {
     "size": "smallest first",
     "-layers": "most layers first",
     "layers": "fewest layers first",
-    "verdict": "verdict",
+    "verdict": "worst verdict first",
+    "-verdict": "best verdict first",
 }
+WINDOW_DAYS = {1: "1 day", 7: "7 days", 30: "30 days", 90: "90 days"}
 PER_PAGE_DEFAULT = 50
 PER_PAGE_MAX = 200
 
@@ -82,6 +84,16 @@ class CatalogFilterForm(forms.Form):
         choices=[("", "any release"), *((r.release, r.release) for r in known_releases())],
     )
     sort = forms.ChoiceField(required=False, choices=list(SORTS.items()))
+    days = forms.TypedChoiceField(
+        label="Served in the last",
+        required=False,
+        # The default window is the empty choice, so a page without ?days= shows it selected.
+        choices=[
+            ("" if d == fleet.DEFAULT_WINDOW_DAYS else str(d), label) for d, label in WINDOW_DAYS.items()
+        ],
+        coerce=int,
+        empty_value=None,
+    )
     page = forms.IntegerField(required=False, min_value=1, max_value=1_000_000)
     per_page = forms.IntegerField(required=False, min_value=1, max_value=PER_PAGE_MAX)
 
@@ -98,8 +110,18 @@ class CatalogFilterForm(forms.Form):
             status=data["status"],
             alert=data["alert"],
             sort=data["sort"] or "repo",
+            window_days=data["days"] or fleet.DEFAULT_WINDOW_DAYS,
             refused_by=data["refused_by"],
         )
+
+    def unknown_parameters(self) -> list[str]:
+        """Query parameters this form does not know (the JSON API refuses them)."""
+        return sorted(set(self.data) - set(self.fields))
+
+    def with_defaults_for_errors(self) -> CatalogFilterForm:
+        """The same filters with every invalid (or stale) one dropped, so it falls back to its default."""
+        data = {key: self.data.get(key) for key in self.data if key not in self.errors}
+        return CatalogFilterForm(data)
 
     def page_number(self) -> int:
         return int(self.cleaned_data["page"] or 1)

@@ -287,9 +287,8 @@ def _store_manifest(rev: Revision, source: hub.PackageSource) -> str | None:
 
 
 def _decode_manifest(data: bytes) -> tuple[object, str | None]:
-    """Parsed JSON is stored only within the manifest parser's limits; the raw bytes are always kept."""
-    if len(data) > manifests.MAX_MANIFEST_BYTES:
-        return None, f"{MANIFEST_FILE} is {len(data)} bytes, over the parser's limit"
+    """Parsed JSON is stored only within the manifest parser's limits (size, depth, 64-bit numbers, no
+    Infinity): past them it would fail every later read of the row. The raw bytes are always kept."""
     return manifests.load_json(data)
 
 

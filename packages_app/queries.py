@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.core.paginator import Page, Paginator
-from django.db.models import Count, F, Q, QuerySet, Value
+from django.db.models import Case, Count, F, IntegerField, Q, QuerySet, Value, When
 from django.db.models.functions import NullIf
 
-from packages_app import throughput
+from packages_app import fleet, throughput
 from packages_app.models import Package, PackageFile, Revision
 from packages_app.verdicts import INCONSISTENT_VERDICTS, VERDICTS
 
@@ -38,6 +38,7 @@ class CatalogFilters:
     status: str = ""
     alert: bool = False
     sort: str = "repo"
+    window_days: int = fleet.DEFAULT_WINDOW_DAYS
     refused_by: str = ""  # a release name from releases.toml: packages whose latest revision it refuses
 
 
@@ -73,6 +74,20 @@ _HISTORY_FIELDS = (
     "schema_version",
     "total_bytes",
 )
+# Worst first: a verdict's rank in this list; unaudited (or an unknown verdict) after every audited one.
+SEVERITY_ORDER = (
+    "invalid-manifest",
+    "declared-without-weights",
+    "declaration-mismatch",
+    "undeclared-mtp",
+    "consistent-mtp",
+    "consistent-no-mtp",
+)
+_SEVERITY = Case(
+    *(When(latest_revision__verdict=v, then=Value(rank)) for rank, v in enumerate(SEVERITY_ORDER)),
+    default=Value(len(SEVERITY_ORDER)),
+    output_field=IntegerField(),
+)
 _SORT_ORDER: dict[str, tuple[Any, ...]] = {
     "repo": ("repo_id",),
     "-repo": ("-repo_id",),
@@ -83,7 +98,8 @@ _SORT_ORDER: dict[str, tuple[Any, ...]] = {
     "-size": (NullIf("latest_revision__total_bytes", Value(0)).desc(nulls_last=True), "repo_id"),
     "layers": (F("latest_revision__block_count").asc(nulls_last=True), "repo_id"),
     "-layers": (F("latest_revision__block_count").desc(nulls_last=True), "repo_id"),
-    "verdict": (F("latest_revision__verdict").asc(nulls_last=True), "repo_id"),
+    "verdict": (_SEVERITY.asc(), "repo_id"),
+    "-verdict": (_SEVERITY.desc(), "repo_id"),
 }
 HISTORY_LIMIT = 200
 DIFF_LINE_LIMIT = 4000
@@ -124,6 +140,17 @@ class CatalogRow:
     package: Package
     revision: Revision | None
     throughput: throughput.CatalogThroughput | None
+    # Revisions other than the latest that nodes ran in the window, broken ones first.
+    served: list[fleet.ServedRevision] = field(default_factory=list)
+    reason: str = ""
+
+    @property
+    def served_broken(self) -> list[fleet.ServedRevision]:
+        return [s for s in self.served if s.broken]
+
+    @property
+    def alert(self) -> bool:
+        return bool(self.throughput and self.throughput.alert) or any(s.alert for s in self.served)
 
 
 @dataclass(frozen=True)
@@ -142,7 +169,7 @@ def visible_packages(show_private: bool) -> QuerySet[Package]:
 def catalog_queryset(filters: CatalogFilters, show_private: bool = False) -> QuerySet[Package]:
     """Packages matching ``filters``, each with its latest revision joined, in the requested order."""
     packages = visible_packages(show_private).select_related("latest_revision").only(*_CATALOG_FIELDS)
-    packages = _filter_packages(packages, filters).filter(_verdict_q(filters.verdict))
+    packages = _filter_packages(packages, filters).filter(_verdict_q(filters))
     return packages.order_by(*_SORT_ORDER.get(filters.sort, _SORT_ORDER["repo"]))
 
 
@@ -161,20 +188,26 @@ def _filter_packages(packages: QuerySet[Package], filters: CatalogFilters) -> Qu
     if filters.status:
         packages = packages.filter(latest_revision__status=filters.status)
     if filters.alert:
-        packages = packages.filter(latest_revision_id__in=throughput.alert_revision_ids())
+        since = fleet.window_start(filters.window_days)
+        latest = Q(latest_revision_id__in=throughput.alert_revision_ids())
+        packages = packages.filter(latest | fleet.served_alert_q(since))
     if filters.refused_by:
         packages = packages.filter(latest_revision__refused_by__contains=f"|{filters.refused_by}|")
     return packages
 
 
-def _verdict_q(verdict: str) -> Q:
+def _verdict_q(filters: CatalogFilters) -> Q:
+    """The verdict filter; an inconsistent verdict also matches a package whose nodes ran such a revision."""
+    verdict = filters.verdict
     if not verdict:
         return Q()
-    if verdict == ANY_INCONSISTENT:
-        return Q(latest_revision__verdict__in=INCONSISTENT_VERDICTS)
     if verdict == NOT_AUDITED:
         return Q(latest_revision__isnull=True) | Q(latest_revision__verdict="")
-    return Q(latest_revision__verdict=verdict)
+    verdicts = INCONSISTENT_VERDICTS if verdict == ANY_INCONSISTENT else (verdict,)
+    latest = Q(latest_revision__verdict__in=verdicts)
+    if verdict != ANY_INCONSISTENT and verdict not in INCONSISTENT_VERDICTS:
+        return latest
+    return latest | fleet.served_inconsistent_q(fleet.window_start(filters.window_days), verdicts)
 
 
 def catalog_facets(filters: CatalogFilters, show_private: bool = False) -> dict[str, int]:
@@ -187,7 +220,9 @@ def catalog_facets(filters: CatalogFilters, show_private: bool = False) -> dict[
         verdict = row["latest_revision__verdict"] or NOT_AUDITED
         # A verdict some newer capability.py introduced still counts, under its own name.
         counts[verdict] = counts.get(verdict, 0) + row["n"]
-    counts[ANY_INCONSISTENT] = sum(counts[v] for v in INCONSISTENT_VERDICTS)
+    # Served revisions count too, so the facet says how many packages the filter will show (one query).
+    inconsistent = CatalogFilters(verdict=ANY_INCONSISTENT, window_days=filters.window_days)
+    counts[ANY_INCONSISTENT] = base.filter(_verdict_q(inconsistent)).count()
     return counts
 
 
@@ -213,8 +248,20 @@ def catalog_page(
     paginator = Paginator(catalog_queryset(filters, show_private), per_page)
     page = paginator.get_page(page_number) if clamp else paginator.page(page_number)
     packages = list(page.object_list)
-    throughput = catalog_throughput_for([p.latest_revision_id for p in packages if p.latest_revision_id])
-    rows = [CatalogRow(p, p.latest_revision, throughput.get(p.latest_revision_id or 0)) for p in packages]
+    latest_ids = [p.latest_revision_id for p in packages if p.latest_revision_id]
+    throughput = catalog_throughput_for(latest_ids)
+    served = fleet.served_revisions([p.pk for p in packages], fleet.window_start(filters.window_days))
+    reasons = fleet.problem_reasons(latest_ids)
+    rows = [
+        CatalogRow(
+            p,
+            p.latest_revision,
+            throughput.get(p.latest_revision_id or 0),
+            [s for s in served.get(p.pk, []) if not s.is_latest],
+            reasons.get(p.latest_revision_id or 0, ""),
+        )
+        for p in packages
+    ]
     facets = catalog_facets(filters, show_private)
     return CatalogResult(page, rows, facets, catalog_architectures(show_private))
 

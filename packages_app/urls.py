@@ -4,7 +4,7 @@ from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_not_required
 from django.urls import path
 
-from packages_app import access, api, api_read, api_telemetry, views, webhooks
+from packages_app import access, api, api_read, api_telemetry, views, views_fleet, webhooks
 
 app_name = "packages_app"
 
@@ -21,6 +21,13 @@ _NODE_ENDPOINTS = [
 urlpatterns = [
     path("", views.catalog, name="catalog"),
     path("ingest/", views.ingest_status, name="ingest"),
+    path("catalog.csv", views_fleet.catalog_csv, name="catalog_csv"),
+    path("nodes/", views_fleet.nodes, name="nodes"),
+    path("nodes/<path:name>/", views_fleet.node_detail, name="node"),
+    path("topologies/<path:topology_id>/", views_fleet.topology_detail, name="topology"),
+    path("glossary/", views_fleet.glossary_page, name="glossary"),
+    path("packages/<str:owner>/<str:name>/compare", views_fleet.compare, name="compare"),
+    path("packages/<str:owner>/<str:name>/reports.csv", views_fleet.reports_csv, name="reports_csv"),
     path(
         "accounts/login/",
         auth_views.LoginView.as_view(authentication_form=access.ThrottledAuthenticationForm),

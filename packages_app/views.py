@@ -17,8 +17,9 @@ from django.shortcuts import redirect, render
 from django.utils.http import content_disposition_header
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from packages_app import access, background, charts, queries, ratelimit, staticfinders
+from packages_app import access, background, charts, fleet, queries, ratelimit, staticfinders
 from packages_app.audit.check import check_manifest
+from packages_app.audit.model import UNCERTAIN as RESOLVER_UNCERTAIN
 from packages_app.forms import SORTS, CatalogFilterForm, CheckManifestForm, TrackPackageForm
 from packages_app.layout import MAX_MANIFEST_BYTES
 from packages_app.models import ActionLog, Package, Revision
@@ -52,10 +53,7 @@ def _error_page(request: HttpRequest, title: str, message: str, status: int) -> 
 
 @require_GET
 def catalog(request: HttpRequest) -> HttpResponse:
-    form = CatalogFilterForm(request.GET)
-    if not form.is_valid():
-        context = {"form": form, "errors": form.error_sentences(), "sorts": SORTS}
-        return render(request, "packages_app/catalog.html", context, status=400)
+    form = valid_catalog_form(request)
     result = queries.catalog_page(
         form.filters(),
         form.page_number(),
@@ -64,6 +62,18 @@ def catalog(request: HttpRequest) -> HttpResponse:
     )
     context = {"form": form, "result": result, "filters": form.filters(), "sorts": SORTS}
     return render(request, "packages_app/catalog.html", context)
+
+
+def valid_catalog_form(request: HttpRequest) -> CatalogFilterForm:
+    """The filters; an invalid or stale value falls back to its default, with a message saying so."""
+    form = CatalogFilterForm(request.GET)
+    if form.is_valid():
+        return form
+    for sentence in form.error_sentences():
+        messages.warning(request, f"Ignored {sentence.rstrip('.')}; showing the default instead.")
+    fallback = form.with_defaults_for_errors()
+    fallback.is_valid()
+    return fallback
 
 
 # --- check a manifest ---------------------------------------------------------------------------
@@ -105,7 +115,7 @@ def _check_page(
     status: int = 200,
     result: dict[str, Any] | None = None,
 ) -> HttpResponse:
-    context = {"form": form, "errors": errors or [], "result": result}
+    context = {"form": form, "errors": errors or [], "result": result, "runtime_notes": RESOLVER_UNCERTAIN}
     return render(request, "packages_app/check.html", context, status=status)
 
 
@@ -129,9 +139,21 @@ def package_detail(request: HttpRequest, owner: str, name: str) -> HttpResponse:
     if revision is not None:
         context.update(_revision_context(revision, request.GET.get("files_page")))
         context["previous"] = _previous_in(history, revision)
-    context["hub_url"] = f"{settings.HF_ENDPOINT.rstrip('/')}/{package.repo_id}"
+    context["hub_url"] = hub_url(package, revision)
     context["plotly_guard_ids"] = staticfinders.installed_plotly_guard_ids()
     return render(request, "packages_app/package_detail.html", context)
+
+
+def hub_url(package: Package, revision: Revision | None, path: str = "") -> str:
+    """The package on the Hub pinned to the revision's sha: ``/tree/<sha>``, or ``/blob/<sha>/<path>``."""
+    base = f"{settings.HF_ENDPOINT.rstrip('/')}/{package.repo_id}"
+    if revision is None:
+        return base
+    return (
+        f"{base}/blob/{revision.commit_sha}/{path.lstrip('/')}"
+        if path
+        else f"{base}/tree/{revision.commit_sha}"
+    )
 
 
 def _page_param(value: str | None) -> int:
@@ -142,19 +164,28 @@ def _revision_context(revision: Revision, files_page: str | None = None) -> dict
     throughput = queries.revision_throughput_for(revision)
     splits = throughput.stage_splits if throughput else []
     suggested = queries.suggested_generation(revision)
+    runtime = queries.audit_section(revision, "runtime")
+    ran = fleet.ran_counts(revision.pk) if throughput else fleet.RanCounts()
     return {
+        "findings": fleet.reconcile(fleet.auto_outcome(runtime, revision.verdict), ran),
+        "hub_base": hub_url(revision.package, revision, path="/"),
         "problems": queries.audit_problems(revision),
         "truncated": queries.audit_truncated(revision),
         "detected": queries.audit_section(revision, "detected"),
         "declared": queries.audit_section(revision, "declared"),
-        "runtime": queries.audit_section(revision, "runtime"),
+        "runtime": runtime,
+        "runtime_notes": RESOLVER_UNCERTAIN,
         "compatibility": queries.audit_compatibility(revision),
         "provenance": queries.audit_section(revision, "provenance"),
         "suggested": suggested,
         "suggested_json": _pretty_json(suggested.get("generation")) if suggested else "",
         "files": queries.revision_files(revision, _page_param(files_page)),
         "throughput": throughput,
-        "layout_chart": charts.layer_layout_figure(queries.audit_blocks(revision), splits),
+        "layout_chart": charts.layer_layout_figure(
+            queries.audit_blocks(revision),
+            splits,
+            queries.audit_section(revision, "detected").get("missing_nextn_tensors"),
+        ),
         "throughput_charts": _throughput_charts(throughput),
         "stage_boundaries": charts.stage_boundaries(splits),
     }
@@ -259,17 +290,16 @@ def _ingest_page(request: HttpRequest, form: TrackPackageForm, status: int = 200
 @access.permission_required("packages_app.track_package")
 def _track_post(request: HttpRequest) -> HttpResponse:
     form = TrackPackageForm(request.POST)
-    if form.is_valid():
-        repo_id = form.cleaned_data["repo_id"]
-        refusal = access.namespace_refusal(request.user, repo_id) or access.track_rate_refusal(request.user)
-        if refusal is None:
-            return _track(request, repo_id)
-        form.add_error("repo_id", refusal)
-    return _ingest_page(request, form, status=429 if _rate_refused(form) else 400)
-
-
-def _rate_refused(form: TrackPackageForm) -> bool:
-    return any("this hour" in str(e) for e in form.errors.get("repo_id", []))
+    if not form.is_valid():
+        return _ingest_page(request, form, status=400)
+    repo_id = form.cleaned_data["repo_id"]
+    refusal, status = access.namespace_refusal(request.user, repo_id), 400
+    if refusal is None:  # counted only for a track that is otherwise allowed
+        refusal, status = access.track_rate_refusal(request.user), 429
+    if refusal is None:
+        return _track(request, repo_id)
+    form.add_error("repo_id", refusal)
+    return _ingest_page(request, form, status=status)
 
 
 def _track(request: HttpRequest, repo_id: str) -> HttpResponse:

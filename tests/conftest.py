@@ -82,7 +82,7 @@ def eager_tasks() -> Iterator[None]:
 
 @pytest.fixture
 def operator(db: None) -> Any:
-    """A signed-in user of the "operators" group (created by migration 0003), not a superuser."""
+    """A signed-in user of the "operators" group (created by migration 0006), not a superuser."""
     from django.contrib.auth.models import Group, User
 
     user = User.objects.create_user("olga", password="correct horse battery staple")

@@ -401,6 +401,7 @@ def make_report(
         "predicted_n": 256,
     }
     values.update(fields)
+    body = values.pop("body", {"timings": {"predicted_per_second": tps}})
     report = Report.objects.create(
         node=node,
         report_id=uuid.uuid4(),
@@ -412,7 +413,7 @@ def make_report(
         revision=revision,
         predicted_per_second=tps,
         mtp_used=mtp,
-        body={"timings": {"predicted_per_second": tps}},
+        body=body,
         **values,
     )
     rollups.add_reports([report])  # as the store paths do
@@ -426,3 +427,54 @@ def qwen35_reports(revision: Revision, count: int = 6) -> list[Report]:
         make_report(nodes[i % 2], revision, 3.17 + (i % 3) * 0.05, at=BASE_TIME + timedelta(hours=i))
         for i in range(count)
     ]
+
+
+QWEN35_FIXED_SHA = "964edc7e" + "0" * 32
+FLEET_NODES = ("gpu-box-1", "mac-studio", "a100-1", "rx7900-1")
+
+
+def topology_body(node: str, start: int, end: int, tps: float) -> dict[str, Any]:
+    """A report body whose topology puts ``node`` on layers start..end of a two-stage split."""
+    stages = [{"node": node, "layer_start": start, "layer_end": end, "device": "CUDA0"}]
+    other = {"node": "peer", "layer_start": end, "layer_end": 41, "device": "Metal"}
+    return {
+        "timings": {"predicted_per_second": tps},
+        "topology": {"topology_id": "lab-2", "stages": [*stages, other]},
+    }
+
+
+def qwen35_fleet(now: datetime, old_reports: int = 24, new_reports: int = 31) -> tuple[Revision, Revision]:
+    """The issue's fleet: 964edc7e (MTP declared) is the latest, yet four nodes still run 69cbd9fc.
+
+    69cbd9fc: ``old_reports`` reports near 3.15 tok/s, MTP never used; 964edc7e: ``new_reports`` near
+    5.32 tok/s with MTP on. All inside the last day, on the same stage split 0..27|27..41.
+    """
+    package = qwen35_package(with_history=False)
+    broken = package.revisions.get(commit_sha=QWEN35_SHA)
+    fixed = make_revision(
+        package, "consistent-mtp", commit_sha=QWEN35_FIXED_SHA, committed_at=BASE_TIME + timedelta(days=1)
+    )
+    nodes = [make_node(name) for name in FLEET_NODES]
+    for i in range(old_reports):
+        tps = (3.10, 3.15, 3.20)[i % 3]
+        node = nodes[i % 4]
+        make_report(
+            node,
+            broken,
+            tps,
+            at=now - timedelta(hours=2, minutes=i),
+            topology_id="lab-2",
+            body=topology_body(node.name, 0, 27, tps),
+        )
+    for i in range(new_reports):
+        tps = (5.30, 5.32, 5.34)[i % 3]
+        make_report(
+            nodes[0],
+            fixed,
+            tps,
+            at=now - timedelta(hours=1, minutes=i),
+            mtp_used=True,
+            topology_id="lab-2",
+            body=topology_body(nodes[0].name, 0, 27, tps),
+        )
+    return broken, fixed

@@ -11,7 +11,7 @@ from django.contrib.auth.models import User
 from django.core.cache import cache
 from django.test import Client
 
-from packages_app import ingest, tasks
+from packages_app import access, ingest, tasks
 from packages_app.devhub import DEVHUB_TOKEN, PRIVATE_REPO, QWEN35_REPO
 from packages_app.models import ActionLog, Package, PackageFile, Revision
 from tests import dashboard_factories as f
@@ -91,9 +91,10 @@ def test_a_superuser_may_track_any_namespace(tracked: list[str], settings: Any) 
 
 
 def test_tracking_is_rate_limited_per_user(
-    operator_client: Client, tracked: list[str], settings: Any
+    operator_client: Client, tracked: list[str], settings: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     settings.MESHDASH_TRACK_RATE_LIMIT = 3
+    monkeypatch.setattr(access.time, "time", lambda: 1_800_000_000.0)  # one hourly window throughout
     codes = [
         operator_client.post("/ingest/", {"repo_id": f"meshllm/p{i}-layers"}).status_code for i in range(5)
     ]

@@ -201,3 +201,28 @@ def test_a_bad_config_is_one_clear_sentence_and_exit_2(
     path.write_text(json.dumps({"token": "t", "nodeurl": "x"}))
     assert agent.main(["--config", str(path), "--once"]) == 2
     assert "Unknown config keys" in capsys.readouterr().err
+
+
+def test_the_proxy_streams_events_through_and_reports_the_last_events_timings(
+    meshdash: Meshdash, tmp_path: Path
+) -> None:
+    with DevNode(payloads.RunPlan(repo=QWEN35_REPO, ref=SHA), seed=2) as node:
+        bot = make_agent(node, meshdash, tmp_path)
+        bot.config = agent.Config(**{**bot.config.__dict__, "proxy_listen": "127.0.0.1:0"})
+        assert bot.cycle() is True
+        proxy = bot.serve_proxy()
+        body = json.dumps({"model": "m", "messages": [], "max_tokens": 32, "stream": True}).encode()
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{proxy.server_address[1]}/v1/chat/completions",
+            data=body,
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=10) as response:
+            assert response.headers["Content-Type"] == "text/event-stream"
+            events = [line for line in response.read().split(b"\n") if line.startswith(b"data:")]
+        assert bot.sender.flush() is True
+        proxy.shutdown()
+        proxy.server_close()
+    assert events[-1] == b"data: [DONE]" and len(events) == 5
+    timings = json.loads(events[-2][5:])["timings"]
+    assert Report.objects.get().body["timings"] == timings

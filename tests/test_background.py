@@ -20,7 +20,8 @@ REPO = "meshllm/slow-layers"
 
 
 @pytest.fixture
-def eager(settings: Any) -> None:
+def eager(settings: Any, eager_tasks: None) -> None:
+    """No broker: what the one-machine default runs with (Celery eager too, whatever the suite's broker)."""
     settings.CELERY_BROKER_URL = ""
 
 

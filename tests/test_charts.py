@@ -11,6 +11,7 @@ import pytest
 from packages_app import charts
 from tests.dashboard_factories import block
 
+MIB = charts.MIB
 QWEN35_BLOCKS = [block(i, mtp=i == 40) for i in range(41)]
 
 
@@ -110,3 +111,31 @@ def test_every_figure_is_valid_plotly_with_titled_axes(index: int) -> None:
     assert layout["title"]["text"]
     assert layout["xaxis"]["title"]["text"] and layout["yaxis"]["title"]["text"]
     assert "(" in layout["yaxis"]["title"]["text"], "the y axis names its unit"
+
+
+def test_each_block_kind_gets_its_own_colour_in_the_layer_chart() -> None:
+    blocks = [
+        {"index": 0, "kinds": ["attention"], "bytes": MIB, "tensor_count": 9},
+        {"index": 1, "kinds": ["attention", "moe"], "bytes": MIB, "tensor_count": 9},
+        {"index": 2, "kinds": ["ssm", "moe"], "bytes": MIB, "tensor_count": 9},
+        {"index": 3, "kinds": ["attention", "nextn"], "mtp": True, "bytes": MIB, "tensor_count": 12},
+    ]
+    bars = [t for t in charts.layer_layout_figure(blocks)["data"] if t["type"] == "bar"]
+    colours = [t["marker"]["color"] for t in bars]
+    assert len(bars) == 4 and len(set(colours)) == 4
+
+
+def test_blocks_missing_mtp_tensors_are_marked_on_the_layer_chart() -> None:
+    blocks = [{"index": i, "kinds": ["attention"], "bytes": MIB, "tensor_count": 9} for i in range(3)]
+    figure = charts.layer_layout_figure(blocks, missing_mtp={"2": ["eh_proj", "<b>enorm</b>"]})
+    marker = next(t for t in figure["data"] if t["name"] == "MTP tensors missing")
+    assert marker["x"] == [2]
+    assert marker["customdata"] == ["eh_proj, &lt;b&gt;enorm&lt;/b&gt;"]
+
+
+def test_a_timeline_line_with_few_points_shows_labelled_markers() -> None:
+    series = [
+        {"bucket": "2026-05-01 12:00:00", "strategy": "disabled", "topology": "", "tps": 3.171, "reports": 4}
+    ]
+    trace = charts.throughput_timeline_figure(series)["data"][0]
+    assert trace["mode"] == "markers+text" and trace["text"] == ["3.17"]

@@ -109,5 +109,6 @@ def test_the_text_report_lists_problems_the_resolver_table_and_releases(tmp_path
     assert code == 0
     assert "valid as mesh-llm judges it" in out
     assert "  auto: native-mtp:" in out
+    assert "(not pinned down) Whether a split package load" in out
     assert "  v0.76.2: refused: package-v2 native ABI 0.1.53" not in out
     assert "after PR #1959: admitted" in out

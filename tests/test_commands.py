@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from io import StringIO
 from pathlib import Path
 
 import pytest
@@ -122,3 +123,19 @@ def test_track_command_refuses_a_url() -> None:
 
     with pytest.raises(CommandError, match="owner/name"):
         call_command("track", "https://huggingface.co/meshllm/x")
+
+
+@pytest.mark.django_db
+def test_wait_ingested_counts_failed_ingests_as_failed() -> None:
+    from tests import dashboard_factories as f
+
+    package = f.make_package("meshllm/Mixed-layers")
+    package.last_synced_at = f.BASE_TIME
+    package.save(update_fields=["last_synced_at"])
+    f.make_revision(package)
+    f.make_revision(package, "", status="failed", latest=False)
+    out = StringIO()
+    call_command("wait_ingested", "--timeout", "1", stdout=out)
+    assert (
+        out.getvalue().strip() == "all 2 revisions finished: 1 ingested, 1 failed (the ingest page says why)"
+    )

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import struct
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -43,7 +43,7 @@ from packages_app.devhub import (
 )
 from packages_app.devhub.store import Store
 from packages_app.devhub.weights import SPLIT_BYTES
-from packages_app.manifest import identity, v2schema
+from packages_app.manifest import identity, parse_manifest, v2schema
 
 MiB = 1 << 20
 
@@ -598,43 +598,6 @@ def _parse_error(manifest: dict[str, Any]) -> str | None:
     return None
 
 
-_REQUIRED_ROOT = {
-    "schema_version", "package_id", "model_id", "source_model", "format", "layer_count",
-    "artifact_catalog", "native_abi_version", "generator_version", "created_at_unix_secs",
-}  # fmt: skip
-
-
-def _hex64(text: str) -> bool:
-    return len(text) == 64 and all(c in "0123456789abcdef" for c in text)
-
-
-def _value_problems(m: dict[str, Any]) -> list[str]:
-    """The validate_root checks a demo manifest could trip (rules.md section 2), as codes."""
-    source, entries = m["source_model"], m["artifact_catalog"]["entries"]
-    ids = {e["id"]: e for e in entries}
-    primary = {f["path"]: f for f in source["files"]}.get(source.get("primary_file"))
-    checks = {
-        "missing_value": set(m) >= _REQUIRED_ROOT and m["layer_count"] > 0 and bool(source["files"]),
-        "unknown_source_file": primary is not None,
-        "source_identity_mismatch": primary is not None
-        and primary["sha256"] == source["sha256"]
-        and all(
-            (p["source_repo"], p["source_revision"]) == (source["repo"], source["revision"])
-            for p in m.get("publisher_metadata", [])
-        ),
-        "invalid_digest": all(_hex64(x["sha256"]) for x in [source, *source["files"], *entries]),
-        "unknown_artifact": source["metadata_artifact_id"] in ids
-        and all(x["artifact_id"] in ids for x in m.get("sidecars", []) + m.get("publisher_metadata", [])),
-        "invalid_metadata_artifact": ids.get(source["metadata_artifact_id"], {})
-        .get("path", "")
-        .endswith(".gguf"),
-        "duplicate_artifact": len(ids) == len(entries),
-        "duplicate_artifact_path": len({e["path"] for e in entries}) == len(entries),
-        "package_identity_mismatch": m["package_id"] == identity.package_id_of(m),
-    }
-    return [code for code, ok in checks.items() if not ok]
-
-
 def _stored_manifest(root: Path, repo_id: str, revision: str) -> dict[str, Any]:
     data: dict[str, Any] = json.loads(_blob(root, repo_id, "model-package.json", revision).read_bytes())
     return data
@@ -664,14 +627,18 @@ def test_every_v2_manifest_decodes_as_mesh_llms_structs(demo_catalog: Path, repo
 
 
 @pytest.mark.parametrize(("repo_id", "sha"), _v2_revisions())
-def test_every_v2_manifest_passes_mesh_llms_root_checks_with_a_canonical_package_id(
+def test_every_v2_manifest_passes_mesh_llms_validate_root_with_a_canonical_package_id(
     demo_catalog: Path, repo_id: str, sha: str
 ) -> None:
-    manifest = _stored_manifest(demo_catalog, repo_id, sha)
-    if sha in _BROKEN_ON_PURPOSE:
-        manifest.pop("speculative_decoding")  # the id is computed over mesh-llm's own fields only
+    raw = _blob(demo_catalog, repo_id, "model-package.json", sha).read_bytes()
+    manifest = json.loads(raw)
 
-    assert _value_problems(manifest) == []
+    errors = [p.code for p in parse_manifest(raw).problems if p.severity == "error"]
+    assert errors == (["invalid_manifest_json"] if sha in _BROKEN_ON_PURPOSE else [])
+    manifest.pop(
+        "speculative_decoding", None
+    )  # the stray key of the broken revision is not bound into the id
+    assert manifest["package_id"] == identity.package_id_of(manifest)
 
 
 def test_v2_packages_carry_the_real_writer_versions_and_abis(demo_catalog: Path) -> None:
@@ -743,7 +710,7 @@ def test_the_llama_head_carries_request_defaults_sourced_to_a_commit(demo_catalo
     profile = defaults["profiles"][defaults["selection"]["default"]]
 
     revision = profile["provenance"]["revision"]
-    assert _hex64(revision + "0" * 24) and revision in profile["provenance"]["url"].split("/")
+    assert re.fullmatch(r"[0-9a-f]{40}", revision) and revision in profile["provenance"]["url"].split("/")
     assert 0 <= profile["temperature"] <= 2 and 0 <= profile["top_p"] <= 1
 
 
@@ -763,23 +730,26 @@ def test_the_glm_head_binds_publisher_metadata_to_files_of_the_revision(demo_cat
 # --- generation -------------------------------------------------------------------------------
 
 
-def test_generation_is_deterministic_and_fast(tmp_path: Path, demo_catalog: Path) -> None:
-    started = time.monotonic()
+def test_generation_is_deterministic(tmp_path: Path, demo_catalog: Path) -> None:
     generate_catalog(tmp_path / "a", only=[GLM47_REPO])
-    elapsed = time.monotonic() - started
     generate_catalog(tmp_path / "b", only=[GLM47_REPO])
 
     first = Store(tmp_path / "a").record_path("model", GLM47_REPO).read_text()
     assert first == Store(tmp_path / "b").record_path("model", GLM47_REPO).read_text()
     assert first == Store(demo_catalog).record_path("model", GLM47_REPO).read_text()
-    assert elapsed < 20
 
 
-def test_ensure_catalog_does_not_regenerate_the_same_version(demo_catalog: Path) -> None:
-    started = time.monotonic()
+def test_ensure_catalog_does_not_regenerate_the_same_version(
+    demo_catalog: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from packages_app.devhub import generator
 
+    def regenerate(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the catalog of this generator version is already there")
+
+    monkeypatch.setattr(generator, "generate_catalog", regenerate)
+    monkeypatch.setattr(generator, "_wipe", regenerate)
     assert ensure_catalog(demo_catalog) == demo_catalog
-    assert time.monotonic() - started < 2
 
 
 def test_a_package_folder_materialises_one_revision(demo_catalog: Path, tmp_path: Path) -> None:

@@ -58,6 +58,9 @@ def copy_project(target: Path) -> Path:
             (target / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, target / name)
     (target / ".venv").symlink_to(ROOT / ".venv")
+    # Likewise the npm packages `make node-deps` installed: the copy must not reach the npm registry.
+    if (ROOT / "node_modules").is_dir():
+        (target / "node_modules").symlink_to(ROOT / "node_modules")
     return target
 
 

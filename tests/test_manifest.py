@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 import json
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -173,19 +172,15 @@ def test_nesting_up_to_the_limit_is_accepted() -> None:
     ],
     ids=["empty-arrays", "integers", "floats"],
 )
-def test_a_16_mib_body_of_tiny_values_is_rejected_within_seconds(body: bytes) -> None:
-    started = time.monotonic()
-
+def test_a_16_mib_body_of_tiny_values_is_refused_as_not_a_manifest(body: bytes) -> None:
+    # How long it takes is measured by bench/bench_manifest.py (BENCHMARKS.md), not here.
     assert codes(parse_manifest(body)) == ["invalid_manifest_json"]
-    assert time.monotonic() - started < 10
 
 
 def test_it_refuses_to_parse_a_body_over_16_mib() -> None:
-    started = time.monotonic()
     result = parse_manifest(b"{" + b" " * m.MAX_MANIFEST_BYTES + b"}")
 
     assert codes(result) == ["manifest_too_large"]
-    assert time.monotonic() - started < 0.5
 
 
 @SCHEMAS

@@ -13,7 +13,7 @@ from tests.audit_fixtures import QWEN35, build
 
 BEFORE = [("packages_app", "0002_node10_timings_flags_and_node_runs")]
 AFTER = [("packages_app", "0003_issue9_reaudit")]
-LEAF = [("packages_app", "0004_issue9_refused_by")]
+REFUSED_BY = [("packages_app", "0004_issue9_refused_by")]
 STALE = {"verdict": "consistent-mtp", "runtime": {"auto": {"native_mtp": True, "explanation": "old"}}}
 
 
@@ -27,7 +27,8 @@ def migrate(targets: list[tuple[str, str]]) -> Any:
 @pytest.fixture
 def back_to_the_leaf() -> Iterator[None]:
     yield
-    migrate(LEAF)  # the other tests of the session expect the full schema
+    graph = MigrationExecutor(connection).loader.graph
+    migrate(graph.leaf_nodes("packages_app"))  # the other tests of the session expect the full schema
 
 
 @pytest.mark.django_db(transaction=True)
@@ -71,7 +72,7 @@ def test_the_migration_recomputes_the_audit_and_keeps_every_input() -> None:
         package.files
     )
 
-    apps = migrate(LEAF)
+    apps = migrate(REFUSED_BY)
 
     refused = apps.get_model("packages_app", "Revision").objects.get(pk=rev.pk).refused_by
     assert refused == "|v0.76.1|v0.76.2|after PR #1959|"

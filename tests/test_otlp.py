@@ -174,7 +174,7 @@ def test_otlp_json_with_hex_ids_is_accepted_and_answered_in_json(
             {"key": "llama_stage.spec.requested_strategy", "value": {"stringValue": "mtp"}},
             {"key": "llama_stage.spec.effective_strategy", "value": {"stringValue": "disabled"}},
             {"key": "llama_stage.elapsed_ms", "value": {"doubleValue": 1000.0}},
-            {"key": "llama_stage.completion_token_count", "value": {"intValue": "40"}},
+            {"key": "llama_stage.decode_token_count", "value": {"intValue": "40"}},
         ],
     }
     body = json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": [span]}]}]}).encode()

@@ -61,7 +61,8 @@ def test_offline_commands_need_no_production_settings(tmp_path: Path) -> None:
         text=True,
         timeout=120,
     )
-    assert "SECRET_KEY" not in result.stderr and result.returncode == 2  # could not audit: no manifest
+    assert "Traceback" not in result.stderr and "SECRET_KEY" not in result.stderr
+    assert result.returncode == 2 and "model-package.json" in result.stdout + result.stderr  # not a package
 
 
 # --- error pages ---------------------------------------------------------------------------------

@@ -189,3 +189,13 @@ def test_hash_files_streams_in_chunks_and_names_unreadable_files(tmp_path: Path)
     )
     assert got.sha256 == {"big.gguf": hashlib.sha256(payload).hexdigest()}
     assert list(got.unreadable) == ["gone.gguf"]
+
+
+def test_a_folder_without_a_manifest_is_not_a_package_and_exits_2(
+    package: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (package / "model-package.json").unlink()
+    with pytest.raises(SystemExit) as done:
+        call_command("audit_package", str(package), "--json")
+    assert done.value.code == 2
+    assert "no model-package.json" in capsys.readouterr().err

@@ -1,10 +1,18 @@
-"""The admin pages for packages, revisions and files render for staff with realistic rows."""
+"""The admin pages for packages, revisions, files, node runs and reports render for staff, with real rows."""
 
 from __future__ import annotations
 
+import random
+
 import pytest
 from django.test import Client
+from django.utils import timezone
 
+from packages_app import telemetry
+from packages_app.devnode import payloads
+from packages_app.models import NodeRun, Report
+from packages_app.nodes import identity
+from packages_app.nodes.report_schema import RunIn
 from tests import dashboard_factories as f
 
 pytestmark = pytest.mark.django_db
@@ -18,3 +26,19 @@ def test_the_changelist_and_a_change_page_render(admin_client: Client, model: st
     pk = {"package": package.pk, "revision": revision.pk, "packagefile": revision.files.first().pk}[model]
     assert admin_client.get(f"/admin/packages_app/{model}/").status_code == 200
     assert admin_client.get(f"/admin/packages_app/{model}/{pk}/change/").status_code == 200
+
+
+def test_the_node_run_and_span_report_pages_render(admin_client: Client) -> None:
+    node = identity.node_create("gpu-1").node
+    run = RunIn.model_validate(
+        {"run_id": "run-1", "package": {"repo": "meshllm/q-layers", "revision": "a" * 40}}
+    )
+    telemetry.run_register(node, run)
+    plan = payloads.RunPlan(repo="meshllm/q-layers", run_id="run-1")
+    rng = random.Random(1)
+    measured = payloads.decode(plan, rng, 8)
+    span = payloads.decode_span(payloads.span_attributes(plan, measured, "s0"), rng, measured.predicted_ms)
+    telemetry.traces_export(node, payloads.export_request([span]), timezone.now())
+    for model, pk in (("noderun", NodeRun.objects.get().pk), ("report", Report.objects.get().pk)):
+        assert admin_client.get(f"/admin/packages_app/{model}/").status_code == 200
+        assert admin_client.get(f"/admin/packages_app/{model}/{pk}/change/").status_code == 200

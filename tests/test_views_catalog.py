@@ -25,7 +25,7 @@ def test_it_lists_every_package_with_its_audit_summary(client: Client) -> None:
     body = text(client.get("/"))
     for package in mix.values():
         assert f"/packages/{package.owner}/{package.name}/" in body
-    assert "69cbd9fc" in body and "qwen35moe" in body and "18.6\xa0GB" in body
+    assert "69cbd9fc" in body and "qwen35moe" in body and 'title="19967000000 bytes">20.0 GB' in body
     assert 'class="badge verdict verdict-undeclared-mtp"' in body
     assert "17/64" in body  # the running ingest shows its progress
 
@@ -59,13 +59,17 @@ def test_the_facets_link_to_each_verdict_keeping_the_other_filters(client: Clien
         ({"q": "x" * 200}, "q: Ensure this value has at most 96 characters"),
     ],
 )
-def test_an_invalid_filter_explains_itself_with_a_400_not_a_500(
+def test_an_invalid_filter_falls_back_to_its_default_with_a_message_naming_it(
     client: Client, params: dict[str, str], message: str
 ) -> None:
-    response = client.get("/", params)
-    assert response.status_code == 400
-    assert message in text(response)
-    assert "These filters cannot be applied" in text(response)
+    mix = f.catalog_mix()
+    response = client.get("/", {**params, "schema": params.get("schema", "1")})
+    assert response.status_code == 200
+    assert message.rstrip(".") in text(response)
+    assert "showing the default instead" in text(response)
+    # The valid filter next to it still applies: schema=1 leaves out the one v2 package.
+    assert mix["consistent-mtp"].name not in text(response) or "schema" in params
+    assert 'select name="architecture"' in text(response)
 
 
 def test_a_hostile_filter_value_is_echoed_escaped(client: Client) -> None:
@@ -149,7 +153,9 @@ def test_the_catalog_shows_and_filters_the_releases_that_refuse_a_package(client
     assert '<option value="after PR #1959">after PR #1959</option>' in body
 
 
-def test_an_unknown_release_in_the_refused_by_filter_is_a_400(client: Client) -> None:
+def test_an_unknown_release_in_the_refused_by_filter_falls_back_with_a_message(client: Client) -> None:
     response = client.get("/", {"refused_by": "v9.9.9"})
 
-    assert response.status_code == 400
+    # Issue 11: a bad or stale filter value is ignored with a message naming it, never an error page.
+    assert response.status_code == 200
+    assert "Ignored refused_by" in text(response)

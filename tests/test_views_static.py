@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.conf import settings
 from django.contrib.staticfiles import finders
 from django.core.management import call_command
 from django.test import Client
@@ -19,8 +20,18 @@ BUNDLE = staticfinders.plotly_bundle().read_text(encoding="utf-8")
 
 def test_the_finder_serves_the_bundle_of_the_installed_plotly_package() -> None:
     found = finders.find(staticfinders.PLOTLY_STATIC_PATH)
-    assert found == str(staticfinders.plotly_bundle())
+    assert found == str(staticfinders.served_plotly_bundle())
+    assert Path(found).read_text(encoding="utf-8") == BUNDLE
     assert finders.find("packages_app/vendor/other.js") is None
+
+
+def test_the_pages_get_plotlys_basic_bundle_when_npm_installed_it() -> None:
+    if not (Path(settings.BASE_DIR) / staticfinders.BASIC_BUNDLE).is_file():
+        pytest.skip("plotly.js-basic-dist-min is not installed: make node-deps")
+    served = Path(finders.find(staticfinders.PLOTLY_STATIC_PATH))
+    assert served.name == "plotly.min.js"
+    assert served.stat().st_size < staticfinders.full_plotly_bundle().stat().st_size / 3
+    assert "plotly.js" in served.read_text(encoding="utf-8")[:200]
 
 
 def test_plotly_css_holds_the_rules_plotly_would_inject_inline() -> None:

@@ -7,7 +7,6 @@ and ``POST /api/v1/check-manifest``.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,7 +61,7 @@ def check_manifest(data: bytes) -> ManifestCheck:
     """Judge manifest bytes; never raises on bad input."""
     parsed = parse_manifest(data)
     manifest = parsed.manifest
-    raw = manifest.raw if manifest is not None else _loose(data, parsed)
+    raw = parsed.raw or {}
     schema = manifest.schema_version if manifest is not None else _int(raw.get("schema_version"))
     declared = raw.get("package_id") if schema != 1 else None
     return ManifestCheck(
@@ -73,17 +72,6 @@ def check_manifest(data: bytes) -> ManifestCheck:
         runtime=resolve(parsed),
         compatibility=tuple(compatibility(parsed)),
     )
-
-
-def _loose(data: bytes, parsed: ManifestResult) -> dict[str, Any]:
-    """The top-level object of a manifest that did not parse, for its schema_version and declared id."""
-    if any(p.code in ("manifest_too_large", "too_deeply_nested", "invalid_json") for p in parsed.problems):
-        return {}
-    try:
-        value = json.loads(data)
-    except (ValueError, RecursionError):
-        return {}
-    return value if isinstance(value, dict) else {}
 
 
 def _int(value: Any) -> int | None:

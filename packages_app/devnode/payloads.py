@@ -223,7 +223,7 @@ def span_attributes(plan: RunPlan, d: Decode, stage_id: str) -> dict[str, Any]:
         "llama_stage.spec.requested_strategy": plan.requested_strategy,
         "llama_stage.spec.effective_strategy": plan.effective_strategy,
         "llama_stage.elapsed_ms": d.predicted_ms,
-        "llama_stage.completion_token_count": d.predicted_n,
+        "llama_stage.decode_token_count": d.predicted_n,
     }
     if plan.effective_strategy.startswith("ngram"):
         attrs.update(

@@ -210,7 +210,27 @@ class _Handler(BaseHTTPRequestHandler):
             return self._json(
                 400, {"error": {"message": "Expected an object", "type": "invalid_request_error"}}
             )
-        self._json(200, self.node.complete(body))
+        answer = self.node.complete(body)
+        if body.get("stream") is True:
+            return self._events(answer)
+        self._json(200, answer)
+
+    def _events(self, answer: dict[str, Any]) -> None:
+        """The completion as server-sent events, ``timings`` on the last chunk (as llama.cpp's does)."""
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()
+        self.close_connection = True
+        base = {k: answer[k] for k in ("id", "created", "model")} | {"object": "chat.completion.chunk"}
+        for word in ("The ", "mesh ", "answered."):
+            delta = {"index": 0, "delta": {"content": word}, "finish_reason": None}
+            self.wfile.write(b"data: " + json.dumps(base | {"choices": [delta]}).encode() + b"\n\n")
+            self.wfile.flush()
+        last = base | {
+            "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
+            "timings": answer["timings"],
+        }
+        self.wfile.write(b"data: " + json.dumps(last).encode() + b"\n\ndata: [DONE]\n\n")
 
     def _json(self, status: int, body: Any) -> None:
         raw = json.dumps(body).encode()

@@ -53,6 +53,7 @@ from packages_app.hub.errors import (
 )
 
 MiB = 1024 * 1024
+DRAIN_SLACK = 64 * 1024  # bytes past a ranged read's length still read, to keep the connection
 Origin = tuple[str, str, int]
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 
@@ -418,13 +419,20 @@ def ranged_get(
 
 
 def _read_cut(response: httpx2.Response, skip: int, length: int) -> bytes:
-    """Stream the body, drop the first ``skip`` bytes, keep ``length``, and stop reading there."""
+    """Stream the body, drop the first ``skip`` bytes, keep ``length``, and stop reading there.
+
+    A body that ends within ``DRAIN_SLACK`` bytes after that is read to its end, so the connection
+    goes back to the pool; a longer one (a server ignoring Range) is cut and its connection closed.
+    """
     kept = bytearray()
+    extra = 0
     for chunk in response.iter_raw():
         if skip:
             dropped = min(skip, len(chunk))
             chunk, skip = chunk[dropped:], skip - dropped
-        kept += chunk[: length - len(kept)]
-        if len(kept) >= length:
+        room = length - len(kept)
+        kept += chunk[:room]
+        extra += max(0, len(chunk) - room)
+        if extra > DRAIN_SLACK:
             break
     return bytes(kept)

@@ -8,7 +8,6 @@ No Django, no I/O.
 
 from __future__ import annotations
 
-import copy
 import hashlib
 from typing import Any
 
@@ -17,13 +16,17 @@ from packages_app.manifest.v2schema import PUBLISHER_ROLES, Json, decode_root, s
 
 def canonical_package_id(root: Json) -> str:
     """The package_id of a decoded root (v2schema.decode_root), as mesh-llm's computed_package_id."""
-    normalized = copy.deepcopy(root)
-    normalized["package_id"] = ""
-    normalized["created_at_unix_secs"] = 0
-    normalized["source_model"]["files"].sort(key=lambda f: f["path"])
-    normalized["artifact_catalog"]["entries"].sort(key=lambda a: a["id"])
-    normalized["sidecars"].sort(key=_sidecar_order)
-    normalized["publisher_metadata"].sort(key=_publisher_order)
+    # Shallow copies: only the re-ordered lists and the two blanked fields differ from the decoded root.
+    source = root["source_model"]
+    normalized = {
+        **root,
+        "package_id": "",
+        "created_at_unix_secs": 0,
+        "source_model": {**source, "files": sorted(source["files"], key=lambda f: f["path"])},
+        "artifact_catalog": {"entries": sorted(root["artifact_catalog"]["entries"], key=lambda a: a["id"])},
+        "sidecars": sorted(root["sidecars"], key=_sidecar_order),
+        "publisher_metadata": sorted(root["publisher_metadata"], key=_publisher_order),
+    }
     return "sha256:" + hashlib.sha256(serialize(normalized)).hexdigest()
 
 

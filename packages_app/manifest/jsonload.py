@@ -6,7 +6,7 @@ import json
 import math
 from typing import Any, NoReturn
 
-from packages_app.layout import MANIFEST_FILE
+from packages_app.layout import MANIFEST_FILE, MAX_MANIFEST_BYTES
 from packages_app.manifest.model import (
     _CONTAINER_TYPES,
     _LONG_NUMBER,
@@ -68,11 +68,15 @@ def _load_json(data: bytes) -> tuple[Any, list[str]]:
 
 
 def load_json(data: bytes) -> tuple[Any, str | None]:
-    """The JSON value, if it is within the parser's limits (depth, number range); else None and why.
+    """The JSON value if it is within the parser's limits (size, depth, 64-bit integers, finite numbers,
+    no NaN); else None and why, in one sentence.
 
-    What a database stores and a page shows must pass here: the parser's limits are what keep a
-    manifest nested 950 deep, or a number like 1e999999, from failing every later read of it.
+    What a database stores and a page shows must pass here: a manifest nested 950 deep stored as parsed
+    JSON failed every later read of that row (page, API, admin) with RecursionError, and 1e999999 stored
+    as Infinity fits no JSON column.
     """
+    if len(data) > MAX_MANIFEST_BYTES:
+        return None, f"{MANIFEST_FILE} is {len(data)} bytes, over the {MAX_MANIFEST_BYTES}-byte limit"
     try:
         return _load_json(data)[0], None
     except _Rejected as exc:

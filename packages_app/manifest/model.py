@@ -211,6 +211,7 @@ class Manifest:
 class ManifestResult:
     manifest: Manifest | None
     problems: list[Problem]
+    raw: Json | None = None  # the top-level object, when the bytes were a JSON object (parsed or not)
 
     @property
     def trusted(self) -> bool:

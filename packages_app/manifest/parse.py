@@ -62,7 +62,7 @@ def parse_manifest(data: bytes) -> ManifestResult:
         problems.append(_more(len(found) - MAX_PROBLEMS))
     if manifest is not None:
         problems += extra_findings(manifest)
-    return ManifestResult(manifest, problems)
+    return ManifestResult(manifest, problems, raw)
 
 
 def _more(count: int) -> Problem:

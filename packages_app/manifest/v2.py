@@ -17,17 +17,14 @@ def parse_v2(raw: Json) -> tuple[Manifest | None, list[Problem]]:
         root = decode_root(raw)
     except DecodeError as exc:
         return None, [parse_error(exc, "package-v2")]
+    computed = canonical_package_id(root)
     problems = [
         Problem(
             i.code, "error", safe_text(f"{MANIFEST_FILE} {i.path}: {i.message}."), {"path": safe_text(i.path)}
         )
-        for i in validate_root(root)
+        for i in validate_root(root, computed)
     ]
-    return typed_v2(root, raw, canonical_package_id(root)), problems
-
-
-def _problem(code: str, path: str, message: str) -> Problem:
-    return Problem(code, "error", safe_text(message), {"path": safe_text(path)})
+    return typed_v2(root, raw, computed), problems
 
 
 def parse_error(exc: DecodeError, schema: str) -> Problem:

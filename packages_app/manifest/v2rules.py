@@ -77,10 +77,13 @@ def is_normalized_relative_path(value: str) -> bool:
     return segments[0] != "." and ".." not in segments
 
 
-def validate_root(root: Json) -> list[Issue]:
-    """Every issue mesh-llm's validate_root reports, in its order (lib.rs:134-157)."""
+def validate_root(root: Json, computed_id: str | None = None) -> list[Issue]:
+    """Every issue mesh-llm's validate_root reports, in its order (lib.rs:134-157).
+
+    ``computed_id`` is the root's canonical package_id when the caller already has it.
+    """
     issues = _Issues()
-    _manifest_fields(root, issues)
+    _manifest_fields(root, computed_id or canonical_package_id(root), issues)
     artifacts = _collect_artifacts(root["artifact_catalog"]["entries"], issues)
     _metadata_binding(root, artifacts, issues)
     _sidecars(root["sidecars"], artifacts, issues)
@@ -94,7 +97,7 @@ def validate_root(root: Json) -> list[Issue]:
 # --- manifest fields, artifacts, bindings -----------------------------------------------------
 
 
-def _manifest_fields(root: Json, issues: _Issues) -> None:
+def _manifest_fields(root: Json, expected: str, issues: _Issues) -> None:
     if root["schema_version"] != 2:
         issues.push(
             "unsupported_schema_version",
@@ -113,7 +116,6 @@ def _manifest_fields(root: Json, issues: _Issues) -> None:
         issues.push("missing_value", "source_model.files", "source file inventory must not be empty")
     if not root["artifact_catalog"]["entries"]:
         issues.push("missing_value", "artifact_catalog.entries", "artifact catalog must not be empty")
-    expected = canonical_package_id(root)
     if root["package_id"] != expected:
         issues.push(
             "package_identity_mismatch",

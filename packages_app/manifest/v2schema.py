@@ -461,8 +461,11 @@ def _write_fields(kind: Struct, value: Json, head: str) -> str:
     return "{" + ",".join(parts) + "}"
 
 
+_ENCODE_STRING = json.encoder.encode_basestring  # C-accelerated; escapes as serde_json does, UTF-8 kept
+
+
 def _string(text: str) -> str:
-    return json.dumps(text, ensure_ascii=False)
+    return _ENCODE_STRING(text)
 
 
 def _float(value: float) -> str:

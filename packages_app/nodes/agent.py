@@ -37,6 +37,8 @@ log = logging.getLogger("meshdash.agent")
 
 TIMEOUT = 10.0
 MAX_RESPONSE_BYTES = 16 * 1024 * 1024
+FORWARDED_HEADERS = ("content-type", "authorization", "accept")
+STREAM_TAIL_BYTES = 256 * 1024  # the last events of a stream, where the timings are
 MAX_RETRY_AFTER = 300.0
 MAX_BACKOFF = 60.0
 REPORT_BATCH = 200
@@ -395,34 +397,74 @@ class _ProxyHandler(BaseHTTPRequestHandler):
         length = min(int(self.headers.get("Content-Length") or 0), MAX_RESPONSE_BYTES)
         body = self.rfile.read(length) if length else None
         upstream = (agent.config.upstream_url or agent.config.node_url).rstrip("/") + self.path
-        headers = {
-            k: v for k, v in self.headers.items() if k.lower() in ("content-type", "authorization", "accept")
-        }
+        headers = {k: v for k, v in self.headers.items() if k.lower() in FORWARDED_HEADERS}
+        request = urllib.request.Request(upstream, data=body, headers=headers, method=self.command)  # noqa: S310
         try:
-            answer = http(self.command, upstream, body, headers)
+            response = urllib.request.urlopen(request, timeout=TIMEOUT)  # noqa: S310
+        except urllib.error.HTTPError as exc:
+            response = exc  # an answer like any other: forwarded as the node gave it
         except OSError as exc:
-            answer = Answer(502, json.dumps({"error": {"message": f"upstream unreachable: {exc}"}}).encode())
+            message = json.dumps({"error": {"message": f"upstream unreachable: {exc}"}}).encode()
+            return self._answer(502, "application/json", message)
+        with response:
+            completion = response.status == 200 and urlsplit(self.path).path.endswith("completions")
+            content_type = response.headers.get("Content-Type", "application/json")
+            if content_type.startswith("text/event-stream"):
+                return self._stream(agent, response, content_type, completion)
+            self._forward_whole(
+                agent, response.status, content_type, response.read(MAX_RESPONSE_BYTES), completion
+            )
+
+    def _forward_whole(
+        self, agent: Agent, status: int, content_type: str, body: bytes, completion: bool
+    ) -> None:
         # Spooled before the client hears back (a local file write), sent after: the node's client
         # never waits on meshdash, and a report exists on disk once its completion was answered.
-        reported = answer.status == 200 and urlsplit(self.path).path.endswith("completions")
-        if reported:
-            reported = self._spool_report(agent, answer.body)
-        self.send_response(answer.status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(answer.body)))
-        self.end_headers()
-        self.wfile.write(answer.body)
+        reported = completion and self._spool_report(agent, _timings_of(body))
+        self._answer(status, content_type, body)
         if reported:
             agent.sender.flush()
 
-    def _spool_report(self, agent: Agent, body: bytes) -> bool:
-        try:
-            timings = json.loads(body).get("timings")
-        except (ValueError, AttributeError):
-            return False  # a stream or not JSON: forwarded untouched, nothing to report
-        if not isinstance(timings, dict):
-            return False
-        return agent.report_timings(timings)
+    def _stream(self, agent: Agent, response: Any, content_type: str, completion: bool) -> None:
+        """Server-sent events pass through as they come; the last event holding ``timings`` is reported."""
+        self.send_response(response.status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.close_connection = True
+        tail = b""
+        while chunk := response.read1(64 * 1024):
+            self.wfile.write(chunk)
+            self.wfile.flush()
+            tail = (tail + chunk)[-STREAM_TAIL_BYTES:]
+        if completion and self._spool_report(agent, _last_event_timings(tail)):
+            agent.sender.flush()
+
+    def _answer(self, status: int, content_type: str, body: bytes) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _spool_report(self, agent: Agent, timings: Any) -> bool:
+        return isinstance(timings, dict) and agent.report_timings(timings)
+
+
+def _timings_of(body: bytes) -> Any:
+    try:
+        return json.loads(body).get("timings")
+    except (ValueError, AttributeError):
+        return None  # not a JSON object: forwarded untouched, nothing to report
+
+
+def _last_event_timings(tail: bytes) -> Any:
+    """``timings`` of the last ``data:`` event that has them (llama.cpp-style streams put them last)."""
+    for line in reversed(tail.split(b"\n")):
+        if line.startswith(b"data:") and b'"timings"' in line:
+            return _timings_of(line[5:].strip())
+    return None
 
 
 # --- Command line -----------------------------------------------------------------------------

@@ -38,8 +38,9 @@ STAGE_ID = "skippy.stage_id"
 REQUESTED = "llama_stage.spec.requested_strategy"
 EFFECTIVE = "llama_stage.spec.effective_strategy"
 ELAPSED_MS = "llama_stage.elapsed_ms"
-# Decoded-token count: the summary spans name it llama_stage.completion_token_count.
-TOKEN_COUNTS = ("llama_stage.completion_token_count", "llama_stage.decoded_tokens")
+# Decoded tokens: the embedded/split decode span sets llama_stage.decode_token_count (its
+# EmbeddedDecodeSummary); the request summary spans name the completion's llama_stage.completion_token_count.
+TOKEN_COUNTS = ("llama_stage.decode_token_count", "llama_stage.completion_token_count")
 REQUIRED = (RUN_ID, EFFECTIVE)
 
 # Span attribute -> the timings key a response would carry for the same counter (node-report.md 1.1).

@@ -40,8 +40,7 @@ class Command(BaseCommand):
         except hub.HubError as exc:
             self.stderr.write(f"error: could not audit {options['source']}: {exc}")
             sys.exit(2)
-        if not result.audit.auditable and result.audit.verdict != "invalid-manifest":
-            reason = "the GGUF headers that would show MTP could not be read"
+        if reason := unauditable_reason(result.audit):
             self.stderr.write(f"error: could not audit {options['source']}: {reason}")
             sys.exit(2)
         doc = result.audit.to_json()
@@ -50,6 +49,16 @@ class Command(BaseCommand):
         else:
             self.stdout.write(render_report(result, doc))
         sys.exit(exit_code(doc))
+
+
+def unauditable_reason(audit: auditing.Audit) -> str | None:
+    """Why there is nothing to judge (exit 2), or None. A manifest that is there but does not parse is
+    judged `invalid-manifest` (exit 1) whatever the weights; no manifest at all is not a package."""
+    if "missing_manifest" in audit.codes():
+        return "no model-package.json, so this is not a layer package"
+    if not audit.auditable and audit.verdict != "invalid-manifest":
+        return "the GGUF headers that would show MTP could not be read"
+    return None
 
 
 def exit_code(doc: dict[str, Any]) -> int:

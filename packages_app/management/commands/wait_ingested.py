@@ -9,6 +9,14 @@ from django.core.management.base import BaseCommand, CommandParser
 from packages_app.models import Package, Revision
 
 
+def finished_summary() -> str:
+    """E.g. "all 12 revisions finished: 11 ingested, 1 failed (the ingest page says why)"."""
+    done = Revision.objects.filter(status=Revision.Status.DONE).count()
+    failed = Revision.objects.filter(status=Revision.Status.FAILED).count()
+    text = f"all {done + failed} revisions finished: {done} ingested, {failed} failed"
+    return text + " (the ingest page says why)" if failed else text
+
+
 class Command(BaseCommand):
     help = "Wait until every known revision is done or failed."
 
@@ -21,7 +29,7 @@ class Command(BaseCommand):
             pending = Revision.objects.unfinished().count()
             unsynced = Package.objects.filter(last_synced_at__isnull=True).count()
             if not pending and not unsynced:
-                self.stdout.write(f"all {Revision.objects.count()} revisions ingested")
+                self.stdout.write(finished_summary())
                 return
             time.sleep(1)
         self.stderr.write(f"timed out with {pending} revisions still queued or running")

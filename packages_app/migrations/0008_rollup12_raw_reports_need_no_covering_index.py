@@ -6,7 +6,7 @@ from django.db import migrations
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('packages_app', '0006_rollup12_rollups'),
+        ('packages_app', '0007_rollup12_rollups'),
     ]
 
     operations = [

@@ -34,7 +34,7 @@ def remove_operators(apps, schema_editor):
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("packages_app", "0002_access14_accounts"),
+        ("packages_app", "0005_access14_accounts"),
         ("auth", "0012_alter_user_first_name_max_length"),
         ("contenttypes", "0002_remove_content_type_name"),
     ]

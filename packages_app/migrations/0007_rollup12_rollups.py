@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('packages_app', '0005_merge_accounts_timings_rulebook'),
+        ('packages_app', '0006_access14_operators_group'),
     ]
 
     operations = [

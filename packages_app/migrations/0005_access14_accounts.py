@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('packages_app', '0001_initial'),
+        ('packages_app', '0004_issue9_refused_by'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 

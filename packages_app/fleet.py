@@ -1,0 +1,577 @@
+"""Read-side selectors for what the fleet runs: served revisions, nodes, topologies, before/after figures.
+
+Selectors only (services layer, read side): they read models and call throughput's public aggregates,
+never write, and issue a fixed number of queries however many nodes or reports exist.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db.models import Count, F, Max, Q, QuerySet, Sum
+from django.db.models.functions import Coalesce
+from django.utils import timezone
+
+from packages_app import glossary
+from packages_app.models import Node, NodeRun, Report, Revision
+from packages_app.rollups import NON_MTP_CHOICES
+from packages_app.verdicts import INCONSISTENT_VERDICTS
+
+DEFAULT_WINDOW_DAYS = 7
+# Below this many reports on either side a before/after ratio is noise, and is marked so.
+FEW_REPORTS = 10
+MTP_ON = Q(mtp_used=True)
+# As rollups.shows_mtp_unused: MTP not used although the operator asked for a strategy that could use it.
+MTP_UNUSED = Q(mtp_used=False) & ~Q(requested_strategy__in=NON_MTP_CHOICES)
+ALERT_ON_SERVED = MTP_UNUSED & Q(revision__mtp_detected=True)
+
+
+def medians(reports: QuerySet[Report], keys: tuple[str, ...], condition: Q | None = None) -> dict[Any, float]:
+    """The exact median decode rate per group of ``keys`` (one query; the rates of the window, in Python).
+
+    A window's worth of one fleet's reports; the rollups (node_key) would bound it by time buckets instead.
+    """
+    rows = reports.filter(condition or Q(), predicted_per_second__isnull=False)
+    groups: dict[Any, list[float]] = {}
+    for *key, rate in rows.values_list(*keys, "predicted_per_second"):
+        groups.setdefault(key[0] if len(key) == 1 else tuple(key), []).append(rate)
+    return {key: round(statistics.median(rates), 2) for key, rates in groups.items()}
+
+
+class _Names:
+    """Display helpers for a row naming a revision by ``repo_id`` and ``commit_sha``."""
+
+    repo_id: str
+    commit_sha: str
+    verdict: str
+    alert: bool
+
+    @property
+    def short_sha(self) -> str:
+        return self.commit_sha[:8]
+
+    @property
+    def owner(self) -> str:
+        return self.repo_id.split("/", 1)[0]
+
+    @property
+    def name(self) -> str:
+        return self.repo_id.split("/", 1)[-1]
+
+    @property
+    def broken(self) -> bool:
+        """Inconsistent verdict, or nodes report the MTP weights unused."""
+        return self.alert or self.verdict in INCONSISTENT_VERDICTS
+
+
+def window_start(days: int = DEFAULT_WINDOW_DAYS, now: datetime | None = None) -> datetime:
+    return (now or timezone.now()) - timedelta(days=days)
+
+
+# --- served revisions (catalog) ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ServedRevision(_Names):
+    """A revision some node reported running inside the window."""
+
+    package_id: int
+    revision_id: int
+    repo_id: str
+    commit_sha: str
+    verdict: str
+    is_latest: bool
+    nodes: int
+    reports: int
+    alert: bool
+    reason: str
+
+
+def served_revisions(package_ids: Iterable[int], since: datetime) -> dict[int, list[ServedRevision]]:
+    """Per package, the revisions nodes reported since ``since``, broken first (2 queries)."""
+    rows = list(
+        Report.objects.filter(received_at__gte=since, revision__package_id__in=list(package_ids))
+        .values(
+            "revision_id",
+            "revision__package_id",
+            "revision__package__repo_id",
+            "revision__commit_sha",
+            "revision__verdict",
+        )
+        .annotate(
+            latest_id=F("revision__package__latest_revision_id"),
+            nodes=Count("node", distinct=True),
+            reports=Count("*"),
+            unused=Count("received_at", filter=ALERT_ON_SERVED),
+        )
+        .order_by()
+    )
+    reasons = problem_reasons([row["revision_id"] for row in rows])
+    result: dict[int, list[ServedRevision]] = {}
+    for row in rows:
+        served = _served(row, reasons.get(row["revision_id"], ""))
+        result.setdefault(served.package_id, []).append(served)
+    for items in result.values():
+        items.sort(key=lambda s: (not s.broken, -s.nodes, s.commit_sha))
+    return result
+
+
+def _served(row: Mapping[str, Any], reason: str) -> ServedRevision:
+    alert = bool(row["unused"])
+    if alert and not reason:
+        reason = "Nodes report MTP weights present but never used."
+    return ServedRevision(
+        package_id=row["revision__package_id"],
+        revision_id=row["revision_id"],
+        repo_id=row["revision__package__repo_id"],
+        commit_sha=row["revision__commit_sha"],
+        verdict=row["revision__verdict"] or "",
+        is_latest=row["revision_id"] == row["latest_id"],
+        nodes=row["nodes"],
+        reports=row["reports"],
+        alert=alert,
+        reason=reason,
+    )
+
+
+def problem_reasons(revision_ids: Iterable[int]) -> dict[int, str]:
+    """Each revision's one-line reason: its first error's sentence (one query, the problems key only)."""
+    rows = Revision.objects.filter(id__in=list(revision_ids)).values_list("id", "audit__problems")
+    return {rid: glossary.first_error(problems) for rid, problems in rows}
+
+
+def served_package_ids(since: datetime, condition: Q) -> QuerySet[Report, int]:
+    """Ids of packages with a report since ``since`` matching ``condition`` (a subquery, not evaluated)."""
+    reports = Report.objects.filter(condition, received_at__gte=since, revision__isnull=False)
+    return reports.values_list("revision__package_id", flat=True)
+
+
+def served_inconsistent_q(since: datetime, verdicts: Iterable[str] = INCONSISTENT_VERDICTS) -> Q:
+    return Q(id__in=served_package_ids(since, Q(revision__verdict__in=list(verdicts))))
+
+
+def served_alert_q(since: datetime) -> Q:
+    return Q(id__in=served_package_ids(since, ALERT_ON_SERVED))
+
+
+# --- nodes ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class NodeServing(_Names):
+    """What one node ran of one revision inside the window."""
+
+    revision_id: int
+    repo_id: str
+    commit_sha: str
+    verdict: str
+    is_latest: bool
+    layer_range: str
+    stage_splits: str
+    topology_id: str
+    reports: int
+    tps: float | None
+    alert: bool
+
+    @property
+    def outdated(self) -> bool:
+        return not self.is_latest
+
+
+@dataclass(frozen=True)
+class NodeRow:
+    node: Node
+    version: str
+    devices: list[str]
+    serving: list[NodeServing] = field(default_factory=list)
+
+    @property
+    def tps(self) -> float | None:
+        rates = [s.tps for s in self.serving if s.tps is not None]
+        return max(rates) if rates else None
+
+    @property
+    def alerts(self) -> int:
+        return sum(1 for s in self.serving if s.alert)
+
+    @property
+    def stale(self) -> bool:
+        """Runs a revision that is not its package's latest, or not consistent."""
+        return any(s.outdated or s.broken for s in self.serving)
+
+
+def node_rows(
+    since: datetime, name: str | None = None, stale_only: bool = False, show_private: bool = False
+) -> list[NodeRow]:
+    """Every node (or the one named) with what it served since ``since`` (4 queries).
+
+    Private packages' revisions are left out unless ``show_private`` (the edge asks access.py).
+    """
+    nodes = Node.objects.order_by("name")
+    if name is not None:
+        nodes = nodes.filter(name=name)
+    node_list = list(nodes)
+    serving = _serving(since, {n.pk: n.name for n in node_list}, show_private)
+    runs = _latest_runs([n.pk for n in node_list])
+    rows = [_node_row(n, runs.get(n.pk), serving.get(n.pk, [])) for n in node_list]
+    return [r for r in rows if r.stale] if stale_only else rows
+
+
+def _node_row(node: Node, run: NodeRun | None, serving: list[NodeServing]) -> NodeRow:
+    devices = [_device_name(d) for d in run.devices] if run and isinstance(run.devices, list) else []
+    return NodeRow(node, run.version if run else "", [d for d in devices if d], serving)
+
+
+def _device_name(device: Any) -> str:
+    if isinstance(device, dict):
+        return str(device.get("name") or device.get("id") or device.get("device") or "")
+    return str(device)
+
+
+def _latest_runs(node_ids: list[int]) -> dict[int, NodeRun]:
+    runs: dict[int, NodeRun] = {}
+    for run in NodeRun.objects.filter(node_id__in=node_ids).order_by("node_id", "-updated_at", "-id"):
+        runs.setdefault(run.node_id, run)
+    return runs
+
+
+def _serving(since: datetime, names: dict[int, str], show_private: bool) -> dict[int, list[NodeServing]]:
+    reports = Report.objects.filter(received_at__gte=since, node_id__in=list(names), revision__isnull=False)
+    if not show_private:
+        reports = reports.filter(revision__package__private=False)
+    groups = list(
+        reports.values(
+            "node_id",
+            "revision_id",
+            "stage_splits",
+            "revision__package__repo_id",
+            "revision__commit_sha",
+            "revision__verdict",
+        )
+        .annotate(
+            latest_id=F("revision__package__latest_revision_id"),
+            reports=Count("*"),
+            unused=Count("received_at", filter=ALERT_ON_SERVED),
+            last_report=Max("id"),
+        )
+        .order_by()
+    )
+    rates = medians(reports, ("node_id", "revision_id", "stage_splits"))
+    rows: list[dict[str, Any]] = [dict(g) for g in groups]
+    for row in rows:
+        row["tps"] = rates.get((row["node_id"], row["revision_id"], row["stage_splits"]))
+    topologies = dict(
+        Report.objects.filter(id__in=[g["last_report"] for g in rows]).values_list("id", "body__topology")
+    )
+    result: dict[int, list[NodeServing]] = {}
+    for group in rows:
+        topology = topologies.get(group["last_report"])
+        serving = _node_serving(group, topology, names[group["node_id"]])
+        result.setdefault(group["node_id"], []).append(serving)
+    for items in result.values():
+        items.sort(key=lambda s: (not s.broken, s.is_latest, s.repo_id, s.commit_sha))
+    return result
+
+
+def _node_serving(group: Mapping[str, Any], topology: Any, node_name: str) -> NodeServing:
+    return NodeServing(
+        revision_id=group["revision_id"],
+        repo_id=group["revision__package__repo_id"],
+        commit_sha=group["revision__commit_sha"],
+        verdict=group["revision__verdict"] or "",
+        is_latest=group["revision_id"] == group["latest_id"],
+        layer_range=_layer_range(topology, node_name),
+        stage_splits=group["stage_splits"],
+        topology_id=str(topology.get("topology_id", "")) if isinstance(topology, dict) else "",
+        reports=group["reports"],
+        tps=_rounded(group["tps"]),
+        alert=bool(group["unused"]),
+    )
+
+
+def _layer_range(topology: Any, node_name: str) -> str:
+    """The layers ``node_name`` holds in a report's topology, as ``start..end`` (several joined by ', ')."""
+    stages = topology.get("stages") if isinstance(topology, dict) else None
+    if not isinstance(stages, list):
+        return ""
+    ranges = [
+        f"{s.get('layer_start')}..{s.get('layer_end')}"
+        for s in stages
+        if isinstance(s, dict) and s.get("node") == node_name
+    ]
+    return ", ".join(ranges)
+
+
+def _rounded(value: float | None, digits: int = 2) -> float | None:
+    return None if value is None else round(float(value), digits)
+
+
+# --- before and after ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RevisionFigures:
+    """One revision's decode figures (on ``topology`` when both sides share one, else over all)."""
+
+    revision: Revision
+    reports: int = 0
+    tps: float | None = None
+    tps_mtp_on: float | None = None
+    tps_mtp_off: float | None = None
+    on_reports: int = 0
+    acceptance_rate: float | None = None
+
+
+@dataclass(frozen=True)
+class Comparison:
+    old: RevisionFigures
+    new: RevisionFigures
+    topology: str
+
+    @property
+    def ratio(self) -> float | None:
+        if not self.old.tps or self.new.tps is None:
+            return None
+        return round(self.new.tps / self.old.tps, 2)
+
+    @property
+    def too_few(self) -> bool:
+        return min(self.old.reports, self.new.reports) < FEW_REPORTS
+
+    @property
+    def sentence(self) -> str:
+        return effect_sentence(self)
+
+
+def effect_sentence(c: Comparison) -> str:
+    """E.g. ``69cbd9fc -> 964edc7e: 3.15 -> 5.32 tok/s median, x1.69, 24 vs 31 reports``."""
+    head = f"{c.old.revision.short_sha} -> {c.new.revision.short_sha}"
+    if c.old.tps is None or c.new.tps is None:
+        missing = c.old if c.old.tps is None else c.new
+        return f"{head}: no decode figures for {missing.revision.short_sha} yet, nothing to compare."
+    ratio = f", x{c.ratio:.2f}" if c.ratio is not None else ""
+    text = (
+        f"{head}: {c.old.tps:.2f} -> {c.new.tps:.2f} tok/s median{ratio}, "
+        f"{c.old.reports} vs {c.new.reports} reports"
+    )
+    if c.topology:
+        text += f" on topology {c.topology}"
+    if c.too_few:
+        text += f" (too few reports to tell: fewer than {FEW_REPORTS} on a side)"
+    return text
+
+
+def compare_revisions(old: Revision, new: Revision) -> Comparison:
+    """Both revisions' figures, on their most-shared topology when they have one (2 queries)."""
+    topology = shared_topology(old.pk, new.pk)
+    figures = _figures([old.pk, new.pk], topology)
+    return Comparison(
+        RevisionFigures(old, **figures.get(old.pk, {})),
+        RevisionFigures(new, **figures.get(new.pk, {})),
+        topology,
+    )
+
+
+def shared_topology(old_id: int, new_id: int) -> str:
+    """The stage split both revisions ran with most (the larger smaller side), or '' if none is shared."""
+    counts: dict[str, dict[int, int]] = {}
+    rows = (
+        Report.objects.filter(revision_id__in=[old_id, new_id])
+        .exclude(stage_splits="")
+        .values("revision_id", "stage_splits")
+        .annotate(n=Count("*"))
+        .order_by()
+    )
+    for row in rows:
+        counts.setdefault(row["stage_splits"], {})[row["revision_id"]] = row["n"]
+    shared = [(min(c.values()), split) for split, c in counts.items() if len(c) == 2]
+    return max(shared)[1] if shared else ""
+
+
+def _figures(revision_ids: list[int], topology: str) -> dict[int, dict[str, Any]]:
+    reports = Report.objects.filter(revision_id__in=revision_ids)
+    if topology:
+        reports = reports.filter(stage_splits=topology)
+    rows = (
+        reports.values("revision_id")
+        .annotate(
+            reports=Count("*"),
+            on_reports=Count("received_at", filter=MTP_ON),
+            accepted=Sum(Coalesce("speculative_accepted_n", "draft_n_accepted")),
+            proposed=Sum(Coalesce("speculative_proposed_n", "draft_n")),
+        )
+        .order_by()
+    )
+    rates = {
+        "tps": medians(reports, ("revision_id",)),
+        "tps_mtp_on": medians(reports, ("revision_id",), MTP_ON),
+        "tps_mtp_off": medians(reports, ("revision_id",), ~MTP_ON),
+    }
+    figures = {}
+    for row in rows:
+        values = _figure_values(dict(row))
+        values.update({name: by_id.get(row["revision_id"]) for name, by_id in rates.items()})
+        figures[row["revision_id"]] = values
+    return figures
+
+
+def _figure_values(row: dict[str, Any]) -> dict[str, Any]:
+    row.pop("revision_id")
+    accepted, proposed = row.pop("accepted") or 0, row.pop("proposed")
+    row["acceptance_rate"] = round(accepted / proposed, 3) if proposed else None
+    return row
+
+
+def default_comparison_pair(revisions: list[Revision], latest_id: int | None) -> tuple[int, int] | None:
+    """(old, new) ids: the latest against the newest older revision that nodes ran, else the one before."""
+    if len(revisions) < 2:
+        return None
+    new = next((r for r in revisions if r.pk == latest_id), revisions[0])
+    older = [r for r in revisions if r.pk != new.pk]
+    ran = set(
+        Report.objects.filter(revision_id__in=[r.pk for r in older]).values_list("revision_id", flat=True)
+    )
+    old = next((r for r in older if r.pk in ran), older[0])
+    return old.pk, new.pk
+
+
+# --- audit vs reports ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RanCounts:
+    reports: int = 0
+    nodes: int = 0
+    mtp_on: int = 0
+    auto_off: int = 0
+
+
+def ran_counts(revision_id: int) -> RanCounts:
+    """How often nodes ran the revision, with MTP, and without it although they asked for auto."""
+    row = Report.objects.filter(revision_id=revision_id).aggregate(
+        reports=Count("*"),
+        nodes=Count("node", distinct=True),
+        mtp_on=Count("received_at", filter=MTP_ON),
+        auto_off=Count("received_at", filter=~MTP_ON & Q(requested_strategy="auto")),
+    )
+    return RanCounts(**row)
+
+
+def auto_outcome(runtime: Any, verdict: str) -> str:
+    """What the audit predicts for ``strategy = auto``: native-mtp, no-mtp, load-fails or refused.
+
+    Reads the resolver table (``runtime.auto.outcome``); an audit written before it existed has
+    ``native_mtp`` instead, and a declared head without weights fails to load.
+    """
+    auto = runtime.get("auto") if isinstance(runtime, dict) else None
+    if not isinstance(auto, dict):
+        return ""
+    if isinstance(auto.get("outcome"), str):
+        return str(auto["outcome"])
+    if verdict == "declared-without-weights":
+        return "load-fails"
+    native = auto.get("native_mtp")
+    return "" if native is None else ("native-mtp" if native else "no-mtp")
+
+
+def reconcile(outcome: str, ran: RanCounts) -> list[str]:
+    """Findings where what nodes report contradicts what the audit predicts (pure; [] when they agree)."""
+    if not ran.reports:
+        return []
+    nodes = f"{ran.nodes} node{'s' if ran.nodes != 1 else ''}"
+    if outcome in ("load-fails", "refused"):
+        how = " without MTP" if not ran.mtp_on else ""
+        verb = "fails to load" if outcome == "load-fails" else "is refused"
+        return [
+            f"The audit predicts this revision {verb} "
+            f"under auto, yet {ran.reports} reports from {nodes} ran it{how}: "
+            "the runtime fell back instead of failing, or the audit misses something."
+        ]
+    if outcome == "no-mtp" and ran.mtp_on:
+        return [
+            f"The audit predicts no native MTP under auto, yet {ran.mtp_on} reports show MTP in use: "
+            "the nodes found another signal (a local GGUF or an explicit strategy)."
+        ]
+    if outcome == "native-mtp" and ran.auto_off:
+        return [
+            f"The audit predicts native MTP under auto, yet {ran.auto_off} reports that asked for auto "
+            "ran without it: check the node's mesh-llm version and its load log."
+        ]
+    return []
+
+
+# --- topologies ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Stage:
+    node: str
+    layer_start: Any
+    layer_end: Any
+    device: str
+
+
+@dataclass(frozen=True)
+class TopologyRun(_Names):
+    revision_id: int
+    repo_id: str
+    commit_sha: str
+    verdict: str
+    stage_splits: str
+    reports: int
+    tps: float | None
+    stages: list[Stage]
+    alert: bool = False
+
+
+def topology_runs(topology_id: str, since: datetime, show_private: bool = False) -> list[TopologyRun]:
+    """What ran on one topology since ``since``, per revision and split, busiest first (2 queries)."""
+    reports = Report.objects.filter(topology_id=topology_id, received_at__gte=since, revision__isnull=False)
+    if not show_private:
+        reports = reports.filter(revision__package__private=False)
+    groups = list(
+        reports.values("revision_id", "stage_splits", "revision__package__repo_id", "revision__commit_sha")
+        .annotate(
+            verdict=F("revision__verdict"),
+            reports=Count("*"),
+            last_report=Max("id"),
+        )
+        .order_by()
+    )
+    rates = medians(reports, ("revision_id", "stage_splits"))
+    rows: list[dict[str, Any]] = [dict(g) for g in groups]
+    for row in rows:
+        row["tps"] = rates.get((row["revision_id"], row["stage_splits"]))
+    bodies = dict(
+        Report.objects.filter(id__in=[g["last_report"] for g in rows]).values_list("id", "body__topology")
+    )
+    runs = [_topology_run(g, bodies.get(g["last_report"])) for g in rows]
+    return sorted(runs, key=lambda r: (-r.reports, r.repo_id, r.commit_sha))
+
+
+def _topology_run(group: Mapping[str, Any], topology: Any) -> TopologyRun:
+    return TopologyRun(
+        revision_id=group["revision_id"],
+        repo_id=group["revision__package__repo_id"],
+        commit_sha=group["revision__commit_sha"],
+        verdict=group["verdict"] or "",
+        stage_splits=group["stage_splits"],
+        reports=group["reports"],
+        tps=_rounded(group["tps"]),
+        stages=stages_of(topology),
+    )
+
+
+def stages_of(topology: Any) -> list[Stage]:
+    stages = topology.get("stages") if isinstance(topology, dict) else None
+    if not isinstance(stages, list):
+        return []
+    return [
+        Stage(str(s.get("node", "")), s.get("layer_start"), s.get("layer_end"), str(s.get("device", "")))
+        for s in stages
+        if isinstance(s, dict)
+    ]

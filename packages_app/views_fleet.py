@@ -1,0 +1,225 @@
+"""Browser views of what the fleet runs: nodes, a node, a topology, before/after, the glossary, CSV exports.
+
+Thin edges like views.py: validate the request, call the selectors in fleet.py and queries.py, render.
+"""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Iterable
+from typing import Any
+
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+from django.utils.http import content_disposition_header
+from django.views.decorators.http import require_GET
+
+from packages_app import access, charts, fleet, glossary, queries, staticfinders
+from packages_app.forms import WINDOW_DAYS
+from packages_app.models import Report, Revision
+from packages_app.views import lookup_errors, valid_catalog_form
+
+CSV_REPORT_LIMIT = 100_000
+
+
+def _window_days(request: HttpRequest) -> int:
+    """``?days=`` when it is one of the offered windows, else the default (never an error page)."""
+    raw = request.GET.get("days", "")
+    return int(raw) if raw.isdigit() and int(raw) in WINDOW_DAYS else fleet.DEFAULT_WINDOW_DAYS
+
+
+@require_GET
+def nodes(request: HttpRequest) -> HttpResponse:
+    days = _window_days(request)
+    stale_only = request.GET.get("stale") == "1"
+    private = access.can_see_private(request.user)
+    rows = fleet.node_rows(fleet.window_start(days), stale_only=stale_only, show_private=private)
+    context = {"rows": rows, "days": days, "windows": WINDOW_DAYS, "stale_only": stale_only}
+    return render(request, "packages_app/nodes.html", context)
+
+
+@require_GET
+@lookup_errors
+def node_detail(request: HttpRequest, name: str) -> HttpResponse:
+    days = _window_days(request)
+    private = access.can_see_private(request.user)
+    rows = fleet.node_rows(fleet.window_start(days), name=name, show_private=private)
+    if not rows:
+        raise queries.LookupFailed(f"No node named {name} is registered.")
+    row = rows[0]
+    main = max(row.serving, key=lambda s: s.reports, default=None)
+    context: dict[str, Any] = {"row": row, "days": days, "windows": WINDOW_DAYS, "main": main}
+    if main is not None:
+        context["layout_chart"] = _layout_chart(main.revision_id, [main.stage_splits])
+        context["plotly_guard_ids"] = staticfinders.installed_plotly_guard_ids()
+    return render(request, "packages_app/node_detail.html", context)
+
+
+@require_GET
+@lookup_errors
+def topology_detail(request: HttpRequest, topology_id: str) -> HttpResponse:
+    days = _window_days(request)
+    private = access.can_see_private(request.user)
+    runs = fleet.topology_runs(topology_id, fleet.window_start(days), private)
+    if not runs:
+        raise queries.LookupFailed(f"No report in the last {days} days ran on topology {topology_id}.")
+    main = runs[0]
+    context = {
+        "topology_id": topology_id,
+        "runs": runs,
+        "main": main,
+        "days": days,
+        "windows": WINDOW_DAYS,
+        "layout_chart": _layout_chart(main.revision_id, [main.stage_splits]),
+        "plotly_guard_ids": staticfinders.installed_plotly_guard_ids(),
+    }
+    return render(request, "packages_app/topology_detail.html", context)
+
+
+def _layout_chart(revision_id: int, splits: list[str]) -> dict[str, Any]:
+    revision = Revision.objects.only("id", "audit").get(pk=revision_id)
+    return charts.layer_layout_figure(queries.audit_blocks(revision), [s for s in splits if s])
+
+
+@require_GET
+@lookup_errors
+def compare(request: HttpRequest, owner: str, name: str) -> HttpResponse:
+    """Two revisions' throughput side by side; by default the latest against the last one nodes ran."""
+    package = queries.package_get(owner, name, access.can_see_private(request.user))
+    history = queries.revision_history(package)
+    old_ref, new_ref = request.GET.get("from"), request.GET.get("to")
+    if not (old_ref and new_ref):
+        pair = fleet.default_comparison_pair(history, package.latest_revision_id)
+        if pair is None:
+            raise queries.LookupFailed(
+                f"{package.repo_id} has a single revision; there is nothing to compare."
+            )
+        by_id = {r.pk: r for r in history}
+        old, new = by_id[pair[0]], by_id[pair[1]]
+    else:
+        old, new = queries.revision_require(package, old_ref), queries.revision_require(package, new_ref)
+    context = {"package": package, "history": history, "comparison": fleet.compare_revisions(old, new)}
+    return render(request, "packages_app/compare.html", context)
+
+
+@require_GET
+def glossary_page(request: HttpRequest) -> HttpResponse:
+    context = {
+        "verdicts": _entries("verdict", glossary.VERDICTS),
+        "problems": _entries("problem", glossary.PROBLEMS),
+        "runtime": _entries("runtime", glossary.RUNTIME),
+    }
+    return render(request, "packages_app/glossary.html", context)
+
+
+def _entries(kind: str, texts: dict[str, str]) -> list[tuple[str, str, str]]:
+    return [(glossary.anchor(kind, name), str(name), text) for name, text in texts.items()]
+
+
+# --- CSV exports ---------------------------------------------------------------------------------
+
+
+class _Echo:
+    def write(self, value: str) -> str:
+        return value
+
+
+def _csv_response(filename: str, rows: Iterable[list[Any]]) -> HttpResponse:
+    writer = csv.writer(_Echo())
+    body = "".join(writer.writerow([_cell(v) for v in row]) for row in rows)
+    response = HttpResponse(body, content_type="text/csv; charset=utf-8")
+    response["Content-Disposition"] = content_disposition_header(True, filename)
+    return response
+
+
+def _cell(value: Any) -> Any:
+    # A cell starting with = + - @ would run as a formula in a spreadsheet: quote it as text.
+    if isinstance(value, str) and value[:1] in ("=", "+", "-", "@", "\t", "\r"):
+        return "'" + value
+    return "" if value is None else value
+
+
+CATALOG_COLUMNS = [
+    "repo_id",
+    "latest_commit_sha",
+    "verdict",
+    "architecture",
+    "block_count",
+    "total_bytes",
+    "mtp_detected",
+    "mtp_declared",
+    "tps_mtp_on",
+    "tps_mtp_off",
+    "reports",
+    "alert",
+    "served_broken_revisions",
+    "reason",
+]
+
+
+@require_GET
+def catalog_csv(request: HttpRequest) -> HttpResponse:
+    """The whole filtered catalog (every page) as CSV; same filters as the page."""
+    form = valid_catalog_form(request)
+    private = access.can_see_private(request.user)
+    result = queries.catalog_page(form.filters(), 1, 10**6, show_private=private)
+    return _csv_response("meshdash-catalog.csv", [CATALOG_COLUMNS, *map(_catalog_csv_row, result.rows)])
+
+
+def _catalog_csv_row(row: queries.CatalogRow) -> list[Any]:
+    rev = row.revision
+    tp: dict[str, Any] = row.throughput.as_dict() if row.throughput else {}
+    return [
+        row.package.repo_id,
+        rev.commit_sha if rev else None,
+        rev.verdict if rev else None,
+        rev.architecture if rev else None,
+        rev.block_count if rev else None,
+        (rev.total_bytes or None) if rev else None,
+        rev.mtp_detected if rev else None,
+        rev.mtp_declared if rev else None,
+        _round(tp.get("tps_mtp")),
+        _round(tp.get("tps_no_mtp")),
+        tp.get("reports", 0),
+        row.alert,
+        " ".join(f"{s.commit_sha}:{s.verdict}:{s.nodes}" for s in row.served_broken),
+        row.reason,
+    ]
+
+
+def _round(value: Any) -> Any:
+    return round(value, 2) if isinstance(value, float) else value
+
+
+REPORT_COLUMNS = [
+    "received_at",
+    "observed_at",
+    "node",
+    "topology_id",
+    "stage_splits",
+    "requested_strategy",
+    "effective_strategy",
+    "mtp_source",
+    "mtp_used",
+    "predicted_per_second",
+    "prompt_per_second",
+    "predicted_n",
+    "source",
+    "run_id",
+]
+
+
+@require_GET
+@lookup_errors
+def reports_csv(request: HttpRequest, owner: str, name: str) -> HttpResponse:
+    """Every report of one revision (newest first) as CSV."""
+    package = queries.package_get(owner, name, access.can_see_private(request.user))
+    revision = queries.revision_require(package, request.GET.get("revision"))
+    reports = (
+        Report.objects.filter(revision=revision)
+        .order_by("-received_at", "-id")
+        .values_list(*[c if c != "node" else "node__name" for c in REPORT_COLUMNS])[:CSV_REPORT_LIMIT]
+    )
+    rows = ([v.isoformat() if hasattr(v, "isoformat") else v for v in r] for r in reports)
+    filename = f"{package.name}-{revision.short_sha}-reports.csv"
+    return _csv_response(filename, [REPORT_COLUMNS, *rows])

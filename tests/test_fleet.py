@@ -1,0 +1,269 @@
+"""What the fleet runs: served revisions in the catalog and the API, nodes, topologies, before/after, CSV."""
+
+from __future__ import annotations
+
+import csv
+import io
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.test import Client
+from django.utils import timezone
+
+from packages_app import fleet, glossary
+from packages_app.models import NodeRun
+from packages_app.verdicts import VERDICTS
+from tests import dashboard_factories as f
+
+pytestmark = pytest.mark.django_db
+
+
+def text(response: Any) -> str:
+    return response.content.decode()
+
+
+# --- served revisions in the catalog -------------------------------------------------------------
+
+
+def test_the_catalog_says_nodes_still_run_the_broken_revision_although_the_latest_is_fixed(
+    client: Client,
+) -> None:
+    f.qwen35_fleet(timezone.now())
+    body = text(client.get("/"))
+    assert "Latest OK, but 4 nodes still run" in body
+    assert "<code>69cbd9fc</code>" in body
+    assert "declares no native-MTP strategy" in body  # the first error's sentence, not only a badge
+
+
+def test_the_alert_and_inconsistent_filters_match_a_package_through_a_served_revision(client: Client) -> None:
+    f.qwen35_fleet(timezone.now())
+    f.make_revision(f.make_package("meshllm/Fine-layers"), "consistent-mtp")
+    for params in ({"alert": "on"}, {"verdict": "inconsistent"}, {"verdict": "undeclared-mtp"}):
+        body = text(client.get("/", params))
+        assert "Qwen3.5-35B-A3B" in body, params
+        assert "Fine-layers" not in body, params
+    api = client.get("/api/v1/packages", {"alert": "1"}).json()
+    assert [r["repo_id"] for r in api["results"]] == [f.QWEN35_REPO]
+    assert api["results"][0]["served_revisions"][0]["commit_sha"] == f.QWEN35_SHA
+    assert api["results"][0]["served_revisions"][0]["nodes"] == 4
+
+
+def test_reports_older_than_the_window_no_longer_flag_the_package(client: Client) -> None:
+    f.qwen35_fleet(timezone.now() - timedelta(days=10))
+    assert "Qwen3.5" not in text(client.get("/", {"alert": "on"}))
+    assert "Qwen3.5" in text(client.get("/", {"alert": "on", "days": "30"}))
+
+
+def test_the_inconsistent_facet_counts_packages_matched_through_served_revisions(client: Client) -> None:
+    f.qwen35_fleet(timezone.now())
+    facets = client.get("/api/v1/packages").json()["facets"]["verdict"]
+    assert facets["inconsistent"] == 1
+    assert facets["consistent-mtp"] == 1
+
+
+# --- nodes and topologies --------------------------------------------------------------------------
+
+
+def test_the_nodes_page_lists_what_each_node_serves_with_its_layer_range(client: Client) -> None:
+    f.qwen35_fleet(timezone.now())
+    body = text(client.get("/nodes/"))
+    for name in f.FLEET_NODES:
+        assert f'href="/nodes/{name}/"' in body
+    assert "69cbd9fc" in body and "964edc7e" in body
+    assert "0..27" in body
+    assert "outdated" in body
+
+
+def test_the_stale_filter_keeps_only_nodes_on_an_outdated_or_broken_revision() -> None:
+    _, fixed = f.qwen35_fleet(timezone.now())
+    fresh = f.make_node("fresh-only")
+    f.make_report(fresh, fixed, 5.3, at=timezone.now(), mtp_used=True)
+    rows = fleet.node_rows(fleet.window_start(), stale_only=True)
+    assert {r.node.name for r in rows} == set(f.FLEET_NODES)
+    everyone = {r.node.name: r for r in fleet.node_rows(fleet.window_start())}
+    assert not everyone["fresh-only"].stale
+
+
+def test_a_node_page_shows_the_revision_it_serves_its_version_and_devices(client: Client) -> None:
+    f.qwen35_fleet(timezone.now())
+    node = f.Node.objects.get(name="mac-studio")
+    NodeRun.objects.create(node=node, run_id="r1", version="0.61.2", devices=[{"name": "Metal"}])
+    body = text(client.get("/nodes/mac-studio/"))
+    assert "69cbd9fc" in body and "undeclared-mtp" in body
+    assert "0.61.2" in body and "Metal" in body
+    assert 'data-chart="chart-layout"' in body
+    assert client.get("/nodes/nobody/").status_code == 404
+
+
+def test_a_topology_page_lists_its_stages_and_what_ran_on_them(client: Client) -> None:
+    f.qwen35_fleet(timezone.now())
+    body = text(client.get("/topologies/lab-2/"))
+    assert "0..27|27..41" in body and "69cbd9fc" in body and "964edc7e" in body
+    assert client.get("/topologies/unknown/").status_code == 404
+
+
+# --- before and after ------------------------------------------------------------------------------
+
+
+def test_the_comparison_states_the_measured_effect_of_the_fix(client: Client) -> None:
+    f.qwen35_fleet(timezone.now())
+    body = text(client.get(f"/packages/{f.QWEN35_REPO}/compare"))
+    assert "69cbd9fc -&gt; 964edc7e: 3.15 -&gt; 5.32 tok/s median, x1.69, 24 vs 31 reports" in body
+    assert "too few" not in body
+
+
+def test_a_comparison_with_few_reports_says_so() -> None:
+    broken, fixed = f.qwen35_fleet(timezone.now(), old_reports=3, new_reports=4)
+    comparison = fleet.compare_revisions(broken, fixed)
+    assert comparison.too_few
+    assert "too few reports" in comparison.sentence
+    assert comparison.topology == "0..27|27..41"
+
+
+def test_a_package_with_one_revision_has_nothing_to_compare(client: Client) -> None:
+    f.make_revision(f.make_package("meshllm/One-layers"))
+    assert client.get("/packages/meshllm/One-layers/compare").status_code == 404
+
+
+# --- audit vs reports ------------------------------------------------------------------------------
+
+
+def test_nodes_running_a_revision_the_audit_says_cannot_load_is_a_finding() -> None:
+    ran = fleet.RanCounts(reports=5, nodes=2, mtp_on=0, auto_off=5)
+    findings = fleet.reconcile("load-fails", ran)
+    assert len(findings) == 1 and "yet 5 reports from 2 nodes ran it without MTP" in findings[0]
+    assert "MTP in use" in fleet.reconcile("no-mtp", fleet.RanCounts(5, 2, 5, 0))[0]
+    assert "ran without it" in fleet.reconcile("native-mtp", fleet.RanCounts(5, 2, 0, 5))[0]
+
+
+def test_reports_that_agree_with_the_audit_raise_no_finding() -> None:
+    assert fleet.reconcile("no-mtp", fleet.RanCounts(5, 2, 0, 5)) == []
+    assert fleet.reconcile("native-mtp", fleet.RanCounts(5, 2, 5, 0)) == []
+    assert fleet.reconcile("load-fails", fleet.RanCounts()) == []
+
+
+def test_the_predicted_outcome_reads_the_resolver_table_and_older_audits() -> None:
+    assert fleet.auto_outcome(
+        {"auto": {"outcome": "load-fails", "why": "."}}, "declared-without-weights"
+    ) == ("load-fails")
+    assert fleet.auto_outcome({"auto": {"native_mtp": False}}, "declared-without-weights") == "load-fails"
+    assert fleet.auto_outcome({"auto": {"native_mtp": True}}, "consistent-mtp") == "native-mtp"
+    assert fleet.auto_outcome(None, "consistent-mtp") == ""
+
+
+def test_the_package_page_shows_the_finding(client: Client) -> None:
+    package = f.make_package("meshllm/Nemotron-layers")
+    revision = f.make_revision(package, "declared-without-weights")
+    revision.audit["runtime"]["auto"] = {"outcome": "load-fails", "why": "no NextN tensors"}
+    revision.save(update_fields=["audit"])
+    f.make_report(f.make_node(), revision, 4.0, at=timezone.now())
+    body = text(client.get("/packages/meshllm/Nemotron-layers/"))
+    assert 'class="finding"' in body and "the runtime fell back instead of failing" in body
+
+
+# --- glossary, sizes, CSV --------------------------------------------------------------------------
+
+
+def test_every_verdict_badge_links_to_its_glossary_entry(client: Client) -> None:
+    f.catalog_mix()
+    catalog = text(client.get("/"))
+    glossary_page = text(client.get("/glossary/"))
+    for verdict in VERDICTS:
+        anchor = glossary.anchor("verdict", verdict)
+        assert f'id="{anchor}"' in glossary_page
+        assert f"/glossary/#{anchor}" in catalog
+
+
+def test_sizes_are_decimal_as_the_hub_shows_them() -> None:
+    assert glossary.format_decimal_size(19_967_000_000) == "20.0 GB"
+    assert glossary.format_decimal_size(487_000_000) == "487 MB"
+    assert glossary.format_decimal_size(999) == "999 bytes"
+    assert glossary.format_decimal_size(0) == glossary.UNKNOWN
+
+
+def test_the_catalog_exports_as_csv_with_the_same_filters(client: Client) -> None:
+    f.qwen35_fleet(timezone.now())
+    f.make_revision(f.make_package("meshllm/Fine-layers"), "consistent-mtp")
+    response = client.get("/catalog.csv", {"alert": "on"})
+    assert response["Content-Type"].startswith("text/csv")
+    rows = list(csv.DictReader(io.StringIO(text(response))))
+    assert [r["repo_id"] for r in rows] == [f.QWEN35_REPO]
+    assert rows[0]["served_broken_revisions"] == f"{f.QWEN35_SHA}:undeclared-mtp:4"
+
+
+def test_a_revisions_reports_export_as_csv_and_a_formula_stays_text(client: Client) -> None:
+    broken, _ = f.qwen35_fleet(timezone.now(), old_reports=2, new_reports=1)
+    f.make_report(f.make_node("=cmd|evil"), broken, 1.0, at=timezone.now())
+    response = client.get(f"/packages/{f.QWEN35_REPO}/reports.csv", {"revision": f.QWEN35_SHA[:8]})
+    rows = list(csv.DictReader(io.StringIO(text(response))))
+    assert len(rows) == 3
+    assert "'=cmd|evil" in {r["node"] for r in rows}
+
+
+# --- rough edges a new user hit ------------------------------------------------------------------
+
+
+def test_sorting_by_verdict_puts_the_worst_first(client: Client) -> None:
+    f.catalog_mix()
+    rows = client.get("/api/v1/packages", {"sort": "verdict"}).json()["results"]
+    verdicts = [(r["latest_revision"] or {}).get("verdict") for r in rows]
+    assert verdicts[:4] == [
+        "invalid-manifest",
+        "declared-without-weights",
+        "declaration-mismatch",
+        "undeclared-mtp",
+    ]
+    assert verdicts[-1] is None  # still ingesting: after every audited one
+
+
+def test_the_json_api_names_unknown_query_parameters_in_a_400(client: Client) -> None:
+    response = client.get("/api/v1/packages", {"verdcit": "inconsistent", "alert": "1"})
+    assert response.status_code == 400
+    assert "verdcit" in response.json()["error"]
+
+
+def test_the_api_gives_null_for_an_unknown_size_and_rounded_rates(client: Client) -> None:
+    f.catalog_mix()
+    rows = {r["repo_id"]: r for r in client.get("/api/v1/packages").json()["results"]}
+    assert rows["meshllm/DeepSeek-V4-Flash-UD-Q4_K_XL-layers"]["latest_revision"]["total_bytes"] is None
+
+
+def test_hub_links_are_pinned_to_the_revision_sha(client: Client) -> None:
+    f.qwen35_package()
+    body = text(client.get(f"/packages/{f.QWEN35_REPO}/"))
+    assert f"/{f.QWEN35_REPO}/tree/{f.QWEN35_SHA}" in body
+    assert f"/{f.QWEN35_REPO}/blob/{f.QWEN35_SHA}/layers/layer-000.gguf" in body
+
+
+def test_the_nav_marks_the_inconsistent_filter_as_the_current_page(client: Client) -> None:
+    body = text(client.get("/", {"verdict": "inconsistent"}))
+    assert 'href="/?verdict=inconsistent" aria-current="page"' in body
+    assert 'href="/" aria-current="page"' not in body
+
+
+def test_a_private_packages_fleet_stays_hidden_from_readers_who_may_not_see_it(client: Client) -> None:
+    f.qwen35_fleet(timezone.now())
+    f.Package.objects.filter(repo_id=f.QWEN35_REPO).update(private=True)
+    assert "69cbd9fc" not in text(client.get("/nodes/"))
+    assert "69cbd9fc" not in text(client.get("/nodes/gpu-box-1/"))
+    assert client.get("/topologies/lab-2/").status_code == 404
+    assert client.get(f"/packages/{f.QWEN35_REPO}/compare").status_code == 404
+    assert client.get(f"/packages/{f.QWEN35_REPO}/reports.csv").status_code == 404
+    assert f.QWEN35_REPO not in text(client.get("/catalog.csv"))
+
+
+def test_ingest_status_badges_link_to_their_glossary_entry(client: Client) -> None:
+    f.catalog_mix()
+    glossary_page = text(client.get("/glossary/"))
+    catalog = text(client.get("/"))
+    for status in ("done", "running"):
+        assert f'id="runtime-{status}"' in glossary_page
+        assert f"/glossary/#runtime-{status}" in catalog
+
+
+def test_a_problem_code_links_to_its_entry_or_to_the_section_on_manifest_codes() -> None:
+    from packages_app.templatetags.verdicts import problem_anchor
+
+    assert problem_anchor("undeclared_mtp") == "problem-undeclared-mtp"
+    assert problem_anchor("invalid_layer_indices") == "problems"
