@@ -51,6 +51,14 @@ def submit(fn: Callable[..., Any], *args: Any) -> None:
     transaction.on_commit(lambda: _start(fn, args))
 
 
+def hand_off(fn: Callable[..., Any], *args: Any) -> None:
+    """With a broker ``fn`` only enqueues, so it runs here; eagerly it would do the work: a thread does."""
+    if eager():
+        submit(fn, *args)
+    else:
+        fn(*args)
+
+
 def _start(fn: Callable[..., Any], args: tuple[Any, ...]) -> Future[None]:
     global _pending
     with _lock:

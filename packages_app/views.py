@@ -313,18 +313,10 @@ def _track(request: HttpRequest, repo_id: str) -> HttpResponse:
         messages.error(request, f"{repo_id} is not tracked: {exc}")
         return redirect("packages_app:ingest")
     package: Package = track_package(repo_id)
-    _hand_off(queueing.enqueue_sync, package.repo_id)
+    background.hand_off(queueing.enqueue_sync, package.repo_id)
     access.record(request.user, ActionLog.Action.TRACK, package.repo_id)
     messages.success(request, f"Tracking {package.repo_id}: its revisions are queued for ingest.")
     return redirect("packages_app:ingest")
-
-
-def _hand_off(fn: Callable[..., Any], *args: Any) -> None:
-    """With a broker ``fn`` only enqueues, so it runs here; eagerly it would do the work: a thread does."""
-    if background.eager():
-        background.submit(fn, *args)
-    else:
-        fn(*args)
 
 
 @require_POST

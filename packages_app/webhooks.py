@@ -138,10 +138,12 @@ def _dispatch(event: RepoEvent) -> JsonResponse:
     reason = _ignored_because(event)
     if reason is not None:
         return JsonResponse({"queued": False, "repo": event.repo_id, "reason": reason}, status=200)
-    from packages_app import tasks  # Celery is only needed once an event is accepted
+    from packages_app import background, queueing  # Celery is only needed once an event is accepted
 
     try:
-        tasks.sync_package.delay_on_commit(event.repo_id)
+        background.hand_off(queueing.enqueue_sync, event.repo_id)  # never the sync itself, even eagerly
+    except background.Busy as exc:
+        return _error(503, str(exc), **{"Retry-After": str(RETRY_AFTER_SECONDS)})
     except Exception:  # the broker is down: the Hub may deliver again later; the periodic sync covers it
         log.warning("could not enqueue the sync of %s", event.repo_id, exc_info=True)
         retry_after = {"Retry-After": str(RETRY_AFTER_SECONDS)}

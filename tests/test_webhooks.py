@@ -52,6 +52,7 @@ def hub_payload(
 def webhook_secret(settings: Any) -> str:
     settings.MESHDASH_WEBHOOK_SECRET = SECRET
     settings.MESHDASH_NAMESPACES = ["meshllm"]
+    settings.CELERY_BROKER_URL = "redis://broker.invalid:6379/0"  # as in production; enqueues are mocked
     return SECRET
 
 
@@ -85,6 +86,42 @@ def test_the_queued_sync_runs_once_the_request_commits(
     ):
         assert post(client, hub_payload()).status_code == 202
     delay.assert_called_once_with(QWEN)
+
+
+def test_without_a_broker_the_sync_goes_to_the_background_pool_not_the_request(
+    client: Client, settings: Any, enqueued: Any
+) -> None:
+    from packages_app import background, queueing
+
+    settings.CELERY_BROKER_URL = ""  # eager tasks: enqueuing would run the whole sync in this request
+    with mock.patch.object(background, "submit") as submit:
+        assert post(client, hub_payload()).status_code == 202
+    submit.assert_called_once_with(queueing.enqueue_sync, QWEN)
+    enqueued.assert_not_called()
+
+
+def test_control_enqueuing_eagerly_would_run_the_sync_inside_the_request(
+    client: Client, settings: Any, django_capture_on_commit_callbacks: Any, eager_tasks: None
+) -> None:
+    from packages_app import background
+
+    settings.CELERY_BROKER_URL = ""
+    with (
+        mock.patch.object(background, "eager", return_value=False),  # the guard switched off
+        mock.patch.object(tasks.sync_package, "run") as sync,
+        django_capture_on_commit_callbacks(execute=True),
+    ):
+        assert post(client, hub_payload()).status_code == 202
+    sync.assert_called_once_with(QWEN)  # the task body ran in this thread, during the request
+
+
+def test_a_full_background_pool_answers_503_with_retry_after(client: Client, settings: Any) -> None:
+    from packages_app import background
+
+    settings.CELERY_BROKER_URL = ""
+    with mock.patch.object(background, "submit", side_effect=background.Busy("busy")):
+        response = post(client, hub_payload())
+    assert response.status_code == 503 and int(response["Retry-After"]) > 0
 
 
 def test_it_is_disabled_with_a_404_when_no_secret_is_configured(
