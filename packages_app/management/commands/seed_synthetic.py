@@ -412,27 +412,39 @@ class BulkLoader:
         self.cells = {}
 
 
+ROLLUP_COPY = f"COPY {Rollup._meta.db_table} ({', '.join(rollups.COLUMNS)}) FROM STDIN"
+
+
 class CopyLoader:
     """PostgreSQL: reports streamed by COPY as they are made, and each finished revision's rollups
-    streamed at the same time by COPY on a second connection (so one runs while the other waits)."""
+    streamed at the same time by COPY on a second connection (so one runs while the other waits).
+
+    Inside a transaction (a test, or a caller's atomic block) a second connection cannot see the
+    revisions this one has not committed, so the rollups wait and follow the reports on this connection.
+    """
 
     def __init__(self) -> None:
         self.cells: dict[rollups.Key, rollups.Cell] = {}
         self.since = rollups.hourly_since()
         self.total = 0
         self.stack = ExitStack()
+        self.pending: list[list[Any]] | None = [] if connection.in_atomic_block else None
 
     def __enter__(self) -> CopyLoader:
         cursor = self.stack.enter_context(connection.cursor())
         reports = f"COPY {Report._meta.db_table} ({', '.join(REPORT_COLUMNS)}) FROM STDIN"
         self.reports = self.stack.enter_context(cursor.cursor.copy(reports))
-        side = self.stack.enter_context(psycopg.connect(**connection.get_connection_params()))
-        cells = f"COPY {Rollup._meta.db_table} ({', '.join(rollups.COLUMNS)}) FROM STDIN"
-        self.rollups = self.stack.enter_context(side.cursor().copy(cells))
+        if self.pending is None:
+            side = self.stack.enter_context(psycopg.connect(**connection.get_connection_params()))
+            self.rollups = self.stack.enter_context(side.cursor().copy(ROLLUP_COPY))
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.stack.__exit__(*exc)  # type: ignore[arg-type]
+        if exc[0] is None and self.pending:
+            with connection.cursor() as cursor, cursor.cursor.copy(ROLLUP_COPY) as copy:
+                for row in self.pending:
+                    copy.write_row(row)
 
     def add(self, row: SyntheticReport) -> None:
         self.reports.write_row([getattr(row, name) for name in REPORT_COLUMNS])
@@ -440,8 +452,12 @@ class CopyLoader:
         self.total += 1
 
     def end_revision(self) -> None:
-        for key, cell in self.cells.items():
-            self.rollups.write_row(rollups.row_values(connection, key, cell))
+        rows = [rollups.row_values(connection, key, cell) for key, cell in self.cells.items()]
+        if self.pending is not None:
+            self.pending.extend(rows)
+        else:
+            for row in rows:
+                self.rollups.write_row(row)
         self.cells = {}
 
 
