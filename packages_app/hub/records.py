@@ -11,9 +11,12 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
 
-MANIFEST_PATH = "model-package.json"
-MANIFEST_MAX_BYTES = 16 * 1024 * 1024
-SHA_RE = re.compile(r"^[0-9a-f]{40}$")
+from packages_app import layout
+from packages_app.repo_ids import COMMIT_SHA_RE
+
+MANIFEST_PATH = layout.MANIFEST_FILE
+MANIFEST_MAX_BYTES = layout.MAX_MANIFEST_BYTES
+SHA_RE = re.compile(f"^{COMMIT_SHA_RE.pattern}$")
 
 
 @dataclass(frozen=True)
