@@ -260,6 +260,10 @@ CELERY_BEAT_SCHEDULE = {
         "task": "packages_app.tasks.prune_hourly_rollups",
         "schedule": 3600,
     },
+    "maintain-report-partitions": {
+        "task": "packages_app.tasks.maintain_report_partitions",
+        "schedule": 24 * 3600,
+    },
 }
 
 # --- Cache (the node rate limiter counts here, so it must be shared by all web workers) -------
@@ -276,6 +280,9 @@ else:
 MESHDASH_NODE_RATE_LIMIT = envint("MESHDASH_NODE_RATE_LIMIT", 1200)  # requests/minute/node; 0 = off
 # Hourly report rollups are kept this many days; day and total rollups are kept for good.
 MESHDASH_ROLLUP_HOURLY_DAYS = envint("MESHDASH_ROLLUP_HOURLY_DAYS", 14)
+# Raw reports are kept this many months (whole months, dropped by beat; 0 = for good). The pages read
+# the rollups, which stay; only "recent reports", CSV exports and rebuild_rollups need raw reports.
+MESHDASH_REPORT_RETENTION_MONTHS = envint("MESHDASH_REPORT_RETENTION_MONTHS", 6)
 # Off only to measure what the rollups cost (bench/bench_reports.py): pages then lag until
 # `manage.py rebuild_rollups`.
 MESHDASH_ROLLUP_ON_STORE = envbool("MESHDASH_ROLLUP_ON_STORE", True)

@@ -190,8 +190,35 @@ class Node(models.Model):
         return self.name
 
 
+class ReportKey(models.Model):
+    """The claim that makes a report exactly-once: one row per (node, report_id), written first.
+
+    Its id is the id of the Report row it admits. The raw reports are partitioned by month on
+    PostgreSQL (packages_app.partitions), and a partitioned table's unique index must contain the
+    partition key, so (node, report_id) cannot be unique there: this small unpartitioned table
+    carries that constraint on every database. Keys are deleted with their reports' month.
+    """
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="report_keys")
+    report_id = models.UUIDField()
+    body_sha256 = models.CharField(max_length=64)
+    received_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["node", "report_id"], name="reportkey_natural_key"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.node_id}:{self.report_id}"
+
+
 class Report(models.Model):
     """One timing report posted by a node, stored exactly once per (node, report_id).
+
+    The ReportKey row claimed first decides which request stores it, and gives the row its id
+    (packages_app.reports.insert_claimed). On PostgreSQL the table is partitioned by month of
+    received_at, with the primary key (id, received_at) (migration 0009; packages_app.partitions).
 
     Reports also come from OTLP spans (``source=otlp``): then report_id is derived from the span id
     and the package is the one the node's agent registered for the span's run id (NodeRun).
@@ -244,9 +271,6 @@ class Report(models.Model):
 
     class Meta:
         ordering = ["-received_at"]
-        constraints = [
-            models.UniqueConstraint(fields=["node", "report_id"], name="report_natural_key"),
-        ]
         indexes = [
             # A revision's newest reports (the bounded "recent" table; pages read the rollups, not these).
             models.Index(fields=["revision", "received_at"], name="report_revision_time"),

@@ -9,13 +9,14 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
+from typing import Any, NamedTuple
 from uuid import UUID
 
-from django.db import IntegrityError, transaction
-from django.db.models import Q
+from django.db import connection, transaction
+from django.db.models import Field, Q
 
 from packages_app import rollups
-from packages_app.models import Node, Report, Revision
+from packages_app.models import Node, Report, ReportKey, Revision
 from packages_app.nodes.report_schema import ReportIn
 
 CLOCK_SKEW_LIMIT = timedelta(minutes=5)
@@ -53,77 +54,108 @@ PackageKey = tuple[str, str, str]  # (repo_id, commit_sha, manifest_sha256 or ""
 
 
 def report_store(node: Node, item: ValidReport, received_at: datetime) -> StoreOutcome:
-    """Store one report. The unique constraint decides races: the loser reads the winner's row."""
-    revisions = _resolve_revisions({_package_key(item.report)})
-    row = _build_row(node, item, received_at, revisions)
-    try:
-        # The row and its rollup figures commit together (a savepoint inside a caller's transaction).
-        with transaction.atomic():
-            row.save(force_insert=True)
-            rollups.add_reports([row])
-    except IntegrityError:
-        stored = _stored_rows(node, [item.report.report_id]).get(item.report.report_id)
-        if stored is None:
-            raise  # not our natural key: a real integrity problem, not a replay
-        return _with_unknown(_compare(stored[:2], item.digest), item, revisions)
-    return _with_unknown(StoreOutcome(Stored.CREATED, row.pk), item, revisions)
+    """Store one report: a batch of one."""
+    return reports_store_batch(node, [item], received_at)[0]
 
 
 def reports_store_batch(
     node: Node, items: Sequence[ValidReport], received_at: datetime
 ) -> list[StoreOutcome]:
-    """Store many reports with one insert and one read; a result per item, in order.
+    """Store many reports with one insert of keys, one of reports; a result per item, in order.
 
-    The unique constraint with ignore_conflicts keeps rows exact under any race. A row is ours
-    (201) when it carries this request's receive time; otherwise the item is a replay (200) or
-    a conflict (409) by digest. Only two requests of one node in the same microsecond could
-    both hear 201 for one row.
+    An item is 201 when this call claimed its key, else a replay (200) or a conflict (409) by digest.
     """
     revisions = _resolve_revisions({_package_key(item.report) for item in items})
     firsts = _first_occurrences(items)
-    rows = [_build_row(node, item, received_at, revisions) for item in firsts]
-    with transaction.atomic():  # the rows and their rollup figures commit together
-        Report.objects.bulk_create(rows, ignore_conflicts=True)
-        stored = _stored_rows(node, [item.report.report_id for item in firsts])
-        firsts_by_id = {item.report.report_id: item for item in firsts}
-        outcomes = [_batch_outcome(item, stored, firsts_by_id, received_at) for item in items]
-        rollups.add_reports(_created(rows, stored, outcomes))
-    return [_with_unknown(o, item, revisions) for o, item in zip(outcomes, items, strict=True)]
+    rows = [_build_row(node, item, received_at, revisions) for item in firsts.values()]
+    keys = insert_claimed(node, rows)
+    outcomes = []
+    for item in items:
+        key = keys[item.report.report_id]
+        if key.claimed and firsts[item.report.report_id] is item:
+            outcome = StoreOutcome(Stored.CREATED, key.id)
+        else:
+            outcome = _compare((key.id, key.digest), item.digest)
+        outcomes.append(_with_unknown(outcome, item, revisions))
+    return outcomes
 
 
-def _created(
-    rows: list[Report], stored: dict[UUID, tuple[int, str, datetime]], outcomes: list[StoreOutcome]
-) -> list[Report]:
-    """The rows this call inserted (bulk_create with ignore_conflicts leaves their pk unset)."""
-    ours = {outcome.id for outcome in outcomes if outcome.result is Stored.CREATED}
-    return [row for row in rows if stored[row.report_id][0] in ours]
+class StoredKey(NamedTuple):
+    id: int  # the report row's id
+    digest: str  # body_sha256 of the stored report
+    claimed: bool  # by this call: the row is the one it inserted
 
 
-def _batch_outcome(
-    item: ValidReport,
-    stored: dict[UUID, tuple[int, str, datetime]],
-    firsts: dict[UUID, ValidReport],
-    received_at: datetime,
-) -> StoreOutcome:
-    row_id, digest, row_received_at = stored[item.report.report_id]
-    inserted_now = row_received_at == received_at and digest == item.digest
-    if inserted_now and firsts[item.report.report_id] is item:
-        return StoreOutcome(Stored.CREATED, row_id)
-    return _compare((row_id, digest), item.digest)
+def insert_claimed(node: Node, rows: Sequence[Report]) -> dict[UUID, StoredKey]:
+    """Claim each row's (node, report_id) key, then insert the rows whose key this call claimed and
+    add them to the rollups, all in one transaction (a savepoint inside a caller's).
+
+    ``rows`` have distinct report ids; returns the stored key of each. The key's unique constraint
+    decides races: a second claimant waits for the first to commit, then finds the key taken, and
+    the rows it did not claim are never inserted.
+    """
+    with transaction.atomic():
+        claimed = _claim(node, rows)
+        keys = {
+            row.report_id: StoredKey(claimed[row.report_id], row.body_sha256, True)
+            for row in rows
+            if row.report_id in claimed
+        }
+        others = [row.report_id for row in rows if row.report_id not in claimed]
+        if others:
+            taken = ReportKey.objects.filter(node=node, report_id__in=others)
+            for pk, report_id, digest in taken.values_list("id", "report_id", "body_sha256"):
+                keys[report_id] = StoredKey(pk, digest, False)
+        mine = [row for row in rows if row.report_id in claimed]
+        for row in mine:
+            row.id = claimed[row.report_id]
+        Report.objects.bulk_create(mine)
+        rollups.add_reports(mine)
+    return keys
 
 
-def _stored_rows(node: Node, report_ids: Sequence[UUID]) -> dict[UUID, tuple[int, str, datetime]]:
-    rows = Report.objects.filter(node=node, report_id__in=report_ids)
-    fields = rows.values_list("id", "report_id", "body_sha256", "received_at")
-    return {rid: (pk, digest, at) for pk, rid, digest, at in fields}
+def _claim(node: Node, rows: Sequence[Report]) -> dict[UUID, int]:
+    """Insert the rows' keys with ``ON CONFLICT DO NOTHING RETURNING``: the keys this statement
+    inserted, report id -> key id (PostgreSQL, and SQLite from 3.35). Django's
+    bulk_create(ignore_conflicts=True) cannot say which rows it inserted."""
+    table = ReportKey._meta.db_table
+    claimed: dict[UUID, int] = {}
+    with connection.cursor() as cursor:
+        for start in range(0, len(rows), CLAIM_ROWS):
+            chunk = rows[start : start + CLAIM_ROWS]
+            params: list[Any] = []
+            for row in chunk:
+                params.extend((node.pk, *_key_values(row)))
+            cursor.execute(
+                f"INSERT INTO {table} (node_id, {', '.join(KEY_FIELDS)})"  # noqa: S608
+                f" VALUES {', '.join(['(%s, %s, %s, %s)'] * len(chunk))}"
+                " ON CONFLICT (node_id, report_id) DO NOTHING RETURNING report_id, id",
+                params,
+            )
+            claimed.update((UUID(str(report_id)), pk) for report_id, pk in cursor.fetchall())
+    return claimed
 
 
-def _first_occurrences(items: Iterable[ValidReport]) -> list[ValidReport]:
+CLAIM_ROWS = 500  # keys per statement: 2,000 parameters
+KEY_FIELDS = ("report_id", "body_sha256", "received_at")
+
+
+def _key_values(row: Report) -> list[Any]:
+    # Each value as its column stores it (a uuid is 32 hex digits on SQLite, a datetime is UTC).
+    values = []
+    for name in KEY_FIELDS:
+        field = Report._meta.get_field(name)
+        assert isinstance(field, Field)
+        values.append(field.get_db_prep_save(getattr(row, name), connection))
+    return values
+
+
+def _first_occurrences(items: Iterable[ValidReport]) -> dict[UUID, ValidReport]:
     # A batch may repeat a report_id; the first one is the insert, the rest are replays of it.
     seen: dict[UUID, ValidReport] = {}
     for item in items:
         seen.setdefault(item.report.report_id, item)
-    return list(seen.values())
+    return seen
 
 
 def _compare(stored: tuple[int, str], digest: str) -> StoreOutcome:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Callable
+from dataclasses import asdict
 from typing import Any, TypeVar
 
 from celery import Task, shared_task
@@ -18,7 +19,7 @@ from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
 from django.core.cache import cache
 
-from packages_app import hub, ingest, rollups
+from packages_app import hub, ingest, partitions, rollups
 
 log = logging.getLogger(__name__)
 
@@ -176,3 +177,13 @@ def prune_hourly_rollups() -> int:
     """Delete hour rollups past MESHDASH_ROLLUP_HOURLY_DAYS (their reports are in the day rollups).
     Idempotent: a redelivery deletes nothing more."""
     return rollups.prune_hourly()
+
+
+@shared_task(acks_late=True)
+def maintain_report_partitions() -> dict[str, object]:
+    """Daily: create the coming months' report partitions, drop the months past the retention.
+    Idempotent: a redelivery finds the partitions made and the old months gone."""
+    upkeep = partitions.maintain()
+    if upkeep.created or upkeep.dropped:
+        log.info("report partitions: created %s, dropped %s", upkeep.created, upkeep.dropped)
+    return asdict(upkeep)

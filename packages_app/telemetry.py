@@ -14,7 +14,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from django.db import transaction
 from django.db.models import Q
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
@@ -22,7 +21,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 from pydantic import ValidationError
 
-from packages_app import rollups
+from packages_app import reports, rollups
 from packages_app.models import Node, NodeRun, Report, Revision
 from packages_app.nodes import otlp
 from packages_app.nodes.report_schema import RunIn, Timings, canonical_json
@@ -44,7 +43,7 @@ def traces_export(node: Node, request: ExportTraceServiceRequest, received_at: d
     """Store the decode spans of one OTLP export; the answer counts what was rejected and why."""
     batch = otlp.decode_spans(request)
     rows, bad_counters = _span_rows(node, batch.spans, received_at)
-    created = _insert(node, rows, received_at)
+    created = _insert(node, rows)
     reason = (
         f"{bad_counters} {otlp.DECODE_SPAN} span(s) with counters of the wrong type" if bad_counters else ""
     )
@@ -54,17 +53,11 @@ def traces_export(node: Node, request: ExportTraceServiceRequest, received_at: d
     return ExportOutcome(created=created, duplicates=len(rows) - created, response=response)
 
 
-def _insert(node: Node, rows: list[Report], received_at: datetime) -> int:
+def _insert(node: Node, rows: list[Report]) -> int:
+    """Store the spans not stored yet (by an earlier export of them); returns how many."""
     if not rows:
         return 0
-    ids = [row.report_id for row in rows]
-    with transaction.atomic():  # the rows and their rollup figures commit together
-        Report.objects.bulk_create(rows, ignore_conflicts=True)
-        # Ours are the rows carrying this export's receive time; the rest were stored by an earlier export.
-        mine = Report.objects.filter(node=node, report_id__in=ids, received_at=received_at)
-        ours = set(mine.values_list("report_id", flat=True))
-        rollups.add_reports(row for row in rows if row.report_id in ours)
-    return len(ours)
+    return sum(key.claimed for key in reports.insert_claimed(node, rows).values())
 
 
 def _span_rows(

@@ -13,7 +13,7 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from packages_app import rollups
+from packages_app import reports
 from packages_app.layout import FileRole
 from packages_app.models import Node, Package, PackageFile, Report, Revision
 
@@ -402,7 +402,7 @@ def make_report(
     }
     values.update(fields)
     body = values.pop("body", {"timings": {"predicted_per_second": tps}})
-    report = Report.objects.create(
+    report = Report(
         node=node,
         report_id=uuid.uuid4(),
         body_sha256="0" * 64,
@@ -416,7 +416,7 @@ def make_report(
         body=body,
         **values,
     )
-    rollups.add_reports([report])  # as the store paths do
+    reports.insert_claimed(node, [report])  # claims its key, inserts it, adds it to the rollups
     return report
 
 

@@ -56,6 +56,7 @@ LAYERS: Mapping[str, int] = {
     "packages_app.throughput": SERVICES,
     "packages_app.fleet": SERVICES,
     "packages_app.rollups": SERVICES,
+    "packages_app.partitions": SERVICES,
     "packages_app.audit_log": SERVICES,
     "packages_app.telemetry": SERVICES,
     # Celery tasks: ids in, one service call, follow-ups enqueued

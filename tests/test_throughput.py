@@ -14,7 +14,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from packages_app import rollups, sketch, throughput
+from packages_app import reports, sketch, throughput
 from packages_app.models import Node, Package, Report, Revision
 from packages_app.nodes import identity as nodes
 from packages_app.throughput import alert_revision_ids, catalog_throughput, revision_throughput
@@ -70,7 +70,7 @@ def add(node: Node, revision: Revision, *, tps: float, at: datetime = T0, **fiel
         "requested_strategy": "auto",
         "stage_splits": "0..27|27..41",
     }
-    report = Report.objects.create(
+    report = Report(
         node=node,
         report_id=uuid.uuid4(),
         body_sha256="0" * 64,
@@ -84,7 +84,7 @@ def add(node: Node, revision: Revision, *, tps: float, at: datetime = T0, **fiel
         body={},
         **(defaults | fields),
     )
-    rollups.add_reports([report])  # as the store paths do, in the storing transaction
+    reports.insert_claimed(node, [report])  # claims its key, inserts it, adds it to the rollups
     return report
 
 

@@ -23,12 +23,14 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connection, transaction
 from django.db.models import Model, OuterRef, Subquery
 
-from packages_app import rollups
+from packages_app import partitions, rollups
 from packages_app.layout import FileRole
-from packages_app.models import Node, Package, PackageFile, Report, Revision, Rollup
+from packages_app.models import Node, Package, PackageFile, Report, ReportKey, Revision, Rollup
 
 T = TypeVar("T", bound=Model)
-NOW = datetime(2026, 6, 1, tzinfo=UTC)
+# Reports span the 30 days before today's midnight (UTC), so the pages' recent windows, the hourly
+# rollups and this month's partition see them as they would see a live fleet's.
+NOW = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
 
 
 @dataclass(frozen=True)
@@ -139,6 +141,8 @@ class Seeder:
 
     def reset(self) -> None:
         def delete() -> int:
+            ids = Report.objects.filter(repo_id__startswith=self.prefix).values("id")
+            ReportKey.objects.filter(id__in=ids).delete()
             reports, _ = Report.objects.filter(repo_id__startswith=self.prefix).delete()
             files, _ = PackageFile.objects.filter(revision__package__repo_id__startswith=self.prefix).delete()
             packages, _ = Package.objects.filter(repo_id__startswith=self.prefix).delete()
@@ -163,7 +167,7 @@ class Seeder:
         # cannot run inside a transaction (a caller's atomic block, or a test), ANALYZE can.
         command = "ANALYZE" if connection.in_atomic_block else "VACUUM ANALYZE"
         with connection.cursor() as cursor:
-            for model in (Package, Revision, PackageFile, Report, Rollup):
+            for model in (Package, Revision, PackageFile, Report, ReportKey, Rollup):
                 cursor.execute(f"{command} {connection.ops.quote_name(model._meta.db_table)}")
         self.say(f"{command.lower()}: {time.perf_counter() - start:.1f}s")
 
@@ -303,12 +307,17 @@ class Seeder:
             return 0
         self.random.shuffle(latest)
         counts = zipf_counts(self.options["reports"], len(latest))
+        if partitions.is_partitioned():
+            partitions.create_months(NOW - REPORT_SPAN, NOW)
+        self.next_id = reserve_report_ids(sum(counts))
+        first_id = self.next_id
         loader = CopyLoader() if connection.vendor == "postgresql" else BulkLoader(self.batch)
         with loader:
             for revision, count in zip(latest, counts, strict=True):
                 for _ in range(count):
                     loader.add(self.report_row(revision))
                 loader.end_revision()
+        add_report_keys(first_id, self.next_id)
         return loader.total
 
     def report_row(self, revision: Latest) -> SyntheticReport:
@@ -316,8 +325,10 @@ class Seeder:
         strategy = self.random.choice(STRATEGIES_ON if mtp_used else STRATEGIES_OFF)
         tps = self.random.gauss(9.5 if mtp_used else 3.2, 0.6)
         proposed = self.random.randint(50, 200) if mtp_used else 0
-        at = NOW - timedelta(seconds=self.random.randint(0, 30 * 24 * 3600))
+        at = NOW - timedelta(seconds=self.random.randint(0, int(REPORT_SPAN.total_seconds())))
+        self.next_id += 1
         return SyntheticReport(
+            id=self.next_id - 1,
             node_id=self.random.choice(self.nodes),
             report_id=uuid.UUID(int=self.random.getrandbits(128)),
             received_at=at,
@@ -343,6 +354,7 @@ class Seeder:
 class SyntheticReport:
     """A Report row as plain values (its fields are Report's column names), cheap to make by millions."""
 
+    id: int
     node_id: int
     report_id: uuid.UUID
     received_at: datetime
@@ -459,6 +471,34 @@ class CopyLoader:
             for row in rows:
                 self.rollups.write_row(row)
         self.cells = {}
+
+
+REPORT_SPAN = timedelta(days=30)
+
+
+def reserve_report_ids(count: int) -> int:
+    """The first of ``count`` consecutive report (and report key) ids no writer will take."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_get_serial_sequence(%s, 'id')", [ReportKey._meta.db_table])
+            (sequence,) = cursor.fetchone()
+            cursor.execute("SELECT nextval(%s)", [sequence])
+            (first,) = cursor.fetchone()
+            cursor.execute("SELECT setval(%s, %s)", [sequence, first + max(count, 1) - 1])
+        return int(first)
+    last = ReportKey.objects.order_by("-id").values_list("id", flat=True).first() or 0
+    return last + 1
+
+
+def add_report_keys(first_id: int, end_id: int) -> None:
+    """The exactly-once keys of the reports just made (ids first_id to end_id - 1), from their rows."""
+    columns = "id, node_id, report_id, body_sha256, received_at"
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {ReportKey._meta.db_table} ({columns}) SELECT {columns}"  # noqa: S608
+            f" FROM {Report._meta.db_table} WHERE id >= %s AND id < %s",
+            [first_id, end_id],
+        )
 
 
 def _report_fields(row: SyntheticReport) -> dict[str, Any]:
