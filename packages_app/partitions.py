@@ -142,10 +142,16 @@ def drop_before(horizon: datetime, upkeep: Upkeep) -> None:
     """Drop the reports received before ``horizon`` (a month start) and the keys only they used."""
     with transaction.atomic():
         if is_partitioned():
-            for part in monthly_partitions():
-                if part.month is not None and month_start(part.month, 1) <= horizon:
-                    with connection.cursor() as cursor:
-                        cursor.execute(f"DROP TABLE {part.name}")
+            old = [
+                p for p in monthly_partitions() if p.month is not None and month_start(p.month, 1) <= horizon
+            ]
+            with connection.cursor() as cursor:
+                if old:
+                    # Deferred foreign-key checks of rows written earlier in this transaction (a caller's)
+                    # would forbid the DROP: run them now.
+                    cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
+                for part in old:
+                    cursor.execute(f"DROP TABLE {part.name}")
                     upkeep.dropped.append(part.name)
         upkeep.reports_deleted, _ = Report.objects.filter(received_at__lt=horizon).delete()
         # A key's id is its report's id, and ids grow with time: the keys below the oldest kept

@@ -32,7 +32,7 @@ from typing import Any, Protocol
 
 from django.conf import settings
 from django.db import connections, transaction
-from django.db.models import Q
+from django.db.models import F, OuterRef, Q, Subquery
 
 from packages_app import sketch
 from packages_app.models import ROLLUP_KEY, Report, Revision, Rollup
@@ -426,6 +426,18 @@ def rebuild(revision_ids: Sequence[int] | None = None) -> int:
     for revision_id in revision_ids:
         total += _rebuild_one(revision_id)
     return total
+
+
+def outliving_reports(revision_ids: Sequence[int] | None = None) -> list[int]:
+    """Revisions whose rollups count reports older than the oldest raw report they still have (the
+    retention dropped them, or someone deleted them): rebuilding those would lose figures."""
+    reports = Report.objects.filter(revision=OuterRef("revision"))
+    oldest = reports.order_by("received_at").values("received_at")
+    cells = Rollup.objects.filter(grain=Rollup.Grain.TOTAL, node_key=Rollup.ALL_NODES)
+    if revision_ids is not None:
+        cells = cells.filter(revision_id__in=revision_ids)
+    cells = cells.annotate(oldest=Subquery(oldest[:1])).filter(Q(oldest=None) | Q(first_at__lt=F("oldest")))
+    return sorted(set(cells.values_list("revision_id", flat=True)))
 
 
 def _rebuild_one(revision_id: int) -> int:
