@@ -32,7 +32,7 @@ from typing import Any, Protocol
 
 from django.conf import settings
 from django.db import connections, transaction
-from django.db.models import F, OuterRef, Q, Subquery
+from django.db.models import Count, F, OuterRef, Q, Subquery
 
 from packages_app import sketch
 from packages_app.models import ROLLUP_KEY, Report, Revision, Rollup
@@ -415,17 +415,44 @@ def prune_hourly(now: datetime | None = None) -> int:
 def rebuild(revision_ids: Sequence[int] | None = None) -> int:
     """Recompute rollups from the raw reports (every revision, or the given ones); returns reports.
 
-    Per revision, in one transaction that first takes the rollup table in EXCLUSIVE mode on
-    PostgreSQL: a store that already upserted has committed before the lock is granted (its reports
-    are read here), one that has not waits and adds its reports after this commit (they were not
-    visible here). So nothing is counted twice or lost while reports keep arriving.
+    A few revisions at a time, each group in one transaction that first takes the rollup table in
+    EXCLUSIVE mode on PostgreSQL: a store that already upserted has committed before the lock is
+    granted (its reports are read here), one that has not waits and adds its reports after this
+    commit (they were not visible here). So nothing is counted twice or lost while reports keep
+    arriving. On PostgreSQL a group is rebuilt by one SQL statement (``_rebuild_in_sql``) and holds
+    at most REBUILD_GROUP_REPORTS reports (or one busier revision); on SQLite, one revision.
     """
     if revision_ids is None:
         revision_ids = list(Revision.objects.order_by("pk").values_list("pk", flat=True))
     total = 0
-    for revision_id in revision_ids:
-        total += _rebuild_one(revision_id)
+    for group in _rebuild_groups(revision_ids):
+        total += _rebuild_group(group)
     return total
+
+
+REBUILD_GROUP_REPORTS = 200_000
+
+
+def _rebuild_groups(revision_ids: Sequence[int]) -> list[list[int]]:
+    if connections["default"].vendor != "postgresql":
+        return [[revision_id] for revision_id in revision_ids]
+    counts = dict(
+        Report.objects.filter(revision_id__in=revision_ids)
+        .order_by()
+        .values_list("revision_id")
+        .annotate(n=Count("*"))
+        .values_list("revision_id", "n")
+    )
+    groups: list[list[int]] = [[]]
+    size = 0
+    for revision_id in revision_ids:
+        n = counts.get(revision_id, 0)
+        if groups[-1] and size + n > REBUILD_GROUP_REPORTS:
+            groups.append([])
+            size = 0
+        groups[-1].append(revision_id)
+        size += n
+    return [group for group in groups if group]
 
 
 def outliving_reports(revision_ids: Sequence[int] | None = None) -> list[int]:
@@ -440,17 +467,121 @@ def outliving_reports(revision_ids: Sequence[int] | None = None) -> list[int]:
     return sorted(set(cells.values_list("revision_id", flat=True)))
 
 
-def _rebuild_one(revision_id: int) -> int:
+def _rebuild_group(revision_ids: list[int]) -> int:
     connection = connections["default"]
     with transaction.atomic():
         if connection.vendor == "postgresql":
             with connection.cursor() as cursor:
                 cursor.execute(f"LOCK TABLE {Rollup._meta.db_table} IN EXCLUSIVE MODE")
-        Rollup.objects.filter(revision_id=revision_id).delete()
-        reports = Report.objects.filter(revision_id=revision_id).order_by("pk").values_list(*SOURCE_FIELDS)
+                # A group's sorts fit in memory; compiling the statement (JIT) costs more than it saves.
+                cursor.execute("SET LOCAL work_mem = '256MB'")
+                cursor.execute("SET LOCAL jit = off")
+                Rollup.objects.filter(revision_id__in=revision_ids).delete()
+                return _rebuild_in_sql(cursor, revision_ids)
+        Rollup.objects.filter(revision_id__in=revision_ids).delete()
+        reports = (
+            Report.objects.filter(revision_id__in=revision_ids).order_by("pk").values_list(*SOURCE_FIELDS)
+        )
         rows = (
-            Report(**dict(zip(SOURCE_FIELDS, row, strict=True))) for row in reports.iterator(REBUILD_CHUNK)
+            Report(**dict(zip(SOURCE_FIELDS, row, strict=True)))
+            for row in reports.values_list(*SOURCE_FIELDS).iterator(REBUILD_CHUNK)
         )
         cells, total = cells_of(rows, hourly_since())
         upsert(cells)
     return total
+
+
+# --- rebuilding in SQL (PostgreSQL) --------------------------------------------------------------
+# The same cells as cells_of + Figures, computed by PostgreSQL from the raw rows in one statement:
+# at 10,000,000 reports the Python path takes tens of minutes, this a few. Bins as sketch.bin_of
+# (ln and ceil on the same doubles); tests/test_rollups.py checks both paths give the same rows.
+
+_KEY_SQL = (
+    "revision_id",
+    "grain",
+    "node_key",
+    "bucket_start",
+    "stage_splits",
+    "requested_strategy",
+    "effective_strategy",
+    "mtp_used",
+)
+_METRIC_SQL = {"tps": "predicted_per_second", "prompt": "prompt_per_second", "acceptance": "acceptance"}
+
+
+def _rebuild_in_sql(cursor: Any, revision_ids: list[int]) -> int:
+    keys = ", ".join(_KEY_SQL)
+    accepted = "COALESCE(speculative_accepted_n, draft_n_accepted, 0)"
+    proposed = "COALESCE(speculative_proposed_n, draft_n, 0)"
+    non_mtp = ", ".join(f"'{choice}'" for choice in NON_MTP_CHOICES)
+    totals = ", ".join(
+        f"count({column}), COALESCE(sum({column}), 0), min({column}), max({column})"
+        for column in _METRIC_SQL.values()
+    )
+    bins = " UNION ALL ".join(
+        f"SELECT {keys}, '{metric}' AS metric, CASE WHEN {column} < %(min_positive)s THEN %(zero_bin)s"  # noqa: S608
+        f" ELSE ceil(ln({column}) / %(log_gamma)s)::int END AS bin, count(*) AS n"
+        f" FROM cells WHERE {column} IS NOT NULL GROUP BY {keys}, bin"
+        for metric, column in _METRIC_SQL.items()
+    )
+    sketches = ", ".join(
+        f"COALESCE(jsonb_object_agg(bin::text, n) FILTER (WHERE metric = '{metric}'), '{{}}'::jsonb)"
+        for metric in _METRIC_SQL
+    )
+    metric_columns = ", ".join(
+        f"t.{metric}_n, t.{metric}_sum, t.{metric}_min, t.{metric}_max, COALESCE(s.{metric}_sketch, '{{}}')"
+        for metric in _METRIC_SQL
+    )
+    total_names = ", ".join(f"{m}_n, {m}_sum, {m}_min, {m}_max" for m in _METRIC_SQL)
+    sketch_names = ", ".join(f"{m}_sketch" for m in _METRIC_SQL)
+    # Only column names and constants are formatted in; the revision and the numbers are parameters.
+    sql = f"""
+        WITH src AS (
+            SELECT revision_id, node_id, received_at, stage_splits, requested_strategy, effective_strategy,
+                   mtp_used, (source = 'otlp')::int AS from_spans,
+                   (NOT mtp_used AND requested_strategy NOT IN ({non_mtp}))::int AS unused,
+                   {accepted} AS accepted, {proposed} AS proposed,
+                   COALESCE(speculative_windows, 0) AS windows,
+                   predicted_per_second, prompt_per_second,
+                   CASE WHEN {proposed} <> 0 THEN {accepted}::float8 / {proposed} END AS acceptance,
+                   date_bin('1 hour', received_at, %(epoch)s) AS hour
+            FROM {Report._meta.db_table} WHERE revision_id = ANY(%(revisions)s)
+        ), cells AS MATERIALIZED (
+            SELECT src.*, g.grain, g.bucket_start, n.node_key FROM src
+            CROSS JOIN LATERAL (VALUES
+                ('day', date_bin('1 day', received_at, %(epoch)s)),
+                ('total', %(epoch)s),
+                ('hour', CASE WHEN hour >= %(hourly_from)s THEN hour END)
+            ) AS g (grain, bucket_start)
+            CROSS JOIN LATERAL (VALUES (node_id), (0)) AS n (node_key)
+            WHERE g.bucket_start IS NOT NULL
+        ), totals AS (
+            SELECT {keys}, count(*) AS reports, sum(from_spans) AS from_spans, sum(unused) AS unused,
+                   sum(accepted) AS accepted, sum(proposed) AS proposed, sum(windows) AS windows,
+                   min(received_at) AS first_at, max(received_at) AS last_at,
+                   {totals}
+            FROM cells GROUP BY {keys}
+        ), binned AS ({bins}
+        ), sketches AS (
+            SELECT {keys}, {sketches} FROM binned GROUP BY {keys}
+        )
+        INSERT INTO {Rollup._meta.db_table} ({", ".join(COLUMNS)})
+        SELECT {", ".join(f"t.{k}" for k in _KEY_SQL)}, t.reports, t.from_spans, t.unused, t.accepted,
+               t.proposed, t.windows, t.first_at, t.last_at, {metric_columns}
+        FROM totals AS t (
+            {keys}, reports, from_spans, unused, accepted, proposed, windows, first_at, last_at, {total_names}
+        )
+        LEFT JOIN sketches AS s ({keys}, {sketch_names}) USING ({keys})
+    """  # noqa: S608
+    cursor.execute(
+        sql,
+        {
+            "revisions": revision_ids,
+            "epoch": EPOCH,
+            "hourly_from": hourly_since(),
+            "min_positive": sketch.MIN_POSITIVE,
+            "zero_bin": sketch.ZERO_BIN,
+            "log_gamma": sketch.LOG_GAMMA,
+        },
+    )
+    return int(Report.objects.filter(revision_id__in=revision_ids).count())

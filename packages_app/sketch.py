@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping
 
 ALPHA = 0.01
 GAMMA = (1 + ALPHA) / (1 - ALPHA)
-_LOG_GAMMA = math.log(GAMMA)
+LOG_GAMMA = math.log(GAMMA)
 MIN_POSITIVE = 1e-9
 ZERO_BIN = -(10**6)  # below the bin of MIN_POSITIVE (about -1036): stands for 0
 
@@ -33,7 +33,7 @@ def bin_of(value: float) -> int:
     """The bin a non-negative value falls in."""
     if value < MIN_POSITIVE:
         return ZERO_BIN
-    return math.ceil(math.log(value) / _LOG_GAMMA)
+    return math.ceil(math.log(value) / LOG_GAMMA)
 
 
 def value_of(index: int) -> float:

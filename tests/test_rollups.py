@@ -172,6 +172,51 @@ def test_rebuild_rollups_gives_the_rows_the_store_paths_wrote(revision: Revision
         assert after[key] == {k: pytest.approx(v) if isinstance(v, float) else v for k, v in row.items()}
 
 
+@pytest.mark.django_db
+def test_rebuild_matches_the_store_paths_on_every_kind_of_row(revision: Revision) -> None:
+    """Spans and reports, llama-server draft_n counters, null, zero and tiny rates, old and recent,
+    several nodes: what rebuild_rollups computes (in SQL on PostgreSQL) is what the stores wrote."""
+    rng = random.Random(9)
+    now = datetime.now(UTC)
+    senders = [node("node-a"), node("node-b")]
+    for i in range(120):
+        at = now - timedelta(hours=rng.choice([0, 3, 30, 24 * 20, 24 * 400]), minutes=rng.randint(0, 59))
+        counters = rng.choice(
+            [
+                {"speculative_proposed_n": 80, "speculative_accepted_n": 50, "speculative_windows": 40},
+                {"draft_n": 60, "draft_n_accepted": 31},
+                {"speculative_proposed_n": 0, "speculative_accepted_n": 0},
+                {},
+            ]
+        )
+        row = Report(
+            node=rng.choice(senders),
+            report_id=uuid.UUID(int=rng.getrandbits(128)),
+            body_sha256="0" * 64,
+            received_at=at,
+            observed_at=at,
+            repo_id=REPO,
+            commit_sha=SHA,
+            revision=revision,
+            stage_splits=rng.choice(["0..27|27..41", ""]),
+            requested_strategy=rng.choice(["auto", "disabled", "mtp", ""]),
+            effective_strategy=rng.choice(["native-mtp", "disabled", "ngram-cache"]),
+            mtp_used=rng.random() < 0.4,
+            source=rng.choice(["report", "otlp"]),
+            predicted_per_second=rng.choice([None, 0.0, 1e-12, round(rng.lognormvariate(1.5, 0.5), 3)]),
+            prompt_per_second=rng.choice([None, round(rng.uniform(100, 900), 2)]),
+            body={"i": i},
+            **counters,
+        )
+        reports.insert_claimed(row.node, [row])
+    before = _rows()
+    call_command("rebuild_rollups", stdout=StringIO())
+    after = _rows()
+    assert after.keys() == before.keys()
+    for key, row in before.items():
+        assert after[key] == {k: pytest.approx(v) if isinstance(v, float) else v for k, v in row.items()}
+
+
 def _rows() -> dict[tuple[Any, ...], dict[str, Any]]:
     """Rollup rows by natural key; float sums may differ in the last bits (order of addition)."""
     fields = [f.attname for f in Rollup._meta.fields if f.name != "id"]

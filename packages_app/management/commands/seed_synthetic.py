@@ -18,7 +18,6 @@ from dataclasses import dataclass, fields
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
-import psycopg
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connection, transaction
 from django.db.models import Model, OuterRef, Subquery
@@ -301,7 +300,7 @@ class Seeder:
 
     def create_reports(self) -> int:
         """Reports revision by revision (Zipf-like: a few packages get most of the traffic, as on a real
-        mesh), streamed into the table by COPY on PostgreSQL, and each revision's rollups with them."""
+        mesh), streamed into the table by COPY on PostgreSQL, then their keys and rollups."""
         latest = self.latest_revisions()
         if not latest or not self.options["reports"]:
             return 0
@@ -316,8 +315,10 @@ class Seeder:
             for revision, count in zip(latest, counts, strict=True):
                 for _ in range(count):
                     loader.add(self.report_row(revision))
-                loader.end_revision()
         add_report_keys(first_id, self.next_id)
+        # The rollups as rebuild_rollups makes them (in SQL on PostgreSQL): the cells the store paths
+        # would have written report by report.
+        rollups.rebuild([revision.id for revision, count in zip(latest, counts, strict=True) if count])
         return loader.total
 
     def report_row(self, revision: Latest) -> SyntheticReport:
@@ -391,13 +392,11 @@ REPORT_COLUMNS = tuple(f.name for f in fields(SyntheticReport))
 
 
 class BulkLoader:
-    """Reports by bulk_create in batches and, once a revision's reports are all made, its rollups."""
+    """Reports by bulk_create, in batches."""
 
     def __init__(self, chunk: int) -> None:
         self.chunk = chunk
         self.rows: list[SyntheticReport] = []
-        self.cells: dict[rollups.Key, rollups.Cell] = {}
-        self.since = rollups.hourly_since()
         self.total = 0
 
     def __enter__(self) -> BulkLoader:
@@ -409,68 +408,34 @@ class BulkLoader:
 
     def add(self, row: SyntheticReport) -> None:
         self.rows.append(row)
-        rollups.cells_of([row], self.since, into=self.cells)
         if len(self.rows) >= self.chunk:
             self.flush()
-
-    def end_revision(self) -> None:
-        self.flush()
 
     def flush(self) -> None:
         Report.objects.bulk_create([Report(**_report_fields(row)) for row in self.rows])
         self.total += len(self.rows)
         self.rows = []
-        rollups.insert_new(self.cells)
-        self.cells = {}
-
-
-ROLLUP_COPY = f"COPY {Rollup._meta.db_table} ({', '.join(rollups.COLUMNS)}) FROM STDIN"
 
 
 class CopyLoader:
-    """PostgreSQL: reports streamed by COPY as they are made, and each finished revision's rollups
-    streamed at the same time by COPY on a second connection (so one runs while the other waits).
-
-    Inside a transaction (a test, or a caller's atomic block) a second connection cannot see the
-    revisions this one has not committed, so the rollups wait and follow the reports on this connection.
-    """
+    """PostgreSQL: reports streamed into the table by COPY as they are made."""
 
     def __init__(self) -> None:
-        self.cells: dict[rollups.Key, rollups.Cell] = {}
-        self.since = rollups.hourly_since()
         self.total = 0
         self.stack = ExitStack()
-        self.pending: list[list[Any]] | None = [] if connection.in_atomic_block else None
 
     def __enter__(self) -> CopyLoader:
         cursor = self.stack.enter_context(connection.cursor())
         reports = f"COPY {Report._meta.db_table} ({', '.join(REPORT_COLUMNS)}) FROM STDIN"
-        self.reports = self.stack.enter_context(cursor.cursor.copy(reports))
-        if self.pending is None:
-            side = self.stack.enter_context(psycopg.connect(**connection.get_connection_params()))
-            self.rollups = self.stack.enter_context(side.cursor().copy(ROLLUP_COPY))
+        self.copy = self.stack.enter_context(cursor.cursor.copy(reports))
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.stack.__exit__(*exc)  # type: ignore[arg-type]
-        if exc[0] is None and self.pending:
-            with connection.cursor() as cursor, cursor.cursor.copy(ROLLUP_COPY) as copy:
-                for row in self.pending:
-                    copy.write_row(row)
 
     def add(self, row: SyntheticReport) -> None:
-        self.reports.write_row([getattr(row, name) for name in REPORT_COLUMNS])
-        rollups.cells_of([row], self.since, into=self.cells)
+        self.copy.write_row([getattr(row, name) for name in REPORT_COLUMNS])
         self.total += 1
-
-    def end_revision(self) -> None:
-        rows = [rollups.row_values(connection, key, cell) for key, cell in self.cells.items()]
-        if self.pending is not None:
-            self.pending.extend(rows)
-        else:
-            for row in rows:
-                self.rollups.write_row(row)
-        self.cells = {}
 
 
 REPORT_SPAN = timedelta(days=30)
