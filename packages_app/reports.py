@@ -120,9 +120,12 @@ def _claim(node: Node, rows: Sequence[Report]) -> dict[UUID, int]:
     bulk_create(ignore_conflicts=True) cannot say which rows it inserted."""
     table = ReportKey._meta.db_table
     claimed: dict[UUID, int] = {}
+    # In report_id order: two batches sharing reports then wait for each other's keys in the same
+    # order instead of each holding one the other needs (a deadlock).
+    ordered = sorted(rows, key=lambda row: row.report_id)
     with connection.cursor() as cursor:
-        for start in range(0, len(rows), CLAIM_ROWS):
-            chunk = rows[start : start + CLAIM_ROWS]
+        for start in range(0, len(ordered), CLAIM_ROWS):
+            chunk = ordered[start : start + CLAIM_ROWS]
             params: list[Any] = []
             for row in chunk:
                 params.extend((node.pk, *_key_values(row)))

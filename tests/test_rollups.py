@@ -278,6 +278,39 @@ def test_concurrent_batches_with_replays_add_up_exactly(revision: Revision) -> N
     assert_rollups_match_raw(revision)
 
 
+@pytest.mark.skipif(not POSTGRES, reason="concurrent writers need PostgreSQL (SQLite serialises them)")
+@pytest.mark.django_db(transaction=True)
+def test_one_nodes_batches_listing_the_same_reports_in_opposite_orders_never_deadlock(
+    revision: Revision,
+) -> None:
+    """Keys are claimed in report_id order and cells upserted in key order, so two batches of one
+    node that share reports wait for each other instead of each holding what the other needs."""
+    rng = random.Random(10)
+    sender = node("node-a")
+    rounds = [[valid(body(rng)) for _ in range(150)] for _ in range(8)]
+    errors: list[BaseException] = []
+    start = threading.Barrier(2)
+
+    def send(reverse: bool) -> None:
+        try:
+            for batch in rounds:
+                start.wait(timeout=30)
+                reports.reports_store_batch(sender, batch[::-1] if reverse else batch, datetime.now(UTC))
+        except BaseException as exc:  # reported by the main thread
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=send, args=(reverse,)) for reverse in (False, True)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert Report.objects.count() == 8 * 150
+    assert_rollups_match_raw(revision)
+
+
 KILLED_WRITER = """
 import os, signal, sys, json
 import django
