@@ -9,6 +9,10 @@ batches of 100, and OTLP/HTTP trace exports of 512 stage.openai_decode spans (PO
 protobuf, spans joined to the bench revision by a registered run id). Prints a markdown table and
 whether each target is met (OTLP spans/s at least the batched reports/s). Then runs the
 throughput selectors on the stored rows, so PostgreSQL's percentile_cont path is exercised too.
+
+Batches are also stored with rollups off (a second server) and, with ``--baseline GIT_REF``, by the
+code at that ref (a third server run from a worktree under /tmp, on its own database migrated by
+its own migrations), alternated in rounds: the rollups' and this code's cost as ratios of one run.
 """
 
 from __future__ import annotations
@@ -91,10 +95,12 @@ def recreate_database(args: argparse.Namespace) -> None:
     subprocess.run([PYTHON, "manage.py", "migrate", "-v0"], cwd=ROOT, env=server_env(args), check=True)
 
 
-def start_server(args: argparse.Namespace, port: int, **env: str) -> subprocess.Popen[bytes]:
+def start_server(
+    args: argparse.Namespace, port: int, tree: Path = ROOT, **env: str
+) -> subprocess.Popen[bytes]:
     command = [str(GUNICORN), "meshdash.wsgi", "-b", f"127.0.0.1:{port}", "-w", str(args.workers)]
     command += ["-k", args.worker_class, "--threads", str(args.threads), "--backlog", "256"]
-    server = subprocess.Popen(command, cwd=ROOT, env=server_env(args) | env, stdout=subprocess.DEVNULL)
+    server = subprocess.Popen(command, cwd=tree, env=server_env(args) | env, stdout=subprocess.DEVNULL)
     for _ in range(100):
         try:
             urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/ping", timeout=1).read()
@@ -297,23 +303,86 @@ def selector_check() -> str:
 
 
 def rollup_cost(args: argparse.Namespace, url: str, tokens: list[str], rng: random.Random) -> list[Row]:
-    """Batched reports with rollups on (SERVER) and off (a second server), alternated in rounds so
-    that a change in the machine's load falls on both; the sums are compared."""
+    """Batched reports with rollups on (SERVER), off (a second server) and, with --baseline, as the
+    code at that git ref stores them (a third server on its own database), alternated in rounds so
+    that a change in the machine's load falls on all; the sums are compared."""
     plain = start_server(args, args.port + 1, MESHDASH_ROLLUP_ON_STORE="false")
-    plain_url = f"http://127.0.0.1:{args.port + 1}"
-    rows: dict[str, list[Row]] = {"on": [], "off": []}
+    sides = [
+        ("rollups on", url, SERVER, tokens),
+        ("rollups off", f"http://127.0.0.1:{args.port + 1}", plain, tokens),
+    ]
+    if args.baseline:
+        tree, baseline_tokens = prepare_baseline(args)
+        env = {"DATABASE_URL": baseline_database(args)}
+        old = start_server(args, args.port + 2, tree, **env)
+        sides.append((f"code at {args.baseline}", f"http://127.0.0.1:{args.port + 2}", old, baseline_tokens))
+    rows: dict[str, list[Row]] = {side[0]: [] for side in sides}
     try:
         for _ in range(ROUNDS):
-            for side, target, server in (("on", url, SERVER), ("off", plain_url, plain)):
+            for side, target, server, side_tokens in sides:
                 lanes = report_lanes(
-                    tokens, args.clients, args.batches // args.clients // 2, args.batch_size, rng
+                    side_tokens, args.clients, args.batches // args.clients // 2, args.batch_size, rng
                 )
-                label = f"batch ({args.batch_size}/request), rollups {side}"
+                label = f"batch ({args.batch_size}/request), {side}"
                 rows[side].append(measure(label, target, lanes, args.batch_size, {200}, server))
     finally:
-        plain.send_signal(signal.SIGTERM)
-        plain.wait(timeout=30)
-    return [_summed(rows["on"]), _summed(rows["off"])]
+        for _, _, server, _ in sides[1:]:
+            server.send_signal(signal.SIGTERM)
+            server.wait(timeout=30)
+    return [_summed(rows[side[0]]) for side in sides]
+
+
+def baseline_database(args: argparse.Namespace) -> str:
+    return args.database_url + "_baseline"
+
+
+BASELINE_SETUP = """
+import json, sys
+import django
+django.setup()
+from packages_app.models import Node, Package, Revision
+from packages_app.nodes import identity
+package = Package.objects.create(repo_id=sys.argv[1], tracked=False)
+Revision.objects.create(package=package, commit_sha=sys.argv[2], mtp_detected=True)
+tokens = []
+for index in range(int(sys.argv[3])):
+    issued = identity.node_create(f"bench-perf-{index:02d}")
+    Node.objects.filter(pk=issued.node.pk).update(rate_limit_per_minute=10**9)
+    tokens.append(issued.token)
+print(json.dumps(tokens))
+"""
+
+
+def prepare_baseline(args: argparse.Namespace) -> tuple[Path, list[str]]:
+    """A worktree of the --baseline ref (sharing this checkout's .venv), its own database migrated
+    by its own migrations, the bench revision and nodes made by its own code; returns the tokens."""
+    sha = subprocess.run(
+        ["git", "rev-parse", "--verify", f"{args.baseline}^{{commit}}"],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    tree = Path(f"/tmp/meshdash-baseline-{sha[:12]}")
+    if not tree.exists():
+        subprocess.run(["git", "worktree", "add", "--detach", str(tree), sha], cwd=ROOT, check=True)
+        (tree / ".venv").symlink_to(ROOT / ".venv")
+    url = baseline_database(args)
+    parts = urllib.parse.urlsplit(url)
+    host = ["-h", parts.hostname or "127.0.0.1", "-U", parts.username or "postgres"]
+    subprocess.run(["dropdb", *host, "--if-exists", parts.path.lstrip("/")], check=True)
+    subprocess.run(["createdb", *host, parts.path.lstrip("/")], check=True)
+    env = server_env(args) | {"DATABASE_URL": url, "DJANGO_SETTINGS_MODULE": "meshdash.settings"}
+    subprocess.run([PYTHON, "manage.py", "migrate", "-v0"], cwd=tree, env=env, check=True)
+    made = subprocess.run(
+        [PYTHON, "-c", BASELINE_SETUP, lr.BENCH_REPO, lr.BENCH_SHA, str(args.clients // 4 or 1)],
+        cwd=tree,
+        env=env | {"PYTHONPATH": str(tree)},
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return tree, json.loads(made.stdout.strip().splitlines()[-1])
 
 
 ROUNDS = 2
@@ -350,6 +419,11 @@ def main() -> int:
     parser.add_argument("--batch-size", type=int, default=100)
     parser.add_argument("--exports", type=int, default=60, help="OTLP exports of --spans spans")
     parser.add_argument("--spans", type=int, default=512)
+    parser.add_argument(
+        "--baseline",
+        metavar="GIT_REF",
+        help="also store the batches with the code at this ref (a worktree under /tmp, its own database)",
+    )
     args = parser.parse_args()
     recreate_database(args)
     os.environ.update({k: v for k, v in server_env(args).items() if k in ("DATABASE_URL", "REDIS_URL")})
@@ -383,7 +457,7 @@ def main() -> int:
             args.spans,
             {200},
         )
-        with_rollups, without = rollup_cost(args, url, tokens, rng)
+        with_rollups, without, *baseline = rollup_cost(args, url, tokens, rng)
     finally:
         server.send_signal(signal.SIGTERM)
         server.wait(timeout=30)
@@ -391,9 +465,12 @@ def main() -> int:
         f"gunicorn -w {args.workers} -k {args.worker_class} --threads {args.threads}; {args.clients} clients"
     )
     print(f"\n{config}; PostgreSQL; Redis cache; {os.cpu_count()} CPUs shared\n")
-    print(table([ping, single, batch, otlp, with_rollups, without]))
+    print(table([ping, single, batch, otlp, with_rollups, without, *baseline]))
     ratio = (with_rollups.reports / with_rollups.seconds) / (without.reports / without.seconds)
-    print(f"\nbatched reports/s with rollups / without: {ratio:.2f}x (target >= 0.8x)")
+    print(f"\nbatched reports/s with rollups / without: {ratio:.2f}x")
+    for old in baseline:
+        ratio = (with_rollups.reports / with_rollups.seconds) / (old.reports / old.seconds)
+        print(f"batched reports/s with rollups / the code at {args.baseline}: {ratio:.2f}x (target >= 0.8x)")
     print("\n(unit = a report, or a request for ping; the last column = 2 CPUs / CPU per unit, what")
     print(" the server would do with both cores to itself and the load generator elsewhere)")
     print("\n" + "\n".join(targets(ping, single, batch, otlp)))
