@@ -239,8 +239,9 @@ class Report(models.Model):
     repo_id = models.CharField(max_length=96)
     commit_sha = models.CharField(max_length=40, blank=True)
     manifest_sha256 = models.CharField(max_length=64, blank=True)
+    # No index of its own: report_revision_time (revision, received_at) serves every lookup by revision.
     revision = models.ForeignKey(
-        Revision, null=True, blank=True, on_delete=models.SET_NULL, related_name="reports"
+        Revision, null=True, blank=True, on_delete=models.SET_NULL, related_name="reports", db_index=False
     )
 
     topology_id = models.CharField(max_length=200, blank=True)
@@ -266,7 +267,7 @@ class Report(models.Model):
         default=list, blank=True, help_text="timings keys outside plausible bounds: kept, not aggregated."
     )
     source = models.CharField(max_length=8, choices=Source.choices, default=Source.REPORT)
-    run_id = models.CharField(max_length=200, blank=True, db_index=True, help_text="skippy.run_id")
+    run_id = models.CharField(max_length=200, blank=True, help_text="skippy.run_id")
     stage_id = models.CharField(max_length=200, blank=True, help_text="skippy.stage_id")
 
     class Meta:
@@ -275,6 +276,8 @@ class Report(models.Model):
             # A revision's newest reports (the bounded "recent" table; pages read the rollups, not these).
             models.Index(fields=["revision", "received_at"], name="report_revision_time"),
             models.Index(fields=["repo_id", "commit_sha"], name="report_package_ref"),
+            # Spans waiting for their run's registration (equality only: no LIKE index beside it).
+            models.Index(fields=["run_id"], name="report_run_id"),
         ]
 
     def __str__(self) -> str:
