@@ -2,33 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any
-
 import pytest
-from django.db import connection
-from django.db.migrations.executor import MigrationExecutor
 
 from tests.audit_fixtures import QWEN35, build
+from tests.migrating import back_to_the_leaf, migrate  # noqa: F401 (a fixture)
 
 BEFORE = [("packages_app", "0002_node10_timings_flags_and_node_runs")]
 AFTER = [("packages_app", "0003_issue9_reaudit")]
 REFUSED_BY = [("packages_app", "0004_issue9_refused_by")]
 STALE = {"verdict": "consistent-mtp", "runtime": {"auto": {"native_mtp": True, "explanation": "old"}}}
-
-
-def migrate(targets: list[tuple[str, str]]) -> Any:
-    executor = MigrationExecutor(connection)
-    executor.loader.build_graph()
-    executor.migrate(targets)
-    return executor.loader.project_state(targets).apps
-
-
-@pytest.fixture
-def back_to_the_leaf() -> Iterator[None]:
-    yield
-    graph = MigrationExecutor(connection).loader.graph
-    migrate(graph.leaf_nodes("packages_app"))  # the other tests of the session expect the full schema
 
 
 @pytest.mark.django_db(transaction=True)

@@ -7,7 +7,6 @@ retention deletes rows instead. Either way the rollups, which the pages read, ke
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from io import StringIO
 from typing import Any
@@ -17,12 +16,12 @@ from django.conf import settings as django_settings
 from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import IntegrityError, connection, transaction
-from django.db.migrations.executor import MigrationExecutor
 from django.db.models import Sum
 
 from packages_app import partitions, reports, tasks
 from packages_app.models import Package, Report, ReportKey, Revision, Rollup
 from packages_app.partitions import month_start
+from tests.migrating import back_to_the_leaf, migrate  # noqa: F401 (a fixture)
 from tests.test_rollups import REPO, SHA, body, node, valid
 
 POSTGRES = connection.vendor == "postgresql"
@@ -181,20 +180,6 @@ def test_the_daily_task_is_scheduled_and_reports_what_it_did(settings: Any) -> N
 
 BEFORE = [("packages_app", "0008_rollup12_raw_reports_need_no_covering_index")]
 AFTER = [("packages_app", "0009_issue12_report_partitions")]
-
-
-def migrate(targets: list[tuple[str, str]]) -> Any:
-    executor = MigrationExecutor(connection)
-    executor.loader.build_graph()
-    executor.migrate(targets)
-    return executor.loader.project_state(targets).apps
-
-
-@pytest.fixture
-def back_to_the_leaf() -> Iterator[None]:
-    yield
-    graph = MigrationExecutor(connection).loader.graph
-    migrate(graph.leaf_nodes("packages_app"))
 
 
 def is_partitioned_table() -> bool:
