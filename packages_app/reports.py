@@ -147,7 +147,7 @@ def _key_values(row: Report) -> list[Any]:
     # Each value as its column stores it (a uuid is 32 hex digits on SQLite, a datetime is UTC).
     values = []
     for name in KEY_FIELDS:
-        field = Report._meta.get_field(name)
+        field = ReportKey._meta.get_field(name)
         assert isinstance(field, Field)
         values.append(field.get_db_prep_save(getattr(row, name), connection))
     return values
