@@ -180,7 +180,7 @@ def _history_entry(revision: Revision) -> dict[str, Any]:
 
 def _audit_json(revision: Revision) -> dict[str, Any]:
     audit = revision.audit if isinstance(revision.audit, dict) else {}
-    throughput = queries.revision_throughput_for(revision)
+    throughput = queries.revision_throughput_for(revision, page=False)
     alert = asdict(throughput.alert) if throughput and throughput.alert else None
     return {
         "verdict": revision.verdict or None,

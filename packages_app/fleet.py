@@ -1,24 +1,31 @@
 """Read-side selectors for what the fleet runs: served revisions, nodes, topologies, before/after figures.
 
 Selectors only (services layer, read side): they read models and call throughput's public aggregates,
-never write, and issue a fixed number of queries however many nodes or reports exist.
+never write, and issue a fixed number of queries however many nodes or reports exist. What a window
+("served in the last N days") holds comes from the per-node rollups (``window_cells``: day cells for
+whole days, hour cells for the window's first day), so the nodes pages and the catalog's served
+revisions cost what the window's cells cost, not what its reports do; their medians come from the
+rollups' sketches (within 1 %). The topology page and the before/after comparison still read raw
+reports (rollups carry no topology id).
 """
 
 from __future__ import annotations
 
+import json
 import statistics
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from django.db.models import Count, F, Max, Q, QuerySet, Sum
-from django.db.models.functions import Coalesce
+from django.db.models import Count, F, Max, Q, QuerySet, Sum, TextField
+from django.db.models.functions import Cast, Coalesce
 from django.utils import timezone
 
-from packages_app import glossary
-from packages_app.models import Node, NodeRun, Report, Revision
-from packages_app.rollups import NON_MTP_CHOICES
+from packages_app import glossary, sketch
+from packages_app.models import Node, NodeRun, Report, Revision, Rollup
+from packages_app.rollups import NON_MTP_CHOICES, hourly_since
+from packages_app.throughput import RevisionThroughput
 from packages_app.verdicts import INCONSISTENT_VERDICTS
 
 DEFAULT_WINDOW_DAYS = 7
@@ -28,6 +35,8 @@ MTP_ON = Q(mtp_used=True)
 # As rollups.shows_mtp_unused: MTP not used although the operator asked for a strategy that could use it.
 MTP_UNUSED = Q(mtp_used=False) & ~Q(requested_strategy__in=NON_MTP_CHOICES)
 ALERT_ON_SERVED = MTP_UNUSED & Q(revision__mtp_detected=True)
+# The same on rollup cells, whose ``unused`` counts MTP_UNUSED reports.
+ALERT_ON_CELLS = Q(unused__gt=0, revision__mtp_detected=True)
 
 
 def medians(reports: QuerySet[Report], keys: tuple[str, ...], condition: Q | None = None) -> dict[Any, float]:
@@ -72,6 +81,24 @@ def window_start(days: int = DEFAULT_WINDOW_DAYS, now: datetime | None = None) -
     return (now or timezone.now()) - timedelta(days=days)
 
 
+def window_cells(since: datetime) -> Q:
+    """Rollup cells of the reports received since ``since``, to the hour: day cells of the whole days
+    after since's day, and since's day by hour from since's hour. Past the hour cells' retention
+    (MESHDASH_ROLLUP_HOURLY_DAYS) the window starts at since's day instead."""
+    hour = since.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+    day = hour.replace(hour=0)
+    if hour < hourly_since():
+        return Q(grain=Rollup.Grain.DAY, bucket_start__gte=day)
+    next_day = day + timedelta(days=1)
+    hours = Q(grain=Rollup.Grain.HOUR, bucket_start__gte=hour, bucket_start__lt=next_day)
+    return Q(grain=Rollup.Grain.DAY, bucket_start__gte=next_day) | hours
+
+
+def window_node_cells(since: datetime) -> QuerySet[Rollup]:
+    """Per-node rollup cells of the window (``node_key`` is the node's id)."""
+    return Rollup.objects.filter(window_cells(since)).exclude(node_key=Rollup.ALL_NODES)
+
+
 # --- served revisions (catalog) ------------------------------------------------------------------
 
 
@@ -94,19 +121,21 @@ class ServedRevision(_Names):
 def served_revisions(package_ids: Iterable[int], since: datetime) -> dict[int, list[ServedRevision]]:
     """Per package, the revisions nodes reported since ``since``, broken first (2 queries)."""
     rows = list(
-        Report.objects.filter(received_at__gte=since, revision__package_id__in=list(package_ids))
+        window_node_cells(since)
+        .filter(revision__package_id__in=list(package_ids))
         .values(
             "revision_id",
             "revision__package_id",
             "revision__package__repo_id",
             "revision__commit_sha",
             "revision__verdict",
+            "revision__mtp_detected",
         )
         .annotate(
             latest_id=F("revision__package__latest_revision_id"),
-            nodes=Count("node", distinct=True),
-            reports=Count("*"),
-            unused=Count("received_at", filter=ALERT_ON_SERVED),
+            nodes=Count("node_key", distinct=True),
+            reports=Sum("reports"),
+            unused=Sum("unused"),
         )
         .order_by()
     )
@@ -121,7 +150,7 @@ def served_revisions(package_ids: Iterable[int], since: datetime) -> dict[int, l
 
 
 def _served(row: Mapping[str, Any], reason: str) -> ServedRevision:
-    alert = bool(row["unused"])
+    alert = bool(row["unused"]) and bool(row["revision__mtp_detected"])
     if alert and not reason:
         reason = "Nodes report MTP weights present but never used."
     return ServedRevision(
@@ -144,10 +173,11 @@ def problem_reasons(revision_ids: Iterable[int]) -> dict[int, str]:
     return {rid: glossary.first_error(problems) for rid, problems in rows}
 
 
-def served_package_ids(since: datetime, condition: Q) -> QuerySet[Report, int]:
-    """Ids of packages with a report since ``since`` matching ``condition`` (a subquery, not evaluated)."""
-    reports = Report.objects.filter(condition, received_at__gte=since, revision__isnull=False)
-    return reports.values_list("revision__package_id", flat=True)
+def served_package_ids(since: datetime, condition: Q) -> QuerySet[Rollup, int]:
+    """Ids of packages with a rollup cell since ``since`` matching ``condition`` (a subquery, not
+    evaluated); all-node cells, so each report is seen once."""
+    cells = Rollup.objects.filter(window_cells(since), condition, node_key=Rollup.ALL_NODES)
+    return cells.values_list("revision__package_id", flat=True)
 
 
 def served_inconsistent_q(since: datetime, verdicts: Iterable[str] = INCONSISTENT_VERDICTS) -> Q:
@@ -155,7 +185,7 @@ def served_inconsistent_q(since: datetime, verdicts: Iterable[str] = INCONSISTEN
 
 
 def served_alert_q(since: datetime) -> Q:
-    return Q(id__in=served_package_ids(since, ALERT_ON_SERVED))
+    return Q(id__in=served_package_ids(since, ALERT_ON_CELLS))
 
 
 # --- nodes ---------------------------------------------------------------------------------------
@@ -239,57 +269,86 @@ def _latest_runs(node_ids: list[int]) -> dict[int, NodeRun]:
     return runs
 
 
+@dataclass
+class _Served:
+    """One node's cells of one revision and split inside the window, added up."""
+
+    revision: dict[str, Any]
+    reports: int = 0
+    unused: int = 0
+    last_at: datetime | None = None
+    bins: sketch.Sketch = field(default_factory=dict)
+
+    def add(self, reports: int, unused: int, last_at: datetime, bins: str) -> None:
+        self.reports += reports
+        self.unused += unused
+        self.last_at = last_at if self.last_at is None else max(self.last_at, last_at)
+        sketch.merge_into(self.bins, sketch.from_json(json.loads(bins)))
+
+
+_SERVED_REVISION = (
+    "revision__package__repo_id",
+    "revision__commit_sha",
+    "revision__verdict",
+    "revision__mtp_detected",
+    "revision__package__latest_revision_id",
+)
+ServedKey = tuple[int, int, str]  # node id, revision id, stage splits
+
+
 def _serving(since: datetime, names: dict[int, str], show_private: bool) -> dict[int, list[NodeServing]]:
-    reports = Report.objects.filter(received_at__gte=since, node_id__in=list(names), revision__isnull=False)
+    """What each node served in the window, from its rollup cells (2 queries: cells, topologies)."""
+    cells = window_node_cells(since).filter(node_key__in=list(names))
     if not show_private:
-        reports = reports.filter(revision__package__private=False)
-    groups = list(
-        reports.values(
-            "node_id",
-            "revision_id",
-            "stage_splits",
-            "revision__package__repo_id",
-            "revision__commit_sha",
-            "revision__verdict",
-        )
-        .annotate(
-            latest_id=F("revision__package__latest_revision_id"),
-            reports=Count("*"),
-            unused=Count("received_at", filter=ALERT_ON_SERVED),
-            last_report=Max("id"),
-        )
-        .order_by()
+        cells = cells.filter(revision__package__private=False)
+    rows = cells.annotate(bins=Cast("tps_sketch", TextField())).values_list(
+        "node_key", "revision_id", "stage_splits", "reports", "unused", "last_at", "bins", *_SERVED_REVISION
     )
-    rates = medians(reports, ("node_id", "revision_id", "stage_splits"))
-    rows: list[dict[str, Any]] = [dict(g) for g in groups]
-    for row in rows:
-        row["tps"] = rates.get((row["node_id"], row["revision_id"], row["stage_splits"]))
-    topologies = dict(
-        Report.objects.filter(id__in=[g["last_report"] for g in rows]).values_list("id", "body__topology")
-    )
+    groups: dict[ServedKey, _Served] = {}
+    for node_id, revision_id, splits, reports, unused, last_at, bins, *revision in rows:
+        key = (node_id, revision_id, splits)
+        if key not in groups:
+            groups[key] = _Served(dict(zip(_SERVED_REVISION, revision, strict=True)))
+        groups[key].add(reports, unused, last_at, bins)
+    topologies = _last_topologies(groups)
     result: dict[int, list[NodeServing]] = {}
-    for group in rows:
-        topology = topologies.get(group["last_report"])
-        serving = _node_serving(group, topology, names[group["node_id"]])
-        result.setdefault(group["node_id"], []).append(serving)
+    for key, group in groups.items():
+        result.setdefault(key[0], []).append(_node_serving(key, group, topologies.get(key), names[key[0]]))
     for items in result.values():
         items.sort(key=lambda s: (not s.broken, s.is_latest, s.repo_id, s.commit_sha))
     return result
 
 
-def _node_serving(group: Mapping[str, Any], topology: Any, node_name: str) -> NodeServing:
+def _last_topologies(groups: Mapping[ServedKey, _Served]) -> dict[ServedKey, Any]:
+    """The topology of each group's newest report (one query: the reports at the cells' last_at)."""
+    wanted = Q()
+    for (node_id, revision_id, splits), group in groups.items():
+        wanted |= Q(node_id=node_id, revision_id=revision_id, stage_splits=splits, received_at=group.last_at)
+    if not groups:
+        return {}
+    rows = Report.objects.filter(wanted).order_by("id")
+    return {
+        (node_id, revision_id, splits): topology
+        for node_id, revision_id, splits, topology in rows.values_list(
+            "node_id", "revision_id", "stage_splits", "body__topology"
+        )
+    }
+
+
+def _node_serving(key: ServedKey, group: _Served, topology: Any, node_name: str) -> NodeServing:
+    revision = group.revision
     return NodeServing(
-        revision_id=group["revision_id"],
-        repo_id=group["revision__package__repo_id"],
-        commit_sha=group["revision__commit_sha"],
-        verdict=group["revision__verdict"] or "",
-        is_latest=group["revision_id"] == group["latest_id"],
+        revision_id=key[1],
+        repo_id=revision["revision__package__repo_id"],
+        commit_sha=revision["revision__commit_sha"],
+        verdict=revision["revision__verdict"] or "",
+        is_latest=key[1] == revision["revision__package__latest_revision_id"],
         layer_range=_layer_range(topology, node_name),
-        stage_splits=group["stage_splits"],
+        stage_splits=key[2],
         topology_id=str(topology.get("topology_id", "")) if isinstance(topology, dict) else "",
-        reports=group["reports"],
-        tps=_rounded(group["tps"]),
-        alert=bool(group["unused"]),
+        reports=group.reports,
+        tps=_rounded(sketch.median(group.bins)),
+        alert=bool(group.unused) and bool(revision["revision__mtp_detected"]),
     )
 
 
@@ -432,9 +491,10 @@ def default_comparison_pair(revisions: list[Revision], latest_id: int | None) ->
         return None
     new = next((r for r in revisions if r.pk == latest_id), revisions[0])
     older = [r for r in revisions if r.pk != new.pk]
-    ran = set(
-        Report.objects.filter(revision_id__in=[r.pk for r in older]).values_list("revision_id", flat=True)
+    totals = Rollup.objects.filter(
+        revision_id__in=[r.pk for r in older], grain=Rollup.Grain.TOTAL, node_key=Rollup.ALL_NODES
     )
+    ran = set(totals.values_list("revision_id", flat=True))
     old = next((r for r in older if r.pk in ran), older[0])
     return old.pk, new.pk
 
@@ -451,14 +511,26 @@ class RanCounts:
 
 
 def ran_counts(revision_id: int) -> RanCounts:
-    """How often nodes ran the revision, with MTP, and without it although they asked for auto."""
-    row = Report.objects.filter(revision_id=revision_id).aggregate(
-        reports=Count("*"),
-        nodes=Count("node", distinct=True),
-        mtp_on=Count("received_at", filter=MTP_ON),
-        auto_off=Count("received_at", filter=~MTP_ON & Q(requested_strategy="auto")),
+    """How often nodes ran the revision, with MTP, and without it although they asked for auto
+    (one query over the revision's total rollups)."""
+    every, per_node = Q(node_key=Rollup.ALL_NODES), ~Q(node_key=Rollup.ALL_NODES)
+    row = Rollup.objects.filter(revision_id=revision_id, grain=Rollup.Grain.TOTAL).aggregate(
+        ran=Coalesce(Sum("reports", filter=every), 0),
+        nodes=Count("node_key", filter=per_node, distinct=True),
+        mtp_on=Coalesce(Sum("reports", filter=every & MTP_ON), 0),
+        auto_off=Coalesce(Sum("reports", filter=every & ~MTP_ON & Q(requested_strategy="auto")), 0),
     )
-    return RanCounts(**row)
+    return RanCounts(row["ran"], row["nodes"], row["mtp_on"], row["auto_off"])
+
+
+def ran_counts_of(throughput: RevisionThroughput) -> RanCounts:
+    """The same counts from figures the package page has read already (no query)."""
+    return RanCounts(
+        reports=throughput.reports,
+        nodes=throughput.nodes,
+        mtp_on=throughput.mtp_on.reports,
+        auto_off=throughput.auto_off,
+    )
 
 
 def auto_outcome(runtime: Any, verdict: str) -> str:

@@ -13,12 +13,14 @@ JSON-ready shape the API and the charts take.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from django.db.models import F, OuterRef, QuerySet, Subquery
+from django.db.models import F, OuterRef, QuerySet, Subquery, TextField, Value
+from django.db.models.functions import Cast, Coalesce
 
 from packages_app import sketch
 from packages_app.models import Node, Report, Revision, Rollup
@@ -81,6 +83,8 @@ class RevisionThroughput:
     recent: list[dict[str, Any]]
     plans: list[Plan]
     alert: Alert | None
+    nodes: int = 0  # nodes that reported running it
+    auto_off: int = 0  # reports that asked for auto and ran without MTP
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -113,11 +117,15 @@ def time_bucket(span: timedelta) -> str:
 # --- one revision ----------------------------------------------------------------------------
 
 
-def revision_throughput(revision_id: int, *, bucket: str | None = None) -> RevisionThroughput | None:
+def revision_throughput(
+    revision_id: int, *, bucket: str | None = None, page: bool = True
+) -> RevisionThroughput | None:
     """The revision's figures, or None while no node has reported running it.
 
     ``bucket`` defaults to one that suits the span of the reports; hour buckets need hour rollups,
     which are kept MESHDASH_ROLLUP_HOURLY_DAYS: an older revision is shown by day instead.
+    ``page=False`` leaves out what only the HTML page shows (the time series and the recent raw
+    reports): the JSON API does not pay for them.
     """
     if bucket is not None and bucket not in BUCKETS:
         raise ValueError(f"bucket must be one of {', '.join(BUCKETS)}, not {bucket!r}")
@@ -128,28 +136,31 @@ def revision_throughput(revision_id: int, *, bucket: str | None = None) -> Revis
     bucket = bucket or time_bucket(last_at - first_at)
     if bucket == "hour" and first_at < hourly_since():
         bucket = "day"
-    mtp_detected = Revision.objects.filter(pk=revision_id, mtp_detected=True).exists()
     sums = _add_up(totals)
+    nodes = _node_totals(revision_id)
     return RevisionThroughput(
         reports=sums["reports"],
         first_at=first_at,
         last_at=last_at,
         bucket=bucket,
-        series=_series(revision_id, bucket),
+        series=_series(revision_id, bucket) if page else [],
         by_strategy=_by_strategy(totals),
         mtp_on=_mtp(totals, used=True),
         mtp_off=_mtp(totals, used=False),
         **_rates(sums),
         prompt_tps=sketch.median(_merged(totals, "prompt_sketch")),
         stage_splits=sorted({c["stage_splits"] for c in totals} - {""}),
-        recent=_recent(revision_id),
-        plans=strategy_plans(revision_id),
-        alert=_alert(revision_id, sums["unused"]) if mtp_detected else None,
+        recent=_recent(revision_id) if page else [],
+        plans=_plans(nodes),
+        alert=_alert(nodes, sums["unused"]) if nodes.mtp_detected else None,
+        nodes=len({cell.node_key for cell in nodes.cells}),
+        auto_off=sum(c["reports"] for c in totals if not c["mtp_used"] and c["requested_strategy"] == "auto"),
     )
 
 
 _TOTAL_FIELDS = (
     "stage_splits",
+    "requested_strategy",
     "strategy",
     "mtp_used",
     "reports",
@@ -239,16 +250,15 @@ def bucket_start(at: datetime, bucket: str) -> datetime:
     return day.replace(day=1)
 
 
-def _alert(revision_id: int, unused: int) -> Alert | None:
+def _alert(nodes: NodeTotals, unused: int) -> Alert | None:
     if not unused:
         return None
-    per_node = Rollup.objects.filter(revision_id=revision_id, grain=Rollup.Grain.TOTAL, unused__gt=0)
-    nodes = per_node.exclude(node_key=Rollup.ALL_NODES).values("node_key").distinct().count()
+    count = len({cell.node_key for cell in nodes.cells if cell.unused})
     message = (
         f"MTP weights present but never used in {unused} report{'s' if unused != 1 else ''} "
-        f"from {nodes} node{'s' if nodes != 1 else ''}"
+        f"from {count} node{'s' if count != 1 else ''}"
     )
-    return Alert(message=message, reports=unused, nodes=nodes)
+    return Alert(message=message, reports=unused, nodes=count)
 
 
 RECENT_FIELDS = (
@@ -309,6 +319,60 @@ def plan_honoured(requested: str, effective: str) -> bool:
     return effective.endswith(requested)  # ngram-cache, or native-mtp+ngram-cache
 
 
+@dataclass(frozen=True)
+class NodeCell:
+    """One per-node total rollup of a revision; the sketch stays JSON text until a plan needs it."""
+
+    node_key: int
+    node: str
+    stage_splits: str
+    requested_strategy: str
+    strategy: str
+    reports: int
+    from_spans: int
+    unused: int
+    last_at: datetime
+    tps_sketch: str
+
+
+@dataclass(frozen=True)
+class NodeTotals:
+    cells: list[NodeCell]
+    mtp_detected: bool
+
+
+def _node_totals(revision_id: int) -> NodeTotals:
+    """The revision's per-node total cells (one query): the plans, the node count, the alert's nodes."""
+    name = Node.objects.filter(pk=OuterRef("node_key")).values("name")[:1]
+    rows = (
+        Rollup.objects.filter(revision_id=revision_id, grain=Rollup.Grain.TOTAL)
+        .exclude(node_key=Rollup.ALL_NODES)
+        .annotate(
+            node_name=Coalesce(Subquery(name), Value("")),
+            sketch_text=Cast("tps_sketch", TextField()),
+            mtp_detected=F("revision__mtp_detected"),
+        )
+        .values_list(
+            "node_key",
+            "node_name",
+            "stage_splits",
+            "requested_strategy",
+            "strategy",
+            "reports",
+            "from_spans",
+            "unused",
+            "last_at",
+            "sketch_text",
+            "mtp_detected",
+        )
+    )
+    cells, detected = [], False
+    for *values, mtp_detected in rows:
+        cells.append(NodeCell(*values))
+        detected = bool(mtp_detected)
+    return NodeTotals(cells, detected)
+
+
 def strategy_plans(revision_id: int) -> list[Plan]:
     """Requested vs effective strategy per node and topology: what each node asked for and what ran.
 
@@ -316,31 +380,21 @@ def strategy_plans(revision_id: int) -> list[Plan]:
     report's ``speculative`` block); a requested plan that differs from the effective one is the
     thing to see. One query over the revision's per-node total rollups; the busiest PLAN_ROWS.
     """
-    name = Node.objects.filter(pk=OuterRef("node_key")).values("name")[:1]
-    rows = (
-        Rollup.objects.filter(revision_id=revision_id, grain=Rollup.Grain.TOTAL)
-        .exclude(node_key=Rollup.ALL_NODES)
-        .annotate(node_name=Subquery(name))
-        .values_list(
-            "node_name",
-            "stage_splits",
-            "requested_strategy",
-            "strategy",
-            "reports",
-            "from_spans",
-            "last_at",
-            "tps_sketch",
-        )
-    )
-    groups: dict[tuple[str, str, str, str], list[tuple[Any, ...]]] = {}
-    for row in rows:
-        groups.setdefault((row[0] or "", row[1], row[2], row[3]), []).append(row)
-    plans = [_plan(key, cells) for key, cells in groups.items()]
-    plans.sort(key=lambda plan: (-plan.reports, plan.node, plan.stage_splits))
-    return plans[:PLAN_ROWS]
+    return _plans(_node_totals(revision_id))
 
 
-def _plan(key: tuple[str, str, str, str], cells: list[tuple[Any, ...]]) -> Plan:
+def _plans(nodes: NodeTotals) -> list[Plan]:
+    """The busiest PLAN_ROWS plans; only their sketches are parsed and merged."""
+    groups: dict[tuple[str, str, str, str], list[NodeCell]] = {}
+    for cell in nodes.cells:
+        key = (cell.node, cell.stage_splits, cell.requested_strategy, cell.strategy)
+        groups.setdefault(key, []).append(cell)
+    counted = [(sum(c.reports for c in cells), key, cells) for key, cells in groups.items()]
+    counted.sort(key=lambda row: (-row[0], row[1]))
+    return [_plan(key, reports, cells) for reports, key, cells in counted[:PLAN_ROWS]]
+
+
+def _plan(key: tuple[str, str, str, str], reports: int, cells: list[NodeCell]) -> Plan:
     node, splits, requested, effective = key
     return Plan(
         node=node,
@@ -348,10 +402,10 @@ def _plan(key: tuple[str, str, str, str], cells: list[tuple[Any, ...]]) -> Plan:
         requested_strategy=requested,
         effective_strategy=effective,
         differs=not plan_honoured(requested, effective),
-        reports=sum(c[4] for c in cells),
-        from_spans=sum(c[5] for c in cells),
-        tps=sketch.median(sketch.merged(sketch.from_json(c[7]) for c in cells)),
-        last_seen=max(c[6] for c in cells),
+        reports=reports,
+        from_spans=sum(c.from_spans for c in cells),
+        tps=sketch.median(sketch.merged(sketch.from_json(json.loads(c.tps_sketch)) for c in cells)),
+        last_seen=max(c.last_at for c in cells),
     )
 
 
@@ -364,7 +418,11 @@ def catalog_throughput(revision_ids: Sequence[int]) -> dict[int, CatalogThroughp
         Rollup.objects.filter(
             revision_id__in=revision_ids, grain=Rollup.Grain.TOTAL, node_key=Rollup.ALL_NODES
         )
-        .values_list("revision_id", "mtp_used", "reports", "unused", "tps_sketch", "revision__mtp_detected")
+        # A subquery per row, not a join: the planner hashes the whole revision table for a join.
+        .annotate(
+            detected=Subquery(Revision.objects.filter(pk=OuterRef("revision_id")).values("mtp_detected"))
+        )
+        .values_list("revision_id", "mtp_used", "reports", "unused", "tps_sketch", "detected")
         .order_by()
     )
     grouped: dict[int, list[tuple[Any, ...]]] = {}
@@ -387,9 +445,18 @@ def _catalog_row(cells: list[tuple[Any, ...]]) -> CatalogThroughput:
     )
 
 
-def alert_revision_ids() -> QuerySet[Revision, int]:
-    """Ids of revisions whose weights hold MTP while their reports show it unused (a subquery)."""
+def unused_revision_ids() -> QuerySet[Rollup, int]:
+    """Ids of revisions whose reports show MTP unused (a subquery on a partial index; repeats ids)."""
     unused = Rollup.objects.filter(grain=Rollup.Grain.TOTAL, node_key=Rollup.ALL_NODES, unused__gt=0)
-    return Revision.objects.filter(pk__in=unused.values("revision_id"), mtp_detected=True).values_list(
+    return unused.values_list("revision_id", flat=True)
+
+
+def alert_revision_ids() -> QuerySet[Revision, int]:
+    """Ids of revisions whose weights hold MTP while their reports show it unused (a subquery).
+
+    A query that has the revision joined already is quicker with ``mtp_detected`` tested on its
+    row and ``unused_revision_ids`` (the catalog does so).
+    """
+    return Revision.objects.filter(pk__in=unused_revision_ids(), mtp_detected=True).values_list(
         "pk", flat=True
     )

@@ -165,7 +165,7 @@ def _revision_context(revision: Revision, files_page: str | None = None) -> dict
     splits = throughput.stage_splits if throughput else []
     suggested = queries.suggested_generation(revision)
     runtime = queries.audit_section(revision, "runtime")
-    ran = fleet.ran_counts(revision.pk) if throughput else fleet.RanCounts()
+    ran = fleet.ran_counts_of(throughput) if throughput else fleet.RanCounts()
     return {
         "findings": fleet.reconcile(fleet.auto_outcome(runtime, revision.verdict), ran),
         "hub_base": hub_url(revision.package, revision, path="/"),
