@@ -219,7 +219,7 @@ def _throughput_summary(throughput: RevisionThroughput | None) -> dict[str, Any]
 
 
 def _plan_json(plan: Plan) -> dict[str, Any]:
-    return {**asdict(plan), "last_seen": plan.last_seen.isoformat() if plan.last_seen else None}
+    return {**vars(plan), "last_seen": plan.last_seen.isoformat() if plan.last_seen else None}
 
 
 # --- the response shapes, for the OpenAPI document (openapi.py) and the tests -------------------

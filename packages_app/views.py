@@ -195,7 +195,8 @@ def _throughput_charts(throughput: RevisionThroughput | None) -> dict[str, Any]:
     if not throughput:
         return {}
     return {
-        "timeline": charts.throughput_timeline_figure([asdict(point) for point in throughput.series]),
+        # vars, not asdict: the points' fields are plain values, and asdict deep-copies each one.
+        "timeline": charts.throughput_timeline_figure([dict(vars(point)) for point in throughput.series]),
         "strategies": charts.strategy_figure([asdict(row) for row in throughput.by_strategy]),
         "mtp": charts.mtp_comparison_figure(asdict(throughput.mtp_on), asdict(throughput.mtp_off)),
     }
