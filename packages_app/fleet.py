@@ -11,18 +11,17 @@ reports (rollups carry no topology id).
 
 from __future__ import annotations
 
-import json
 import statistics
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from django.db.models import Count, F, Max, Q, QuerySet, Sum, TextField
-from django.db.models.functions import Cast, Coalesce
+from django.db.models import Case, Count, F, Max, Q, QuerySet, Sum, TextField, Value, When, Window
+from django.db.models.functions import Cast, Coalesce, RowNumber
 from django.utils import timezone
 
-from packages_app import glossary, sketch
+from packages_app import glossary, sketch, throughput
 from packages_app.models import Node, NodeRun, Report, Revision, Rollup
 from packages_app.rollups import NON_MTP_CHOICES, hourly_since
 from packages_app.throughput import RevisionThroughput
@@ -218,6 +217,8 @@ class NodeRow:
     version: str
     devices: list[str]
     serving: list[NodeServing] = field(default_factory=list)
+    hidden: int = 0  # what it served beyond the rows shown
+    stale: bool = False  # runs a revision that is not its package's latest, or not consistent
 
     @property
     def tps(self) -> float | None:
@@ -228,16 +229,22 @@ class NodeRow:
     def alerts(self) -> int:
         return sum(1 for s in self.serving if s.alert)
 
-    @property
-    def stale(self) -> bool:
-        """Runs a revision that is not its package's latest, or not consistent."""
-        return any(s.outdated or s.broken for s in self.serving)
+
+# What a node served, per (revision, split): the rows shown per node on /nodes/ and on its own page,
+# outdated or inconsistent revisions first, then the busiest. The rest is counted, not listed.
+NODES_PAGE_ROWS = 5
+NODE_PAGE_ROWS = 100
 
 
 def node_rows(
-    since: datetime, name: str | None = None, stale_only: bool = False, show_private: bool = False
+    since: datetime,
+    name: str | None = None,
+    stale_only: bool = False,
+    show_private: bool = False,
+    limit: int | None = None,
 ) -> list[NodeRow]:
-    """Every node (or the one named) with what it served since ``since`` (4 queries).
+    """Every node (or the one named) with what it served since ``since`` (6 queries), at most
+    ``limit`` rows a node (NODES_PAGE_ROWS, or NODE_PAGE_ROWS for one node).
 
     Private packages' revisions are left out unless ``show_private`` (the edge asks access.py).
     """
@@ -245,15 +252,17 @@ def node_rows(
     if name is not None:
         nodes = nodes.filter(name=name)
     node_list = list(nodes)
-    serving = _serving(since, {n.pk: n.name for n in node_list}, show_private)
+    limit = limit or (NODE_PAGE_ROWS if name is not None else NODES_PAGE_ROWS)
+    serving = _serving(since, {n.pk: n.name for n in node_list}, show_private, limit)
     runs = _latest_runs([n.pk for n in node_list])
-    rows = [_node_row(n, runs.get(n.pk), serving.get(n.pk, [])) for n in node_list]
+    rows = [_node_row(n, runs.get(n.pk), serving.get(n.pk, _NOTHING_SERVED)) for n in node_list]
     return [r for r in rows if r.stale] if stale_only else rows
 
 
-def _node_row(node: Node, run: NodeRun | None, serving: list[NodeServing]) -> NodeRow:
+def _node_row(node: Node, run: NodeRun | None, served: NodeServed) -> NodeRow:
     devices = [_device_name(d) for d in run.devices] if run and isinstance(run.devices, list) else []
-    return NodeRow(node, run.version if run else "", [d for d in devices if d], serving)
+    version = run.version if run else ""
+    return NodeRow(node, version, [d for d in devices if d], served.rows, served.hidden, served.stale)
 
 
 def _device_name(device: Any) -> str:
@@ -269,23 +278,6 @@ def _latest_runs(node_ids: list[int]) -> dict[int, NodeRun]:
     return runs
 
 
-@dataclass
-class _Served:
-    """One node's cells of one revision and split inside the window, added up."""
-
-    revision: dict[str, Any]
-    reports: int = 0
-    unused: int = 0
-    last_at: datetime | None = None
-    bins: sketch.Sketch = field(default_factory=dict)
-
-    def add(self, reports: int, unused: int, last_at: datetime, bins: str) -> None:
-        self.reports += reports
-        self.unused += unused
-        self.last_at = last_at if self.last_at is None else max(self.last_at, last_at)
-        sketch.merge_into(self.bins, sketch.from_json(json.loads(bins)))
-
-
 _SERVED_REVISION = (
     "revision__package__repo_id",
     "revision__commit_sha",
@@ -294,36 +286,95 @@ _SERVED_REVISION = (
     "revision__package__latest_revision_id",
 )
 ServedKey = tuple[int, int, str]  # node id, revision id, stage splits
+# A cell of an outdated or inconsistent revision, or one whose reports show MTP unused.
+_STALE_REVISION = ~Q(revision_id=F("revision__package__latest_revision_id")) | Q(
+    revision__verdict__in=INCONSISTENT_VERDICTS
+)
+STALE_CELL = _STALE_REVISION | ALERT_ON_CELLS
 
 
-def _serving(since: datetime, names: dict[int, str], show_private: bool) -> dict[int, list[NodeServing]]:
-    """What each node served in the window, from its rollup cells (2 queries: cells, topologies)."""
+@dataclass(frozen=True)
+class NodeServed:
+    rows: list[NodeServing]
+    hidden: int
+    stale: bool
+
+
+_NOTHING_SERVED = NodeServed([], 0, False)
+
+
+def _serving(since: datetime, names: dict[int, str], show_private: bool, limit: int) -> dict[int, NodeServed]:
+    """What each node served in the window, from its rollup cells: the ``limit`` rows a node to
+    show (ranked in SQL), their medians and topologies, and which nodes run a stale revision at all
+    (4 queries, however many cells or groups the window holds)."""
     cells = window_node_cells(since).filter(node_key__in=list(names))
     if not show_private:
         cells = cells.filter(revision__package__private=False)
-    rows = cells.annotate(bins=Cast("tps_sketch", TextField())).values_list(
-        "node_key", "revision_id", "stage_splits", "reports", "unused", "last_at", "bins", *_SERVED_REVISION
-    )
-    groups: dict[ServedKey, _Served] = {}
-    for node_id, revision_id, splits, reports, unused, last_at, bins, *revision in rows:
-        key = (node_id, revision_id, splits)
-        if key not in groups:
-            groups[key] = _Served(dict(zip(_SERVED_REVISION, revision, strict=True)))
-        groups[key].add(reports, unused, last_at, bins)
-    topologies = _last_topologies(groups)
+    shown = list(_ranked_groups(cells, limit))
+    bins = _group_bins(cells, shown)
+    topologies = _last_topologies(shown)
+    stale = set(cells.filter(STALE_CELL).values_list("node_key", flat=True).distinct())
     result: dict[int, list[NodeServing]] = {}
-    for key, group in groups.items():
-        result.setdefault(key[0], []).append(_node_serving(key, group, topologies.get(key), names[key[0]]))
+    hidden: dict[int, int] = {}
+    for group in shown:
+        key = (group["node_key"], group["revision_id"], group["stage_splits"])
+        serving = _node_serving(group, bins.get(key, []), topologies.get(key), names[key[0]])
+        result.setdefault(key[0], []).append(serving)
+        hidden[key[0]] = max(0, group["groups"] - limit)
     for items in result.values():
         items.sort(key=lambda s: (not s.broken, s.is_latest, s.repo_id, s.commit_sha))
+    return {node: NodeServed(rows, hidden.get(node, 0), node in stale) for node, rows in result.items()}
+
+
+def _ranked_groups(cells: QuerySet[Rollup], limit: int) -> QuerySet[Rollup, dict[str, Any]]:
+    """Per (node, revision, split): reports, unused, newest report; at most ``limit`` a node, outdated
+    or inconsistent revisions first, then the busiest (one query; ``groups`` counts them all)."""
+    stale_first = Case(When(_STALE_REVISION, then=Value(0)), default=Value(1))
+    per_node = [F("node_key")]
+    ranked: QuerySet[Rollup, dict[str, Any]] = (
+        cells.values("node_key", "revision_id", "stage_splits", *_SERVED_REVISION)
+        .annotate(reports_n=Sum("reports"), unused_n=Sum("unused"), last_at_max=Max("last_at"))
+        .annotate(
+            rank=Window(
+                RowNumber(),
+                partition_by=per_node,
+                order_by=[
+                    stale_first.asc(),
+                    Sum("reports").desc(),
+                    F("revision_id").desc(),
+                    F("stage_splits"),
+                ],
+            ),
+            groups=Window(Count("*"), partition_by=per_node),
+        )
+        .filter(rank__lte=limit)
+        .order_by()
+    )
+    return ranked
+
+
+def _group_bins(cells: QuerySet[Rollup], groups: list[dict[str, Any]]) -> dict[ServedKey, list[str]]:
+    """The shown groups' sketches, as JSON texts (one query)."""
+    wanted = Q(pk__in=[])
+    for g in groups:
+        wanted |= Q(node_key=g["node_key"], revision_id=g["revision_id"], stage_splits=g["stage_splits"])
+    rows = cells.filter(wanted).annotate(bins=Cast("tps_sketch", TextField()))
+    result: dict[ServedKey, list[str]] = {}
+    for node, revision, splits, text in rows.values_list("node_key", "revision_id", "stage_splits", "bins"):
+        result.setdefault((node, revision, splits), []).append(text)
     return result
 
 
-def _last_topologies(groups: Mapping[ServedKey, _Served]) -> dict[ServedKey, Any]:
-    """The topology of each group's newest report (one query: the reports at the cells' last_at)."""
-    wanted = Q()
-    for (node_id, revision_id, splits), group in groups.items():
-        wanted |= Q(node_id=node_id, revision_id=revision_id, stage_splits=splits, received_at=group.last_at)
+def _last_topologies(groups: list[dict[str, Any]]) -> dict[ServedKey, Any]:
+    """The topology of each group's newest report (one query: the reports at the groups' last_at)."""
+    wanted = Q(pk__in=[])
+    for g in groups:
+        wanted |= Q(
+            node_id=g["node_key"],
+            revision_id=g["revision_id"],
+            stage_splits=g["stage_splits"],
+            received_at=g["last_at_max"],
+        )
     if not groups:
         return {}
     rows = Report.objects.filter(wanted).order_by("id")
@@ -335,20 +386,20 @@ def _last_topologies(groups: Mapping[ServedKey, _Served]) -> dict[ServedKey, Any
     }
 
 
-def _node_serving(key: ServedKey, group: _Served, topology: Any, node_name: str) -> NodeServing:
-    revision = group.revision
+def _node_serving(group: Mapping[str, Any], bins: list[str], topology: Any, node_name: str) -> NodeServing:
+    tps = sketch.median(throughput.merged_stored(bins)) if bins else None
     return NodeServing(
-        revision_id=key[1],
-        repo_id=revision["revision__package__repo_id"],
-        commit_sha=revision["revision__commit_sha"],
-        verdict=revision["revision__verdict"] or "",
-        is_latest=key[1] == revision["revision__package__latest_revision_id"],
+        revision_id=group["revision_id"],
+        repo_id=group["revision__package__repo_id"],
+        commit_sha=group["revision__commit_sha"],
+        verdict=group["revision__verdict"] or "",
+        is_latest=group["revision_id"] == group["revision__package__latest_revision_id"],
         layer_range=_layer_range(topology, node_name),
-        stage_splits=key[2],
+        stage_splits=group["stage_splits"],
         topology_id=str(topology.get("topology_id", "")) if isinstance(topology, dict) else "",
-        reports=group.reports,
-        tps=_rounded(sketch.median(group.bins)),
-        alert=bool(group.unused) and bool(revision["revision__mtp_detected"]),
+        reports=group["reports_n"],
+        tps=_rounded(tps),
+        alert=bool(group["unused_n"]) and bool(group["revision__mtp_detected"]),
     )
 
 

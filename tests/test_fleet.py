@@ -119,8 +119,22 @@ def test_the_window_reads_rollups_to_the_hour_whole_days_by_day_and_its_first_da
     assert [s.reports for s in week["edge-box"].serving] == [3]
 
 
+def test_a_node_lists_at_most_its_limit_stale_revisions_first_and_counts_the_rest() -> None:
+    broken, fixed = f.qwen35_fleet(timezone.now())
+    packages = [f.make_package(f"meshllm/Other-{i}-layers") for i in range(3)]
+    others = [f.make_revision(package, "consistent-mtp") for package in packages]
+    node = f.Node.objects.get(name="gpu-box-1")
+    for revision in others:
+        for _ in range(40):  # busier than the stale revision, which still comes first
+            f.make_report(node, revision, 5.0, at=timezone.now(), mtp_used=True)
+    (row,) = fleet.node_rows(fleet.window_start(), name="gpu-box-1", limit=2)
+    assert row.serving[0].revision_id == broken.pk
+    assert len(row.serving) == 2 and row.hidden == 3 and row.stale
+    assert fixed.pk not in [s.revision_id for s in row.serving]  # 31 reports: fewer than the others' 40
+
+
 def test_a_nodes_median_comes_from_the_rollups_sketch_within_one_percent() -> None:
-    _, fixed = f.qwen35_fleet(timezone.now())
+    f.qwen35_fleet(timezone.now())
     (served,) = [s for s in fleet.node_rows(fleet.window_start(), name="gpu-box-1")[0].serving if s.is_latest]
     assert served.reports == 31 and served.layer_range == "0..27" and served.topology_id == "lab-2"
     assert served.tps is not None and abs(served.tps - 5.32) <= 0.01 * 5.32 + 0.005
