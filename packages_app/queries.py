@@ -190,10 +190,7 @@ def _filters_q(filters: CatalogFilters) -> Q:
         q &= Q(latest_revision__status=filters.status)
     if filters.alert:
         since = fleet.window_start(filters.window_days)
-        latest = Q(
-            latest_revision__mtp_detected=True, latest_revision_id__in=throughput.unused_revision_ids()
-        )
-        q &= latest | fleet.served_alert_q(since)
+        q &= Q(latest_revision_id__in=throughput.alert_revision_ids()) | fleet.served_alert_q(since)
     if filters.refused_by:
         q &= Q(latest_revision__refused_by__contains=f"|{filters.refused_by}|")
     return q

@@ -482,18 +482,9 @@ def _catalog_row(cells: list[tuple[Any, ...]]) -> CatalogThroughput:
     )
 
 
-def unused_revision_ids() -> QuerySet[Rollup, int]:
-    """Ids of revisions whose reports show MTP unused (a subquery on a partial index; repeats ids)."""
-    unused = Rollup.objects.filter(grain=Rollup.Grain.TOTAL, node_key=Rollup.ALL_NODES, unused__gt=0)
-    return unused.values_list("revision_id", flat=True)
-
-
 def alert_revision_ids() -> QuerySet[Revision, int]:
-    """Ids of revisions whose weights hold MTP while their reports show it unused (a subquery).
-
-    A query that has the revision joined already is quicker with ``mtp_detected`` tested on its
-    row and ``unused_revision_ids`` (the catalog does so).
-    """
-    return Revision.objects.filter(pk__in=unused_revision_ids(), mtp_detected=True).values_list(
+    """Ids of revisions whose weights hold MTP while their reports show it unused (a subquery)."""
+    unused = Rollup.objects.filter(grain=Rollup.Grain.TOTAL, node_key=Rollup.ALL_NODES, unused__gt=0)
+    return Revision.objects.filter(pk__in=unused.values("revision_id"), mtp_detected=True).values_list(
         "pk", flat=True
     )
