@@ -128,31 +128,44 @@ def measure_fleet(client: Any, requests: int, cold: bool, clock: str) -> dict[st
 
     at = newest_report() if clock == "newest" else None
     labels = {label: f"{label}{', clock at newest report' if at else ''}" for label in fleet_pages()}
+    urls = {labels[label]: url for label, url in fleet_pages().items()}
     if at is None:
-        return {labels[label]: measure(client, url, requests, cold) for label, url in fleet_pages().items()}
+        return measure_all(client, urls, requests, cold)
     with mock.patch("django.utils.timezone.now", return_value=at):
-        return {labels[label]: measure(client, url, requests, cold) for label, url in fleet_pages().items()}
+        return measure_all(client, urls, requests, cold)
 
 
-def measure(client: Any, url: str, requests: int, cold: bool) -> dict[str, Any]:
+def measure_all(client: Any, urls: dict[str, str], requests: int, cold: bool) -> dict[str, dict[str, Any]]:
+    """Every page ``requests`` times, round-robin (page 1, page 2, ..., page 1, ...): a burst of load
+    from elsewhere on the machine falls on every page alike, so the ratios within a run hold."""
     from django.core.cache import cache
+
+    first = {label: first_request(client, url) for label, url in urls.items()}
+    times: dict[str, list[float]] = {label: [] for label in urls}
+    for _ in range(requests):
+        for label, url in urls.items():
+            if cold:
+                cache.clear()  # as after every new report on that revision
+            start = time.perf_counter()
+            # HTTPS, as in production (DEBUG off redirects plain HTTP).
+            response = client.get(url, secure=True)
+            times[label].append((time.perf_counter() - start) * 1000)
+            assert response.status_code == first[label][0]
+    return {label: summary(*first[label], times[label]) for label in urls}
+
+
+def first_request(client: Any, url: str) -> tuple[int, int]:
+    """The status and the number of SQL queries of one request (which also warms caches)."""
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
     with CaptureQueriesContext(connection) as captured:
-        status = client.get(url, secure=True).status_code  # also warms caches
-    # Read now: the next request clears the connection's query log that the context slices.
-    queries = len(captured)
-    times = []
-    for _ in range(requests):
-        if cold:
-            cache.clear()  # as after every new report on that revision
-        start = time.perf_counter()
-        # HTTPS, as in production (DEBUG off redirects plain HTTP).
-        response = client.get(url, secure=True)
-        times.append((time.perf_counter() - start) * 1000)
-        assert response.status_code == status
-    times.sort()
+        status = client.get(url, secure=True).status_code
+    return status, len(captured)
+
+
+def summary(status: int, queries: int, times: list[float]) -> dict[str, Any]:
+    times = sorted(times)
     p95 = times[min(len(times) - 1, round(0.95 * (len(times) - 1)))]
     return {"status": status, "queries": queries, "median_ms": statistics.median(times), "p95_ms": p95}
 
@@ -172,6 +185,7 @@ def main() -> int:
         default="newest",
         help="The time the fleet pages' window ends: the newest report (default) or now.",
     )
+    parser.add_argument("--no-fleet", action="store_true", help="Leave the fleet pages out.")
     args = parser.parse_args()
     setup_django()
     from django.db import connection
@@ -179,8 +193,9 @@ def main() -> int:
 
     client = Client()
     urls = pages(args.owner)
-    results = {label: measure(client, url, args.requests, args.cold) for label, url in urls.items()}
-    results.update(measure_fleet(client, args.requests, args.cold, args.fleet_clock))
+    results = measure_all(client, urls, args.requests, args.cold)
+    if not args.no_fleet:
+        results.update(measure_fleet(client, args.requests, args.cold, args.fleet_clock))
     if args.json:
         document = {"database": connection.vendor, "requests": args.requests, "pages": results}
         print(json.dumps({**document, "busiest_ratios": busiest_ratios(results)}, indent=2))
