@@ -23,7 +23,7 @@ from django.utils import timezone
 
 from packages_app import glossary, sketch, throughput
 from packages_app.models import Node, NodeRun, Report, Revision, Rollup
-from packages_app.rollups import NON_MTP_CHOICES, hourly_since
+from packages_app.rollups import hourly_since
 from packages_app.throughput import RevisionThroughput
 from packages_app.verdicts import INCONSISTENT_VERDICTS
 
@@ -31,17 +31,15 @@ DEFAULT_WINDOW_DAYS = 7
 # Below this many reports on either side a before/after ratio is noise, and is marked so.
 FEW_REPORTS = 10
 MTP_ON = Q(mtp_used=True)
-# As rollups.shows_mtp_unused: MTP not used although the operator asked for a strategy that could use it.
-MTP_UNUSED = Q(mtp_used=False) & ~Q(requested_strategy__in=NON_MTP_CHOICES)
-ALERT_ON_SERVED = MTP_UNUSED & Q(revision__mtp_detected=True)
-# The same on rollup cells, whose ``unused`` counts MTP_UNUSED reports.
+# Rollup cells whose reports show MTP unused (rollups.shows_mtp_unused) on a revision with MTP weights.
 ALERT_ON_CELLS = Q(unused__gt=0, revision__mtp_detected=True)
 
 
 def medians(reports: QuerySet[Report], keys: tuple[str, ...], condition: Q | None = None) -> dict[Any, float]:
-    """The exact median decode rate per group of ``keys`` (one query; the rates of the window, in Python).
+    """The exact median decode rate per group of ``keys`` (one query; the rates, in Python).
 
-    A window's worth of one fleet's reports; the rollups (node_key) would bound it by time buckets instead.
+    For the topology page and the before/after comparison, which read raw reports (rollups carry no
+    topology id; the comparison states exact medians).
     """
     rows = reports.filter(condition or Q(), predicted_per_second__isnull=False)
     groups: dict[Any, list[float]] = {}
