@@ -180,7 +180,7 @@ def _history_entry(revision: Revision) -> dict[str, Any]:
 
 def _audit_json(revision: Revision) -> dict[str, Any]:
     audit = revision.audit if isinstance(revision.audit, dict) else {}
-    throughput = queries.revision_throughput_for(revision)
+    throughput = queries.revision_throughput_for(revision, page=False)
     alert = asdict(throughput.alert) if throughput and throughput.alert else None
     return {
         "verdict": revision.verdict or None,
@@ -219,7 +219,7 @@ def _throughput_summary(throughput: RevisionThroughput | None) -> dict[str, Any]
 
 
 def _plan_json(plan: Plan) -> dict[str, Any]:
-    return {**asdict(plan), "last_seen": plan.last_seen.isoformat() if plan.last_seen else None}
+    return {**vars(plan), "last_seen": plan.last_seen.isoformat() if plan.last_seen else None}
 
 
 # --- the response shapes, for the OpenAPI document (openapi.py) and the tests -------------------

@@ -1,7 +1,12 @@
 """Read-side selectors for what the fleet runs: served revisions, nodes, topologies, before/after figures.
 
 Selectors only (services layer, read side): they read models and call throughput's public aggregates,
-never write, and issue a fixed number of queries however many nodes or reports exist.
+never write, and issue a fixed number of queries however many nodes or reports exist. What a window
+("served in the last N days") holds comes from the per-node rollups (``window_cells``: day cells for
+whole days, hour cells for the window's first day), so the nodes pages and the catalog's served
+revisions cost what the window's cells cost, not what its reports do; their medians come from the
+rollups' sketches (within 1 %). The topology page and the before/after comparison still read raw
+reports (rollups carry no topology id).
 """
 
 from __future__ import annotations
@@ -9,31 +14,32 @@ from __future__ import annotations
 import statistics
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from django.db.models import Count, F, Max, Q, QuerySet, Sum
-from django.db.models.functions import Coalesce
+from django.db.models import Case, Count, F, Max, Q, QuerySet, Sum, TextField, Value, When, Window
+from django.db.models.functions import Cast, Coalesce, RowNumber
 from django.utils import timezone
 
-from packages_app import glossary
-from packages_app.models import Node, NodeRun, Report, Revision
-from packages_app.rollups import NON_MTP_CHOICES
+from packages_app import glossary, sketch, throughput
+from packages_app.models import Node, NodeRun, Report, Revision, Rollup
+from packages_app.rollups import hourly_since
+from packages_app.throughput import RevisionThroughput
 from packages_app.verdicts import INCONSISTENT_VERDICTS
 
 DEFAULT_WINDOW_DAYS = 7
 # Below this many reports on either side a before/after ratio is noise, and is marked so.
 FEW_REPORTS = 10
 MTP_ON = Q(mtp_used=True)
-# As rollups.shows_mtp_unused: MTP not used although the operator asked for a strategy that could use it.
-MTP_UNUSED = Q(mtp_used=False) & ~Q(requested_strategy__in=NON_MTP_CHOICES)
-ALERT_ON_SERVED = MTP_UNUSED & Q(revision__mtp_detected=True)
+# Rollup cells whose reports show MTP unused (rollups.shows_mtp_unused) on a revision with MTP weights.
+ALERT_ON_CELLS = Q(unused__gt=0, revision__mtp_detected=True)
 
 
 def medians(reports: QuerySet[Report], keys: tuple[str, ...], condition: Q | None = None) -> dict[Any, float]:
-    """The exact median decode rate per group of ``keys`` (one query; the rates of the window, in Python).
+    """The exact median decode rate per group of ``keys`` (one query; the rates, in Python).
 
-    A window's worth of one fleet's reports; the rollups (node_key) would bound it by time buckets instead.
+    For the topology page and the before/after comparison, which read raw reports (rollups carry no
+    topology id; the comparison states exact medians).
     """
     rows = reports.filter(condition or Q(), predicted_per_second__isnull=False)
     groups: dict[Any, list[float]] = {}
@@ -72,6 +78,24 @@ def window_start(days: int = DEFAULT_WINDOW_DAYS, now: datetime | None = None) -
     return (now or timezone.now()) - timedelta(days=days)
 
 
+def window_cells(since: datetime) -> Q:
+    """Rollup cells of the reports received since ``since``, to the hour: day cells of the whole days
+    after since's day, and since's day by hour from since's hour. Past the hour cells' retention
+    (MESHDASH_ROLLUP_HOURLY_DAYS) the window starts at since's day instead."""
+    hour = since.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+    day = hour.replace(hour=0)
+    if hour < hourly_since():
+        return Q(grain=Rollup.Grain.DAY, bucket_start__gte=day)
+    next_day = day + timedelta(days=1)
+    hours = Q(grain=Rollup.Grain.HOUR, bucket_start__gte=hour, bucket_start__lt=next_day)
+    return Q(grain=Rollup.Grain.DAY, bucket_start__gte=next_day) | hours
+
+
+def window_node_cells(since: datetime) -> QuerySet[Rollup]:
+    """Per-node rollup cells of the window (``node_key`` is the node's id)."""
+    return Rollup.objects.filter(window_cells(since)).exclude(node_key=Rollup.ALL_NODES)
+
+
 # --- served revisions (catalog) ------------------------------------------------------------------
 
 
@@ -94,19 +118,21 @@ class ServedRevision(_Names):
 def served_revisions(package_ids: Iterable[int], since: datetime) -> dict[int, list[ServedRevision]]:
     """Per package, the revisions nodes reported since ``since``, broken first (2 queries)."""
     rows = list(
-        Report.objects.filter(received_at__gte=since, revision__package_id__in=list(package_ids))
+        window_node_cells(since)
+        .filter(revision__package_id__in=list(package_ids))
         .values(
             "revision_id",
             "revision__package_id",
             "revision__package__repo_id",
             "revision__commit_sha",
             "revision__verdict",
+            "revision__mtp_detected",
         )
         .annotate(
             latest_id=F("revision__package__latest_revision_id"),
-            nodes=Count("node", distinct=True),
-            reports=Count("*"),
-            unused=Count("received_at", filter=ALERT_ON_SERVED),
+            nodes=Count("node_key", distinct=True),
+            reports=Sum("reports"),
+            unused=Sum("unused"),
         )
         .order_by()
     )
@@ -121,7 +147,7 @@ def served_revisions(package_ids: Iterable[int], since: datetime) -> dict[int, l
 
 
 def _served(row: Mapping[str, Any], reason: str) -> ServedRevision:
-    alert = bool(row["unused"])
+    alert = bool(row["unused"]) and bool(row["revision__mtp_detected"])
     if alert and not reason:
         reason = "Nodes report MTP weights present but never used."
     return ServedRevision(
@@ -144,10 +170,11 @@ def problem_reasons(revision_ids: Iterable[int]) -> dict[int, str]:
     return {rid: glossary.first_error(problems) for rid, problems in rows}
 
 
-def served_package_ids(since: datetime, condition: Q) -> QuerySet[Report, int]:
-    """Ids of packages with a report since ``since`` matching ``condition`` (a subquery, not evaluated)."""
-    reports = Report.objects.filter(condition, received_at__gte=since, revision__isnull=False)
-    return reports.values_list("revision__package_id", flat=True)
+def served_package_ids(since: datetime, condition: Q) -> QuerySet[Rollup, int]:
+    """Ids of packages with a rollup cell since ``since`` matching ``condition`` (a subquery, not
+    evaluated); all-node cells, so each report is seen once."""
+    cells = Rollup.objects.filter(window_cells(since), condition, node_key=Rollup.ALL_NODES)
+    return cells.values_list("revision__package_id", flat=True)
 
 
 def served_inconsistent_q(since: datetime, verdicts: Iterable[str] = INCONSISTENT_VERDICTS) -> Q:
@@ -155,7 +182,7 @@ def served_inconsistent_q(since: datetime, verdicts: Iterable[str] = INCONSISTEN
 
 
 def served_alert_q(since: datetime) -> Q:
-    return Q(id__in=served_package_ids(since, ALERT_ON_SERVED))
+    return Q(id__in=served_package_ids(since, ALERT_ON_CELLS))
 
 
 # --- nodes ---------------------------------------------------------------------------------------
@@ -188,6 +215,8 @@ class NodeRow:
     version: str
     devices: list[str]
     serving: list[NodeServing] = field(default_factory=list)
+    hidden: int = 0  # what it served beyond the rows shown
+    stale: bool = False  # runs a revision that is not its package's latest, or not consistent
 
     @property
     def tps(self) -> float | None:
@@ -198,16 +227,22 @@ class NodeRow:
     def alerts(self) -> int:
         return sum(1 for s in self.serving if s.alert)
 
-    @property
-    def stale(self) -> bool:
-        """Runs a revision that is not its package's latest, or not consistent."""
-        return any(s.outdated or s.broken for s in self.serving)
+
+# What a node served, per (revision, split): the rows shown per node on /nodes/ and on its own page,
+# outdated or inconsistent revisions first, then the busiest. The rest is counted, not listed.
+NODES_PAGE_ROWS = 5
+NODE_PAGE_ROWS = 100
 
 
 def node_rows(
-    since: datetime, name: str | None = None, stale_only: bool = False, show_private: bool = False
+    since: datetime,
+    name: str | None = None,
+    stale_only: bool = False,
+    show_private: bool = False,
+    limit: int | None = None,
 ) -> list[NodeRow]:
-    """Every node (or the one named) with what it served since ``since`` (4 queries).
+    """Every node (or the one named) with what it served since ``since`` (6 queries), at most
+    ``limit`` rows a node (NODES_PAGE_ROWS, or NODE_PAGE_ROWS for one node).
 
     Private packages' revisions are left out unless ``show_private`` (the edge asks access.py).
     """
@@ -215,15 +250,17 @@ def node_rows(
     if name is not None:
         nodes = nodes.filter(name=name)
     node_list = list(nodes)
-    serving = _serving(since, {n.pk: n.name for n in node_list}, show_private)
+    limit = limit or (NODE_PAGE_ROWS if name is not None else NODES_PAGE_ROWS)
+    serving = _serving(since, {n.pk: n.name for n in node_list}, show_private, limit)
     runs = _latest_runs([n.pk for n in node_list])
-    rows = [_node_row(n, runs.get(n.pk), serving.get(n.pk, [])) for n in node_list]
+    rows = [_node_row(n, runs.get(n.pk), serving.get(n.pk, _NOTHING_SERVED)) for n in node_list]
     return [r for r in rows if r.stale] if stale_only else rows
 
 
-def _node_row(node: Node, run: NodeRun | None, serving: list[NodeServing]) -> NodeRow:
+def _node_row(node: Node, run: NodeRun | None, served: NodeServed) -> NodeRow:
     devices = [_device_name(d) for d in run.devices] if run and isinstance(run.devices, list) else []
-    return NodeRow(node, run.version if run else "", [d for d in devices if d], serving)
+    version = run.version if run else ""
+    return NodeRow(node, version, [d for d in devices if d], served.rows, served.hidden, served.stale)
 
 
 def _device_name(device: Any) -> str:
@@ -239,57 +276,128 @@ def _latest_runs(node_ids: list[int]) -> dict[int, NodeRun]:
     return runs
 
 
-def _serving(since: datetime, names: dict[int, str], show_private: bool) -> dict[int, list[NodeServing]]:
-    reports = Report.objects.filter(received_at__gte=since, node_id__in=list(names), revision__isnull=False)
+_SERVED_REVISION = (
+    "revision__package__repo_id",
+    "revision__commit_sha",
+    "revision__verdict",
+    "revision__mtp_detected",
+    "revision__package__latest_revision_id",
+)
+ServedKey = tuple[int, int, str]  # node id, revision id, stage splits
+# A cell of an outdated or inconsistent revision, or one whose reports show MTP unused.
+_STALE_REVISION = ~Q(revision_id=F("revision__package__latest_revision_id")) | Q(
+    revision__verdict__in=INCONSISTENT_VERDICTS
+)
+STALE_CELL = _STALE_REVISION | ALERT_ON_CELLS
+
+
+@dataclass(frozen=True)
+class NodeServed:
+    rows: list[NodeServing]
+    hidden: int
+    stale: bool
+
+
+_NOTHING_SERVED = NodeServed([], 0, False)
+
+
+def _serving(since: datetime, names: dict[int, str], show_private: bool, limit: int) -> dict[int, NodeServed]:
+    """What each node served in the window, from its rollup cells: the ``limit`` rows a node to
+    show (ranked in SQL), their medians and topologies, and which nodes run a stale revision at all
+    (4 queries, however many cells or groups the window holds)."""
+    cells = window_node_cells(since).filter(node_key__in=list(names))
     if not show_private:
-        reports = reports.filter(revision__package__private=False)
-    groups = list(
-        reports.values(
-            "node_id",
-            "revision_id",
-            "stage_splits",
-            "revision__package__repo_id",
-            "revision__commit_sha",
-            "revision__verdict",
-        )
-        .annotate(
-            latest_id=F("revision__package__latest_revision_id"),
-            reports=Count("*"),
-            unused=Count("received_at", filter=ALERT_ON_SERVED),
-            last_report=Max("id"),
-        )
-        .order_by()
-    )
-    rates = medians(reports, ("node_id", "revision_id", "stage_splits"))
-    rows: list[dict[str, Any]] = [dict(g) for g in groups]
-    for row in rows:
-        row["tps"] = rates.get((row["node_id"], row["revision_id"], row["stage_splits"]))
-    topologies = dict(
-        Report.objects.filter(id__in=[g["last_report"] for g in rows]).values_list("id", "body__topology")
-    )
+        cells = cells.filter(revision__package__private=False)
+    shown = list(_ranked_groups(cells, limit))
+    bins = _group_bins(cells, shown)
+    topologies = _last_topologies(shown)
+    stale = set(cells.filter(STALE_CELL).values_list("node_key", flat=True).distinct())
     result: dict[int, list[NodeServing]] = {}
-    for group in rows:
-        topology = topologies.get(group["last_report"])
-        serving = _node_serving(group, topology, names[group["node_id"]])
-        result.setdefault(group["node_id"], []).append(serving)
+    hidden: dict[int, int] = {}
+    for group in shown:
+        key = (group["node_key"], group["revision_id"], group["stage_splits"])
+        serving = _node_serving(group, bins.get(key, []), topologies.get(key), names[key[0]])
+        result.setdefault(key[0], []).append(serving)
+        hidden[key[0]] = max(0, group["groups"] - limit)
     for items in result.values():
         items.sort(key=lambda s: (not s.broken, s.is_latest, s.repo_id, s.commit_sha))
+    return {node: NodeServed(rows, hidden.get(node, 0), node in stale) for node, rows in result.items()}
+
+
+def _ranked_groups(cells: QuerySet[Rollup], limit: int) -> QuerySet[Rollup, dict[str, Any]]:
+    """Per (node, revision, split): reports, unused, newest report; at most ``limit`` a node, outdated
+    or inconsistent revisions first, then the busiest (one query; ``groups`` counts them all)."""
+    stale_first = Case(When(_STALE_REVISION, then=Value(0)), default=Value(1))
+    per_node = [F("node_key")]
+    ranked: QuerySet[Rollup, dict[str, Any]] = (
+        cells.values("node_key", "revision_id", "stage_splits", *_SERVED_REVISION)
+        .annotate(reports_n=Sum("reports"), unused_n=Sum("unused"), last_at_max=Max("last_at"))
+        .annotate(
+            rank=Window(
+                RowNumber(),
+                partition_by=per_node,
+                order_by=[
+                    stale_first.asc(),
+                    Sum("reports").desc(),
+                    F("revision_id").desc(),
+                    F("stage_splits"),
+                ],
+            ),
+            groups=Window(Count("*"), partition_by=per_node),
+        )
+        .filter(rank__lte=limit)
+        .order_by()
+    )
+    return ranked
+
+
+def _group_bins(cells: QuerySet[Rollup], groups: list[dict[str, Any]]) -> dict[ServedKey, list[str]]:
+    """The shown groups' sketches, as JSON texts (one query)."""
+    wanted = Q(pk__in=[])
+    for g in groups:
+        wanted |= Q(node_key=g["node_key"], revision_id=g["revision_id"], stage_splits=g["stage_splits"])
+    rows = cells.filter(wanted).annotate(bins=Cast("tps_sketch", TextField()))
+    result: dict[ServedKey, list[str]] = {}
+    for node, revision, splits, text in rows.values_list("node_key", "revision_id", "stage_splits", "bins"):
+        result.setdefault((node, revision, splits), []).append(text)
     return result
 
 
-def _node_serving(group: Mapping[str, Any], topology: Any, node_name: str) -> NodeServing:
+def _last_topologies(groups: list[dict[str, Any]]) -> dict[ServedKey, Any]:
+    """The topology of each group's newest report (one query: the reports at the groups' last_at)."""
+    wanted = Q(pk__in=[])
+    for g in groups:
+        wanted |= Q(
+            node_id=g["node_key"],
+            revision_id=g["revision_id"],
+            stage_splits=g["stage_splits"],
+            received_at=g["last_at_max"],
+        )
+    if not groups:
+        return {}
+    rows = Report.objects.filter(wanted).order_by("id")
+    return {
+        (node_id, revision_id, splits): topology
+        for node_id, revision_id, splits, topology in rows.values_list(
+            "node_id", "revision_id", "stage_splits", "body__topology"
+        )
+    }
+
+
+def _node_serving(group: Mapping[str, Any], bins: list[str], topology: Any, node_name: str) -> NodeServing:
+    tps = sketch.median(throughput.merged_stored(bins)) if bins else None
     return NodeServing(
         revision_id=group["revision_id"],
         repo_id=group["revision__package__repo_id"],
         commit_sha=group["revision__commit_sha"],
         verdict=group["revision__verdict"] or "",
-        is_latest=group["revision_id"] == group["latest_id"],
+        is_latest=group["revision_id"] == group["revision__package__latest_revision_id"],
         layer_range=_layer_range(topology, node_name),
         stage_splits=group["stage_splits"],
         topology_id=str(topology.get("topology_id", "")) if isinstance(topology, dict) else "",
-        reports=group["reports"],
-        tps=_rounded(group["tps"]),
-        alert=bool(group["unused"]),
+        reports=group["reports_n"],
+        tps=_rounded(tps),
+        alert=bool(group["unused_n"]) and bool(group["revision__mtp_detected"]),
     )
 
 
@@ -432,9 +540,10 @@ def default_comparison_pair(revisions: list[Revision], latest_id: int | None) ->
         return None
     new = next((r for r in revisions if r.pk == latest_id), revisions[0])
     older = [r for r in revisions if r.pk != new.pk]
-    ran = set(
-        Report.objects.filter(revision_id__in=[r.pk for r in older]).values_list("revision_id", flat=True)
+    totals = Rollup.objects.filter(
+        revision_id__in=[r.pk for r in older], grain=Rollup.Grain.TOTAL, node_key=Rollup.ALL_NODES
     )
+    ran = set(totals.values_list("revision_id", flat=True))
     old = next((r for r in older if r.pk in ran), older[0])
     return old.pk, new.pk
 
@@ -451,14 +560,26 @@ class RanCounts:
 
 
 def ran_counts(revision_id: int) -> RanCounts:
-    """How often nodes ran the revision, with MTP, and without it although they asked for auto."""
-    row = Report.objects.filter(revision_id=revision_id).aggregate(
-        reports=Count("*"),
-        nodes=Count("node", distinct=True),
-        mtp_on=Count("received_at", filter=MTP_ON),
-        auto_off=Count("received_at", filter=~MTP_ON & Q(requested_strategy="auto")),
+    """How often nodes ran the revision, with MTP, and without it although they asked for auto
+    (one query over the revision's total rollups)."""
+    every, per_node = Q(node_key=Rollup.ALL_NODES), ~Q(node_key=Rollup.ALL_NODES)
+    row = Rollup.objects.filter(revision_id=revision_id, grain=Rollup.Grain.TOTAL).aggregate(
+        ran=Coalesce(Sum("reports", filter=every), 0),
+        nodes=Count("node_key", filter=per_node, distinct=True),
+        mtp_on=Coalesce(Sum("reports", filter=every & MTP_ON), 0),
+        auto_off=Coalesce(Sum("reports", filter=every & ~MTP_ON & Q(requested_strategy="auto")), 0),
     )
-    return RanCounts(**row)
+    return RanCounts(row["ran"], row["nodes"], row["mtp_on"], row["auto_off"])
+
+
+def ran_counts_of(throughput: RevisionThroughput) -> RanCounts:
+    """The same counts from figures the package page has read already (no query)."""
+    return RanCounts(
+        reports=throughput.reports,
+        nodes=throughput.nodes,
+        mtp_on=throughput.mtp_on.reports,
+        auto_off=throughput.auto_off,
+    )
 
 
 def auto_outcome(runtime: Any, verdict: str) -> str:

@@ -399,6 +399,11 @@ class Rollup(models.Model):
             ),
             # Pruning hourly rows past their window.
             models.Index(fields=["grain", "bucket_start"], name="rollup_grain_time"),
+            # The fleet's windows: a node's cells (or every node's, node_key 0) by time; revision and
+            # unused in the key make the served-revision filters index-only scans.
+            models.Index(
+                fields=["node_key", "grain", "bucket_start", "revision", "unused"], name="rollup_node_time"
+            ),
         ]
 
     def __str__(self) -> str:

@@ -126,10 +126,10 @@ def catalog_throughput_for(revision_ids: list[int]) -> dict[int, throughput.Cata
     return throughput.catalog_throughput(revision_ids) if revision_ids else {}
 
 
-def revision_throughput_for(revision: Revision) -> throughput.RevisionThroughput | None:
+def revision_throughput_for(revision: Revision, page: bool = True) -> throughput.RevisionThroughput | None:
     """The revision's throughput figures (from the rollups: no cache needed), or None while no node
-    has reported running it."""
-    return throughput.revision_throughput(revision.pk)
+    has reported running it; ``page=False`` without the series and recent reports (the JSON API)."""
+    return throughput.revision_throughput(revision.pk, page=page)
 
 
 # --- catalog -----------------------------------------------------------------------------------
@@ -169,31 +169,31 @@ def visible_packages(show_private: bool) -> QuerySet[Package]:
 def catalog_queryset(filters: CatalogFilters, show_private: bool = False) -> QuerySet[Package]:
     """Packages matching ``filters``, each with its latest revision joined, in the requested order."""
     packages = visible_packages(show_private).select_related("latest_revision").only(*_CATALOG_FIELDS)
-    packages = _filter_packages(packages, filters).filter(_verdict_q(filters))
+    packages = packages.filter(_filters_q(filters), _verdict_q(filters))
     return packages.order_by(*_SORT_ORDER.get(filters.sort, _SORT_ORDER["repo"]))
 
 
-def _filter_packages(packages: QuerySet[Package], filters: CatalogFilters) -> QuerySet[Package]:
+def _filters_q(filters: CatalogFilters) -> Q:
     """Every filter except the verdict, which the verdict facets must ignore."""
+    q = Q()
     if filters.q:
-        packages = packages.filter(repo_id__icontains=filters.q)
+        q &= Q(repo_id__icontains=filters.q)
     if filters.architecture:
-        packages = packages.filter(latest_revision__architecture=filters.architecture)
+        q &= Q(latest_revision__architecture=filters.architecture)
     if filters.schema is not None:
-        packages = packages.filter(latest_revision__schema_version=filters.schema)
+        q &= Q(latest_revision__schema_version=filters.schema)
     if filters.mtp_detected is not None:
-        packages = packages.filter(latest_revision__mtp_detected=filters.mtp_detected)
+        q &= Q(latest_revision__mtp_detected=filters.mtp_detected)
     if filters.mtp_declared is not None:
-        packages = packages.filter(latest_revision__mtp_declared=filters.mtp_declared)
+        q &= Q(latest_revision__mtp_declared=filters.mtp_declared)
     if filters.status:
-        packages = packages.filter(latest_revision__status=filters.status)
+        q &= Q(latest_revision__status=filters.status)
     if filters.alert:
         since = fleet.window_start(filters.window_days)
-        latest = Q(latest_revision_id__in=throughput.alert_revision_ids())
-        packages = packages.filter(latest | fleet.served_alert_q(since))
+        q &= Q(latest_revision_id__in=throughput.alert_revision_ids()) | fleet.served_alert_q(since)
     if filters.refused_by:
-        packages = packages.filter(latest_revision__refused_by__contains=f"|{filters.refused_by}|")
-    return packages
+        q &= Q(latest_revision__refused_by__contains=f"|{filters.refused_by}|")
+    return q
 
 
 def _verdict_q(filters: CatalogFilters) -> Q:
@@ -210,32 +210,64 @@ def _verdict_q(filters: CatalogFilters) -> Q:
     return latest | fleet.served_inconsistent_q(fleet.window_start(filters.window_days), verdicts)
 
 
-def catalog_facets(filters: CatalogFilters, show_private: bool = False) -> dict[str, int]:
-    """How many packages each verdict would show, given every other filter (one query)."""
-    base = _filter_packages(visible_packages(show_private), filters)
+@dataclass(frozen=True)
+class CatalogCounts:
+    """What one scan of the visible packages tells the catalog besides its rows."""
+
+    matching: int  # packages the filters show (the paginator's count)
+    facets: dict[str, int]  # per verdict, given every filter but the verdict; "inconsistent" too
+    architectures: list[str]  # of every visible package's latest revision, for the filter's choices
+
+
+def catalog_counts(filters: CatalogFilters, show_private: bool = False) -> CatalogCounts:
+    """The count, the verdict facets and the architectures: one scan grouped by verdict and
+    architecture, each count a FILTER of it. The filters other than the verdict go in its WHERE (their
+    subqueries run once, not once per count), so with any of them the architectures, which ignore
+    every filter, take a second query."""
+    others = _filters_q(filters)
+    inconsistent = _verdict_q(CatalogFilters(verdict=ANY_INCONSISTENT, window_days=filters.window_days))
+    rows = (
+        visible_packages(show_private)
+        .filter(others)
+        .values("latest_revision__verdict", "latest_revision__architecture")
+        .annotate(
+            matching=Count("id", filter=_verdict_q(filters) or None),
+            n=Count("id"),
+            inconsistent=Count("id", filter=inconsistent),
+        )
+        .order_by()
+    )
     counts = {verdict: 0 for verdict in VERDICTS}
-    counts[NOT_AUDITED] = 0
-    rows = base.values("latest_revision__verdict").annotate(n=Count("id")).order_by()
+    counts[NOT_AUDITED] = counts[ANY_INCONSISTENT] = 0
+    matching, architectures = 0, set()
     for row in rows:
         verdict = row["latest_revision__verdict"] or NOT_AUDITED
         # A verdict some newer capability.py introduced still counts, under its own name.
         counts[verdict] = counts.get(verdict, 0) + row["n"]
-    # Served revisions count too, so the facet says how many packages the filter will show (one query).
-    inconsistent = CatalogFilters(verdict=ANY_INCONSISTENT, window_days=filters.window_days)
-    counts[ANY_INCONSISTENT] = base.filter(_verdict_q(inconsistent)).count()
-    return counts
+        matching += row["matching"]
+        # Served revisions count too, so the facet says how many packages the filter will show.
+        counts[ANY_INCONSISTENT] += row["inconsistent"]
+        architectures.add(row["latest_revision__architecture"] or "")
+    names = catalog_architectures(show_private) if others else sorted(architectures - {""})
+    return CatalogCounts(matching, counts, names)
 
 
 def catalog_architectures(show_private: bool = False) -> list[str]:
     """Architectures of the packages' latest revisions, for the filter's choices."""
     names = (
-        Revision.objects.filter(id__in=visible_packages(show_private).values("latest_revision_id"))
-        .exclude(architecture="")
-        .values_list("architecture", flat=True)
+        visible_packages(show_private)
+        .exclude(latest_revision__architecture="")
+        .filter(latest_revision__isnull=False)
+        .values_list("latest_revision__architecture", flat=True)
         .distinct()
-        .order_by("architecture")
+        .order_by("latest_revision__architecture")
     )
     return list(names)
+
+
+def catalog_facets(filters: CatalogFilters, show_private: bool = False) -> dict[str, int]:
+    """How many packages each verdict would show, given every other filter (one query)."""
+    return catalog_counts(filters, show_private).facets
 
 
 def catalog_page(
@@ -245,7 +277,9 @@ def catalog_page(
 
     Raises ``django.core.paginator.EmptyPage`` for a page past the end when ``clamp`` is False.
     """
+    counts = catalog_counts(filters, show_private)
     paginator = Paginator(catalog_queryset(filters, show_private), per_page)
+    paginator.count = counts.matching  # counted by the facets' scan already
     page = paginator.get_page(page_number) if clamp else paginator.page(page_number)
     packages = list(page.object_list)
     latest_ids = [p.latest_revision_id for p in packages if p.latest_revision_id]
@@ -262,8 +296,7 @@ def catalog_page(
         )
         for p in packages
     ]
-    facets = catalog_facets(filters, show_private)
-    return CatalogResult(page, rows, facets, catalog_architectures(show_private))
+    return CatalogResult(page, rows, counts.facets, counts.architectures)
 
 
 # --- one package ---------------------------------------------------------------------------------

@@ -13,12 +13,14 @@ JSON-ready shape the API and the charts take.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from django.db.models import F, OuterRef, QuerySet, Subquery
+from django.db.models import F, OuterRef, QuerySet, Subquery, TextField, Value
+from django.db.models.functions import Cast, Coalesce
 
 from packages_app import sketch
 from packages_app.models import Node, Report, Revision, Rollup
@@ -81,6 +83,8 @@ class RevisionThroughput:
     recent: list[dict[str, Any]]
     plans: list[Plan]
     alert: Alert | None
+    nodes: int = 0  # nodes that reported running it
+    auto_off: int = 0  # reports that asked for auto and ran without MTP
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -113,43 +117,54 @@ def time_bucket(span: timedelta) -> str:
 # --- one revision ----------------------------------------------------------------------------
 
 
-def revision_throughput(revision_id: int, *, bucket: str | None = None) -> RevisionThroughput | None:
+def revision_throughput(
+    revision_id: int, *, bucket: str | None = None, page: bool = True
+) -> RevisionThroughput | None:
     """The revision's figures, or None while no node has reported running it.
 
     ``bucket`` defaults to one that suits the span of the reports; hour buckets need hour rollups,
     which are kept MESHDASH_ROLLUP_HOURLY_DAYS: an older revision is shown by day instead.
+    ``page=False`` leaves out what only the HTML page shows (the time series and the recent raw
+    reports): the JSON API does not pay for them.
     """
     if bucket is not None and bucket not in BUCKETS:
         raise ValueError(f"bucket must be one of {', '.join(BUCKETS)}, not {bucket!r}")
-    totals = list(_cells(revision_id, Rollup.Grain.TOTAL).values(*_TOTAL_FIELDS))
+    totals = list(
+        _cells(revision_id, Rollup.Grain.TOTAL)
+        .annotate(tps=stored("tps_sketch"), prompt=stored("prompt_sketch"))
+        .values(*_TOTAL_FIELDS)
+    )
     if not totals:
         return None
     first_at, last_at = min(c["first_at"] for c in totals), max(c["last_at"] for c in totals)
     bucket = bucket or time_bucket(last_at - first_at)
     if bucket == "hour" and first_at < hourly_since():
         bucket = "day"
-    mtp_detected = Revision.objects.filter(pk=revision_id, mtp_detected=True).exists()
     sums = _add_up(totals)
+    nodes = _node_totals(revision_id)
     return RevisionThroughput(
         reports=sums["reports"],
         first_at=first_at,
         last_at=last_at,
         bucket=bucket,
-        series=_series(revision_id, bucket),
+        series=_series(revision_id, bucket) if page else [],
         by_strategy=_by_strategy(totals),
         mtp_on=_mtp(totals, used=True),
         mtp_off=_mtp(totals, used=False),
         **_rates(sums),
-        prompt_tps=sketch.median(_merged(totals, "prompt_sketch")),
+        prompt_tps=sketch.median(_merged(totals, "prompt")),
         stage_splits=sorted({c["stage_splits"] for c in totals} - {""}),
-        recent=_recent(revision_id),
-        plans=strategy_plans(revision_id),
-        alert=_alert(revision_id, sums["unused"]) if mtp_detected else None,
+        recent=_recent(revision_id) if page else [],
+        plans=_plans(nodes),
+        alert=_alert(nodes, sums["unused"]) if nodes.mtp_detected else None,
+        nodes=len({cell.node_key for cell in nodes.cells}),
+        auto_off=sum(c["reports"] for c in totals if not c["mtp_used"] and c["requested_strategy"] == "auto"),
     )
 
 
 _TOTAL_FIELDS = (
     "stage_splits",
+    "requested_strategy",
     "strategy",
     "mtp_used",
     "reports",
@@ -159,8 +174,8 @@ _TOTAL_FIELDS = (
     "windows",
     "first_at",
     "last_at",
-    "tps_sketch",
-    "prompt_sketch",
+    "tps",  # the sketches, as JSON text (stored)
+    "prompt",
 )
 ADDED_UP = ("reports", "unused", "accepted", "proposed", "windows")
 
@@ -177,8 +192,26 @@ def _add_up(cells: Iterable[Mapping[str, Any]]) -> dict[str, int]:
     return sums
 
 
+def stored(column: str) -> Cast:
+    """A sketch column read as JSON text: ``json.loads`` parses it several times faster than the
+    JSONField's own decoding, which showed on pages that read hundreds of cells."""
+    return Cast(column, TextField())
+
+
+def merged_stored(texts: Iterable[str]) -> sketch.Sketch:
+    """Sketches stored as JSON texts, merged: bins added under their text keys, converted once."""
+    parsed = [json.loads(text) for text in texts]
+    bins: dict[str, int] = parsed[0] if len(parsed) == 1 else {}
+    if len(parsed) > 1:  # (none: an empty sketch)
+        for stored_bins in parsed:
+            for index, count in stored_bins.items():
+                bins[index] = bins.get(index, 0) + count
+    # As sketch.from_json, without its per-bin int() of counts that json.loads made ints already.
+    return dict(zip(map(int, bins), bins.values(), strict=True))
+
+
 def _merged(cells: Iterable[Mapping[str, Any]], column: str) -> sketch.Sketch:
-    return sketch.merged(sketch.from_json(cell[column]) for cell in cells)
+    return merged_stored(cell[column] for cell in cells)
 
 
 def _rates(sums: Mapping[str, int]) -> dict[str, float | None]:
@@ -192,7 +225,7 @@ def _rates(sums: Mapping[str, int]) -> dict[str, float | None]:
 
 def _mtp(totals: list[dict[str, Any]], *, used: bool) -> MtpFigures:
     cells = [c for c in totals if c["mtp_used"] is used]
-    return MtpFigures(reports=_add_up(cells)["reports"], tps=sketch.median(_merged(cells, "tps_sketch")))
+    return MtpFigures(reports=_add_up(cells)["reports"], tps=sketch.median(_merged(cells, "tps")))
 
 
 def _by_strategy(totals: list[dict[str, Any]]) -> list[StrategyFigures]:
@@ -204,24 +237,34 @@ def _by_strategy(totals: list[dict[str, Any]]) -> list[StrategyFigures]:
 
 def _strategy(name: str, cells: list[dict[str, Any]]) -> StrategyFigures:
     sums = _add_up(cells)
-    tps = sketch.median(_merged(cells, "tps_sketch"))
+    tps = sketch.median(_merged(cells, "tps"))
     return StrategyFigures(strategy=name, reports=sums["reports"], tps=tps, **_rates(sums))
 
 
 def _series(revision_id: int, bucket: str) -> list[Point]:
     """Median decode rate and reports per (bucket, strategy, topology), from hour or day cells."""
     grain = Rollup.Grain.HOUR if bucket == "hour" else Rollup.Grain.DAY
-    rows = _cells(revision_id, grain).values_list(
-        "bucket_start", "strategy", "stage_splits", "reports", "tps_sketch"
+    rows = (
+        _cells(revision_id, grain)
+        .annotate(tps=stored("tps_sketch"))
+        .values_list("bucket_start", "strategy", "stage_splits", "reports", "tps")
     )
-    points: dict[tuple[datetime, str, str], tuple[int, sketch.Sketch]] = {}
+    regroup = bucket != grain  # weeks and months gather day cells; an hour or a day is its cell's
+    points: dict[tuple[datetime, str, str], tuple[int, list[str]]] = {}
     for start, strategy, splits, reports, bins in rows:
-        key = (bucket_start(start, bucket), strategy, splits)
-        count, merged = points.get(key, (0, {}))
-        points[key] = (count + reports, sketch.merge_into(merged, sketch.from_json(bins)))
+        key = (bucket_start(start, bucket) if regroup else start, strategy, splits)
+        count, texts = points.get(key, (0, []))
+        texts.append(bins)
+        points[key] = (count + reports, texts)
     return [
-        Point(bucket=at, strategy=strategy, topology=splits, tps=sketch.median(bins), reports=count)
-        for (at, strategy, splits), (count, bins) in sorted(points.items())
+        Point(
+            bucket=at,
+            strategy=strategy,
+            topology=splits,
+            tps=sketch.median(merged_stored(texts)),
+            reports=count,
+        )
+        for (at, strategy, splits), (count, texts) in sorted(points.items())
     ]
 
 
@@ -239,16 +282,15 @@ def bucket_start(at: datetime, bucket: str) -> datetime:
     return day.replace(day=1)
 
 
-def _alert(revision_id: int, unused: int) -> Alert | None:
+def _alert(nodes: NodeTotals, unused: int) -> Alert | None:
     if not unused:
         return None
-    per_node = Rollup.objects.filter(revision_id=revision_id, grain=Rollup.Grain.TOTAL, unused__gt=0)
-    nodes = per_node.exclude(node_key=Rollup.ALL_NODES).values("node_key").distinct().count()
+    count = len({cell.node_key for cell in nodes.cells if cell.unused})
     message = (
         f"MTP weights present but never used in {unused} report{'s' if unused != 1 else ''} "
-        f"from {nodes} node{'s' if nodes != 1 else ''}"
+        f"from {count} node{'s' if count != 1 else ''}"
     )
-    return Alert(message=message, reports=unused, nodes=nodes)
+    return Alert(message=message, reports=unused, nodes=count)
 
 
 RECENT_FIELDS = (
@@ -309,38 +351,86 @@ def plan_honoured(requested: str, effective: str) -> bool:
     return effective.endswith(requested)  # ngram-cache, or native-mtp+ngram-cache
 
 
-def strategy_plans(revision_id: int) -> list[Plan]:
-    """Requested vs effective strategy per node and topology: what each node asked for and what ran.
+@dataclass(frozen=True)
+class NodeCell:
+    """One per-node total rollup of a revision, without its sketch and last report time (read for the
+    plans shown only)."""
 
-    The effective strategy comes from the node (the ``stage.openai_decode`` span's attributes, or the
-    report's ``speculative`` block); a requested plan that differs from the effective one is the
-    thing to see. One query over the revision's per-node total rollups; the busiest PLAN_ROWS.
-    """
+    id: int
+    node_key: int
+    node: str
+    stage_splits: str
+    requested_strategy: str
+    strategy: str
+    reports: int
+    from_spans: int
+    unused: int
+
+
+@dataclass(frozen=True)
+class NodeTotals:
+    cells: list[NodeCell]
+    mtp_detected: bool
+
+
+def _node_totals(revision_id: int) -> NodeTotals:
+    """The revision's per-node total cells (one query): the plans, the node count, the alert's nodes."""
     name = Node.objects.filter(pk=OuterRef("node_key")).values("name")[:1]
     rows = (
         Rollup.objects.filter(revision_id=revision_id, grain=Rollup.Grain.TOTAL)
         .exclude(node_key=Rollup.ALL_NODES)
-        .annotate(node_name=Subquery(name))
+        .annotate(node_name=Coalesce(Subquery(name), Value("")), mtp_detected=F("revision__mtp_detected"))
         .values_list(
+            "id",
+            "node_key",
             "node_name",
             "stage_splits",
             "requested_strategy",
             "strategy",
             "reports",
             "from_spans",
-            "last_at",
-            "tps_sketch",
+            "unused",
+            "mtp_detected",
         )
     )
-    groups: dict[tuple[str, str, str, str], list[tuple[Any, ...]]] = {}
-    for row in rows:
-        groups.setdefault((row[0] or "", row[1], row[2], row[3]), []).append(row)
-    plans = [_plan(key, cells) for key, cells in groups.items()]
-    plans.sort(key=lambda plan: (-plan.reports, plan.node, plan.stage_splits))
-    return plans[:PLAN_ROWS]
+    cells, detected = [], False
+    for *values, mtp_detected in rows:
+        cells.append(NodeCell(*values))
+        detected = bool(mtp_detected)
+    return NodeTotals(cells, detected)
 
 
-def _plan(key: tuple[str, str, str, str], cells: list[tuple[Any, ...]]) -> Plan:
+def strategy_plans(revision_id: int) -> list[Plan]:
+    """Requested vs effective strategy per node and topology: what each node asked for and what ran.
+
+    The effective strategy comes from the node (the ``stage.openai_decode`` span's attributes, or the
+    report's ``speculative`` block); a requested plan that differs from the effective one is the
+    thing to see. Two queries over the revision's per-node total rollups; the busiest PLAN_ROWS.
+    """
+    return _plans(_node_totals(revision_id))
+
+
+def _plans(nodes: NodeTotals) -> list[Plan]:
+    """The busiest PLAN_ROWS plans; only their cells' sketches are read (one query)."""
+    groups: dict[tuple[str, str, str, str], list[NodeCell]] = {}
+    for cell in nodes.cells:
+        key = (cell.node, cell.stage_splits, cell.requested_strategy, cell.strategy)
+        groups.setdefault(key, []).append(cell)
+    counted = [(sum(c.reports for c in cells), key, cells) for key, cells in groups.items()]
+    counted.sort(key=lambda row: (-row[0], row[1]))
+    shown = counted[:PLAN_ROWS]
+    ids = [cell.id for _, _, cells in shown for cell in cells]
+    shown_cells = Rollup.objects.filter(pk__in=ids).annotate(tps=stored("tps_sketch"))
+    details = {pk: (tps, last_at) for pk, tps, last_at in shown_cells.values_list("pk", "tps", "last_at")}
+    return [_plan(key, reports, cells, details) for reports, key, cells in shown]
+
+
+def _plan(
+    key: tuple[str, str, str, str],
+    reports: int,
+    cells: list[NodeCell],
+    details: dict[int, tuple[str, datetime]],
+) -> Plan:
     node, splits, requested, effective = key
     return Plan(
         node=node,
@@ -348,10 +438,10 @@ def _plan(key: tuple[str, str, str, str], cells: list[tuple[Any, ...]]) -> Plan:
         requested_strategy=requested,
         effective_strategy=effective,
         differs=not plan_honoured(requested, effective),
-        reports=sum(c[4] for c in cells),
-        from_spans=sum(c[5] for c in cells),
-        tps=sketch.median(sketch.merged(sketch.from_json(c[7]) for c in cells)),
-        last_seen=max(c[6] for c in cells),
+        reports=reports,
+        from_spans=sum(c.from_spans for c in cells),
+        tps=sketch.median(merged_stored(details[c.id][0] for c in cells)),
+        last_seen=max(details[c.id][1] for c in cells),
     )
 
 
@@ -364,7 +454,12 @@ def catalog_throughput(revision_ids: Sequence[int]) -> dict[int, CatalogThroughp
         Rollup.objects.filter(
             revision_id__in=revision_ids, grain=Rollup.Grain.TOTAL, node_key=Rollup.ALL_NODES
         )
-        .values_list("revision_id", "mtp_used", "reports", "unused", "tps_sketch", "revision__mtp_detected")
+        # A subquery per row, not a join: the planner hashes the whole revision table for a join.
+        .annotate(
+            detected=Subquery(Revision.objects.filter(pk=OuterRef("revision_id")).values("mtp_detected"))
+        )
+        .annotate(tps=stored("tps_sketch"))
+        .values_list("revision_id", "mtp_used", "reports", "unused", "tps", "detected")
         .order_by()
     )
     grouped: dict[int, list[tuple[Any, ...]]] = {}
@@ -377,8 +472,8 @@ def catalog_throughput(revision_ids: Sequence[int]) -> dict[int, CatalogThroughp
 
 
 def _catalog_row(cells: list[tuple[Any, ...]]) -> CatalogThroughput:
-    on = sketch.merged(sketch.from_json(c[4]) for c in cells if c[1])
-    off = sketch.merged(sketch.from_json(c[4]) for c in cells if not c[1])
+    on = merged_stored(c[4] for c in cells if c[1])
+    off = merged_stored(c[4] for c in cells if not c[1])
     return CatalogThroughput(
         tps_mtp=sketch.median(on),
         tps_no_mtp=sketch.median(off),

@@ -165,7 +165,7 @@ def _revision_context(revision: Revision, files_page: str | None = None) -> dict
     splits = throughput.stage_splits if throughput else []
     suggested = queries.suggested_generation(revision)
     runtime = queries.audit_section(revision, "runtime")
-    ran = fleet.ran_counts(revision.pk) if throughput else fleet.RanCounts()
+    ran = fleet.ran_counts_of(throughput) if throughput else fleet.RanCounts()
     return {
         "findings": fleet.reconcile(fleet.auto_outcome(runtime, revision.verdict), ran),
         "hub_base": hub_url(revision.package, revision, path="/"),
@@ -195,7 +195,8 @@ def _throughput_charts(throughput: RevisionThroughput | None) -> dict[str, Any]:
     if not throughput:
         return {}
     return {
-        "timeline": charts.throughput_timeline_figure([asdict(point) for point in throughput.series]),
+        # vars, not asdict: the points' fields are plain values, and asdict deep-copies each one.
+        "timeline": charts.throughput_timeline_figure([dict(vars(point)) for point in throughput.series]),
         "strategies": charts.strategy_figure([asdict(row) for row in throughput.by_strategy]),
         "mtp": charts.mtp_comparison_figure(asdict(throughput.mtp_on), asdict(throughput.mtp_off)),
     }

@@ -12,7 +12,8 @@ from django.test import Client
 from django.utils import timezone
 
 from packages_app import fleet, glossary
-from packages_app.models import NodeRun
+from packages_app.models import NodeRun, Report
+from packages_app.throughput import revision_throughput
 from packages_app.verdicts import VERDICTS
 from tests import dashboard_factories as f
 
@@ -101,6 +102,56 @@ def test_a_topology_page_lists_its_stages_and_what_ran_on_them(client: Client) -
     body = text(client.get("/topologies/lab-2/"))
     assert "0..27|27..41" in body and "69cbd9fc" in body and "964edc7e" in body
     assert client.get("/topologies/unknown/").status_code == 404
+
+
+def test_the_window_reads_rollups_to_the_hour_whole_days_by_day_and_its_first_day_by_hour() -> None:
+    now = timezone.now()
+    _, fixed = f.qwen35_fleet(now - timedelta(days=3))
+    edge = f.make_node("edge-box")
+    f.make_report(edge, fixed, 6.0, at=now - timedelta(days=1, hours=2), mtp_used=True)  # before the window
+    f.make_report(edge, fixed, 5.0, at=now - timedelta(hours=22), mtp_used=True)
+    f.make_report(edge, fixed, 5.2, at=now - timedelta(hours=1), mtp_used=True)
+    rows = {r.node.name: r for r in fleet.node_rows(fleet.window_start(1))}
+    assert [s.reports for s in rows["edge-box"].serving] == [2]
+    assert not rows["gpu-box-1"].serving
+    week = {r.node.name: r for r in fleet.node_rows(fleet.window_start(7))}
+    assert sum(s.reports for s in week["gpu-box-1"].serving) == 6 + 31  # 24 old reports over 4 nodes, 31 new
+    assert [s.reports for s in week["edge-box"].serving] == [3]
+
+
+def test_a_node_lists_at_most_its_limit_stale_revisions_first_and_counts_the_rest() -> None:
+    broken, fixed = f.qwen35_fleet(timezone.now())
+    packages = [f.make_package(f"meshllm/Other-{i}-layers") for i in range(3)]
+    others = [f.make_revision(package, "consistent-mtp") for package in packages]
+    node = f.Node.objects.get(name="gpu-box-1")
+    for revision in others:
+        for _ in range(40):  # busier than the stale revision, which still comes first
+            f.make_report(node, revision, 5.0, at=timezone.now(), mtp_used=True)
+    (row,) = fleet.node_rows(fleet.window_start(), name="gpu-box-1", limit=2)
+    assert row.serving[0].revision_id == broken.pk
+    assert len(row.serving) == 2 and row.hidden == 3 and row.stale
+    assert fixed.pk not in [s.revision_id for s in row.serving]  # 31 reports: fewer than the others' 40
+
+
+def test_a_nodes_median_comes_from_the_rollups_sketch_within_one_percent() -> None:
+    f.qwen35_fleet(timezone.now())
+    (served,) = [s for s in fleet.node_rows(fleet.window_start(), name="gpu-box-1")[0].serving if s.is_latest]
+    assert served.reports == 31 and served.layer_range == "0..27" and served.topology_id == "lab-2"
+    assert served.tps is not None and abs(served.tps - 5.32) <= 0.01 * 5.32 + 0.005
+
+
+def test_ran_counts_from_the_rollups_equal_the_raw_reports() -> None:
+    broken, _ = f.qwen35_fleet(timezone.now())
+    f.make_report(f.make_node("asks-auto"), broken, 3.0, at=timezone.now(), requested_strategy="auto")
+    raw = Report.objects.filter(revision=broken)
+    assert fleet.ran_counts(broken.pk) == fleet.RanCounts(
+        reports=raw.count(),
+        nodes=raw.values("node").distinct().count(),
+        mtp_on=raw.filter(mtp_used=True).count(),
+        auto_off=raw.filter(mtp_used=False, requested_strategy="auto").count(),
+    )
+    throughput = revision_throughput(broken.pk)
+    assert throughput is not None and fleet.ran_counts_of(throughput) == fleet.ran_counts(broken.pk)
 
 
 # --- before and after ------------------------------------------------------------------------------

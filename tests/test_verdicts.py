@@ -14,7 +14,7 @@ def test_only_the_two_consistent_verdicts_count_as_consistent() -> None:
 
 
 def test_the_badge_template_asks_the_vocabulary_not_a_list_of_its_own() -> None:
-    template = Template('{% include "packages_app/_verdict_badge.html" %}')
+    template = Template("{% load verdicts %}{% verdict_badge verdict %}")
     agree = template.render(Context({"verdict": "consistent-no-mtp"}))
     disagree = template.render(Context({"verdict": "declaration-mismatch"}))
     assert "Declaration and weights agree" in agree and "disagree" in disagree
