@@ -178,6 +178,11 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
 else:
     # A database that stopped answering must fail a request fast (503), not hang a web worker.
     DATABASES["default"].setdefault("OPTIONS", {})["connect_timeout"] = envint("DATABASE_CONNECT_TIMEOUT", 5)
+    # PostgreSQL's JIT compiles any query its planner prices over jit_above_cost; at 10M reports the
+    # pages' rollup queries cross it and spent 250+ ms compiling to save a few (BENCHMARKS.md).
+    # DATABASE_JIT=true keeps the server's setting (e.g. behind a pooler that refuses startup options).
+    if not envbool("DATABASE_JIT", False):
+        DATABASES["default"]["OPTIONS"]["options"] = "-c jit=off"
 MESHDASH_DB_RETRY_AFTER = envint("MESHDASH_DB_RETRY_AFTER", 10)  # seconds, sent with 503 when the DB is down
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
