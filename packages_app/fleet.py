@@ -11,6 +11,8 @@ reports (rollups carry no topology id).
 
 from __future__ import annotations
 
+import functools
+import operator
 import statistics
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -82,13 +84,20 @@ def window_cells(since: datetime) -> Q:
     """Rollup cells of the reports received since ``since``, to the hour: day cells of the whole days
     after since's day, and since's day by hour from since's hour. Past the hour cells' retention
     (MESHDASH_ROLLUP_HOURLY_DAYS) the window starts at since's day instead."""
+    return functools.reduce(operator.or_, window_parts(since))
+
+
+def window_parts(since: datetime) -> list[Q]:
+    """``window_cells`` as conditions that are each one range of the (node_key, grain, bucket_start)
+    index. Queried apart, each is an index range scan; as one OR, PostgreSQL scans every cell of the
+    node and filters (1.3 s instead of 0.08 s for the all-node cells of a week at 10M reports)."""
     hour = since.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
     day = hour.replace(hour=0)
     if hour < hourly_since():
-        return Q(grain=Rollup.Grain.DAY, bucket_start__gte=day)
+        return [Q(grain=Rollup.Grain.DAY, bucket_start__gte=day)]
     next_day = day + timedelta(days=1)
     hours = Q(grain=Rollup.Grain.HOUR, bucket_start__gte=hour, bucket_start__lt=next_day)
-    return Q(grain=Rollup.Grain.DAY, bucket_start__gte=next_day) | hours
+    return [Q(grain=Rollup.Grain.DAY, bucket_start__gte=next_day), hours]
 
 
 def window_node_cells(since: datetime) -> QuerySet[Rollup]:
@@ -170,19 +179,22 @@ def problem_reasons(revision_ids: Iterable[int]) -> dict[int, str]:
     return {rid: glossary.first_error(problems) for rid, problems in rows}
 
 
-def served_package_ids(since: datetime, condition: Q) -> QuerySet[Rollup, int]:
-    """Ids of packages with a rollup cell since ``since`` matching ``condition`` (a subquery, not
-    evaluated); all-node cells, so each report is seen once."""
-    cells = Rollup.objects.filter(window_cells(since), condition, node_key=Rollup.ALL_NODES)
-    return cells.values_list("revision__package_id", flat=True)
+def served_packages_q(since: datetime, condition: Q) -> Q:
+    """Packages with a rollup cell since ``since`` matching ``condition`` (subqueries, one per window
+    part, not evaluated); all-node cells, so each report is seen once."""
+    q = Q()
+    for part in window_parts(since):
+        cells = Rollup.objects.filter(part, condition, node_key=Rollup.ALL_NODES)
+        q |= Q(id__in=cells.values_list("revision__package_id", flat=True))
+    return q
 
 
 def served_inconsistent_q(since: datetime, verdicts: Iterable[str] = INCONSISTENT_VERDICTS) -> Q:
-    return Q(id__in=served_package_ids(since, Q(revision__verdict__in=list(verdicts))))
+    return served_packages_q(since, Q(revision__verdict__in=list(verdicts)))
 
 
 def served_alert_q(since: datetime) -> Q:
-    return Q(id__in=served_package_ids(since, ALERT_ON_CELLS))
+    return served_packages_q(since, ALERT_ON_CELLS)
 
 
 # --- nodes ---------------------------------------------------------------------------------------
