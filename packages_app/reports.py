@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 from uuid import UUID
 
 from django.db import connection, transaction
-from django.db.models import Field, Q
+from django.db.models import Q
 
 from packages_app import rollups
 from packages_app.models import Node, Report, ReportKey, Revision
@@ -130,7 +130,7 @@ def _claim(node: Node, rows: Sequence[Report]) -> dict[UUID, int]:
             for row in chunk:
                 params.extend((node.pk, *_key_values(row)))
             cursor.execute(
-                f"INSERT INTO {table} (node_id, {', '.join(KEY_FIELDS)})"  # noqa: S608
+                f"INSERT INTO {table} (node_id, {', '.join(f.name for f in _KEY_COLUMNS)})"  # noqa: S608
                 f" VALUES {', '.join(['(%s, %s, %s, %s)'] * len(chunk))}"
                 " ON CONFLICT (node_id, report_id) DO NOTHING RETURNING report_id, id",
                 params,
@@ -141,16 +141,12 @@ def _claim(node: Node, rows: Sequence[Report]) -> dict[UUID, int]:
 
 CLAIM_ROWS = 500  # keys per statement: 2,000 parameters
 KEY_FIELDS = ("report_id", "body_sha256", "received_at")
+_KEY_COLUMNS = [field for field in ReportKey._meta.concrete_fields if field.name in KEY_FIELDS]
 
 
 def _key_values(row: Report) -> list[Any]:
     # Each value as its column stores it (a uuid is 32 hex digits on SQLite, a datetime is UTC).
-    values = []
-    for name in KEY_FIELDS:
-        field = ReportKey._meta.get_field(name)
-        assert isinstance(field, Field)
-        values.append(field.get_db_prep_save(getattr(row, name), connection))
-    return values
+    return [field.get_db_prep_save(getattr(row, field.name), connection) for field in _KEY_COLUMNS]
 
 
 def _first_occurrences(items: Iterable[ValidReport]) -> dict[UUID, ValidReport]:

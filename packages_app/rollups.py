@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, Protocol
+from typing import Any
 
 from django.conf import settings
 from django.db import connections, transaction
@@ -65,55 +65,6 @@ UPSERT_ROWS = 200
 REBUILD_CHUNK = 20_000
 
 Key = tuple[int, str, int, datetime, str, str, str, bool]
-
-
-class Stored(Protocol):
-    """The columns of a stored report that a rollup reads (a Report, or a bulk loader's row)."""
-
-    @property
-    def revision_id(self) -> int | None: ...
-
-    @property
-    def node_id(self) -> int: ...
-
-    @property
-    def received_at(self) -> datetime: ...
-
-    @property
-    def stage_splits(self) -> str: ...
-
-    @property
-    def requested_strategy(self) -> str: ...
-
-    @property
-    def effective_strategy(self) -> str: ...
-
-    @property
-    def mtp_used(self) -> bool: ...
-
-    @property
-    def source(self) -> str: ...
-
-    @property
-    def predicted_per_second(self) -> float | None: ...
-
-    @property
-    def prompt_per_second(self) -> float | None: ...
-
-    @property
-    def speculative_accepted_n(self) -> int | None: ...
-
-    @property
-    def draft_n_accepted(self) -> int | None: ...
-
-    @property
-    def speculative_proposed_n(self) -> int | None: ...
-
-    @property
-    def draft_n(self) -> int | None: ...
-
-    @property
-    def speculative_windows(self) -> int | None: ...
 
 
 @dataclass
@@ -164,7 +115,7 @@ def hourly_since(now: datetime | None = None) -> datetime:
 # --- adding ------------------------------------------------------------------------------------
 
 
-def add_reports(rows: Iterable[Stored], *, using: str = "default") -> int:
+def add_reports(rows: Iterable[Report], *, using: str = "default") -> int:
     """Add stored reports to their rollups; call inside the transaction that stored them.
 
     Rows without a revision are skipped (``link_reports`` adds them once linked). Returns how many
@@ -204,11 +155,9 @@ def link_reports(unlinked: Q, changes: dict[str, object]) -> int:
     return len(ids)
 
 
-def cells_of(
-    rows: Iterable[Stored], hourly_from: datetime, into: dict[Key, Cell] | None = None
-) -> tuple[dict[Key, Cell], int]:
-    """The cells the rows add to (added into ``into`` when given), and how many rows counted."""
-    cells: dict[Key, Cell] = {} if into is None else into
+def cells_of(rows: Iterable[Report], hourly_from: datetime) -> tuple[dict[Key, Cell], int]:
+    """The cells the rows add to, and how many rows counted."""
+    cells: dict[Key, Cell] = {}
     added = 0
     for row in rows:
         if row.revision_id is None:
@@ -223,7 +172,7 @@ def cells_of(
     return cells, added
 
 
-def _keys(row: Stored, hourly_from: datetime) -> list[Key]:
+def _keys(row: Report, hourly_from: datetime) -> list[Key]:
     at = row.received_at.astimezone(UTC)
     hour = at.replace(minute=0, second=0, microsecond=0)
     buckets = [(Rollup.Grain.DAY.value, hour.replace(hour=0)), (Rollup.Grain.TOTAL.value, EPOCH)]
@@ -250,7 +199,7 @@ class Figures:
     values: tuple[tuple[str, float, int] | None, ...]  # (metric, value, bin) per METRICS
 
     @classmethod
-    def of(cls, row: Stored) -> Figures:
+    def of(cls, row: Report) -> Figures:
         accepted = _first(row.speculative_accepted_n, row.draft_n_accepted)
         proposed = _first(row.speculative_proposed_n, row.draft_n)
         acceptance = (accepted or 0) / proposed if proposed else None
@@ -306,18 +255,6 @@ def upsert(cells: dict[Key, Cell], *, using: str = "default") -> None:
             placeholders = ", ".join([statement.row] * len(chunk))
             params = [value for key, cell in chunk for value in row_values(connection, key, cell)]
             cursor.execute(statement.sql.replace("{rows}", placeholders, 1), params)
-
-
-def insert_new(cells: dict[Key, Cell], *, using: str = "default") -> None:
-    """Write cells no rollup row exists for yet (a bulk load of new revisions): COPY on PostgreSQL."""
-    connection = connections[using]
-    if connection.vendor != "postgresql":
-        upsert(cells, using=using)
-        return
-    copy = f"COPY {Rollup._meta.db_table} ({', '.join(COLUMNS)}) FROM STDIN"
-    with connection.cursor() as cursor, cursor.cursor.copy(copy) as stream:
-        for key, cell in cells.items():
-            stream.write_row(row_values(connection, key, cell))
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import Sum
 
 from packages_app import partitions, reports, tasks
-from packages_app.models import Package, Report, ReportKey, Revision, Rollup
+from packages_app.models import Node, Package, Report, ReportKey, Revision, Rollup
 from packages_app.partitions import month_start
 from tests.migrating import back_to_the_leaf, migrate  # noqa: F401 (a fixture)
 from tests.test_rollups import REPO, SHA, body, node, valid
@@ -37,13 +37,8 @@ def revision() -> Revision:
 
 def store(count: int, at: datetime, seed: int) -> list[reports.StoreOutcome]:
     rng = random.Random(seed)
-    return reports.reports_store_batch(node_named("node-a"), [valid(body(rng)) for _ in range(count)], at)
-
-
-def node_named(name: str) -> Any:
-    from packages_app.models import Node
-
-    return Node.objects.filter(name=name).first() or node(name)
+    sender = Node.objects.filter(name="node-a").first() or node("node-a")
+    return reports.reports_store_batch(sender, [valid(body(rng)) for _ in range(count)], at)
 
 
 def partition_of(report_id: int) -> str:
