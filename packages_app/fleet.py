@@ -1,18 +1,18 @@
 """Read-side selectors for what the fleet runs: served revisions, nodes, topologies, before/after figures.
 
 Selectors only (services layer, read side): they read models and call throughput's public aggregates,
-never write, and issue a fixed number of queries however many nodes or reports exist. What a window
-("served in the last N days") holds comes from the per-node rollups (``window_cells``: day cells for
-whole days, hour cells for the window's first day), so the nodes pages and the catalog's served
-revisions cost what the window's cells cost, not what its reports do; their medians come from the
-rollups' sketches (within 1 %). The topology page and the before/after comparison still read raw
-reports (rollups carry no topology id).
+never write, and issue a fixed number of queries however many nodes or reports exist. Which revisions
+nodes ran in a window ("served in the last N days"), by how many nodes, and whether MTP went unused
+there come from models.Serving (a row per revision x node x split, with its last report and its last
+one showing MTP unused), so the catalog's served-revision filters and the nodes pages cost what the
+revisions x nodes cost, not what the reports or the days do. What the rows shown did inside the
+window (reports, medians from the rollups' sketches, within 1 %) comes from their rollup cells
+(``window_cells``: day cells for whole days, hour cells for the window's first day). The topology page
+and the before/after comparison still read raw reports (rollups carry no topology id).
 """
 
 from __future__ import annotations
 
-import functools
-import operator
 import statistics
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -24,7 +24,7 @@ from django.db.models.functions import Cast, Coalesce, RowNumber
 from django.utils import timezone
 
 from packages_app import glossary, sketch, throughput
-from packages_app.models import Node, NodeRun, Report, Revision, Rollup
+from packages_app.models import Node, NodeRun, Report, Revision, Rollup, Serving
 from packages_app.rollups import hourly_since
 from packages_app.throughput import RevisionThroughput
 from packages_app.verdicts import INCONSISTENT_VERDICTS
@@ -33,8 +33,6 @@ DEFAULT_WINDOW_DAYS = 7
 # Below this many reports on either side a before/after ratio is noise, and is marked so.
 FEW_REPORTS = 10
 MTP_ON = Q(mtp_used=True)
-# Rollup cells whose reports show MTP unused (rollups.shows_mtp_unused) on a revision with MTP weights.
-ALERT_ON_CELLS = Q(unused__gt=0, revision__mtp_detected=True)
 
 
 def medians(reports: QuerySet[Report], keys: tuple[str, ...], condition: Q | None = None) -> dict[Any, float]:
@@ -84,25 +82,13 @@ def window_cells(since: datetime) -> Q:
     """Rollup cells of the reports received since ``since``, to the hour: day cells of the whole days
     after since's day, and since's day by hour from since's hour. Past the hour cells' retention
     (MESHDASH_ROLLUP_HOURLY_DAYS) the window starts at since's day instead."""
-    return functools.reduce(operator.or_, window_parts(since))
-
-
-def window_parts(since: datetime) -> list[Q]:
-    """``window_cells`` as conditions that are each one range of the (node_key, grain, bucket_start)
-    index. Queried apart, each is an index range scan; as one OR, PostgreSQL scans every cell of the
-    node and filters (1.3 s instead of 0.08 s for the all-node cells of a week at 10M reports)."""
     hour = since.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
     day = hour.replace(hour=0)
     if hour < hourly_since():
-        return [Q(grain=Rollup.Grain.DAY, bucket_start__gte=day)]
+        return Q(grain=Rollup.Grain.DAY, bucket_start__gte=day)
     next_day = day + timedelta(days=1)
     hours = Q(grain=Rollup.Grain.HOUR, bucket_start__gte=hour, bucket_start__lt=next_day)
-    return [Q(grain=Rollup.Grain.DAY, bucket_start__gte=next_day), hours]
-
-
-def window_node_cells(since: datetime) -> QuerySet[Rollup]:
-    """Per-node rollup cells of the window (``node_key`` is the node's id)."""
-    return Rollup.objects.filter(window_cells(since)).exclude(node_key=Rollup.ALL_NODES)
+    return Q(grain=Rollup.Grain.DAY, bucket_start__gte=next_day) | hours
 
 
 # --- served revisions (catalog) ------------------------------------------------------------------
@@ -125,10 +111,11 @@ class ServedRevision(_Names):
 
 
 def served_revisions(package_ids: Iterable[int], since: datetime) -> dict[int, list[ServedRevision]]:
-    """Per package, the revisions nodes reported since ``since``, broken first (2 queries)."""
+    """Per package, the revisions nodes reported since ``since``, broken first (3 queries): which
+    and by how many nodes from the Serving rows, the window's reports from the all-node cells."""
     rows = list(
-        window_node_cells(since)
-        .filter(revision__package_id__in=list(package_ids))
+        Serving.objects.filter(revision__package_id__in=list(package_ids), last_at__gte=since)
+        .exclude(node_key=Rollup.ALL_NODES)
         .values(
             "revision_id",
             "revision__package_id",
@@ -140,22 +127,28 @@ def served_revisions(package_ids: Iterable[int], since: datetime) -> dict[int, l
         .annotate(
             latest_id=F("revision__package__latest_revision_id"),
             nodes=Count("node_key", distinct=True),
-            reports=Sum("reports"),
-            unused=Sum("unused"),
+            unused=Count("node_key", filter=Q(last_unused_at__gte=since)),
         )
         .order_by()
     )
-    reasons = problem_reasons([row["revision_id"] for row in rows])
+    revision_ids = [row["revision_id"] for row in rows]
+    reports = dict(
+        Rollup.objects.filter(window_cells(since), node_key=Rollup.ALL_NODES, revision_id__in=revision_ids)
+        .values_list("revision_id")
+        .annotate(n=Sum("reports"))
+        .order_by()
+    )
+    reasons = problem_reasons(revision_ids)
     result: dict[int, list[ServedRevision]] = {}
     for row in rows:
-        served = _served(row, reasons.get(row["revision_id"], ""))
+        served = _served(row, reports.get(row["revision_id"], 0), reasons.get(row["revision_id"], ""))
         result.setdefault(served.package_id, []).append(served)
     for items in result.values():
         items.sort(key=lambda s: (not s.broken, -s.nodes, s.commit_sha))
     return result
 
 
-def _served(row: Mapping[str, Any], reason: str) -> ServedRevision:
+def _served(row: Mapping[str, Any], reports: int, reason: str) -> ServedRevision:
     alert = bool(row["unused"]) and bool(row["revision__mtp_detected"])
     if alert and not reason:
         reason = "Nodes report MTP weights present but never used."
@@ -167,7 +160,7 @@ def _served(row: Mapping[str, Any], reason: str) -> ServedRevision:
         verdict=row["revision__verdict"] or "",
         is_latest=row["revision_id"] == row["latest_id"],
         nodes=row["nodes"],
-        reports=row["reports"],
+        reports=reports,
         alert=alert,
         reason=reason,
     )
@@ -179,22 +172,21 @@ def problem_reasons(revision_ids: Iterable[int]) -> dict[int, str]:
     return {rid: glossary.first_error(problems) for rid, problems in rows}
 
 
-def served_packages_q(since: datetime, condition: Q) -> Q:
-    """Packages with a rollup cell since ``since`` matching ``condition`` (subqueries, one per window
-    part, not evaluated); all-node cells, so each report is seen once."""
-    q = Q()
-    for part in window_parts(since):
-        cells = Rollup.objects.filter(part, condition, node_key=Rollup.ALL_NODES)
-        q |= Q(id__in=cells.values_list("revision__package_id", flat=True))
-    return q
+def served_packages_q(servings: QuerySet[Serving]) -> Q:
+    """Packages with one of these Serving rows (a subquery, not evaluated)."""
+    return Q(id__in=servings.values("revision__package_id"))
 
 
 def served_inconsistent_q(since: datetime, verdicts: Iterable[str] = INCONSISTENT_VERDICTS) -> Q:
-    return served_packages_q(since, Q(revision__verdict__in=list(verdicts)))
+    """Packages that nodes ran a revision of with one of these verdicts since ``since``."""
+    recent = Serving.objects.filter(node_key=Rollup.ALL_NODES, last_at__gte=since)
+    return served_packages_q(recent.filter(revision__verdict__in=list(verdicts)))
 
 
 def served_alert_q(since: datetime) -> Q:
-    return served_packages_q(since, ALERT_ON_CELLS)
+    """Packages whose nodes reported a revision's MTP weights unused since ``since``."""
+    unused = Serving.objects.filter(node_key=Rollup.ALL_NODES, last_unused_at__gte=since)
+    return served_packages_q(unused.filter(revision__mtp_detected=True))
 
 
 # --- nodes ---------------------------------------------------------------------------------------
@@ -296,11 +288,15 @@ _SERVED_REVISION = (
     "revision__package__latest_revision_id",
 )
 ServedKey = tuple[int, int, str]  # node id, revision id, stage splits
-# A cell of an outdated or inconsistent revision, or one whose reports show MTP unused.
+# A revision that is not its package's latest, or not consistent.
 _STALE_REVISION = ~Q(revision_id=F("revision__package__latest_revision_id")) | Q(
     revision__verdict__in=INCONSISTENT_VERDICTS
 )
-STALE_CELL = _STALE_REVISION | ALERT_ON_CELLS
+
+
+def unused_since(since: datetime) -> Q:
+    """Serving rows whose nodes reported MTP weights unused since ``since``."""
+    return Q(last_unused_at__gte=since, revision__mtp_detected=True)
 
 
 @dataclass(frozen=True)
@@ -314,21 +310,24 @@ _NOTHING_SERVED = NodeServed([], 0, False)
 
 
 def _serving(since: datetime, names: dict[int, str], show_private: bool, limit: int) -> dict[int, NodeServed]:
-    """What each node served in the window, from its rollup cells: the ``limit`` rows a node to
-    show (ranked in SQL), their medians and topologies, and which nodes run a stale revision at all
-    (4 queries, however many cells or groups the window holds)."""
-    cells = window_node_cells(since).filter(node_key__in=list(names))
+    """What each node served in the window: which (revision, split) groups from the Serving rows (the
+    ``limit`` rows a node to show, ranked in SQL, and which nodes run a stale revision at all), the
+    window's reports and medians of the groups shown from their rollup cells, and their topologies
+    (4 queries, however many groups or reports the window holds)."""
+    servings = Serving.objects.filter(last_at__gte=since, node_key__in=list(names))
     if not show_private:
-        cells = cells.filter(revision__package__private=False)
-    shown = list(_ranked_groups(cells, limit))
-    bins = _group_bins(cells, shown)
+        servings = servings.filter(revision__package__private=False)
+    shown = list(_ranked_groups(servings, since, limit))
+    figures = _group_figures(since, shown)
     topologies = _last_topologies(shown)
-    stale = set(cells.filter(STALE_CELL).values_list("node_key", flat=True).distinct())
+    stale_q = _STALE_REVISION | unused_since(since)
+    stale = set(servings.filter(stale_q).values_list("node_key", flat=True).distinct())
     result: dict[int, list[NodeServing]] = {}
     hidden: dict[int, int] = {}
     for group in shown:
         key = (group["node_key"], group["revision_id"], group["stage_splits"])
-        serving = _node_serving(group, bins.get(key, []), topologies.get(key), names[key[0]])
+        reports, bins = figures.get(key, (0, []))
+        serving = _node_serving(group, reports, bins, topologies.get(key), names[key[0]])
         result.setdefault(key[0], []).append(serving)
         hidden[key[0]] = max(0, group["groups"] - limit)
     for items in result.values():
@@ -336,24 +335,22 @@ def _serving(since: datetime, names: dict[int, str], show_private: bool, limit: 
     return {node: NodeServed(rows, hidden.get(node, 0), node in stale) for node, rows in result.items()}
 
 
-def _ranked_groups(cells: QuerySet[Rollup], limit: int) -> QuerySet[Rollup, dict[str, Any]]:
-    """Per (node, revision, split): reports, unused, newest report; at most ``limit`` a node, outdated
-    or inconsistent revisions first, then the busiest (one query; ``groups`` counts them all)."""
+def _ranked_groups(
+    servings: QuerySet[Serving], since: datetime, limit: int
+) -> QuerySet[Serving, dict[str, Any]]:
+    """Per (node, revision, split), one Serving row: at most ``limit`` a node, outdated or
+    inconsistent revisions first, then the busiest over their life (one query; ``groups`` counts
+    them all)."""
     stale_first = Case(When(_STALE_REVISION, then=Value(0)), default=Value(1))
     per_node = [F("node_key")]
-    ranked: QuerySet[Rollup, dict[str, Any]] = (
-        cells.values("node_key", "revision_id", "stage_splits", *_SERVED_REVISION)
-        .annotate(reports_n=Sum("reports"), unused_n=Sum("unused"), last_at_max=Max("last_at"))
+    ranked: QuerySet[Serving, dict[str, Any]] = (
+        servings.values("node_key", "revision_id", "stage_splits", "last_at", *_SERVED_REVISION)
         .annotate(
+            unused_recently=Case(When(unused_since(since), then=Value(True)), default=Value(False)),
             rank=Window(
                 RowNumber(),
                 partition_by=per_node,
-                order_by=[
-                    stale_first.asc(),
-                    Sum("reports").desc(),
-                    F("revision_id").desc(),
-                    F("stage_splits"),
-                ],
+                order_by=[stale_first.asc(), F("reports").desc(), F("revision_id").desc(), F("stage_splits")],
             ),
             groups=Window(Count("*"), partition_by=per_node),
         )
@@ -363,15 +360,23 @@ def _ranked_groups(cells: QuerySet[Rollup], limit: int) -> QuerySet[Rollup, dict
     return ranked
 
 
-def _group_bins(cells: QuerySet[Rollup], groups: list[dict[str, Any]]) -> dict[ServedKey, list[str]]:
-    """The shown groups' sketches, as JSON texts (one query)."""
+def _group_figures(since: datetime, groups: list[dict[str, Any]]) -> dict[ServedKey, tuple[int, list[str]]]:
+    """The shown groups' reports in the window and their sketches, as JSON texts (one query)."""
     wanted = Q(pk__in=[])
     for g in groups:
         wanted |= Q(node_key=g["node_key"], revision_id=g["revision_id"], stage_splits=g["stage_splits"])
-    rows = cells.filter(wanted).annotate(bins=Cast("tps_sketch", TextField()))
-    result: dict[ServedKey, list[str]] = {}
-    for node, revision, splits, text in rows.values_list("node_key", "revision_id", "stage_splits", "bins"):
-        result.setdefault((node, revision, splits), []).append(text)
+    rows = (
+        Rollup.objects.filter(window_cells(since))
+        .filter(wanted)
+        .annotate(bins=Cast("tps_sketch", TextField()))
+    )
+    result: dict[ServedKey, tuple[int, list[str]]] = {}
+    for node, revision, splits, reports, text in rows.values_list(
+        "node_key", "revision_id", "stage_splits", "reports", "bins"
+    ):
+        total, texts = result.get((node, revision, splits), (0, []))
+        texts.append(text)
+        result[(node, revision, splits)] = (total + reports, texts)
     return result
 
 
@@ -383,7 +388,7 @@ def _last_topologies(groups: list[dict[str, Any]]) -> dict[ServedKey, Any]:
             node_id=g["node_key"],
             revision_id=g["revision_id"],
             stage_splits=g["stage_splits"],
-            received_at=g["last_at_max"],
+            received_at=g["last_at"],
         )
     if not groups:
         return {}
@@ -396,7 +401,9 @@ def _last_topologies(groups: list[dict[str, Any]]) -> dict[ServedKey, Any]:
     }
 
 
-def _node_serving(group: Mapping[str, Any], bins: list[str], topology: Any, node_name: str) -> NodeServing:
+def _node_serving(
+    group: Mapping[str, Any], reports: int, bins: list[str], topology: Any, node_name: str
+) -> NodeServing:
     tps = sketch.median(throughput.merged_stored(bins)) if bins else None
     return NodeServing(
         revision_id=group["revision_id"],
@@ -407,9 +414,9 @@ def _node_serving(group: Mapping[str, Any], bins: list[str], topology: Any, node
         layer_range=_layer_range(topology, node_name),
         stage_splits=group["stage_splits"],
         topology_id=str(topology.get("topology_id", "")) if isinstance(topology, dict) else "",
-        reports=group["reports_n"],
+        reports=reports,
         tps=_rounded(tps),
-        alert=bool(group["unused_n"]) and bool(group["revision__mtp_detected"]),
+        alert=group["unused_recently"],
     )
 
 

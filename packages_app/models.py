@@ -359,7 +359,7 @@ class Rollup(models.Model):
     reports = models.BigIntegerField(default=0)
     from_spans = models.BigIntegerField(default=0, help_text="Reports that came as OTLP spans.")
     unused = models.BigIntegerField(
-        default=0, help_text="Reports showing MTP unused (throughput.MTP_UNUSED)."
+        default=0, help_text="Reports showing MTP unused (rollups.shows_mtp_unused)."
     )
     accepted = models.BigIntegerField(default=0)
     proposed = models.BigIntegerField(default=0)
@@ -408,6 +408,46 @@ class Rollup(models.Model):
 
     def __str__(self) -> str:
         return f"{self.revision_id}:{self.grain}:{self.bucket_start:%Y-%m-%dT%H}:{self.node_key}"
+
+
+class Serving(models.Model):
+    """Who ran a revision and when: per revision x node x stage split, how many reports, the first and
+    the last, and the last that showed MTP unused (``node_key`` as Rollup's: 0 for every node).
+
+    Kept by packages_app.rollups beside the rollups, in the same transaction from the same rows, so
+    "served in the last N days" is one comparison per row: the catalog's served-revision filters
+    read these rows, whose number grows with revisions x nodes x splits, never with reports or days.
+    """
+
+    revision = models.ForeignKey(Revision, on_delete=models.CASCADE, related_name="servings")
+    node_key = models.BigIntegerField(help_text="Node id, or 0 for every node together.")
+    stage_splits = models.CharField(max_length=400, blank=True)
+    reports = models.BigIntegerField(default=0)
+    unused = models.BigIntegerField(
+        default=0, help_text="Reports showing MTP unused (rollups.shows_mtp_unused)."
+    )
+    first_at = models.DateTimeField()
+    last_at = models.DateTimeField()
+    last_unused_at = models.DateTimeField(null=True, help_text="The newest report showing MTP unused.")
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["revision", "node_key", "stage_splits"], name="serving_natural_key"
+            ),
+        ]
+        indexes = [
+            # Revisions served since a time (node_key 0: every node's), and those showing MTP unused.
+            models.Index(fields=["node_key", "last_at", "revision"], name="serving_recent"),
+            models.Index(
+                fields=["node_key", "last_unused_at", "revision"],
+                condition=Q(last_unused_at__isnull=False),
+                name="serving_recent_unused",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.revision_id}:{self.node_key}:{self.stage_splits or '-'}"
 
 
 class ActionLog(models.Model):

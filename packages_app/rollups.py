@@ -14,6 +14,10 @@ day (or hour) series, never the reports; the catalog reads total cells. Hour cel
 MESHDASH_ROLLUP_HOURLY_DAYS are not written and are pruned (``prune_hourly``): the day cells hold
 them already.
 
+Beside the cells, the same transaction adds to models.Serving (per revision x node x split: reports,
+first and last arrival, last report showing MTP unused), derived from the batch's total cells, so
+"which revisions did nodes run since T" is a comparison per Serving row, not a sum over cells.
+
 Quantiles: packages_app.sketch, a fixed log-bucket histogram (DDSketch's mapping) written by this
 module, not the ``ddsketch`` package and not PostgreSQL's percentile_cont, because: merging is
 adding integer counts per bin, which SQL can do inside the upsert on both PostgreSQL and SQLite
@@ -35,7 +39,7 @@ from django.db import connections, transaction
 from django.db.models import Count, F, OuterRef, Q, Subquery
 
 from packages_app import sketch
-from packages_app.models import ROLLUP_KEY, Report, Revision, Rollup
+from packages_app.models import ROLLUP_KEY, Report, Revision, Rollup, Serving
 
 # A report "shows MTP unused" unless the operator chose a strategy without MTP: then the package
 # is not at fault, so such reports never raise the alert.
@@ -98,6 +102,7 @@ class Cell:
     accepted: int = 0
     proposed: int = 0
     windows: int = 0
+    last_unused_at: datetime | None = None  # for models.Serving, not a Rollup column
     metrics: dict[str, Metric] = field(default_factory=lambda: {name: Metric() for name in METRICS})
 
 
@@ -127,6 +132,7 @@ def add_reports(rows: Iterable[Report], *, using: str = "default") -> int:
     if cells:
         with transaction.atomic(using=using):
             upsert(cells, using=using)
+            upsert_serving(servings_of(cells), using=using)
     return added
 
 
@@ -226,6 +232,8 @@ class Figures:
         cell.windows += self.windows
         cell.first_at = min(cell.first_at, self.at)
         cell.last_at = max(cell.last_at, self.at)
+        if self.unused and (cell.last_unused_at is None or self.at > cell.last_unused_at):
+            cell.last_unused_at = self.at
         for value in self.values:
             if value is not None:
                 cell.metrics[value[0]].add(value[1], value[2])
@@ -339,6 +347,81 @@ def _json(bins: sketch.Sketch) -> str:
     return "{" + ", ".join(f'"{index}": {count}' for index, count in sorted(bins.items())) + "}"
 
 
+# --- who served what (models.Serving) ------------------------------------------------------------
+
+ServingKey = tuple[int, int, str]  # revision, node_key, stage splits
+SERVING_COLUMNS = (
+    "revision_id",
+    "node_key",
+    "stage_splits",
+    "reports",
+    "unused",
+    "first_at",
+    "last_at",
+    "last_unused_at",
+)
+
+
+def servings_of(cells: dict[Key, Cell]) -> dict[ServingKey, Cell]:
+    """The Serving rows the cells add to: their total-grain cells (each report is in exactly one per
+    node key) summed per revision x node x split."""
+    servings: dict[ServingKey, Cell] = {}
+    for key, cell in cells.items():
+        revision, grain, node, _start, splits, *_rest = key
+        if grain != Rollup.Grain.TOTAL:
+            continue
+        serving = servings.get((revision, node, splits))
+        if serving is None:
+            serving = servings[(revision, node, splits)] = Cell(first_at=cell.first_at, last_at=cell.last_at)
+        serving.reports += cell.reports
+        serving.unused += cell.unused
+        serving.first_at = min(serving.first_at, cell.first_at)
+        serving.last_at = max(serving.last_at, cell.last_at)
+        if cell.last_unused_at and (
+            serving.last_unused_at is None or cell.last_unused_at > serving.last_unused_at
+        ):
+            serving.last_unused_at = cell.last_unused_at
+    return servings
+
+
+def upsert_serving(servings: dict[ServingKey, Cell], *, using: str = "default") -> None:
+    """Add to the stored Serving rows, in key order (as ``upsert``, after it: no deadlock)."""
+    if not servings:
+        return
+    connection = connections[using]
+    postgres = connection.vendor == "postgresql"
+    table = Serving._meta.db_table
+    updates = [f"{c} = {table}.{c} + excluded.{c}" for c in ("reports", "unused")]
+    updates.append(f"first_at = {_least(postgres, table, 'first_at')}")
+    updates += [f"{c} = {_greatest(postgres, table, c)}" for c in ("last_at", "last_unused_at")]
+    adapt = connection.ops.adapt_datetimefield_value
+    ordered = sorted(servings.items(), key=lambda item: item[0])
+    row = "(" + ", ".join(["%s"] * len(SERVING_COLUMNS)) + ")"
+    with connection.cursor() as cursor:
+        for start in range(0, len(ordered), UPSERT_ROWS):
+            chunk = ordered[start : start + UPSERT_ROWS]
+            # Only column names are formatted in; every value is a parameter.
+            sql = (
+                f"INSERT INTO {table} ({', '.join(SERVING_COLUMNS)}) VALUES {', '.join([row] * len(chunk))} "  # noqa: S608
+                f"ON CONFLICT (revision_id, node_key, stage_splits) DO UPDATE SET {', '.join(updates)}"
+            )
+            params = [
+                value
+                for (revision, node, splits), c in chunk
+                for value in (
+                    revision,
+                    node,
+                    splits,
+                    c.reports,
+                    c.unused,
+                    adapt(c.first_at),
+                    adapt(c.last_at),
+                    adapt(c.last_unused_at),
+                )
+            ]
+            cursor.execute(sql, params)
+
+
 # --- upkeep --------------------------------------------------------------------------------------
 
 
@@ -414,8 +497,11 @@ def _rebuild_group(revision_ids: list[int]) -> int:
                 cursor.execute("SET LOCAL work_mem = '256MB'")
                 cursor.execute("SET LOCAL jit = off")
                 Rollup.objects.filter(revision_id__in=revision_ids).delete()
+                Serving.objects.filter(revision_id__in=revision_ids).delete()
+                _rebuild_serving_in_sql(cursor, revision_ids)
                 return _rebuild_in_sql(cursor, revision_ids)
         Rollup.objects.filter(revision_id__in=revision_ids).delete()
+        Serving.objects.filter(revision_id__in=revision_ids).delete()
         reports = (
             Report.objects.filter(revision_id__in=revision_ids).order_by("pk").values_list(*SOURCE_FIELDS)
         )
@@ -425,6 +511,7 @@ def _rebuild_group(revision_ids: list[int]) -> int:
         )
         cells, total = cells_of(rows, hourly_since())
         upsert(cells)
+        upsert_serving(servings_of(cells))
     return total
 
 
@@ -444,6 +531,27 @@ _KEY_SQL = (
     "mtp_used",
 )
 _METRIC_SQL = {"tps": "predicted_per_second", "prompt": "prompt_per_second", "acceptance": "acceptance"}
+
+
+def _rebuild_serving_in_sql(cursor: Any, revision_ids: list[int]) -> None:
+    """The revisions' Serving rows from their reports (as servings_of over cells_of's cells)."""
+    non_mtp = ", ".join(f"'{choice}'" for choice in NON_MTP_CHOICES)
+    # Only column names and constants are formatted in; the revisions are a parameter.
+    cursor.execute(
+        f"""
+        INSERT INTO {Serving._meta.db_table} ({", ".join(SERVING_COLUMNS)})
+        SELECT revision_id, node_key, stage_splits, count(*), sum(unused), min(received_at),
+               max(received_at), max(CASE WHEN unused = 1 THEN received_at END)
+        FROM (
+            SELECT revision_id, CASE WHEN n.every THEN 0 ELSE node_id END AS node_key, stage_splits,
+                   received_at, (NOT mtp_used AND requested_strategy NOT IN ({non_mtp}))::int AS unused
+            FROM {Report._meta.db_table} CROSS JOIN (VALUES (false), (true)) AS n (every)
+            WHERE revision_id = ANY(%(revisions)s)
+        ) AS r
+        GROUP BY revision_id, node_key, stage_splits
+        """,  # noqa: S608
+        {"revisions": revision_ids},
+    )
 
 
 def _rebuild_in_sql(cursor: Any, revision_ids: list[int]) -> int:

@@ -56,6 +56,23 @@ def test_reports_older_than_the_window_no_longer_flag_the_package(client: Client
     assert "Qwen3.5" in text(client.get("/", {"alert": "on", "days": "30"}))
 
 
+def test_the_alert_needs_a_report_showing_mtp_unused_inside_the_window(client: Client) -> None:
+    now = timezone.now()
+    broken, _ = f.qwen35_fleet(now - timedelta(days=10))  # MTP unused, ten days ago
+    f.make_report(
+        f.Node.objects.get(name="gpu-box-1"), broken, 6.0, at=now - timedelta(hours=1), mtp_used=True
+    )
+    assert "Qwen3.5" not in text(client.get("/", {"alert": "on"}))  # its node uses MTP now
+    assert "Qwen3.5" in text(
+        client.get("/", {"verdict": "inconsistent"})
+    )  # on a revision that is still broken
+    assert "Qwen3.5" in text(client.get("/", {"alert": "on", "days": "30"}))
+    (served,) = client.get("/api/v1/packages", {"verdict": "inconsistent"}).json()["results"][0][
+        "served_revisions"
+    ]
+    assert (served["nodes"], served["reports"], served["alert"]) == (1, 1, False)
+
+
 def test_the_inconsistent_facet_counts_packages_matched_through_served_revisions(client: Client) -> None:
     f.qwen35_fleet(timezone.now())
     facets = client.get("/api/v1/packages").json()["facets"]["verdict"]

@@ -26,8 +26,9 @@ from django.db import connection, connections
 from django.db.models import Count, Sum
 
 from packages_app import reports, rollups, sketch
-from packages_app.models import Node, Package, Report, Revision, Rollup
+from packages_app.models import Node, Package, Report, Revision, Rollup, Serving
 from packages_app.nodes.report_schema import validate_report_body
+from tests.migrating import back_to_the_leaf, migrate  # noqa: F401 (a fixture)
 
 ROOT = Path(__file__).resolve().parent.parent
 POSTGRES = connection.vendor == "postgresql"
@@ -102,6 +103,33 @@ def assert_rollups_match_raw(revision: Revision) -> None:
     totals = Rollup.objects.filter(revision=revision, grain=Rollup.Grain.TOTAL).exclude(node_key=0)
     assert _sum_by_node(totals) == dict(per_node)
     assert_medians_match(revision)
+    assert_serving_matches_raw(revision)
+
+
+def assert_serving_matches_raw(revision: Revision) -> None:
+    """Per node x split and per split for every node: reports, MTP-unused reports, first and last
+    arrival and the last unused one, exactly as the raw reports say."""
+    expected: dict[tuple[int, str], dict[str, Any]] = {}
+    for node_id, splits, at, mtp_used, requested in Report.objects.filter(revision=revision).values_list(
+        "node_id", "stage_splits", "received_at", "mtp_used", "requested_strategy"
+    ):
+        unused = rollups.shows_mtp_unused(mtp_used, requested)
+        for key in ((node_id, splits), (Rollup.ALL_NODES, splits)):
+            row = expected.setdefault(
+                key, {"reports": 0, "unused": 0, "first_at": at, "last_at": at, "last_unused_at": None}
+            )
+            row["reports"] += 1
+            row["unused"] += int(unused)
+            row["first_at"], row["last_at"] = min(row["first_at"], at), max(row["last_at"], at)
+            if unused and (row["last_unused_at"] is None or at > row["last_unused_at"]):
+                row["last_unused_at"] = at
+    got = {
+        (row.pop("node_key"), row.pop("stage_splits")): row
+        for row in Serving.objects.filter(revision=revision).values(
+            "node_key", "stage_splits", "reports", "unused", "first_at", "last_at", "last_unused_at"
+        )
+    }
+    assert got == expected
 
 
 def _sum_by_node(cells: Any) -> dict[int, int]:
@@ -208,12 +236,19 @@ def test_rebuild_matches_the_store_paths_on_every_kind_of_row(revision: Revision
 
 
 def assert_rebuild_writes_the_same_rows() -> None:
-    before = _rows()
+    before, servings = _rows(), _serving_rows()
+    assert servings, "the stores wrote no Serving rows"
     call_command("rebuild_rollups", stdout=StringIO())
     after = _rows()
     assert after.keys() == before.keys()
     for key, row in before.items():
         assert after[key] == {k: pytest.approx(v) if isinstance(v, float) else v for k, v in row.items()}
+    assert _serving_rows() == servings
+
+
+def _serving_rows() -> set[tuple[Any, ...]]:
+    fields = [f.attname for f in Serving._meta.fields if f.name != "id"]
+    return set(Serving.objects.values_list(*fields))
 
 
 def _rows() -> dict[tuple[Any, ...], dict[str, Any]]:
@@ -362,3 +397,23 @@ def test_a_writer_killed_after_its_rollup_upsert_leaves_nothing_and_a_replay_cou
     reports.reports_store_batch(sender, [valid(x) for x in bodies], datetime.now(UTC))  # the redelivery
     assert Report.objects.count() == 40
     assert_rollups_match_raw(revision)
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("back_to_the_leaf")
+def test_the_serving_migration_fills_the_rows_from_the_reports_already_stored(revision: Revision) -> None:
+    rng = random.Random(12)
+    a, b = node("node-a"), node("node-b")
+    now = datetime.now(UTC)
+    for i, sender in enumerate([a, b, a]):
+        reports.reports_store_batch(sender, [valid(body(rng)) for _ in range(30)], now - timedelta(days=i))
+    unclaimed = Report(  # a report no revision claims yet: no Serving row
+        node=a, report_id=uuid.uuid4(), body_sha256="0" * 64, received_at=now, observed_at=now, body={}
+    )
+    reports.insert_claimed(a, [unclaimed])
+    migrate([("packages_app", "0011_perf12_rollup_node_time")])  # no Serving table
+
+    migrate([("packages_app", "0012_issue12_serving")])
+
+    assert_serving_matches_raw(revision)
+    assert Serving.objects.filter(node_key=Rollup.ALL_NODES).count() == 2  # both splits

@@ -1,4 +1,4 @@
-"""``manage.py rebuild_rollups``: recompute the report rollups from the raw reports.
+"""``manage.py rebuild_rollups``: recompute the report rollups (and who served what) from the raw reports.
 
 For a rollup that went wrong (a bug, a restore, reports deleted by hand); safe while reports keep
 arriving (rollups.rebuild explains why). Reports older than the raw retention are gone, so their
@@ -18,7 +18,7 @@ from packages_app import rollups
 
 
 class Command(BaseCommand):
-    help = "Recompute the report rollups (models.Rollup) from the raw reports."
+    help = "Recompute the report rollups (models.Rollup and models.Serving) from the raw reports."
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
