@@ -13,6 +13,8 @@ and the before/after comparison still read raw reports (rollups carry no topolog
 
 from __future__ import annotations
 
+import functools
+import operator
 import statistics
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -82,13 +84,21 @@ def window_cells(since: datetime) -> Q:
     """Rollup cells of the reports received since ``since``, to the hour: day cells of the whole days
     after since's day, and since's day by hour from since's hour. Past the hour cells' retention
     (MESHDASH_ROLLUP_HOURLY_DAYS) the window starts at since's day instead."""
+    return functools.reduce(operator.or_, window_parts(since))
+
+
+def window_parts(since: datetime) -> list[Q]:
+    """``window_cells`` as conditions that are each one (grain, bucket_start) range: ANDed with a
+    revision and a node, each is one range of the rollups' natural key, which PostgreSQL only scans
+    as such when the OR is spelled out around them (else it reads every cell of the revision and
+    node: 0.9 s instead of 0.05 s for /nodes/' 200 groups at 10M reports)."""
     hour = since.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
     day = hour.replace(hour=0)
     if hour < hourly_since():
-        return Q(grain=Rollup.Grain.DAY, bucket_start__gte=day)
+        return [Q(grain=Rollup.Grain.DAY, bucket_start__gte=day)]
     next_day = day + timedelta(days=1)
     hours = Q(grain=Rollup.Grain.HOUR, bucket_start__gte=hour, bucket_start__lt=next_day)
-    return Q(grain=Rollup.Grain.DAY, bucket_start__gte=next_day) | hours
+    return [Q(grain=Rollup.Grain.DAY, bucket_start__gte=next_day), hours]
 
 
 # --- served revisions (catalog) ------------------------------------------------------------------
@@ -280,13 +290,7 @@ def _latest_runs(node_ids: list[int]) -> dict[int, NodeRun]:
     return runs
 
 
-_SERVED_REVISION = (
-    "revision__package__repo_id",
-    "revision__commit_sha",
-    "revision__verdict",
-    "revision__mtp_detected",
-    "revision__package__latest_revision_id",
-)
+_SERVED_REVISION = ("package__repo_id", "commit_sha", "verdict", "package__latest_revision_id")
 ServedKey = tuple[int, int, str]  # node id, revision id, stage splits
 # A revision that is not its package's latest, or not consistent.
 _STALE_REVISION = ~Q(revision_id=F("revision__package__latest_revision_id")) | Q(
@@ -311,40 +315,44 @@ _NOTHING_SERVED = NodeServed([], 0, False)
 
 def _serving(since: datetime, names: dict[int, str], show_private: bool, limit: int) -> dict[int, NodeServed]:
     """What each node served in the window: which (revision, split) groups from the Serving rows (the
-    ``limit`` rows a node to show, ranked in SQL, and which nodes run a stale revision at all), the
-    window's reports and medians of the groups shown from their rollup cells, and their topologies
-    (4 queries, however many groups or reports the window holds)."""
+    ``limit`` rows a node to show, ranked in SQL, and whether the node runs a stale revision at all),
+    the shown groups' revisions, their reports and medians in the window from their rollup cells,
+    and their topologies (4 queries, however many groups or reports the window holds)."""
     servings = Serving.objects.filter(last_at__gte=since, node_key__in=list(names))
     if not show_private:
         servings = servings.filter(revision__package__private=False)
     shown = list(_ranked_groups(servings, since, limit))
+    revisions = _revisions(g["revision_id"] for g in shown)
     figures = _group_figures(since, shown)
     topologies = _last_topologies(shown)
-    stale_q = _STALE_REVISION | unused_since(since)
-    stale = set(servings.filter(stale_q).values_list("node_key", flat=True).distinct())
     result: dict[int, list[NodeServing]] = {}
     hidden: dict[int, int] = {}
+    stale: set[int] = set()
     for group in shown:
         key = (group["node_key"], group["revision_id"], group["stage_splits"])
         reports, bins = figures.get(key, (0, []))
-        serving = _node_serving(group, reports, bins, topologies.get(key), names[key[0]])
+        revision = revisions[group["revision_id"]]
+        serving = _node_serving(group, revision, reports, bins, topologies.get(key), names[key[0]])
         result.setdefault(key[0], []).append(serving)
         hidden[key[0]] = max(0, group["groups"] - limit)
+        if group["node_stale"]:
+            stale.add(key[0])
     for items in result.values():
         items.sort(key=lambda s: (not s.broken, s.is_latest, s.repo_id, s.commit_sha))
     return {node: NodeServed(rows, hidden.get(node, 0), node in stale) for node, rows in result.items()}
 
 
-def _ranked_groups(
-    servings: QuerySet[Serving], since: datetime, limit: int
-) -> QuerySet[Serving, dict[str, Any]]:
+def _ranked_groups(servings: QuerySet[Serving], since: datetime, limit: int) -> QuerySet[Serving, Any]:
     """Per (node, revision, split), one Serving row: at most ``limit`` a node, outdated or
-    inconsistent revisions first, then the busiest over their life (one query; ``groups`` counts
-    them all)."""
+    inconsistent revisions first, then the busiest over their life (one query). ``groups`` counts a
+    node's rows, ``node_stale`` says whether any is stale or shows MTP unused. The rows are keys and
+    flags only: at 10M reports a node can have served thousands of revisions, and the sort is
+    narrower (in memory instead of on disk) without the revisions' names."""
     stale_first = Case(When(_STALE_REVISION, then=Value(0)), default=Value(1))
+    stale = Case(When(_STALE_REVISION | unused_since(since), then=Value(1)), default=Value(0))
     per_node = [F("node_key")]
-    ranked: QuerySet[Serving, dict[str, Any]] = (
-        servings.values("node_key", "revision_id", "stage_splits", "last_at", *_SERVED_REVISION)
+    return (
+        servings.values("node_key", "revision_id", "stage_splits", "last_at")
         .annotate(
             unused_recently=Case(When(unused_since(since), then=Value(True)), default=Value(False)),
             rank=Window(
@@ -353,23 +361,27 @@ def _ranked_groups(
                 order_by=[stale_first.asc(), F("reports").desc(), F("revision_id").desc(), F("stage_splits")],
             ),
             groups=Window(Count("*"), partition_by=per_node),
+            node_stale=Window(Max(stale), partition_by=per_node),
         )
         .filter(rank__lte=limit)
         .order_by()
     )
-    return ranked
+
+
+def _revisions(ids: Iterable[int]) -> dict[int, dict[str, Any]]:
+    """The shown revisions' names and verdicts (one query)."""
+    rows = Revision.objects.filter(pk__in=set(ids)).values("pk", *_SERVED_REVISION)
+    return {row["pk"]: row for row in rows}
 
 
 def _group_figures(since: datetime, groups: list[dict[str, Any]]) -> dict[ServedKey, tuple[int, list[str]]]:
     """The shown groups' reports in the window and their sketches, as JSON texts (one query)."""
     wanted = Q(pk__in=[])
     for g in groups:
-        wanted |= Q(node_key=g["node_key"], revision_id=g["revision_id"], stage_splits=g["stage_splits"])
-    rows = (
-        Rollup.objects.filter(window_cells(since))
-        .filter(wanted)
-        .annotate(bins=Cast("tps_sketch", TextField()))
-    )
+        group = Q(node_key=g["node_key"], revision_id=g["revision_id"], stage_splits=g["stage_splits"])
+        for part in window_parts(since):
+            wanted |= group & part
+    rows = Rollup.objects.filter(wanted).annotate(bins=Cast("tps_sketch", TextField()))
     result: dict[ServedKey, tuple[int, list[str]]] = {}
     for node, revision, splits, reports, text in rows.values_list(
         "node_key", "revision_id", "stage_splits", "reports", "bins"
@@ -402,15 +414,20 @@ def _last_topologies(groups: list[dict[str, Any]]) -> dict[ServedKey, Any]:
 
 
 def _node_serving(
-    group: Mapping[str, Any], reports: int, bins: list[str], topology: Any, node_name: str
+    group: Mapping[str, Any],
+    revision: Mapping[str, Any],
+    reports: int,
+    bins: list[str],
+    topology: Any,
+    node_name: str,
 ) -> NodeServing:
     tps = sketch.median(throughput.merged_stored(bins)) if bins else None
     return NodeServing(
         revision_id=group["revision_id"],
-        repo_id=group["revision__package__repo_id"],
-        commit_sha=group["revision__commit_sha"],
-        verdict=group["revision__verdict"] or "",
-        is_latest=group["revision_id"] == group["revision__package__latest_revision_id"],
+        repo_id=revision["package__repo_id"],
+        commit_sha=revision["commit_sha"],
+        verdict=revision["verdict"] or "",
+        is_latest=group["revision_id"] == revision["package__latest_revision_id"],
         layer_range=_layer_range(topology, node_name),
         stage_splits=group["stage_splits"],
         topology_id=str(topology.get("topology_id", "")) if isinstance(topology, dict) else "",

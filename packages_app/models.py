@@ -397,13 +397,9 @@ class Rollup(models.Model):
                 condition=Q(grain="total", node_key=0, unused__gt=0),
                 name="rollup_unused_revisions",
             ),
-            # Pruning hourly rows past their window.
+            # Pruning hourly rows past their window. (A window's cells of some revisions and nodes are
+            # ranges of the natural key; which revisions nodes ran lately is in Serving.)
             models.Index(fields=["grain", "bucket_start"], name="rollup_grain_time"),
-            # The fleet's windows: a node's cells (or every node's, node_key 0) by time; revision and
-            # unused in the key make the served-revision filters index-only scans.
-            models.Index(
-                fields=["node_key", "grain", "bucket_start", "revision", "unused"], name="rollup_node_time"
-            ),
         ]
 
     def __str__(self) -> str:
@@ -419,7 +415,8 @@ class Serving(models.Model):
     read these rows, whose number grows with revisions x nodes x splits, never with reports or days.
     """
 
-    revision = models.ForeignKey(Revision, on_delete=models.CASCADE, related_name="servings")
+    # Indexed by the natural key and serving_revision_recent, which both start with it.
+    revision = models.ForeignKey(Revision, on_delete=models.CASCADE, related_name="servings", db_index=False)
     node_key = models.BigIntegerField(help_text="Node id, or 0 for every node together.")
     stage_splits = models.CharField(max_length=400, blank=True)
     reports = models.BigIntegerField(default=0)
@@ -439,6 +436,12 @@ class Serving(models.Model):
         indexes = [
             # Revisions served since a time (node_key 0: every node's), and those showing MTP unused.
             models.Index(fields=["node_key", "last_at", "revision"], name="serving_recent"),
+            # Who ran these revisions since a time (the catalog's rows): an index-only scan a revision.
+            models.Index(
+                fields=["revision", "last_at"],
+                include=["node_key", "last_unused_at"],
+                name="serving_revision_recent",
+            ),
             models.Index(
                 fields=["node_key", "last_unused_at", "revision"],
                 condition=Q(last_unused_at__isnull=False),
