@@ -298,11 +298,6 @@ _STALE_REVISION = ~Q(revision_id=F("revision__package__latest_revision_id")) | Q
 )
 
 
-def unused_since(since: datetime) -> Q:
-    """Serving rows whose nodes reported MTP weights unused since ``since``."""
-    return Q(last_unused_at__gte=since, revision__mtp_detected=True)
-
-
 @dataclass(frozen=True)
 class NodeServed:
     rows: list[NodeServing]
@@ -335,7 +330,7 @@ def _serving(since: datetime, names: dict[int, str], show_private: bool, limit: 
         serving = _node_serving(group, revision, reports, bins, topologies.get(key), names[key[0]])
         result.setdefault(key[0], []).append(serving)
         hidden[key[0]] = max(0, group["groups"] - limit)
-        if group["node_stale"]:
+        if group["stale"]:
             stale.add(key[0])
     for items in result.values():
         items.sort(key=lambda s: (not s.broken, s.is_latest, s.repo_id, s.commit_sha))
@@ -343,25 +338,41 @@ def _serving(since: datetime, names: dict[int, str], show_private: bool, limit: 
 
 
 def _ranked_groups(servings: QuerySet[Serving], since: datetime, limit: int) -> QuerySet[Serving, Any]:
-    """Per (node, revision, split), one Serving row: at most ``limit`` a node, outdated or
-    inconsistent revisions first, then the busiest over their life (one query). ``groups`` counts a
-    node's rows, ``node_stale`` says whether any is stale or shows MTP unused. The rows are keys and
-    flags only: at 10M reports a node can have served thousands of revisions, and the sort is
-    narrower (in memory instead of on disk) without the revisions' names."""
-    stale_first = Case(When(_STALE_REVISION, then=Value(0)), default=Value(1))
-    stale = Case(When(_STALE_REVISION | unused_since(since), then=Value(1)), default=Value(0))
+    """Per (node, revision, split), its Serving rows (one a topology) added up: at most ``limit`` a
+    node, stale ones first (an outdated or inconsistent revision, or MTP unused in the window), then
+    the busiest over their life (one query; ``groups`` counts a node's groups, ``stale`` is 1 for a
+    stale one, so a node runs something stale when its first row is). The rows carry keys and flags
+    only (names come after, for the rows shown): at 10M reports a node can have served thousands of
+    revisions, and the sort is narrower without them."""
     per_node = [F("node_key")]
+    unused = Q(unused_recently=1, revision__mtp_detected=True)
     return (
-        servings.values("node_key", "revision_id", "stage_splits", "last_at")
+        servings.values(
+            "node_key",
+            "revision_id",
+            "stage_splits",
+            "revision__package__latest_revision_id",
+            "revision__verdict",
+            "revision__mtp_detected",
+        )
         .annotate(
-            unused_recently=Case(When(unused_since(since), then=Value(True)), default=Value(False)),
+            reports_n=Sum("reports"),
+            last_at_max=Max("last_at"),
+            unused_recently=Max(Case(When(last_unused_at__gte=since, then=Value(1)), default=Value(0))),
+        )
+        .annotate(stale=Case(When(_STALE_REVISION | unused, then=Value(1)), default=Value(0)))
+        .annotate(
             rank=Window(
                 RowNumber(),
                 partition_by=per_node,
-                order_by=[stale_first.asc(), F("reports").desc(), F("revision_id").desc(), F("stage_splits")],
+                order_by=[
+                    F("stale").desc(),
+                    F("reports_n").desc(),
+                    F("revision_id").desc(),
+                    F("stage_splits"),
+                ],
             ),
             groups=Window(Count("*"), partition_by=per_node),
-            node_stale=Window(Max(stale), partition_by=per_node),
         )
         .filter(rank__lte=limit)
         .order_by()
@@ -374,21 +385,29 @@ def _revisions(ids: Iterable[int]) -> dict[int, dict[str, Any]]:
     return {row["pk"]: row for row in rows}
 
 
-def _group_figures(since: datetime, groups: list[dict[str, Any]]) -> dict[ServedKey, tuple[int, list[str]]]:
-    """The shown groups' reports in the window and their sketches, as JSON texts (one query)."""
+Figures = tuple[int, list[str]]  # reports, and their decode-rate sketches as JSON texts
+
+
+def _group_figures(since: datetime, groups: list[dict[str, Any]]) -> dict[Any, Figures]:
+    """The shown (node, revision, split) groups' figures in the window (one query)."""
+    keys = ("node_key", "revision_id", "stage_splits")
+    return _window_figures(since, [Q(**{k: g[k] for k in keys}) for g in groups], keys)
+
+
+def _window_figures(since: datetime, groups: list[Q], keys: tuple[str, ...]) -> dict[Any, Figures]:
+    """Reports and sketches of the rollup cells of each group (a condition naming its revision and
+    node key) in the window, by ``keys``. The OR is spelled out per group and window part, so each
+    term is one range of the natural key (window_parts)."""
     wanted = Q(pk__in=[])
-    for g in groups:
-        group = Q(node_key=g["node_key"], revision_id=g["revision_id"], stage_splits=g["stage_splits"])
+    for group in groups:
         for part in window_parts(since):
             wanted |= group & part
     rows = Rollup.objects.filter(wanted).annotate(bins=Cast("tps_sketch", TextField()))
-    result: dict[ServedKey, tuple[int, list[str]]] = {}
-    for node, revision, splits, reports, text in rows.values_list(
-        "node_key", "revision_id", "stage_splits", "reports", "bins"
-    ):
-        total, texts = result.get((node, revision, splits), (0, []))
+    result: dict[Any, Figures] = {}
+    for *key, reports, text in rows.values_list(*keys, "reports", "bins"):
+        total, texts = result.get(tuple(key), (0, []))
         texts.append(text)
-        result[(node, revision, splits)] = (total + reports, texts)
+        result[tuple(key)] = (total + reports, texts)
     return result
 
 
@@ -400,7 +419,7 @@ def _last_topologies(groups: list[dict[str, Any]]) -> dict[ServedKey, Any]:
             node_id=g["node_key"],
             revision_id=g["revision_id"],
             stage_splits=g["stage_splits"],
-            received_at=g["last_at"],
+            received_at=g["last_at_max"],
         )
     if not groups:
         return {}
@@ -433,7 +452,7 @@ def _node_serving(
         topology_id=str(topology.get("topology_id", "")) if isinstance(topology, dict) else "",
         reports=reports,
         tps=_rounded(tps),
-        alert=group["unused_recently"],
+        alert=bool(group["unused_recently"]) and bool(group["revision__mtp_detected"]),
     )
 
 
@@ -685,41 +704,90 @@ class TopologyRun(_Names):
     alert: bool = False
 
 
-def topology_runs(topology_id: str, since: datetime, show_private: bool = False) -> list[TopologyRun]:
-    """What ran on one topology since ``since``, per revision and split, busiest first (2 queries)."""
-    reports = Report.objects.filter(topology_id=topology_id, received_at__gte=since, revision__isnull=False)
+# The (revision, split) rows a topology page lists, busiest first; the rest are counted.
+TOPOLOGY_ROWS = 50
+
+
+@dataclass(frozen=True)
+class TopologyRuns:
+    runs: list[TopologyRun]
+    hidden: int = 0  # what ran on it beyond the rows shown
+
+
+def topology_runs(topology_id: str, since: datetime, show_private: bool = False) -> TopologyRuns:
+    """What ran on one topology since ``since``, per revision and split (3 queries): which, from the
+    every-node Serving rows (the TOPOLOGY_ROWS busiest over their life), their reports and medians
+    in the window from the topology's rollup cells, the stages from each one's newest report."""
+    servings = Serving.objects.filter(topology_id=topology_id, node_key=Rollup.ALL_NODES, last_at__gte=since)
     if not show_private:
-        reports = reports.filter(revision__package__private=False)
-    groups = list(
-        reports.values("revision_id", "stage_splits", "revision__package__repo_id", "revision__commit_sha")
-        .annotate(
-            verdict=F("revision__verdict"),
-            reports=Count("*"),
-            last_report=Max("id"),
+        servings = servings.filter(revision__package__private=False)
+    shown: list[Mapping[str, Any]] = list(
+        servings.values(
+            "revision_id",
+            "stage_splits",
+            "last_at",
+            "revision__package__repo_id",
+            "revision__commit_sha",
+            "revision__verdict",
         )
-        .order_by()
+        .annotate(
+            alert=Case(
+                When(Q(last_unused_at__gte=since, revision__mtp_detected=True), then=Value(1)),
+                default=Value(0),
+            ),
+            groups=Window(Count("*")),
+        )
+        .order_by("-reports", "-revision_id", "stage_splits")[:TOPOLOGY_ROWS]
     )
-    rates = medians(reports, ("revision_id", "stage_splits"))
-    rows: list[dict[str, Any]] = [dict(g) for g in groups]
-    for row in rows:
-        row["tps"] = rates.get((row["revision_id"], row["stage_splits"]))
-    bodies = dict(
-        Report.objects.filter(id__in=[g["last_report"] for g in rows]).values_list("id", "body__topology")
-    )
-    runs = [_topology_run(g, bodies.get(g["last_report"])) for g in rows]
-    return sorted(runs, key=lambda r: (-r.reports, r.repo_id, r.commit_sha))
+    if not shown:
+        return TopologyRuns([])
+    figures = _topology_figures(topology_id, since, shown)
+    last = Q(pk__in=[])
+    for g in shown:
+        last |= Q(revision_id=g["revision_id"], stage_splits=g["stage_splits"], received_at=g["last_at"])
+    bodies = {
+        (revision_id, splits): topology
+        for revision_id, splits, topology in Report.objects.filter(last, topology_id=topology_id)
+        .order_by("id")
+        .values_list("revision_id", "stage_splits", "body__topology")
+    }
+    runs = []
+    for g in shown:
+        key = (g["revision_id"], g["stage_splits"])
+        reports, bins = figures.get(key, (0, []))
+        runs.append(_topology_run(g, reports, bins, bodies.get(key)))
+    runs.sort(key=lambda r: (-r.reports, r.repo_id, r.commit_sha))
+    return TopologyRuns(runs, max(0, shown[0]["groups"] - len(shown)))
 
 
-def _topology_run(group: Mapping[str, Any], topology: Any) -> TopologyRun:
+def _topology_figures(
+    topology_id: str, since: datetime, groups: list[Mapping[str, Any]]
+) -> dict[Any, Figures]:
+    """The shown (revision, split) groups' every-node figures on the topology in the window (one query)."""
+    conditions = [
+        Q(
+            revision_id=g["revision_id"],
+            node_key=Rollup.ALL_NODES,
+            topology_id=topology_id,
+            stage_splits=g["stage_splits"],
+        )
+        for g in groups
+    ]
+    return _window_figures(since, conditions, ("revision_id", "stage_splits"))
+
+
+def _topology_run(group: Mapping[str, Any], reports: int, bins: list[str], topology: Any) -> TopologyRun:
+    tps = sketch.median(throughput.merged_stored(bins)) if bins else None
     return TopologyRun(
         revision_id=group["revision_id"],
         repo_id=group["revision__package__repo_id"],
         commit_sha=group["revision__commit_sha"],
-        verdict=group["verdict"] or "",
+        verdict=group["revision__verdict"] or "",
         stage_splits=group["stage_splits"],
-        reports=group["reports"],
-        tps=_rounded(group["tps"]),
+        reports=reports,
+        tps=_rounded(tps),
         stages=stages_of(topology),
+        alert=bool(group["alert"]),
     )
 
 

@@ -325,12 +325,13 @@ ROLLUP_KEY = (
     "requested_strategy",
     "strategy",
     "mtp_used",
+    "topology_id",
 )
 
 
 class Rollup(models.Model):
-    """Report figures added up per revision x node x topology x strategy (requested, effective) x
-    MTP used x time bucket.
+    """Report figures added up per revision x node x stage split x strategy (requested, effective) x
+    MTP used x topology x time bucket.
 
     Written by packages_app.rollups in the transaction that stores the reports (so each report is
     counted exactly once), read by throughput.py instead of the raw reports. Grains: ``hour`` (kept
@@ -355,6 +356,7 @@ class Rollup(models.Model):
     requested_strategy = models.CharField(max_length=64, blank=True)
     strategy = models.CharField(max_length=64, blank=True, help_text="effective_strategy")
     mtp_used = models.BooleanField()
+    topology_id = models.CharField(max_length=200, blank=True, default="")
 
     reports = models.BigIntegerField(default=0)
     from_spans = models.BigIntegerField(default=0, help_text="Reports that came as OTLP spans.")
@@ -407,8 +409,8 @@ class Rollup(models.Model):
 
 
 class Serving(models.Model):
-    """Who ran a revision and when: per revision x node x stage split, how many reports, the first and
-    the last, and the last that showed MTP unused (``node_key`` as Rollup's: 0 for every node).
+    """Who ran a revision and when: per revision x node x topology x stage split, how many reports, the
+    first and the last, and the last that showed MTP unused (``node_key`` as Rollup's: 0 for every node).
 
     Kept by packages_app.rollups beside the rollups, in the same transaction from the same rows, so
     "served in the last N days" is one comparison per row: the catalog's served-revision filters
@@ -418,6 +420,7 @@ class Serving(models.Model):
     # Indexed by the natural key and serving_revision_recent, which both start with it.
     revision = models.ForeignKey(Revision, on_delete=models.CASCADE, related_name="servings", db_index=False)
     node_key = models.BigIntegerField(help_text="Node id, or 0 for every node together.")
+    topology_id = models.CharField(max_length=200, blank=True, default="")
     stage_splits = models.CharField(max_length=400, blank=True)
     reports = models.BigIntegerField(default=0)
     unused = models.BigIntegerField(
@@ -430,7 +433,7 @@ class Serving(models.Model):
     class Meta:
         constraints = [
             models.UniqueConstraint(
-                fields=["revision", "node_key", "stage_splits"], name="serving_natural_key"
+                fields=["revision", "node_key", "topology_id", "stage_splits"], name="serving_natural_key"
             ),
         ]
         indexes = [
@@ -447,6 +450,8 @@ class Serving(models.Model):
                 condition=Q(last_unused_at__isnull=False),
                 name="serving_recent_unused",
             ),
+            # What ran on a topology since a time (its page reads the every-node rows).
+            models.Index(fields=["topology_id", "node_key", "last_at"], name="serving_topology_recent"),
         ]
 
     def __str__(self) -> str:

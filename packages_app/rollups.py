@@ -64,11 +64,12 @@ SOURCE_FIELDS = (
     "speculative_proposed_n",
     "draft_n",
     "speculative_windows",
+    "topology_id",
 )
 UPSERT_ROWS = 200
 REBUILD_CHUNK = 20_000
 
-Key = tuple[int, str, int, datetime, str, str, str, bool]
+Key = tuple[int, str, int, datetime, str, str, str, bool, str]  # as models.ROLLUP_KEY
 
 
 @dataclass
@@ -184,7 +185,13 @@ def _keys(row: Report, hourly_from: datetime) -> list[Key]:
     buckets = [(Rollup.Grain.DAY.value, hour.replace(hour=0)), (Rollup.Grain.TOTAL.value, EPOCH)]
     if hour >= hourly_from:
         buckets.append((Rollup.Grain.HOUR.value, hour))
-    rest = (row.stage_splits, row.requested_strategy, row.effective_strategy, bool(row.mtp_used))
+    rest = (
+        row.stage_splits,
+        row.requested_strategy,
+        row.effective_strategy,
+        bool(row.mtp_used),
+        row.topology_id,
+    )
     return [
         (int(row.revision_id or 0), grain, node, start, *rest)
         for grain, start in buckets
@@ -323,7 +330,7 @@ def _merge_bins(postgres: bool, table: str, column: str) -> str:
 
 def row_values(connection: Any, key: Key, cell: Cell) -> list[Any]:
     ops = connection.ops
-    revision, grain, node, start, splits, requested, strategy, mtp_used = key
+    revision, grain, node, start, splits, requested, strategy, mtp_used, topology = key
     values: list[Any] = [
         revision,
         grain,
@@ -333,6 +340,7 @@ def row_values(connection: Any, key: Key, cell: Cell) -> list[Any]:
         requested,
         strategy,
         mtp_used,
+        topology,
         *(getattr(cell, name) for name in SUMMED),
         ops.adapt_datetimefield_value(cell.first_at),
         ops.adapt_datetimefield_value(cell.last_at),
@@ -349,11 +357,10 @@ def _json(bins: sketch.Sketch) -> str:
 
 # --- who served what (models.Serving) ------------------------------------------------------------
 
-ServingKey = tuple[int, int, str]  # revision, node_key, stage splits
+ServingKey = tuple[int, int, str, str]  # revision, node_key, topology, stage splits
+SERVING_KEY = ("revision_id", "node_key", "topology_id", "stage_splits")
 SERVING_COLUMNS = (
-    "revision_id",
-    "node_key",
-    "stage_splits",
+    *SERVING_KEY,
     "reports",
     "unused",
     "first_at",
@@ -364,15 +371,16 @@ SERVING_COLUMNS = (
 
 def servings_of(cells: dict[Key, Cell]) -> dict[ServingKey, Cell]:
     """The Serving rows the cells add to: their total-grain cells (each report is in exactly one per
-    node key) summed per revision x node x split."""
+    node key) summed per revision x node x topology x split."""
     servings: dict[ServingKey, Cell] = {}
     for key, cell in cells.items():
-        revision, grain, node, _start, splits, *_rest = key
+        revision, grain, node, _start, splits, _requested, _strategy, _mtp_used, topology = key
         if grain != Rollup.Grain.TOTAL:
             continue
-        serving = servings.get((revision, node, splits))
+        serving_key = (revision, node, topology, splits)
+        serving = servings.get(serving_key)
         if serving is None:
-            serving = servings[(revision, node, splits)] = Cell(first_at=cell.first_at, last_at=cell.last_at)
+            serving = servings[serving_key] = Cell(first_at=cell.first_at, last_at=cell.last_at)
         serving.reports += cell.reports
         serving.unused += cell.unused
         serving.first_at = min(serving.first_at, cell.first_at)
@@ -403,15 +411,13 @@ def upsert_serving(servings: dict[ServingKey, Cell], *, using: str = "default") 
             # Only column names are formatted in; every value is a parameter.
             sql = (
                 f"INSERT INTO {table} ({', '.join(SERVING_COLUMNS)}) VALUES {', '.join([row] * len(chunk))} "  # noqa: S608
-                f"ON CONFLICT (revision_id, node_key, stage_splits) DO UPDATE SET {', '.join(updates)}"
+                f"ON CONFLICT ({', '.join(SERVING_KEY)}) DO UPDATE SET {', '.join(updates)}"
             )
             params = [
                 value
-                for (revision, node, splits), c in chunk
+                for key, c in chunk
                 for value in (
-                    revision,
-                    node,
-                    splits,
+                    *key,
                     c.reports,
                     c.unused,
                     adapt(c.first_at),
@@ -529,6 +535,7 @@ _KEY_SQL = (
     "requested_strategy",
     "effective_strategy",
     "mtp_used",
+    "topology_id",
 )
 _METRIC_SQL = {"tps": "predicted_per_second", "prompt": "prompt_per_second", "acceptance": "acceptance"}
 
@@ -540,15 +547,16 @@ def _rebuild_serving_in_sql(cursor: Any, revision_ids: list[int]) -> None:
     cursor.execute(
         f"""
         INSERT INTO {Serving._meta.db_table} ({", ".join(SERVING_COLUMNS)})
-        SELECT revision_id, node_key, stage_splits, count(*), sum(unused), min(received_at),
+        SELECT {", ".join(SERVING_KEY)}, count(*), sum(unused), min(received_at),
                max(received_at), max(CASE WHEN unused = 1 THEN received_at END)
         FROM (
-            SELECT revision_id, CASE WHEN n.every THEN 0 ELSE node_id END AS node_key, stage_splits,
-                   received_at, (NOT mtp_used AND requested_strategy NOT IN ({non_mtp}))::int AS unused
+            SELECT revision_id, CASE WHEN n.every THEN 0 ELSE node_id END AS node_key, topology_id,
+                   stage_splits, received_at,
+                   (NOT mtp_used AND requested_strategy NOT IN ({non_mtp}))::int AS unused
             FROM {Report._meta.db_table} CROSS JOIN (VALUES (false), (true)) AS n (every)
             WHERE revision_id = ANY(%(revisions)s)
         ) AS r
-        GROUP BY revision_id, node_key, stage_splits
+        GROUP BY {", ".join(SERVING_KEY)}
         """,  # noqa: S608
         {"revisions": revision_ids},
     )
@@ -583,7 +591,7 @@ def _rebuild_in_sql(cursor: Any, revision_ids: list[int]) -> int:
     sql = f"""
         WITH src AS (
             SELECT revision_id, node_id, received_at, stage_splits, requested_strategy, effective_strategy,
-                   mtp_used, (source = 'otlp')::int AS from_spans,
+                   mtp_used, topology_id, (source = 'otlp')::int AS from_spans,
                    (NOT mtp_used AND requested_strategy NOT IN ({non_mtp}))::int AS unused,
                    {accepted} AS accepted, {proposed} AS proposed,
                    COALESCE(speculative_windows, 0) AS windows,

@@ -60,13 +60,14 @@ def node_detail(request: HttpRequest, name: str) -> HttpResponse:
 def topology_detail(request: HttpRequest, topology_id: str) -> HttpResponse:
     days = _window_days(request)
     private = access.can_see_private(request.user)
-    runs = fleet.topology_runs(topology_id, fleet.window_start(days), private)
-    if not runs:
+    ran = fleet.topology_runs(topology_id, fleet.window_start(days), private)
+    if not ran.runs:
         raise queries.LookupFailed(f"No report in the last {days} days ran on topology {topology_id}.")
-    main = runs[0]
+    main = ran.runs[0]
     context = {
         "topology_id": topology_id,
-        "runs": runs,
+        "runs": ran.runs,
+        "hidden": ran.hidden,
         "main": main,
         "days": days,
         "windows": WINDOW_DAYS,

@@ -8,7 +8,9 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from packages_app import fleet, glossary
@@ -119,6 +121,34 @@ def test_a_topology_page_lists_its_stages_and_what_ran_on_them(client: Client) -
     body = text(client.get("/topologies/lab-2/"))
     assert "0..27|27..41" in body and "69cbd9fc" in body and "964edc7e" in body
     assert client.get("/topologies/unknown/").status_code == 404
+
+
+def test_a_topology_page_counts_its_own_reports_only_and_lists_the_busiest(
+    client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    now = timezone.now()
+    broken, fixed = f.qwen35_fleet(now)  # on lab-2
+    other = f.make_node("other-box")
+    for i in range(5):  # the same revision and split on another mesh, faster
+        body = f.topology_body("other-box", 0, 27, 9.0)
+        f.make_report(
+            other, fixed, 9.0, at=now - timedelta(minutes=i), mtp_used=True, topology_id="lab-3", body=body
+        )
+    runs = {r.commit_sha: r for r in fleet.topology_runs("lab-2", fleet.window_start()).runs}
+    assert (runs[fixed.commit_sha].reports, runs[broken.commit_sha].reports) == (31, 24)
+    assert (
+        runs[fixed.commit_sha].tps is not None
+        and abs(runs[fixed.commit_sha].tps - 5.32) <= 0.01 * 5.32 + 0.005
+    )
+    assert runs[broken.commit_sha].alert and not runs[fixed.commit_sha].alert
+    (lab3,) = fleet.topology_runs("lab-3", fleet.window_start()).runs
+    assert (
+        lab3.reports == 5 and lab3.tps is not None and abs(lab3.tps - 9.0) <= 0.01 * 9.0
+    )  # the sketch's 1 %
+    monkeypatch.setattr(fleet, "TOPOLOGY_ROWS", 1)
+    body = text(client.get("/topologies/lab-2/"))
+    assert "964edc7e" in body and "69cbd9fc" not in body.split("What ran on it")[1].split("Layers of")[0]
+    assert "1 more (revision, split) pairs ran on it" in body
 
 
 def test_the_window_reads_rollups_to_the_hour_whole_days_by_day_and_its_first_day_by_hour() -> None:
@@ -335,3 +365,23 @@ def test_a_problem_code_links_to_its_entry_or_to_the_section_on_manifest_codes()
 
     assert problem_anchor("undeclared_mtp") == "problem-undeclared-mtp"
     assert problem_anchor("invalid_layer_indices") == "problems"
+
+
+def test_the_fleet_pages_queries_do_not_grow_with_the_nodes_revisions_or_reports(client: Client) -> None:
+    now = timezone.now()
+    f.qwen35_fleet(now)
+    pages = ["/nodes/", "/nodes/gpu-box-1/", "/topologies/lab-2/", "/"]
+    few = [_queries(client, url) for url in pages]
+    for i in range(12):
+        revision = f.make_revision(f.make_package(f"meshllm/Other-{i}-layers"), "undeclared-mtp")
+        for name in ("gpu-box-1", f"extra-{i}"):
+            node = f.Node.objects.filter(name=name).first() or f.make_node(name)
+            for minutes in range(3):
+                f.make_report(node, revision, 4.0, at=now - timedelta(minutes=minutes), topology_id="lab-2")
+    assert [_queries(client, url) for url in pages] == few
+
+
+def _queries(client: Client, url: str) -> int:
+    with CaptureQueriesContext(connection) as queries:
+        assert client.get(url).status_code == 200
+    return len(queries)

@@ -6,6 +6,7 @@ revision later, or from a storing process killed after its rollup upsert and bef
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
@@ -56,7 +57,7 @@ def body(rng: random.Random, *, repo: str = REPO, sha: str = SHA) -> dict[str, A
         "observed_at": datetime.now(UTC).isoformat(),
         "package": {"repo": repo, "revision": sha},
         "topology": {
-            "topology_id": "topo",
+            "topology_id": rng.choice(["topo", "lab-2"]),
             "stages": [
                 {"node": "a", "layer_start": splits[0], "layer_end": splits[1]},
                 {"node": "b", "layer_start": splits[1], "layer_end": splits[2]},
@@ -107,14 +108,14 @@ def assert_rollups_match_raw(revision: Revision) -> None:
 
 
 def assert_serving_matches_raw(revision: Revision) -> None:
-    """Per node x split and per split for every node: reports, MTP-unused reports, first and last
-    arrival and the last unused one, exactly as the raw reports say."""
-    expected: dict[tuple[int, str], dict[str, Any]] = {}
-    for node_id, splits, at, mtp_used, requested in Report.objects.filter(revision=revision).values_list(
-        "node_id", "stage_splits", "received_at", "mtp_used", "requested_strategy"
-    ):
+    """Per node x topology x split and the same for every node: reports, MTP-unused reports, first
+    and last arrival and the last unused one, exactly as the raw reports say."""
+    expected: dict[tuple[int, str, str], dict[str, Any]] = {}
+    for node_id, topology, splits, at, mtp_used, requested in Report.objects.filter(
+        revision=revision
+    ).values_list("node_id", "topology_id", "stage_splits", "received_at", "mtp_used", "requested_strategy"):
         unused = rollups.shows_mtp_unused(mtp_used, requested)
-        for key in ((node_id, splits), (Rollup.ALL_NODES, splits)):
+        for key in ((node_id, topology, splits), (Rollup.ALL_NODES, topology, splits)):
             row = expected.setdefault(
                 key, {"reports": 0, "unused": 0, "first_at": at, "last_at": at, "last_unused_at": None}
             )
@@ -124,9 +125,16 @@ def assert_serving_matches_raw(revision: Revision) -> None:
             if unused and (row["last_unused_at"] is None or at > row["last_unused_at"]):
                 row["last_unused_at"] = at
     got = {
-        (row.pop("node_key"), row.pop("stage_splits")): row
+        (row.pop("node_key"), row.pop("topology_id"), row.pop("stage_splits")): row
         for row in Serving.objects.filter(revision=revision).values(
-            "node_key", "stage_splits", "reports", "unused", "first_at", "last_at", "last_unused_at"
+            "node_key",
+            "topology_id",
+            "stage_splits",
+            "reports",
+            "unused",
+            "first_at",
+            "last_at",
+            "last_unused_at",
         )
     }
     assert got == expected
@@ -222,6 +230,7 @@ def test_rebuild_matches_the_store_paths_on_every_kind_of_row(revision: Revision
             commit_sha=SHA,
             revision=revision,
             stage_splits=rng.choice(["0..27|27..41", ""]),
+            topology_id=rng.choice(["lab-1", "lab-2", ""]),
             requested_strategy=rng.choice(["auto", "disabled", "mtp", ""]),
             effective_strategy=rng.choice(["native-mtp", "disabled", "ngram-cache"]),
             mtp_used=rng.random() < 0.4,
@@ -371,8 +380,6 @@ with transaction.atomic():
 def test_a_writer_killed_after_its_rollup_upsert_leaves_nothing_and_a_replay_counts_once(
     revision: Revision,
 ) -> None:
-    import json
-
     rng = random.Random(9)
     sender = node("node-a")
     bodies = [body(rng) for _ in range(40)]
@@ -411,9 +418,39 @@ def test_the_serving_migration_fills_the_rows_from_the_reports_already_stored(re
         node=a, report_id=uuid.uuid4(), body_sha256="0" * 64, received_at=now, observed_at=now, body={}
     )
     reports.insert_claimed(a, [unclaimed])
-    migrate([("packages_app", "0011_perf12_rollup_node_time")])  # no Serving table
+    cells = _cells_without_topology()
+    migrate([("packages_app", "0011_perf12_rollup_node_time")])  # no Serving table, no topology in rollups
+    assert _cells_without_topology() == cells  # what the topologies held is added up, nothing lost
 
     migrate([("packages_app", "0012_issue12_serving")])
 
     assert_serving_matches_raw(revision)
-    assert Serving.objects.filter(node_key=Rollup.ALL_NODES).count() == 2  # both splits
+    pairs = set(Report.objects.filter(revision=revision).values_list("topology_id", "stage_splits"))
+    assert (
+        Serving.objects.filter(node_key=Rollup.ALL_NODES).count() == len(pairs) == 4
+    )  # 2 topologies x 2 splits
+
+
+def _cells_without_topology() -> dict[tuple[Any, ...], tuple[Any, ...]]:
+    """Every grain's reports, accepted drafts and decode-rate bins per rollup key without its topology."""
+    cells: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT revision_id, grain, node_key, bucket_start, stage_splits, requested_strategy, strategy,"
+            " mtp_used, reports, accepted, tps_n, tps_min, tps_max, tps_sketch FROM packages_app_rollup"
+        )
+        for *key, reports, accepted, n, low, high, bins in cursor.fetchall():
+            bins = bins if isinstance(bins, dict) else json.loads(bins)
+            old = cells.get(tuple(key), (0, 0, 0, None, None, Counter()))
+            lows = [v for v in (old[3], low) if v is not None]
+            highs = [v for v in (old[4], high) if v is not None]
+            merged = old[5] + Counter({int(k): v for k, v in bins.items()})
+            cells[tuple(key)] = (
+                old[0] + reports,
+                old[1] + accepted,
+                old[2] + n,
+                min(lows, default=None),
+                max(highs, default=None),
+                merged,
+            )
+    return cells
