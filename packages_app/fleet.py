@@ -3,19 +3,19 @@
 Selectors only (services layer, read side): they read models and call throughput's public aggregates,
 never write, and issue a fixed number of queries however many nodes or reports exist. Which revisions
 nodes ran in a window ("served in the last N days"), by how many nodes, and whether MTP went unused
-there come from models.Serving (a row per revision x node x split, with its last report and its last
-one showing MTP unused), so the catalog's served-revision filters and the nodes pages cost what the
-revisions x nodes cost, not what the reports or the days do. What the rows shown did inside the
+there come from models.Serving (a row per revision x node x topology x split, with its last report
+and its last one showing MTP unused), so the catalog's served-revision filters and the nodes pages
+cost what the revisions x nodes cost, not what the reports or the days do. What the rows shown did inside the
 window (reports, medians from the rollups' sketches, within 1 %) comes from their rollup cells
 (``window_cells``: day cells for whole days, hour cells for the window's first day). The topology page
-and the before/after comparison still read raw reports (rollups carry no topology id).
+reads the same per topology (both keys carry it), the before/after comparison the revisions' total
+cells. Raw reports are read only for the stage layout of the newest report of a row shown.
 """
 
 from __future__ import annotations
 
 import functools
 import operator
-import statistics
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -35,19 +35,6 @@ DEFAULT_WINDOW_DAYS = 7
 # Below this many reports on either side a before/after ratio is noise, and is marked so.
 FEW_REPORTS = 10
 MTP_ON = Q(mtp_used=True)
-
-
-def medians(reports: QuerySet[Report], keys: tuple[str, ...], condition: Q | None = None) -> dict[Any, float]:
-    """The exact median decode rate per group of ``keys`` (one query; the rates, in Python).
-
-    For the topology page and the before/after comparison, which read raw reports (rollups carry no
-    topology id; the comparison states exact medians).
-    """
-    rows = reports.filter(condition or Q(), predicted_per_second__isnull=False)
-    groups: dict[Any, list[float]] = {}
-    for *key, rate in rows.values_list(*keys, "predicted_per_second"):
-        groups.setdefault(key[0] if len(key) == 1 else tuple(key), []).append(rate)
-    return {key: round(statistics.median(rates), 2) for key, rates in groups.items()}
 
 
 class _Names:
@@ -529,9 +516,17 @@ def effect_sentence(c: Comparison) -> str:
 
 
 def compare_revisions(old: Revision, new: Revision) -> Comparison:
-    """Both revisions' figures, on their most-shared topology when they have one (2 queries)."""
-    topology = shared_topology(old.pk, new.pk)
-    figures = _figures([old.pk, new.pk], topology)
+    """Both revisions' figures, on their most-shared stage split when they have one (one query over
+    their every-node total rollups; medians from the sketches, within 1 %)."""
+    cells = list(
+        Rollup.objects.filter(
+            revision_id__in=[old.pk, new.pk], grain=Rollup.Grain.TOTAL, node_key=Rollup.ALL_NODES
+        )
+        .annotate(tps=Cast("tps_sketch", TextField()))
+        .values("revision_id", "stage_splits", "mtp_used", "reports", "accepted", "proposed", "tps")
+    )
+    topology = shared_topology(cells)
+    figures = _figures([c for c in cells if not topology or c["stage_splits"] == topology])
     return Comparison(
         RevisionFigures(old, **figures.get(old.pk, {})),
         RevisionFigures(new, **figures.get(new.pk, {})),
@@ -539,54 +534,40 @@ def compare_revisions(old: Revision, new: Revision) -> Comparison:
     )
 
 
-def shared_topology(old_id: int, new_id: int) -> str:
+def shared_topology(cells: Iterable[Mapping[str, Any]]) -> str:
     """The stage split both revisions ran with most (the larger smaller side), or '' if none is shared."""
     counts: dict[str, dict[int, int]] = {}
-    rows = (
-        Report.objects.filter(revision_id__in=[old_id, new_id])
-        .exclude(stage_splits="")
-        .values("revision_id", "stage_splits")
-        .annotate(n=Count("*"))
-        .order_by()
-    )
-    for row in rows:
-        counts.setdefault(row["stage_splits"], {})[row["revision_id"]] = row["n"]
+    for cell in cells:
+        if cell["stage_splits"]:
+            by_revision = counts.setdefault(cell["stage_splits"], {})
+            by_revision[cell["revision_id"]] = by_revision.get(cell["revision_id"], 0) + cell["reports"]
     shared = [(min(c.values()), split) for split, c in counts.items() if len(c) == 2]
     return max(shared)[1] if shared else ""
 
 
-def _figures(revision_ids: list[int], topology: str) -> dict[int, dict[str, Any]]:
-    reports = Report.objects.filter(revision_id__in=revision_ids)
-    if topology:
-        reports = reports.filter(stage_splits=topology)
-    rows = (
-        reports.values("revision_id")
-        .annotate(
-            reports=Count("*"),
-            on_reports=Count("received_at", filter=MTP_ON),
-            accepted=Sum(Coalesce("speculative_accepted_n", "draft_n_accepted")),
-            proposed=Sum(Coalesce("speculative_proposed_n", "draft_n")),
-        )
-        .order_by()
-    )
-    rates = {
-        "tps": medians(reports, ("revision_id",)),
-        "tps_mtp_on": medians(reports, ("revision_id",), MTP_ON),
-        "tps_mtp_off": medians(reports, ("revision_id",), ~MTP_ON),
-    }
+def _figures(cells: list[Mapping[str, Any]]) -> dict[int, dict[str, Any]]:
+    """Per revision: reports, with MTP on, the acceptance rate and the three medians."""
+    by_revision: dict[int, list[Mapping[str, Any]]] = {}
+    for cell in cells:
+        by_revision.setdefault(cell["revision_id"], []).append(cell)
     figures = {}
-    for row in rows:
-        values = _figure_values(dict(row))
-        values.update({name: by_id.get(row["revision_id"]) for name, by_id in rates.items()})
-        figures[row["revision_id"]] = values
+    for revision_id, group in by_revision.items():
+        on = [c for c in group if c["mtp_used"]]
+        off = [c for c in group if not c["mtp_used"]]
+        accepted, proposed = sum(c["accepted"] for c in group), sum(c["proposed"] for c in group)
+        figures[revision_id] = {
+            "reports": sum(c["reports"] for c in group),
+            "on_reports": sum(c["reports"] for c in on),
+            "acceptance_rate": round(accepted / proposed, 3) if proposed else None,
+            "tps": _median_of(group),
+            "tps_mtp_on": _median_of(on),
+            "tps_mtp_off": _median_of(off),
+        }
     return figures
 
 
-def _figure_values(row: dict[str, Any]) -> dict[str, Any]:
-    row.pop("revision_id")
-    accepted, proposed = row.pop("accepted") or 0, row.pop("proposed")
-    row["acceptance_rate"] = round(accepted / proposed, 3) if proposed else None
-    return row
+def _median_of(cells: list[Mapping[str, Any]]) -> float | None:
+    return _rounded(sketch.median(throughput.merged_stored(c["tps"] for c in cells))) if cells else None
 
 
 def default_comparison_pair(revisions: list[Revision], latest_id: int | None) -> tuple[int, int] | None:
