@@ -11,10 +11,11 @@ Seed first, then run against the same database (PostgreSQL is what the target is
 It uses Django's test Client (no network, no web server), so the figures are view + ORM + template
 time. Exit status 1 when a page's median is over --target milliseconds.
 
-The fleet pages (/nodes/, a node page, the catalog's served revisions) show what nodes reported in the
-last 7 days. Seeded reports are dated before seed_synthetic's fixed NOW, so those pages are measured
-with the clock set to the newest report (``--fleet-clock newest``, the default), where the window
-holds a week of the seeded traffic; ``--fleet-clock now`` measures them at the real time.
+The fleet pages (/nodes/, a node page, the catalog's served revisions, the busiest topology's page and
+the busiest package's before/after comparison) show what nodes reported in the last 7 days. Seeded
+reports end at the seed's NOW (the midnight UTC before it ran), so those pages are measured with the
+clock set to the newest report (``--fleet-clock newest``, the default); ``--fleet-clock now`` measures
+them at the real time, which on the day of the seed is nearly the same window.
 """
 
 from __future__ import annotations
@@ -104,12 +105,36 @@ def pages(owner: str) -> dict[str, str]:
 
 
 def fleet_pages() -> dict[str, str]:
-    from packages_app.models import Node
+    from django.db.models import Count, Sum
+
+    from packages_app.models import Node, Package, Revision, Serving
 
     node = Node.objects.order_by("name").values_list("name", flat=True).first()
     urls = {"nodes": "/nodes/", "catalog /, served revisions in the window": "/"}
     if node is not None:
         urls[f"node page ({node})"] = f"/nodes/{node}/"
+    busiest_topology = (
+        Serving.objects.filter(node_key=0)
+        .values("topology_id")
+        .annotate(n=Sum("reports"))
+        .order_by("-n")
+        .values_list("topology_id", flat=True)
+        .first()
+    )
+    if busiest_topology:
+        urls[f"topology page ({busiest_topology})"] = f"/topologies/{busiest_topology}/"
+    ranked = list(
+        Package.objects.filter(revisions__servings__node_key=0)
+        .annotate(n=Sum("revisions__servings__reports"))
+        .order_by("-n")
+        .values_list("pk", "repo_id")[:50]
+    )
+    several = Revision.objects.filter(package_id__in=[pk for pk, _ in ranked]).values("package_id")
+    several = several.annotate(c=Count("id")).filter(c__gt=1).order_by()
+    comparable = set(several.values_list("package_id", flat=True))
+    busiest = next((repo_id for pk, repo_id in ranked if pk in comparable), None)
+    if busiest is not None:  # the busiest package with two revisions or more
+        urls["compare page, busiest package"] = f"/packages/{busiest}/compare"
     return urls
 
 
