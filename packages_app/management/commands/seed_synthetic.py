@@ -24,7 +24,7 @@ from django.db.models import Model, OuterRef, Subquery
 
 from packages_app import partitions, rollups
 from packages_app.layout import FileRole
-from packages_app.models import Node, Package, PackageFile, Report, ReportKey, Revision, Rollup
+from packages_app.models import Node, Package, PackageFile, Report, ReportKey, Revision, Rollup, Serving
 
 T = TypeVar("T", bound=Model)
 # Reports span the 30 days before today's midnight (UTC), so the pages' recent windows, the hourly
@@ -166,7 +166,7 @@ class Seeder:
         # cannot run inside a transaction (a caller's atomic block, or a test), ANALYZE can.
         command = "ANALYZE" if connection.in_atomic_block else "VACUUM ANALYZE"
         with connection.cursor() as cursor:
-            for model in (Package, Revision, PackageFile, Report, ReportKey, Rollup):
+            for model in (Package, Revision, PackageFile, Report, ReportKey, Rollup, Serving):
                 cursor.execute(f"{command} {connection.ops.quote_name(model._meta.db_table)}")
         self.say(f"{command.lower()}: {time.perf_counter() - start:.1f}s")
 
