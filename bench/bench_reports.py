@@ -186,17 +186,23 @@ def ping_lanes(clients: int, per_lane: int) -> list[list[lr.Call]]:
 
 
 def report_lanes(
-    tokens: list[str], clients: int, per_lane: int, batch: int, rng: random.Random
+    tokens: list[str], clients: int, per_lane: int, batch: int, rng: random.Random, any_topology: bool = False
 ) -> list[list[lr.Call]]:
+    """Each lane posts as one node. Its reports name that node's meshes (a single-node and a two-node
+    topology, as a node in a real fleet reports the meshes it is in), or, with ``any_topology``, any
+    simulated node's (8 topologies in every batch: the worst case for the rollups' topology key)."""
     lanes = []
     for lane in range(clients):
         token = tokens[lane % len(tokens)]
+        node = None if any_topology else lane % len(tokens)
         calls = []
         for _ in range(per_lane):
             if batch == 1:
-                calls.append(lr.Call("/api/v1/reports", json.dumps(lr.report_body(rng)).encode(), token))
+                calls.append(
+                    lr.Call("/api/v1/reports", json.dumps(lr.report_body(rng, node)).encode(), token)
+                )
             else:
-                body = {"reports": [lr.report_body(rng) for _ in range(batch)]}
+                body = {"reports": [lr.report_body(rng, node) for _ in range(batch)]}
                 calls.append(lr.Call("/api/v1/reports/batch", json.dumps(body).encode(), token))
         lanes.append(calls)
     return lanes
@@ -321,7 +327,12 @@ def rollup_cost(args: argparse.Namespace, url: str, tokens: list[str], rng: rand
         for _ in range(ROUNDS):
             for side, target, server, side_tokens in sides:
                 lanes = report_lanes(
-                    side_tokens, args.clients, args.batches // args.clients // 2, args.batch_size, rng
+                    side_tokens,
+                    args.clients,
+                    args.batches // args.clients // 2,
+                    args.batch_size,
+                    rng,
+                    args.any_topology,
                 )
                 label = f"batch ({args.batch_size}/request), {side}"
                 rows[side].append(measure(label, target, lanes, args.batch_size, {200}, server))
@@ -424,14 +435,21 @@ def main() -> int:
         metavar="GIT_REF",
         help="also store the batches with the code at this ref (a worktree under /tmp, its own database)",
     )
+    parser.add_argument(
+        "--any-topology",
+        action="store_true",
+        help="every report names any simulated node's topology, not its sender's (8 topologies a batch)",
+    )
     args = parser.parse_args()
     recreate_database(args)
     os.environ.update({k: v for k, v in server_env(args).items() if k in ("DATABASE_URL", "REDIS_URL")})
     lr.setup_django()
     rng = random.Random(7)
     tokens = lr.bench_nodes(args.clients // 4 or 1, prefix="bench-perf")
-    singles = report_lanes(tokens, args.clients, args.singles // args.clients, 1, rng)
-    batches = report_lanes(tokens, args.clients, args.batches // args.clients, args.batch_size, rng)
+    singles = report_lanes(tokens, args.clients, args.singles // args.clients, 1, rng, args.any_topology)
+    batches = report_lanes(
+        tokens, args.clients, args.batches // args.clients, args.batch_size, rng, args.any_topology
+    )
     register_bench_run()
     exports = span_lanes(tokens, args.clients, max(1, args.exports // args.clients), args.spans, rng)
     url = f"http://127.0.0.1:{args.port}"

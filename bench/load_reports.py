@@ -137,11 +137,14 @@ def bench_nodes(count: int, prefix: str = "bench-load") -> list[str]:
     return tokens
 
 
-def report_body(rng: random.Random) -> dict[str, object]:
+def report_body(rng: random.Random, node: int | None = None) -> dict[str, object]:
+    """A simulated node's report; its topology is that of simulated node ``node`` (an index), or of
+    any of them when None."""
     from packages_app.management.commands import simulate_nodes as sim
 
     target = sim.Target(BENCH_REPO, BENCH_SHA, "", 41, rng.choice(["on", "silent-off"]), 3.17)
-    return sim.make_report(rng, rng.choice(sim.NODE_NAMES), target)
+    name = rng.choice(sim.NODE_NAMES) if node is None else sim.NODE_NAMES[node % len(sim.NODE_NAMES)]
+    return sim.make_report(rng, name, target)
 
 
 # --- The load test ----------------------------------------------------------------------------

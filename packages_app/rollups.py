@@ -131,7 +131,9 @@ def add_reports(rows: Iterable[Report], *, using: str = "default") -> int:
         return 0
     cells, added = cells_of(rows, hourly_since())
     if cells:
-        with transaction.atomic(using=using):
+        # Inside the storing transaction, no savepoint of its own (two round trips a store): a
+        # failure here fails the store.
+        with transaction.atomic(using=using, savepoint=False):
             upsert(cells, using=using)
             upsert_serving(servings_of(cells), using=using)
     return added
