@@ -5,11 +5,11 @@ never write, and issue a fixed number of queries however many nodes or reports e
 nodes ran in a window ("served in the last N days"), by how many nodes, and whether MTP went unused
 there come from models.Serving (a row per revision x node x topology x split, with its last report
 and its last one showing MTP unused), so the catalog's served-revision filters and the nodes pages
-cost what the revisions x nodes cost, not what the reports or the days do. What the rows shown did inside the
-window (reports, medians from the rollups' sketches, within 1 %) comes from their rollup cells
-(``window_cells``: day cells for whole days, hour cells for the window's first day). The topology page
-reads the same per topology (both keys carry it), the before/after comparison the revisions' total
-cells. Raw reports are read only for the stage layout of the newest report of a row shown.
+cost what the revisions x nodes cost, not what the reports or the days do. What the rows shown did
+inside the window (reports, medians from the rollups' sketches, within 1 %) comes from their rollup
+cells (``window_cells``: day cells for whole days, hour cells for the window's first day). The
+topology page reads the same per topology (both keys carry it), the before/after comparison the two
+revisions' total cells. Raw reports are read only for the stage layout of a shown row's newest report.
 """
 
 from __future__ import annotations

@@ -413,8 +413,9 @@ class Serving(models.Model):
     first and the last, and the last that showed MTP unused (``node_key`` as Rollup's: 0 for every node).
 
     Kept by packages_app.rollups beside the rollups, in the same transaction from the same rows, so
-    "served in the last N days" is one comparison per row: the catalog's served-revision filters
-    read these rows, whose number grows with revisions x nodes x splits, never with reports or days.
+    "served in the last N days" is one comparison per row: the catalog's served-revision filters, the
+    nodes pages and the topology page read these rows, whose number grows with revisions x nodes x
+    topologies x splits, never with reports or days.
     """
 
     # Indexed by the natural key and serving_revision_recent, which both start with it.

@@ -14,9 +14,10 @@ day (or hour) series, never the reports; the catalog reads total cells. Hour cel
 MESHDASH_ROLLUP_HOURLY_DAYS are not written and are pruned (``prune_hourly``): the day cells hold
 them already.
 
-Beside the cells, the same transaction adds to models.Serving (per revision x node x split: reports,
-first and last arrival, last report showing MTP unused), derived from the batch's total cells, so
-"which revisions did nodes run since T" is a comparison per Serving row, not a sum over cells.
+Beside the cells, the same transaction adds to models.Serving (per revision x node x topology x
+split: reports, first and last arrival, last report showing MTP unused), derived from the batch's
+total cells, so "which revisions did nodes run since T" is a comparison per Serving row, not a sum
+over cells.
 
 Quantiles: packages_app.sketch, a fixed log-bucket histogram (DDSketch's mapping) written by this
 module, not the ``ddsketch`` package and not PostgreSQL's percentile_cont, because: merging is
