@@ -62,17 +62,14 @@ def test_reports_older_than_the_window_no_longer_flag_the_package(client: Client
 def test_the_alert_needs_a_report_showing_mtp_unused_inside_the_window(client: Client) -> None:
     now = timezone.now()
     broken, _ = f.qwen35_fleet(now - timedelta(days=10))  # MTP unused, ten days ago
-    f.make_report(
-        f.Node.objects.get(name="gpu-box-1"), broken, 6.0, at=now - timedelta(hours=1), mtp_used=True
-    )
+    node = f.Node.objects.get(name="gpu-box-1")
+    f.make_report(node, broken, 6.0, at=now - timedelta(hours=1), mtp_used=True)
     assert "Qwen3.5" not in text(client.get("/", {"alert": "on"}))  # its node uses MTP now
-    assert "Qwen3.5" in text(
-        client.get("/", {"verdict": "inconsistent"})
-    )  # on a revision that is still broken
+    broken_page = text(client.get("/", {"verdict": "inconsistent"}))
+    assert "Qwen3.5" in broken_page  # it still runs a broken revision
     assert "Qwen3.5" in text(client.get("/", {"alert": "on", "days": "30"}))
-    (served,) = client.get("/api/v1/packages", {"verdict": "inconsistent"}).json()["results"][0][
-        "served_revisions"
-    ]
+    (row,) = client.get("/api/v1/packages", {"verdict": "inconsistent"}).json()["results"]
+    (served,) = row["served_revisions"]
     assert (served["nodes"], served["reports"], served["alert"]) == (1, 1, False)
 
 
@@ -136,16 +133,12 @@ def test_a_topology_page_counts_its_own_reports_only_and_lists_the_busiest(
             other, fixed, 9.0, at=now - timedelta(minutes=i), mtp_used=True, topology_id="lab-3", body=body
         )
     runs = {r.commit_sha: r for r in fleet.topology_runs("lab-2", fleet.window_start()).runs}
-    assert (runs[fixed.commit_sha].reports, runs[broken.commit_sha].reports) == (31, 24)
-    assert (
-        runs[fixed.commit_sha].tps is not None
-        and abs(runs[fixed.commit_sha].tps - 5.32) <= 0.01 * 5.32 + 0.005
-    )
-    assert runs[broken.commit_sha].alert and not runs[fixed.commit_sha].alert
+    new, old = runs[fixed.commit_sha], runs[broken.commit_sha]
+    assert (new.reports, old.reports) == (31, 24)
+    assert new.tps is not None and abs(new.tps - 5.32) <= 0.01 * 5.32 + 0.005  # the sketch's 1 %
+    assert old.alert and not new.alert
     (lab3,) = fleet.topology_runs("lab-3", fleet.window_start()).runs
-    assert (
-        lab3.reports == 5 and lab3.tps is not None and abs(lab3.tps - 9.0) <= 0.01 * 9.0
-    )  # the sketch's 1 %
+    assert lab3.reports == 5 and lab3.tps is not None and abs(lab3.tps - 9.0) <= 0.01 * 9.0
     monkeypatch.setattr(fleet, "TOPOLOGY_ROWS", 1)
     body = text(client.get("/topologies/lab-2/"))
     assert "964edc7e" in body and "69cbd9fc" not in body.split("What ran on it")[1].split("Layers of")[0]
