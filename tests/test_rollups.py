@@ -408,7 +408,9 @@ def test_a_writer_killed_after_its_rollup_upsert_leaves_nothing_and_a_replay_cou
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.usefixtures("back_to_the_leaf")
-def test_the_serving_migration_fills_the_rows_from_the_reports_already_stored(revision: Revision) -> None:
+def test_migration_0012_fills_serving_from_the_stored_reports_and_going_back_adds_topologies_up(
+    revision: Revision,
+) -> None:
     rng = random.Random(12)
     a, b = node("node-a"), node("node-b")
     now = datetime.now(UTC)
