@@ -133,8 +133,8 @@ def fleet_pages() -> dict[str, str]:
     several = several.annotate(c=Count("id")).filter(c__gt=1).order_by()
     comparable = set(several.values_list("package_id", flat=True))
     busiest = next((repo_id for pk, repo_id in ranked if pk in comparable), None)
-    if busiest is not None:  # the busiest package with two revisions or more
-        urls["compare page, busiest package"] = f"/packages/{busiest}/compare"
+    if busiest is not None:
+        urls["compare page, busiest package with 2+ revisions"] = f"/packages/{busiest}/compare"
     return urls
 
 
