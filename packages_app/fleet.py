@@ -169,7 +169,12 @@ def problem_reasons(revision_ids: Iterable[int]) -> dict[int, str]:
     return {rid: glossary.first_error(problems) for rid, problems in rows}
 
 
-def served_packages_q(servings: QuerySet[Serving]) -> Q:
+def unused_since(since: datetime) -> Q:
+    """Serving rows whose nodes reported a revision's MTP weights unused since ``since``."""
+    return Q(last_unused_at__gte=since, revision__mtp_detected=True)
+
+
+def _served_packages_q(servings: QuerySet[Serving]) -> Q:
     """Packages with one of these Serving rows (a subquery, not evaluated)."""
     return Q(id__in=servings.values("revision__package_id"))
 
@@ -177,13 +182,12 @@ def served_packages_q(servings: QuerySet[Serving]) -> Q:
 def served_inconsistent_q(since: datetime, verdicts: Iterable[str] = INCONSISTENT_VERDICTS) -> Q:
     """Packages that nodes ran a revision of with one of these verdicts since ``since``."""
     recent = Serving.objects.filter(node_key=Rollup.ALL_NODES, last_at__gte=since)
-    return served_packages_q(recent.filter(revision__verdict__in=list(verdicts)))
+    return _served_packages_q(recent.filter(revision__verdict__in=list(verdicts)))
 
 
 def served_alert_q(since: datetime) -> Q:
     """Packages whose nodes reported a revision's MTP weights unused since ``since``."""
-    unused = Serving.objects.filter(node_key=Rollup.ALL_NODES, last_unused_at__gte=since)
-    return served_packages_q(unused.filter(revision__mtp_detected=True))
+    return _served_packages_q(Serving.objects.filter(unused_since(since), node_key=Rollup.ALL_NODES))
 
 
 # --- nodes ---------------------------------------------------------------------------------------
@@ -230,7 +234,7 @@ class NodeRow:
 
 
 # What a node served, per (revision, split): the rows shown per node on /nodes/ and on its own page,
-# outdated or inconsistent revisions first, then the busiest. The rest is counted, not listed.
+# outdated or inconsistent revisions and MTP unused first, then the busiest. The rest is counted.
 NODES_PAGE_ROWS = 5
 NODE_PAGE_ROWS = 100
 
@@ -278,7 +282,6 @@ def _latest_runs(node_ids: list[int]) -> dict[int, NodeRun]:
 
 
 _SERVED_REVISION = ("package__repo_id", "commit_sha", "verdict", "package__latest_revision_id")
-ServedKey = tuple[int, int, str]  # node id, revision id, stage splits
 # A revision that is not its package's latest, or not consistent.
 _STALE_REVISION = ~Q(revision_id=F("revision__package__latest_revision_id")) | Q(
     revision__verdict__in=INCONSISTENT_VERDICTS
@@ -398,25 +401,27 @@ def _window_figures(since: datetime, groups: list[Q], keys: tuple[str, ...]) -> 
     return result
 
 
-def _last_topologies(groups: list[dict[str, Any]]) -> dict[ServedKey, Any]:
-    """The topology of each group's newest report (one query: the reports at the groups' last_at)."""
-    wanted = Q(pk__in=[])
-    for g in groups:
-        wanted |= Q(
+def _last_topologies(groups: list[dict[str, Any]]) -> dict[Any, Any]:
+    """The topology of each (node, revision, split) group's newest report (one query)."""
+    newest = [
+        Q(
             node_id=g["node_key"],
             revision_id=g["revision_id"],
             stage_splits=g["stage_splits"],
             received_at=g["last_at_max"],
         )
-    if not groups:
+        for g in groups
+    ]
+    return _newest_topologies(Q(), newest, ("node_id", "revision_id", "stage_splits"))
+
+
+def _newest_topologies(among: Q, reports: list[Q], keys: tuple[str, ...]) -> dict[Any, Any]:
+    """The ``topology`` of the body of each report named (by its key and arrival time, which the
+    Serving rows and cells hold as their last), by ``keys`` (one query)."""
+    if not reports:
         return {}
-    rows = Report.objects.filter(wanted).order_by("id")
-    return {
-        (node_id, revision_id, splits): topology
-        for node_id, revision_id, splits, topology in rows.values_list(
-            "node_id", "revision_id", "stage_splits", "body__topology"
-        )
-    }
+    rows = Report.objects.filter(among, functools.reduce(operator.or_, reports)).order_by("id")
+    return {tuple(key): topology for *key, topology in rows.values_list(*keys, "body__topology")}
 
 
 def _node_serving(
@@ -427,7 +432,6 @@ def _node_serving(
     topology: Any,
     node_name: str,
 ) -> NodeServing:
-    tps = sketch.median(throughput.merged_stored(bins)) if bins else None
     return NodeServing(
         revision_id=group["revision_id"],
         repo_id=revision["package__repo_id"],
@@ -438,7 +442,7 @@ def _node_serving(
         stage_splits=group["stage_splits"],
         topology_id=str(topology.get("topology_id", "")) if isinstance(topology, dict) else "",
         reports=reports,
-        tps=_rounded(tps),
+        tps=_median(bins),
         alert=bool(group["unused_recently"]) and bool(group["revision__mtp_detected"]),
     )
 
@@ -559,15 +563,16 @@ def _figures(cells: list[Mapping[str, Any]]) -> dict[int, dict[str, Any]]:
             "reports": sum(c["reports"] for c in group),
             "on_reports": sum(c["reports"] for c in on),
             "acceptance_rate": round(accepted / proposed, 3) if proposed else None,
-            "tps": _median_of(group),
-            "tps_mtp_on": _median_of(on),
-            "tps_mtp_off": _median_of(off),
+            "tps": _median([c["tps"] for c in group]),
+            "tps_mtp_on": _median([c["tps"] for c in on]),
+            "tps_mtp_off": _median([c["tps"] for c in off]),
         }
     return figures
 
 
-def _median_of(cells: list[Mapping[str, Any]]) -> float | None:
-    return _rounded(sketch.median(throughput.merged_stored(c["tps"] for c in cells))) if cells else None
+def _median(sketches: list[str]) -> float | None:
+    """The median decode rate of sketches stored as JSON texts, rounded (None without any)."""
+    return _rounded(sketch.median(throughput.merged_stored(sketches))) if sketches else None
 
 
 def default_comparison_pair(revisions: list[Revision], latest_id: int | None) -> tuple[int, int] | None:
@@ -712,10 +717,7 @@ def topology_runs(topology_id: str, since: datetime, show_private: bool = False)
             "revision__verdict",
         )
         .annotate(
-            alert=Case(
-                When(Q(last_unused_at__gte=since, revision__mtp_detected=True), then=Value(1)),
-                default=Value(0),
-            ),
+            alert=Case(When(unused_since(since), then=Value(1)), default=Value(0)),
             groups=Window(Count("*")),
         )
         .order_by("-reports", "-revision_id", "stage_splits")[:TOPOLOGY_ROWS]
@@ -723,15 +725,11 @@ def topology_runs(topology_id: str, since: datetime, show_private: bool = False)
     if not shown:
         return TopologyRuns([])
     figures = _topology_figures(topology_id, since, shown)
-    last = Q(pk__in=[])
-    for g in shown:
-        last |= Q(revision_id=g["revision_id"], stage_splits=g["stage_splits"], received_at=g["last_at"])
-    bodies = {
-        (revision_id, splits): topology
-        for revision_id, splits, topology in Report.objects.filter(last, topology_id=topology_id)
-        .order_by("id")
-        .values_list("revision_id", "stage_splits", "body__topology")
-    }
+    newest = [
+        Q(revision_id=g["revision_id"], stage_splits=g["stage_splits"], received_at=g["last_at"])
+        for g in shown
+    ]
+    bodies = _newest_topologies(Q(topology_id=topology_id), newest, ("revision_id", "stage_splits"))
     runs = []
     for g in shown:
         key = (g["revision_id"], g["stage_splits"])
@@ -758,7 +756,6 @@ def _topology_figures(
 
 
 def _topology_run(group: Mapping[str, Any], reports: int, bins: list[str], topology: Any) -> TopologyRun:
-    tps = sketch.median(throughput.merged_stored(bins)) if bins else None
     return TopologyRun(
         revision_id=group["revision_id"],
         repo_id=group["revision__package__repo_id"],
@@ -766,7 +763,7 @@ def _topology_run(group: Mapping[str, Any], reports: int, bins: list[str], topol
         verdict=group["revision__verdict"] or "",
         stage_splits=group["stage_splits"],
         reports=reports,
-        tps=_rounded(tps),
+        tps=_median(bins),
         stages=stages_of(topology),
         alert=bool(group["alert"]),
     )

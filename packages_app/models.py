@@ -456,7 +456,7 @@ class Serving(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.revision_id}:{self.node_key}:{self.stage_splits or '-'}"
+        return f"{self.revision_id}:{self.node_key}:{self.topology_id or '-'}:{self.stage_splits or '-'}"
 
 
 class ActionLog(models.Model):

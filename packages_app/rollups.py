@@ -242,11 +242,16 @@ class Figures:
         cell.windows += self.windows
         cell.first_at = min(cell.first_at, self.at)
         cell.last_at = max(cell.last_at, self.at)
-        if self.unused and (cell.last_unused_at is None or self.at > cell.last_unused_at):
-            cell.last_unused_at = self.at
+        if self.unused:
+            cell.last_unused_at = _later(cell.last_unused_at, self.at)
         for value in self.values:
             if value is not None:
                 cell.metrics[value[0]].add(value[1], value[2])
+
+
+def _later(a: datetime | None, b: datetime | None) -> datetime | None:
+    """The later of two times, either of which may be missing."""
+    return b if a is None else a if b is None else max(a, b)
 
 
 def _first(*values: int | None) -> int | None:
@@ -267,18 +272,25 @@ def upsert(cells: dict[Key, Cell], *, using: str = "default") -> None:
     connection = connections[using]
     statement = _upsert_sql(connection.vendor, Rollup._meta.db_table)
     ordered = sorted(cells.items(), key=lambda item: item[0])
-    with connection.cursor() as cursor:
-        for start in range(0, len(ordered), UPSERT_ROWS):
-            chunk = ordered[start : start + UPSERT_ROWS]
-            placeholders = ", ".join([statement.row] * len(chunk))
-            params = [value for key, cell in chunk for value in row_values(connection, key, cell)]
-            cursor.execute(statement.sql.replace("{rows}", placeholders, 1), params)
+    _execute(connection, statement, [row_values(connection, key, cell) for key, cell in ordered])
 
 
 @dataclass(frozen=True)
 class Statement:
-    sql: str
-    row: str
+    sql: str  # with {rows} where the VALUES rows go
+    row: str  # one row's placeholders
+
+
+def _execute(connection: Any, statement: Statement, rows: list[list[Any]]) -> None:
+    """Run an upsert UPSERT_ROWS rows at a time. Callers pass the rows sorted by key, so that two
+    transactions touching the same rows lock them in the same order: no deadlock."""
+    with connection.cursor() as cursor:
+        for start in range(0, len(rows), UPSERT_ROWS):
+            chunk = rows[start : start + UPSERT_ROWS]
+            placeholders = ", ".join([statement.row] * len(chunk))
+            cursor.execute(
+                statement.sql.replace("{rows}", placeholders, 1), [v for row in chunk for v in row]
+            )
 
 
 def _upsert_sql(vendor: str, table: str) -> Statement:
@@ -388,47 +400,32 @@ def servings_of(cells: dict[Key, Cell]) -> dict[ServingKey, Cell]:
         serving.unused += cell.unused
         serving.first_at = min(serving.first_at, cell.first_at)
         serving.last_at = max(serving.last_at, cell.last_at)
-        if cell.last_unused_at and (
-            serving.last_unused_at is None or cell.last_unused_at > serving.last_unused_at
-        ):
-            serving.last_unused_at = cell.last_unused_at
+        serving.last_unused_at = _later(serving.last_unused_at, cell.last_unused_at)
     return servings
 
 
 def upsert_serving(servings: dict[ServingKey, Cell], *, using: str = "default") -> None:
     """Add to the stored Serving rows, in key order (as ``upsert``, after it: no deadlock)."""
-    if not servings:
-        return
     connection = connections[using]
-    postgres = connection.vendor == "postgresql"
-    table = Serving._meta.db_table
+    adapt = connection.ops.adapt_datetimefield_value
+    rows = [
+        [*key, c.reports, c.unused, adapt(c.first_at), adapt(c.last_at), adapt(c.last_unused_at)]
+        for key, c in sorted(servings.items(), key=lambda item: item[0])
+    ]
+    _execute(connection, _serving_upsert_sql(connection.vendor), rows)
+
+
+def _serving_upsert_sql(vendor: str) -> Statement:
+    postgres, table = vendor == "postgresql", Serving._meta.db_table
     updates = [f"{c} = {table}.{c} + excluded.{c}" for c in ("reports", "unused")]
     updates.append(f"first_at = {_least(postgres, table, 'first_at')}")
     updates += [f"{c} = {_greatest(postgres, table, c)}" for c in ("last_at", "last_unused_at")]
-    adapt = connection.ops.adapt_datetimefield_value
-    ordered = sorted(servings.items(), key=lambda item: item[0])
-    row = "(" + ", ".join(["%s"] * len(SERVING_COLUMNS)) + ")"
-    with connection.cursor() as cursor:
-        for start in range(0, len(ordered), UPSERT_ROWS):
-            chunk = ordered[start : start + UPSERT_ROWS]
-            # Only column names are formatted in; every value is a parameter.
-            sql = (
-                f"INSERT INTO {table} ({', '.join(SERVING_COLUMNS)}) VALUES {', '.join([row] * len(chunk))} "  # noqa: S608
-                f"ON CONFLICT ({', '.join(SERVING_KEY)}) DO UPDATE SET {', '.join(updates)}"
-            )
-            params = [
-                value
-                for key, c in chunk
-                for value in (
-                    *key,
-                    c.reports,
-                    c.unused,
-                    adapt(c.first_at),
-                    adapt(c.last_at),
-                    adapt(c.last_unused_at),
-                )
-            ]
-            cursor.execute(sql, params)
+    # Only column names are formatted in; every value is a parameter.
+    sql = (
+        f"INSERT INTO {table} ({', '.join(SERVING_COLUMNS)}) VALUES {{rows}} "  # noqa: S608
+        f"ON CONFLICT ({', '.join(SERVING_KEY)}) DO UPDATE SET {', '.join(updates)}"
+    )
+    return Statement(sql, "(" + ", ".join(["%s"] * len(SERVING_COLUMNS)) + ")")
 
 
 # --- upkeep --------------------------------------------------------------------------------------
