@@ -76,7 +76,7 @@ def packages_list(request: HttpRequest) -> JsonResponse:
             "per_page": page.paginator.per_page,
             "next": _page_url(request, page.next_page_number()) if page.has_next() else None,
             "previous": _page_url(request, page.previous_page_number()) if page.has_previous() else None,
-            "facets": {"verdict": result.facets},
+            "facets": {"headline": result.headlines, "verdict": result.facets},
             "results": [_catalog_row_json(row) for row in result.rows],
         }
     )
@@ -89,13 +89,15 @@ def _page_url(request: HttpRequest, number: int) -> str:
 
 
 def _catalog_row_json(row: queries.CatalogRow) -> dict[str, Any]:
+    headline = row.headline.to_json() if row.headline else None
     return {
         "repo_id": row.package.repo_id,
         "url": _package_api_url(row.package),
-        "latest_revision": _revision_summary(row.revision) if row.revision else None,
+        "headline": headline,
+        "latest_revision": _revision_summary(row.revision, headline) if row.revision else None,
         "throughput": _rounded_figures(row.throughput.as_dict()) if row.throughput else None,
         "alert": row.alert,
-        "reason": row.reason or None,
+        "reason": row.headline.sentence if row.headline and row.status.needs_action else None,
         "served_revisions": [_served_json(s) for s in row.served],
     }
 
@@ -103,11 +105,13 @@ def _catalog_row_json(row: queries.CatalogRow) -> dict[str, Any]:
 def _served_json(served: fleet.ServedRevision) -> dict[str, Any]:
     return {
         "commit_sha": served.commit_sha,
+        "status": served.status.value,
         "verdict": served.verdict or None,
         "nodes": served.nodes,
         "reports": served.reports,
         "alert": served.alert,
         "reason": served.reason or None,
+        "action": served.action or None,
     }
 
 
@@ -132,9 +136,15 @@ def _package_api_url(package: Package) -> str:
     return reverse("packages_app:api_package", args=[package.owner, package.name])
 
 
-def _revision_summary(revision: Revision) -> dict[str, Any]:
+def _revision_summary(revision: Revision, headline: dict[str, Any] | None) -> dict[str, Any]:
     return {
         "commit_sha": revision.commit_sha,
+        "headline": headline,
+        "mtp": {
+            "verdict": revision.verdict or None,
+            "declared": revision.mtp_declared,
+            "detected": revision.mtp_detected,
+        },
         "committed_at": revision.committed_at,
         "status": revision.status,
         "files_total": revision.files_total,
@@ -158,10 +168,13 @@ def package_detail(request: HttpRequest, owner: str, name: str) -> JsonResponse:
     package = queries.package_get(owner, name, access.can_see_private(request.user))
     revision = queries.revision_resolve(package, request.GET.get("revision"))
     history = queries.revision_history(package)
+    assessment = queries.revision_assessment(revision) if revision else None
+    headline = assessment.headline.to_json() if assessment else None
     body: dict[str, Any] = {
         "repo_id": package.repo_id,
         "sync_error": package.sync_error or None,
-        "revision": _revision_summary(revision) if revision else None,
+        "revision": _revision_summary(revision, headline) if revision else None,
+        "assessment": assessment.to_json() if assessment else None,
         "revisions": [_history_entry(r) for r in history],
     }
     body.update(_audit_json(revision) if revision else _empty_audit())
@@ -174,6 +187,7 @@ def _history_entry(revision: Revision) -> dict[str, Any]:
         "committed_at": revision.committed_at,
         "title": revision.title,
         "status": revision.status,
+        "headline_status": revision.headline or None,
         "verdict": revision.verdict or None,
     }
 
@@ -225,8 +239,44 @@ def _plan_json(plan: Plan) -> dict[str, Any]:
 # --- the response shapes, for the OpenAPI document (openapi.py) and the tests -------------------
 
 
+DEPRECATED = (
+    "Deprecated: kept for one version; read the assessment's fields (headline, mtp, servable) instead."
+)
+
+
+class ActionOut(BaseModel):
+    kind: str = Field(description="fix-manifest | republish-v2 | split-override | apply-patch | ...")
+    label: str
+    text: str = Field(description="One sentence with the specifics.")
+    command: str = Field(description="A command to copy, when the action is one ('' otherwise).")
+
+
+class HeadlineOut(BaseModel):
+    """The one answer every surface leads with (packages_app.audit.assessment.Headline)."""
+
+    status: str = Field(
+        description="A status of the vocabulary (GET /glossary/#statuses), worst first by rank."
+    )
+    label: str
+    tone: str = Field(description="bad | warn | info | good | none")
+    rank: int = Field(description="0 is the worst.")
+    sentence: str
+    release: str = Field(description="The mesh-llm release it is judged on: the newest the matrix knows.")
+    action: ActionOut
+
+
+class MtpOut(BaseModel):
+    """Declared vs detected MTP (the verdict); ``detected`` is null when the weights were not read."""
+
+    verdict: str | None
+    declared: bool | None
+    detected: bool | None
+
+
 class RevisionSummaryOut(BaseModel):
     commit_sha: str
+    headline: HeadlineOut | None
+    mtp: MtpOut
     committed_at: datetime | None
     status: str
     files_total: int
@@ -237,10 +287,10 @@ class RevisionSummaryOut(BaseModel):
     block_count: int | None
     nextn_predict_layers: int | None
     total_bytes: int | None
-    verdict: str | None
-    mtp_detected: bool | None
-    mtp_declared: bool | None
-    refused_by: list[str]  # mesh-llm releases (releases.toml) that refuse this revision
+    verdict: str | None = Field(deprecated=True, description=DEPRECATED + " (mtp.verdict)")
+    mtp_detected: bool | None = Field(deprecated=True, description=DEPRECATED + " (mtp.detected)")
+    mtp_declared: bool | None = Field(deprecated=True, description=DEPRECATED + " (mtp.declared)")
+    refused_by: list[str] = Field(description="mesh-llm releases (releases.toml) that refuse this revision.")
 
 
 class CatalogThroughputOut(BaseModel):
@@ -254,16 +304,19 @@ class ServedRevisionOut(BaseModel):
     """A revision other than the latest that nodes reported running inside the window (``days``)."""
 
     commit_sha: str
+    status: str = Field(description="Its headline status.")
     verdict: str | None
     nodes: int
     reports: int
     alert: bool
-    reason: str | None
+    reason: str | None = Field(description="Its headline sentence (or why the alert).")
+    action: str | None = Field(description="Its headline action.")
 
 
 class PackageRowOut(BaseModel):
     repo_id: str
     url: str
+    headline: HeadlineOut | None = Field(description="The latest revision's headline; null until assessed.")
     latest_revision: RevisionSummaryOut | None
     throughput: CatalogThroughputOut | None
     alert: bool
@@ -272,7 +325,8 @@ class PackageRowOut(BaseModel):
 
 
 class PackageListOut(BaseModel):
-    """``GET /api/v1/packages``: one page of the catalog; ``facets.verdict`` counts packages per verdict."""
+    """``GET /api/v1/packages``: one page of the catalog; ``facets.headline`` counts packages per status,
+    ``facets.verdict`` per MTP verdict, each as its filter would list them."""
 
     count: int
     page: int
@@ -288,7 +342,8 @@ class HistoryEntryOut(BaseModel):
     commit_sha: str
     committed_at: datetime | None
     title: str
-    status: str
+    status: str = Field(description="The ingest status.")
+    headline_status: str | None = Field(description="The headline status; null until assessed.")
     verdict: str | None
 
 
@@ -324,20 +379,51 @@ class ThroughputSummaryOut(BaseModel):
     )
 
 
+class ServableOut(BaseModel):
+    release: str
+    admitted: bool | None = Field(description="null: not pinned down in mesh-llm's code.")
+    why: str
+
+
+class SettingOutcomeOut(BaseModel):
+    outcome: str = Field(description="native-mtp | no-mtp | load-fails | refused")
+    why: str
+
+
+class ReleaseOutcomesOut(BaseModel):
+    release: str
+    pinned: bool = Field(description="False where the release's admission is not pinned down.")
+    settings: dict[str, SettingOutcomeOut] = Field(description="speculative.strategy -> outcome.")
+
+
+class AssessmentOut(BaseModel):
+    """The one answer for a revision, a folder or a manifest (packages_app.audit.assessment.Assessment)."""
+
+    scope: str = Field(description="revision | folder | manifest")
+    headline: HeadlineOut
+    mtp: dict[str, Any] = Field(description="verdict, declared, detected, blocks, declared_layers.")
+    servable: list[ServableOut]
+    outcomes: list[ReleaseOutcomesOut]
+    cannot_see: list[str] = Field(description="What this check could not see (e.g. the weights).")
+
+
 class PackageDetailOut(BaseModel):
-    """``GET /api/v1/packages/{owner}/{name}``: the audit of one revision (packages_app.audit's shape)."""
+    """``GET /api/v1/packages/{owner}/{name}``: one revision's assessment, and the audit behind it."""
 
     repo_id: str
     sync_error: str | None
     revision: RevisionSummaryOut | None
+    assessment: AssessmentOut | None
     revisions: list[HistoryEntryOut]
-    verdict: str | None
+    verdict: str | None = Field(deprecated=True, description=DEPRECATED + " (assessment.mtp.verdict)")
     detected: dict[str, Any] | None
     declared: dict[str, Any] | None
     problems: list[dict[str, Any]]
     provenance: dict[str, Any] | None
-    runtime: dict[str, Any] | None
-    compatibility: list[dict[str, Any]]
+    runtime: dict[str, Any] | None = Field(deprecated=True, description=DEPRECATED + " (assessment.outcomes)")
+    compatibility: list[dict[str, Any]] = Field(
+        deprecated=True, description=DEPRECATED + " (assessment.servable)"
+    )
     suggested_generation: dict[str, Any] | None
     throughput: ThroughputSummaryOut | None
     alerts: list[AlertOut]
@@ -391,7 +477,12 @@ class ManifestCheckOut(BaseModel):
 
     schema_: int | None = Field(alias="schema")
     valid: bool
+    assessment: AssessmentOut
     problems: list[CheckProblemOut]
     package_id: PackageIdOut
-    runtime: dict[str, ResolutionOut]
-    compatibility: list[AdmissionOut]
+    runtime: dict[str, ResolutionOut] = Field(
+        deprecated=True, description=DEPRECATED + " (assessment.outcomes)"
+    )
+    compatibility: list[AdmissionOut] = Field(
+        deprecated=True, description=DEPRECATED + " (assessment.servable)"
+    )

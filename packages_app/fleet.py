@@ -17,24 +17,24 @@ from __future__ import annotations
 import functools
 import operator
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from django.db.models import Case, Count, F, Max, Q, QuerySet, Sum, TextField, Value, When, Window
-from django.db.models.functions import Cast, Coalesce, RowNumber
+from django.db.models import Case, Count, F, Max, Min, Q, QuerySet, Sum, TextField, Value, When, Window
+from django.db.models.functions import Cast, RowNumber
 from django.utils import timezone
 
-from packages_app import glossary, sketch, throughput
+from packages_app import sketch, throughput
+from packages_app.audit.advice import Advice, Newer, NodeFacts, advise, moved_on
+from packages_app.audit.assessment import Assessment, Headline
 from packages_app.models import Node, NodeRun, Report, Revision, Rollup, Serving
 from packages_app.rollups import hourly_since
-from packages_app.throughput import RevisionThroughput
-from packages_app.verdicts import INCONSISTENT_VERDICTS
+from packages_app.verdicts import NEEDS_ACTION, Cause, Status, status_of
 
 DEFAULT_WINDOW_DAYS = 7
 # Below this many reports on either side a before/after ratio is noise, and is marked so.
 FEW_REPORTS = 10
-MTP_ON = Q(mtp_used=True)
 
 
 class _Names:
@@ -43,6 +43,7 @@ class _Names:
     repo_id: str
     commit_sha: str
     verdict: str
+    headline: str
     alert: bool
 
     @property
@@ -58,9 +59,24 @@ class _Names:
         return self.repo_id.split("/", 1)[-1]
 
     @property
+    def status(self) -> Status:
+        return status_of(self.headline)
+
+    @property
     def broken(self) -> bool:
-        """Inconsistent verdict, or nodes report the MTP weights unused."""
-        return self.alert or self.verdict in INCONSISTENT_VERDICTS
+        """The revision's headline calls for action, or nodes report its MTP weights unused."""
+        return self.alert or self.status.needs_action
+
+
+# Each status's rank (the vocabulary's), for ranking in SQL; an unknown or empty status ranks last.
+HEADLINE_RANK = Case(
+    *(When(revision__headline=s.value, then=Value(s.rank)) for s in Status),
+    default=Value(Status.NOT_ASSESSED.rank),
+)
+LATEST_HEADLINE_RANK = Case(
+    *(When(revision__package__latest_revision__headline=s.value, then=Value(s.rank)) for s in Status),
+    default=Value(Status.NOT_ASSESSED.rank),
+)
 
 
 def window_start(days: int = DEFAULT_WINDOW_DAYS, now: datetime | None = None) -> datetime:
@@ -100,16 +116,25 @@ class ServedRevision(_Names):
     repo_id: str
     commit_sha: str
     verdict: str
+    headline: str
     is_latest: bool
     nodes: int
     reports: int
     alert: bool
-    reason: str
+    sentence: str  # the revision's headline sentence
+    action: str  # and its action
+
+    @property
+    def reason(self) -> str:
+        if self.alert and not self.status.needs_action:
+            return "Nodes report its MTP weights present but never used."
+        return self.sentence
 
 
 def served_revisions(package_ids: Iterable[int], since: datetime) -> dict[int, list[ServedRevision]]:
-    """Per package, the revisions nodes reported since ``since``, broken first (3 queries): which
-    and by how many nodes from the Serving rows, the window's reports from the all-node cells."""
+    """Per package, the revisions nodes reported since ``since``, broken first (2 queries): which, by
+    how many nodes and with which headline from the Serving rows, the window's reports from the
+    all-node cells."""
     rows = list(
         Serving.objects.filter(revision__package_id__in=list(package_ids), last_at__gte=since)
         .exclude(node_key=Rollup.ALL_NODES)
@@ -119,7 +144,9 @@ def served_revisions(package_ids: Iterable[int], since: datetime) -> dict[int, l
             "revision__package__repo_id",
             "revision__commit_sha",
             "revision__verdict",
+            "revision__headline",
             "revision__mtp_detected",
+            "revision__assessment__headline",
         )
         .annotate(
             latest_id=F("revision__package__latest_revision_id"),
@@ -135,38 +162,31 @@ def served_revisions(package_ids: Iterable[int], since: datetime) -> dict[int, l
         .annotate(n=Sum("reports"))
         .order_by()
     )
-    reasons = problem_reasons(revision_ids)
     result: dict[int, list[ServedRevision]] = {}
     for row in rows:
-        served = _served(row, reports.get(row["revision_id"], 0), reasons.get(row["revision_id"], ""))
+        served = _served(row, reports.get(row["revision_id"], 0))
         result.setdefault(served.package_id, []).append(served)
     for items in result.values():
-        items.sort(key=lambda s: (not s.broken, -s.nodes, s.commit_sha))
+        items.sort(key=lambda s: (not s.broken, s.status.rank, -s.nodes, s.commit_sha))
     return result
 
 
-def _served(row: Mapping[str, Any], reports: int, reason: str) -> ServedRevision:
-    alert = bool(row["unused"]) and bool(row["revision__mtp_detected"])
-    if alert and not reason:
-        reason = "Nodes report MTP weights present but never used."
+def _served(row: Mapping[str, Any], reports: int) -> ServedRevision:
+    headline = Headline.from_json(row["revision__assessment__headline"])
     return ServedRevision(
         package_id=row["revision__package_id"],
         revision_id=row["revision_id"],
         repo_id=row["revision__package__repo_id"],
         commit_sha=row["revision__commit_sha"],
         verdict=row["revision__verdict"] or "",
+        headline=row["revision__headline"] or "",
         is_latest=row["revision_id"] == row["latest_id"],
         nodes=row["nodes"],
         reports=reports,
-        alert=alert,
-        reason=reason,
+        alert=bool(row["unused"]) and bool(row["revision__mtp_detected"]),
+        sentence=headline.sentence if headline else "",
+        action=headline.action.text if headline else "",
     )
-
-
-def problem_reasons(revision_ids: Iterable[int]) -> dict[int, str]:
-    """Each revision's one-line reason: its first error's sentence (one query, the problems key only)."""
-    rows = Revision.objects.filter(id__in=list(revision_ids)).values_list("id", "audit__problems")
-    return {rid: glossary.first_error(problems) for rid, problems in rows}
 
 
 def unused_since(since: datetime) -> Q:
@@ -179,10 +199,19 @@ def _served_packages_q(servings: QuerySet[Serving]) -> Q:
     return Q(id__in=servings.values("revision__package_id"))
 
 
-def served_inconsistent_q(since: datetime, verdicts: Iterable[str] = INCONSISTENT_VERDICTS) -> Q:
+def recent_servings(since: datetime) -> QuerySet[Serving]:
+    """Every node's Serving rows (node_key 0) of the revisions nodes ran since ``since``."""
+    return Serving.objects.filter(node_key=Rollup.ALL_NODES, last_at__gte=since)
+
+
+def served_inconsistent_q(since: datetime, verdicts: Iterable[str]) -> Q:
     """Packages that nodes ran a revision of with one of these verdicts since ``since``."""
-    recent = Serving.objects.filter(node_key=Rollup.ALL_NODES, last_at__gte=since)
-    return _served_packages_q(recent.filter(revision__verdict__in=list(verdicts)))
+    return _served_packages_q(recent_servings(since).filter(revision__verdict__in=list(verdicts)))
+
+
+def served_headline_q(since: datetime, statuses: Iterable[str]) -> Q:
+    """Packages that nodes ran a revision of with one of these headline statuses since ``since``."""
+    return _served_packages_q(recent_servings(since).filter(revision__headline__in=list(statuses)))
 
 
 def served_alert_q(since: datetime) -> Q:
@@ -195,12 +224,14 @@ def served_alert_q(since: datetime) -> Q:
 
 @dataclass(frozen=True)
 class NodeServing(_Names):
-    """What one node ran of one revision inside the window."""
+    """What one node ran of one revision inside the window (or registered, without a report), and what
+    it should do about it, judged against the node's own release (audit.advice)."""
 
     revision_id: int
     repo_id: str
     commit_sha: str
     verdict: str
+    headline: str
     is_latest: bool
     layer_range: str
     stage_splits: str
@@ -208,10 +239,20 @@ class NodeServing(_Names):
     reports: int
     tps: float | None
     alert: bool
+    advice: Advice = field(default_factory=lambda: Advice(Cause.OK, ""))
+    version: str = ""  # the node's mesh-llm version for this run, from its agent's registration
+    requested: str = ""
+    effective: str = ""
+    first_at: datetime | None = None  # its first report (or the run's registration), ever
+    last_at: datetime | None = None  # its last report (or the run's last update)
 
     @property
     def outdated(self) -> bool:
         return not self.is_latest
+
+    @property
+    def broken(self) -> bool:
+        return self.advice.needs_action
 
 
 @dataclass(frozen=True)
@@ -221,7 +262,6 @@ class NodeRow:
     devices: list[str]
     serving: list[NodeServing] = field(default_factory=list)
     hidden: int = 0  # what it served beyond the rows shown
-    stale: bool = False  # runs a revision that is not its package's latest, or not consistent
 
     @property
     def tps(self) -> float | None:
@@ -232,9 +272,19 @@ class NodeRow:
     def alerts(self) -> int:
         return sum(1 for s in self.serving if s.alert)
 
+    @property
+    def advice(self) -> Advice | None:
+        """The most urgent advice among the rows shown, when one needs action."""
+        urgent = [s.advice for s in self.serving if s.advice.needs_action]
+        return min(urgent, key=lambda a: a.cause.rank) if urgent else None
+
+    @property
+    def needs_action(self) -> bool:
+        return self.advice is not None
+
 
 # What a node served, per (revision, split): the rows shown per node on /nodes/ and on its own page,
-# outdated or inconsistent revisions and MTP unused first, then the busiest. The rest is counted.
+# those needing action first, then the busiest. The rest is counted.
 NODES_PAGE_ROWS = 5
 NODE_PAGE_ROWS = 100
 
@@ -242,12 +292,13 @@ NODE_PAGE_ROWS = 100
 def node_rows(
     since: datetime,
     name: str | None = None,
-    stale_only: bool = False,
+    needs_action: bool = False,
     show_private: bool = False,
     limit: int | None = None,
 ) -> list[NodeRow]:
-    """Every node (or the one named) with what it served since ``since`` (6 queries), at most
-    ``limit`` rows a node (NODES_PAGE_ROWS, or NODE_PAGE_ROWS for one node).
+    """Every node (or the one named) with what it served since ``since`` (7 queries), at most
+    ``limit`` rows a node (NODES_PAGE_ROWS, or NODE_PAGE_ROWS for one node), each with its advice;
+    a run the node's agent registered without any report in the window is a row too.
 
     Private packages' revisions are left out unless ``show_private`` (the edge asks access.py).
     """
@@ -256,16 +307,17 @@ def node_rows(
         nodes = nodes.filter(name=name)
     node_list = list(nodes)
     limit = limit or (NODE_PAGE_ROWS if name is not None else NODES_PAGE_ROWS)
-    serving = _serving(since, {n.pk: n.name for n in node_list}, show_private, limit)
     runs = _latest_runs([n.pk for n in node_list])
+    serving = _serving(since, {n.pk: n.name for n in node_list}, show_private, limit, runs)
     rows = [_node_row(n, runs.get(n.pk), serving.get(n.pk, _NOTHING_SERVED)) for n in node_list]
-    return [r for r in rows if r.stale] if stale_only else rows
+    rows.sort(key=lambda r: (not r.needs_action, r.advice.cause.rank if r.advice else 0, r.node.name))
+    return [r for r in rows if r.needs_action] if needs_action else rows
 
 
 def _node_row(node: Node, run: NodeRun | None, served: NodeServed) -> NodeRow:
     devices = [_device_name(d) for d in run.devices] if run and isinstance(run.devices, list) else []
     version = run.version if run else ""
-    return NodeRow(node, version, [d for d in devices if d], served.rows, served.hidden, served.stale)
+    return NodeRow(node, version, [d for d in devices if d], served.rows, served.hidden)
 
 
 def _device_name(device: Any) -> str:
@@ -276,64 +328,69 @@ def _device_name(device: Any) -> str:
 
 def _latest_runs(node_ids: list[int]) -> dict[int, NodeRun]:
     runs: dict[int, NodeRun] = {}
-    for run in NodeRun.objects.filter(node_id__in=node_ids).order_by("node_id", "-updated_at", "-id"):
+    rows = NodeRun.objects.filter(node_id__in=node_ids).select_related("revision__package")
+    for run in rows.order_by("node_id", "-updated_at", "-id"):
         runs.setdefault(run.node_id, run)
     return runs
-
-
-_SERVED_REVISION = ("package__repo_id", "commit_sha", "verdict", "package__latest_revision_id")
-# A revision that is not its package's latest, or not consistent.
-_STALE_REVISION = ~Q(revision_id=F("revision__package__latest_revision_id")) | Q(
-    revision__verdict__in=INCONSISTENT_VERDICTS
-)
 
 
 @dataclass(frozen=True)
 class NodeServed:
     rows: list[NodeServing]
     hidden: int
-    stale: bool
 
 
-_NOTHING_SERVED = NodeServed([], 0, False)
+_NOTHING_SERVED = NodeServed([], 0)
 
 
-def _serving(since: datetime, names: dict[int, str], show_private: bool, limit: int) -> dict[int, NodeServed]:
+def _serving(
+    since: datetime, names: dict[int, str], show_private: bool, limit: int, runs: Mapping[int, NodeRun]
+) -> dict[int, NodeServed]:
     """What each node served in the window: which (revision, split) groups from the Serving rows (the
-    ``limit`` rows a node to show, ranked in SQL, and whether the node runs a stale revision at all),
-    the shown groups' revisions, their reports and medians in the window from their rollup cells,
-    and their topologies (4 queries, however many groups or reports the window holds)."""
+    ``limit`` rows a node to show, those needing action first, ranked in SQL), the shown groups'
+    revisions with their assessments, their reports, medians and strategies in the window from their
+    rollup cells, their topologies, and the node's mesh-llm version for each (5 queries, however many
+    groups or reports the window holds). The node's latest registered run joins as a row when no
+    report of its revision is shown."""
     servings = Serving.objects.filter(last_at__gte=since, node_key__in=list(names))
     if not show_private:
         servings = servings.filter(revision__package__private=False)
     shown = list(_ranked_groups(servings, since, limit))
-    revisions = _revisions(g["revision_id"] for g in shown)
+    registered = _registered_only(shown, runs, show_private)
+    revisions = _revisions([g["revision_id"] for g in shown] + [r.revision_id or 0 for r in registered])
     figures = _group_figures(since, shown)
     topologies = _last_topologies(shown)
+    versions = _run_versions(shown)
     result: dict[int, list[NodeServing]] = {}
     hidden: dict[int, int] = {}
-    stale: set[int] = set()
     for group in shown:
         key = (group["node_key"], group["revision_id"], group["stage_splits"])
-        reports, bins = figures.get(key, (0, []))
-        revision = revisions[group["revision_id"]]
-        serving = _node_serving(group, revision, reports, bins, topologies.get(key), names[key[0]])
+        serving = _node_serving(
+            group,
+            revisions[group["revision_id"]],
+            figures.get(key) or Figures(),
+            topologies.get(key),
+            names[key[0]],
+            versions.get(key[:2], ""),
+        )
         result.setdefault(key[0], []).append(serving)
         hidden[key[0]] = max(0, group["groups"] - limit)
-        if group["stale"]:
-            stale.add(key[0])
+    for run in registered:
+        result.setdefault(run.node_id, []).append(_registered_row(run, revisions, names[run.node_id]))
     for items in result.values():
-        items.sort(key=lambda s: (not s.broken, s.is_latest, s.repo_id, s.commit_sha))
-    return {node: NodeServed(rows, hidden.get(node, 0), node in stale) for node, rows in result.items()}
+        items[:] = _with_moves(items)
+        items.sort(key=lambda s: (not s.broken, s.advice.cause.rank, s.is_latest, s.repo_id, s.commit_sha))
+    return {node: NodeServed(rows, hidden.get(node, 0)) for node, rows in result.items()}
 
 
 def _ranked_groups(servings: QuerySet[Serving], since: datetime, limit: int) -> QuerySet[Serving, Any]:
     """Per (node, revision, split), its Serving rows (one a topology) added up: at most ``limit`` a
-    node, stale ones first (an outdated or inconsistent revision, or MTP unused in the window), then
-    the busiest over their life (one query; ``groups`` counts a node's groups, ``stale`` is 1 for a
-    stale one, so a node runs something stale when its first row is). The rows carry keys and flags
-    only (names come after, for the rows shown): at 10M reports a node can have served thousands of
-    revisions, and the sort is narrower without them."""
+    node, those likely to need action first (a revision whose headline calls for action, one whose
+    package's latest revision has a better headline, or MTP unused in the window; the advice itself is
+    judged in Python for the rows shown, against the node's release), then the busiest over their life
+    (one query; ``groups`` counts a node's groups). The rows carry keys and flags only (names come
+    after, for the rows shown): at 10M reports a node can have served thousands of revisions, and the
+    sort is narrower without them."""
     per_node = [F("node_key")]
     unused = Q(unused_recently=1, revision__mtp_detected=True)
     return (
@@ -342,15 +399,26 @@ def _ranked_groups(servings: QuerySet[Serving], since: datetime, limit: int) -> 
             "revision_id",
             "stage_splits",
             "revision__package__latest_revision_id",
-            "revision__verdict",
+            "revision__headline",
             "revision__mtp_detected",
         )
         .annotate(
             reports_n=Sum("reports"),
             last_at_max=Max("last_at"),
+            first_at_min=Min("first_at"),
             unused_recently=Max(Case(When(last_unused_at__gte=since, then=Value(1)), default=Value(0))),
+            own_rank=HEADLINE_RANK,
+            latest_rank=LATEST_HEADLINE_RANK,
         )
-        .annotate(stale=Case(When(_STALE_REVISION | unused, then=Value(1)), default=Value(0)))
+        .annotate(
+            stale=Case(
+                When(
+                    Q(revision__headline__in=NEEDS_ACTION) | Q(latest_rank__gt=F("own_rank")) | unused,
+                    then=Value(1),
+                ),
+                default=Value(0),
+            )
+        )
         .annotate(
             rank=Window(
                 RowNumber(),
@@ -369,13 +437,66 @@ def _ranked_groups(servings: QuerySet[Serving], since: datetime, limit: int) -> 
     )
 
 
+_SERVED_REVISION = (
+    "package__repo_id",
+    "commit_sha",
+    "verdict",
+    "headline",
+    "assessment",
+    "package__latest_revision_id",
+    "package__latest_revision__commit_sha",
+    "package__latest_revision__headline",
+)
+
+
 def _revisions(ids: Iterable[int]) -> dict[int, dict[str, Any]]:
-    """The shown revisions' names and verdicts (one query)."""
+    """The shown revisions' names, assessments and their package's latest (one query)."""
     rows = Revision.objects.filter(pk__in=set(ids)).values("pk", *_SERVED_REVISION)
     return {row["pk"]: row for row in rows}
 
 
-Figures = tuple[int, list[str]]  # reports, and their decode-rate sketches as JSON texts
+def _registered_only(
+    shown: list[dict[str, Any]], runs: Mapping[int, NodeRun], show_private: bool
+) -> list[NodeRun]:
+    """Each node's latest registered run whose revision has no report among the rows shown."""
+    ran = {(g["node_key"], g["revision_id"]) for g in shown}
+    return [
+        run
+        for run in runs.values()
+        if run.revision_id is not None
+        and (run.node_id, run.revision_id) not in ran
+        and (show_private or (run.revision is not None and not run.revision.package.private))
+    ]
+
+
+def _run_versions(groups: list[dict[str, Any]]) -> dict[tuple[int, int], str]:
+    """Each shown (node, revision)'s mesh-llm version, from its agent's newest run (one query)."""
+    pairs = {(g["node_key"], g["revision_id"]) for g in groups}
+    if not pairs:
+        return {}
+    wanted = functools.reduce(operator.or_, (Q(node_id=n, revision_id=r) for n, r in pairs))
+    versions: dict[tuple[int, int], str] = {}
+    rows = NodeRun.objects.filter(wanted).exclude(version="").order_by("updated_at", "id")
+    for node_id, revision_id, version in rows.values_list("node_id", "revision_id", "version"):
+        versions[(node_id, revision_id)] = version  # the newest wins
+    return versions
+
+
+@dataclass
+class Figures:
+    """A group's cells in the window: reports, decode-rate sketches (JSON texts), and the reports per
+    (requested, effective strategy, MTP used)."""
+
+    reports: int = 0
+    bins: list[str] = field(default_factory=list)
+    strategies: dict[tuple[str, str, bool], int] = field(default_factory=dict)
+
+    @property
+    def main_strategy(self) -> tuple[str, str, bool]:
+        """The (requested, effective, MTP used) most reports ran with."""
+        if not self.strategies:
+            return ("", "", False)
+        return max(self.strategies.items(), key=lambda item: (item[1], item[0]))[0]
 
 
 def _group_figures(since: datetime, groups: list[dict[str, Any]]) -> dict[Any, Figures]:
@@ -385,19 +506,22 @@ def _group_figures(since: datetime, groups: list[dict[str, Any]]) -> dict[Any, F
 
 
 def _window_figures(since: datetime, groups: list[Q], keys: tuple[str, ...]) -> dict[Any, Figures]:
-    """Reports and sketches of the rollup cells of each group (a condition naming its revision and
-    node key) in the window, by ``keys``. The OR is spelled out per group and window part, so each
-    term is one range of the natural key (window_parts)."""
+    """Reports, sketches and strategies of the rollup cells of each group (a condition naming its
+    revision and node key) in the window, by ``keys``. The OR is spelled out per group and window
+    part, so each term is one range of the natural key (window_parts)."""
     wanted = Q(pk__in=[])
     for group in groups:
         for part in window_parts(since):
             wanted |= group & part
     rows = Rollup.objects.filter(wanted).annotate(bins=Cast("tps_sketch", TextField()))
     result: dict[Any, Figures] = {}
-    for *key, reports, text in rows.values_list(*keys, "reports", "bins"):
-        total, texts = result.get(tuple(key), (0, []))
-        texts.append(text)
-        result[tuple(key)] = (total + reports, texts)
+    columns = ("reports", "bins", "requested_strategy", "strategy", "mtp_used")
+    for *key, reports, text, requested, effective, used in rows.values_list(*keys, *columns):
+        figures = result.setdefault(tuple(key), Figures())
+        figures.reports += reports
+        figures.bins.append(text)
+        pair = (requested, effective, used)
+        figures.strategies[pair] = figures.strategies.get(pair, 0) + reports
     return result
 
 
@@ -427,24 +551,91 @@ def _newest_topologies(among: Q, reports: list[Q], keys: tuple[str, ...]) -> dic
 def _node_serving(
     group: Mapping[str, Any],
     revision: Mapping[str, Any],
-    reports: int,
-    bins: list[str],
+    figures: Figures,
     topology: Any,
     node_name: str,
+    version: str,
 ) -> NodeServing:
+    requested, effective, used = figures.main_strategy
+    alert = bool(group["unused_recently"]) and bool(group["revision__mtp_detected"])
+    facts = NodeFacts(node_name, version, requested, effective, used, unused=alert)
     return NodeServing(
         revision_id=group["revision_id"],
         repo_id=revision["package__repo_id"],
         commit_sha=revision["commit_sha"],
         verdict=revision["verdict"] or "",
+        headline=revision["headline"] or "",
         is_latest=group["revision_id"] == revision["package__latest_revision_id"],
         layer_range=_layer_range(topology, node_name),
         stage_splits=group["stage_splits"],
         topology_id=str(topology.get("topology_id", "")) if isinstance(topology, dict) else "",
-        reports=reports,
-        tps=_median(bins),
-        alert=bool(group["unused_recently"]) and bool(group["revision__mtp_detected"]),
+        reports=figures.reports,
+        tps=_median(figures.bins),
+        alert=alert,
+        advice=advise(Assessment.from_json(revision["assessment"]), facts, _newer(revision)),
+        version=version,
+        requested=requested,
+        effective=effective,
+        first_at=group["first_at_min"],
+        last_at=group["last_at_max"],
     )
+
+
+def _registered_row(run: NodeRun, revisions: Mapping[int, Mapping[str, Any]], node_name: str) -> NodeServing:
+    """A run the node's agent registered with no report in the window: judged as registered only."""
+    revision = revisions[run.revision_id or 0]
+    facts = NodeFacts(node_name, run.version, ran=False, certification=_certification(run))
+    return NodeServing(
+        revision_id=run.revision_id or 0,
+        repo_id=revision["package__repo_id"],
+        commit_sha=revision["commit_sha"],
+        verdict=revision["verdict"] or "",
+        headline=revision["headline"] or "",
+        is_latest=run.revision_id == revision["package__latest_revision_id"],
+        layer_range=_layer_range({"stages": run.stages}, node_name) if isinstance(run.stages, list) else "",
+        stage_splits=run.stage_splits,
+        topology_id=run.topology_id,
+        reports=0,
+        tps=None,
+        alert=False,
+        advice=advise(Assessment.from_json(revision["assessment"]), facts, _newer(revision)),
+        version=run.version,
+        first_at=run.first_seen_at,
+        last_at=run.updated_at,
+    )
+
+
+def _with_moves(rows: list[NodeServing]) -> list[NodeServing]:
+    """A row whose node later started another revision of the same package (its first report, or
+    its run's registration, after this row's last report) has moved on: nothing to do about it."""
+    moved = []
+    for row in rows:
+        later = [
+            (r.first_at, r)
+            for r in rows
+            if r.repo_id == row.repo_id
+            and r.revision_id != row.revision_id
+            and r.first_at is not None
+            and row.last_at is not None
+            and r.first_at > row.last_at
+        ]
+        if later:
+            newest = max(later, key=lambda pair: pair[0])[1]
+            row = replace(row, advice=moved_on(row.advice, Newer(newest.commit_sha, newest.status)))
+        moved.append(row)
+    return moved
+
+
+def _certification(run: NodeRun) -> str:
+    return str(getattr(run, "certification", "") or "")
+
+
+def _newer(revision: Mapping[str, Any]) -> Newer | None:
+    """The package's latest revision, when this one is another."""
+    sha = revision.get("package__latest_revision__commit_sha")
+    if not sha or sha == revision["commit_sha"]:
+        return None
+    return Newer(sha, status_of(revision.get("package__latest_revision__headline")))
 
 
 def _layer_range(topology: Any, node_name: str) -> str:
@@ -455,7 +646,7 @@ def _layer_range(topology: Any, node_name: str) -> str:
     ranges = [
         f"{s.get('layer_start')}..{s.get('layer_end')}"
         for s in stages
-        if isinstance(s, dict) and s.get("node") == node_name
+        if isinstance(s, dict) and node_name in (s.get("node"), s.get("node_id"))
     ]
     return ", ".join(ranges)
 
@@ -576,7 +767,8 @@ def _median(sketches: list[str]) -> float | None:
 
 
 def default_comparison_pair(revisions: list[Revision], latest_id: int | None) -> tuple[int, int] | None:
-    """(old, new) ids: the latest against the newest older revision that nodes ran, else the one before."""
+    """(old, new) ids: the latest against the newest older revision that nodes ran and whose headline
+    differs (the change a fix made), else the newest older one nodes ran, else the one before."""
     if len(revisions) < 2:
         return None
     new = next((r for r in revisions if r.pk == latest_id), revisions[0])
@@ -584,8 +776,9 @@ def default_comparison_pair(revisions: list[Revision], latest_id: int | None) ->
     totals = Rollup.objects.filter(
         revision_id__in=[r.pk for r in older], grain=Rollup.Grain.TOTAL, node_key=Rollup.ALL_NODES
     )
-    ran = set(totals.values_list("revision_id", flat=True))
-    old = next((r for r in older if r.pk in ran), older[0])
+    ran = [r for r in older if r.pk in set(totals.values_list("revision_id", flat=True))]
+    changed = [r for r in ran if r.headline != new.headline]
+    old = (changed or ran or older)[0]
     return old.pk, new.pk
 
 
@@ -593,77 +786,31 @@ def default_comparison_pair(revisions: list[Revision], latest_id: int | None) ->
 
 
 @dataclass(frozen=True)
-class RanCounts:
-    reports: int = 0
-    nodes: int = 0
-    mtp_on: int = 0
-    auto_off: int = 0
+class PlanAdvice:
+    """One node's plan on a revision (throughput.Plan) with the node's release and what it predicts."""
+
+    plan: throughput.Plan
+    version: str
+    advice: Advice
 
 
-def ran_counts(revision_id: int) -> RanCounts:
-    """How often nodes ran the revision, with MTP, and without it although they asked for auto
-    (one query over the revision's total rollups)."""
-    every, per_node = Q(node_key=Rollup.ALL_NODES), ~Q(node_key=Rollup.ALL_NODES)
-    row = Rollup.objects.filter(revision_id=revision_id, grain=Rollup.Grain.TOTAL).aggregate(
-        ran=Coalesce(Sum("reports", filter=every), 0),
-        nodes=Count("node_key", filter=per_node, distinct=True),
-        mtp_on=Coalesce(Sum("reports", filter=every & MTP_ON), 0),
-        auto_off=Coalesce(Sum("reports", filter=every & ~MTP_ON & Q(requested_strategy="auto")), 0),
-    )
-    return RanCounts(row["ran"], row["nodes"], row["mtp_on"], row["auto_off"])
+def plan_advice(
+    revision_id: int, assessment: Assessment | None, plans: list[throughput.Plan]
+) -> list[PlanAdvice]:
+    """Each plan judged against its node's release: the package page's per-node column and its findings
+    (contradictions name the node, its version, what was predicted and what it did). One query."""
+    names = {p.node for p in plans}
+    versions: dict[str, str] = {}
+    rows = NodeRun.objects.filter(revision_id=revision_id, node__name__in=names).exclude(version="")
+    for name, version in rows.order_by("updated_at", "id").values_list("node__name", "version"):
+        versions[name] = version  # the newest wins
+    return [_plan_advice(p, versions.get(p.node, ""), assessment) for p in plans]
 
 
-def ran_counts_of(throughput: RevisionThroughput) -> RanCounts:
-    """The same counts from figures the package page has read already (no query)."""
-    return RanCounts(
-        reports=throughput.reports,
-        nodes=throughput.nodes,
-        mtp_on=throughput.mtp_on.reports,
-        auto_off=throughput.auto_off,
-    )
-
-
-def auto_outcome(runtime: Any, verdict: str) -> str:
-    """What the audit predicts for ``strategy = auto``: native-mtp, no-mtp, load-fails or refused.
-
-    Reads the resolver table (``runtime.auto.outcome``); an audit written before it existed has
-    ``native_mtp`` instead, and a declared head without weights fails to load.
-    """
-    auto = runtime.get("auto") if isinstance(runtime, dict) else None
-    if not isinstance(auto, dict):
-        return ""
-    if isinstance(auto.get("outcome"), str):
-        return str(auto["outcome"])
-    if verdict == "declared-without-weights":
-        return "load-fails"
-    native = auto.get("native_mtp")
-    return "" if native is None else ("native-mtp" if native else "no-mtp")
-
-
-def reconcile(outcome: str, ran: RanCounts) -> list[str]:
-    """Findings where what nodes report contradicts what the audit predicts (pure; [] when they agree)."""
-    if not ran.reports:
-        return []
-    nodes = f"{ran.nodes} node{'s' if ran.nodes != 1 else ''}"
-    if outcome in ("load-fails", "refused"):
-        how = " without MTP" if not ran.mtp_on else ""
-        verb = "fails to load" if outcome == "load-fails" else "is refused"
-        return [
-            f"The audit predicts this revision {verb} "
-            f"under auto, yet {ran.reports} reports from {nodes} ran it{how}: "
-            "the runtime fell back instead of failing, or the audit misses something."
-        ]
-    if outcome == "no-mtp" and ran.mtp_on:
-        return [
-            f"The audit predicts no native MTP under auto, yet {ran.mtp_on} reports show MTP in use: "
-            "the nodes found another signal (a local GGUF or an explicit strategy)."
-        ]
-    if outcome == "native-mtp" and ran.auto_off:
-        return [
-            f"The audit predicts native MTP under auto, yet {ran.auto_off} reports that asked for auto "
-            "ran without it: check the node's mesh-llm version and its load log."
-        ]
-    return []
+def _plan_advice(plan: throughput.Plan, version: str, assessment: Assessment | None) -> PlanAdvice:
+    used = plan.effective_strategy.startswith("native-mtp")
+    facts = NodeFacts(plan.node, version, plan.requested_strategy, plan.effective_strategy, used)
+    return PlanAdvice(plan, version, advise(assessment, facts))
 
 
 # --- topologies ----------------------------------------------------------------------------------
@@ -683,6 +830,7 @@ class TopologyRun(_Names):
     repo_id: str
     commit_sha: str
     verdict: str
+    headline: str
     stage_splits: str
     reports: int
     tps: float | None
@@ -715,6 +863,7 @@ def topology_runs(topology_id: str, since: datetime, show_private: bool = False)
             "revision__package__repo_id",
             "revision__commit_sha",
             "revision__verdict",
+            "revision__headline",
         )
         .annotate(
             alert=Case(When(unused_since(since), then=Value(1)), default=Value(0)),
@@ -733,8 +882,8 @@ def topology_runs(topology_id: str, since: datetime, show_private: bool = False)
     runs = []
     for g in shown:
         key = (g["revision_id"], g["stage_splits"])
-        reports, bins = figures.get(key, (0, []))
-        runs.append(_topology_run(g, reports, bins, bodies.get(key)))
+        found = figures.get(key) or Figures()
+        runs.append(_topology_run(g, found.reports, found.bins, bodies.get(key)))
     runs.sort(key=lambda r: (-r.reports, r.repo_id, r.commit_sha))
     return TopologyRuns(runs, max(0, shown[0]["groups"] - len(shown)))
 
@@ -761,6 +910,7 @@ def _topology_run(group: Mapping[str, Any], reports: int, bins: list[str], topol
         repo_id=group["revision__package__repo_id"],
         commit_sha=group["revision__commit_sha"],
         verdict=group["revision__verdict"] or "",
+        headline=group["revision__headline"] or "",
         stage_splits=group["stage_splits"],
         reports=reports,
         tps=_median(bins),

@@ -12,8 +12,8 @@ from packages_app import fleet, repo_ids
 from packages_app.audit.releases import known_releases
 from packages_app.layout import MAX_MANIFEST_BYTES
 from packages_app.models import Revision
-from packages_app.queries import ANY_INCONSISTENT, NOT_AUDITED, CatalogFilters
-from packages_app.verdicts import VERDICTS
+from packages_app.queries import ANY_INCONSISTENT, ANY_NEEDS_ACTION, NOT_AUDITED, CatalogFilters
+from packages_app.verdicts import STATUSES_BY_RANK, VERDICTS
 
 SORTS = {
     "repo": "repository A-Z",
@@ -24,8 +24,10 @@ SORTS = {
     "size": "smallest first",
     "-layers": "most layers first",
     "layers": "fewest layers first",
-    "verdict": "worst verdict first",
-    "-verdict": "best verdict first",
+    "status": "worst status first",
+    "-status": "best status first",
+    "verdict": "worst MTP verdict first",
+    "-verdict": "best MTP verdict first",
 }
 WINDOW_DAYS = {1: "1 day", 7: "7 days", 30: "30 days", 90: "90 days"}
 PER_PAGE_DEFAULT = 50
@@ -62,7 +64,14 @@ class CatalogFilterForm(forms.Form):
     """The catalog's GET parameters; shared by the HTML catalog and ``GET /api/v1/packages``."""
 
     q = forms.CharField(label="Search", max_length=96, required=False, strip=True)
+    headline = forms.ChoiceField(
+        label="Status",
+        required=False,
+        choices=[("", "any status"), (ANY_NEEDS_ACTION, "needs action")]
+        + [(s.value, s.label) for s in STATUSES_BY_RANK],
+    )
     verdict = forms.ChoiceField(
+        label="MTP verdict",
         required=False,
         choices=[("", "any verdict"), (ANY_INCONSISTENT, "any inconsistent")]
         + [(v, v) for v in VERDICTS]
@@ -103,6 +112,7 @@ class CatalogFilterForm(forms.Form):
         return CatalogFilters(
             q=data["q"],
             verdict=data["verdict"],
+            headline=data["headline"],
             architecture=data["architecture"],
             schema=data["schema"],
             mtp_detected=_tri_state(data["mtp_detected"]),

@@ -1,28 +1,10 @@
-"""Pure: what each verdict, problem code and runtime outcome means, in one sentence; no Django, no I/O.
+"""Pure: what each problem code and runtime outcome means, in one sentence; no Django, no I/O.
 
-The glossary page lists these; every badge links to its entry (``anchor``); the catalog's one-line reason
-is ``first_error``.
+The glossary page lists these beside the vocabulary of statuses, actions, verdicts and causes (which
+packages_app.verdicts owns with their sentences); every badge links to its entry (``anchor``).
 """
 
 from __future__ import annotations
-
-from typing import Any
-
-from packages_app.verdicts import Verdict
-
-VERDICTS: dict[str, str] = {
-    Verdict.CONSISTENT_MTP: "The weights hold native MTP (NextN) tensors and the manifest declares "
-    "them: nodes running auto use MTP.",
-    Verdict.CONSISTENT_NO_MTP: "No MTP weights and no MTP declaration: nothing to enable.",
-    Verdict.UNDECLARED_MTP: "The weights hold an MTP block but the manifest declares no native-MTP strategy: "
-    "nodes never load it and decode without MTP, silently slower.",
-    Verdict.DECLARED_WITHOUT_WEIGHTS: "The manifest declares native MTP but the weights hold no NextN "
-    "tensors: loading with MTP fails.",
-    Verdict.DECLARATION_MISMATCH: "The manifest declares native MTP on blocks other than those holding the "
-    "NextN tensors.",
-    Verdict.INVALID_MANIFEST: "The manifest does not validate, so the runtime cannot rely on it.",
-    "unaudited": "Not audited yet: the ingest has not finished (or failed before the audit).",
-}
 
 PROBLEMS: dict[str, str] = {
     "undeclared_mtp": "A block holds NextN tensors but generation.speculative_decoding declares no "
@@ -56,8 +38,6 @@ RUNTIME: dict[str, str] = {
     "mtp-source-Integrated": "mtp_source=Integrated: MTP ran from the package's own weights.",
     "alert": "Throughput alert: the weights hold MTP, yet nodes report it unused while their operator asked "
     "for a strategy that could use it.",
-    "outdated": "The node runs a revision that is not its package's latest.",
-    "broken": "The node runs a revision whose verdict is inconsistent, or that raised a throughput alert.",
     "queued": "Ingest status: the revision waits for a worker to read its files.",
     "running": "Ingest status: a worker is reading the revision's GGUF headers (files read / total).",
     "done": "Ingest status: every file was listed and every GGUF header read; the audit is current.",
@@ -68,18 +48,6 @@ RUNTIME: dict[str, str] = {
 def anchor(kind: str, name: str) -> str:
     """The glossary fragment id of an entry, e.g. ``verdict-undeclared-mtp``."""
     return f"{kind}-{name}".replace("_", "-").replace("+", "-")
-
-
-def first_error(problems: Any) -> str:
-    """The first error's sentence of an audit's problems list (else the first warning's), or ''."""
-    if not isinstance(problems, list):
-        return ""
-    rows = [p for p in problems if isinstance(p, dict) and p.get("message")]
-    for severity in ("error", "warning"):
-        for problem in rows:
-            if problem.get("severity") == severity:
-                return str(problem["message"])
-    return ""
 
 
 _DECIMAL_UNITS = ("bytes", "kB", "MB", "GB", "TB", "PB")

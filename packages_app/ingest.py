@@ -421,11 +421,22 @@ def audit_revision(rev: Revision) -> auditing.Audit:
     headers = {f.path: stored_header_json(f) for f in parsed}
     errors = {f.path: f.header_error for f in files if f.header_status == PackageFile.HeaderStatus.FAILED}
     manifest = bytes(rev.manifest_bytes) if rev.manifest_bytes is not None else None
-    result = auditing.audit(manifest, listing, headers, revision=rev.commit_sha, header_errors=errors)
+    result = auditing.audit(
+        manifest,
+        listing,
+        headers,
+        revision=rev.commit_sha,
+        header_errors=errors,
+        source=f"{rev.package.repo_id} --revision {rev.commit_sha}",
+    )
     doc = cap_audit(result.to_json())
     detected, declared = doc["detected"], doc["declared"]
+    assessment = result.assessment
+    assert assessment is not None  # audit() always assesses
     Revision.objects.filter(pk=rev.pk).update(
         verdict=doc["verdict"],
+        headline=assessment.status.value,
+        assessment=assessment.to_json(),
         audit=doc,
         audited_at=timezone.now(),
         mtp_detected=bool(detected.get("has_mtp_weights")),
@@ -466,8 +477,10 @@ def cap_audit(doc: dict[str, Any]) -> dict[str, Any]:
 
 
 def reaudit_all(progress: ProgressFn | None = None) -> int:
-    """Recompute every stored revision's audit (after the audit logic changed)."""
-    ids = list(Revision.objects.exclude(status=Revision.Status.QUEUED).values_list("pk", flat=True))
+    """Recompute every audited revision's audit and assessment (after the audit logic changed); a
+    revision whose ingest stopped before its audit, or has not run, has none to recompute."""
+    audited = Revision.objects.filter(Q(status=Revision.Status.DONE) | Q(audit__isnull=False))
+    ids = list(audited.values_list("pk", flat=True))
     for i, pk in enumerate(ids, 1):
         audit_revision(Revision.objects.get(pk=pk))
         if progress:

@@ -110,13 +110,22 @@ def audit_source(
     listing = [auditing.FileInfo(path=f.path, size=f.size, lfs_sha256=f.lfs_sha256) for f in files]
     local = isinstance(source, hub.LocalFolderSource)
     shown_revision = None if local else sha
-    result = auditing.audit(manifest, listing, headers, revision=shown_revision, header_errors=errors)
+    scope: auditing.Scope = "folder" if local else "revision"
+    again = _audit_source_arg(source, sha)
+    result = auditing.audit(manifest, listing, headers, shown_revision, errors, scope, again)
     if verify and isinstance(source, hub.LocalFolderSource):
         digests = verify_mod.hash_files(source.root, _hash_candidates(result, listing), progress)
         listing = [replace(f, lfs_sha256=digests.sha256.get(f.path, f.lfs_sha256)) for f in listing]
-        result = auditing.audit(manifest, listing, headers, revision=None, header_errors=errors)
+        result = auditing.audit(manifest, listing, headers, None, errors, scope, again)
         result = replace(result, problems=result.problems + _unreadable_problems(digests))
     return PackageAudit(result, source.label, sha, source.stats.requests, source.stats.bytes)
+
+
+def _audit_source_arg(source: hub.HubSource | hub.LocalFolderSource, sha: str) -> str:
+    """What ``audit_package`` takes to read this package again: the folder, or the repo at the sha."""
+    if isinstance(source, hub.LocalFolderSource):
+        return str(source.root)
+    return f"{source.label} --revision {sha}"
 
 
 def _hash_candidates(result: auditing.Audit, listing: list[auditing.FileInfo]) -> list[verify_mod.Candidate]:

@@ -10,6 +10,7 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
+from packages_app import verdicts
 from packages_app.layout import FileRole
 
 FILE_ROLES = [(role.value, role.name.title()) for role in FileRole]
@@ -107,6 +108,10 @@ class Revision(models.Model):
     # The releases that refuse it, from the audit's release matrix, as "|v0.76.1|v0.76.2|": a plain
     # substring filter then works on SQLite and PostgreSQL alike (the catalog's "refused by" filter).
     refused_by = models.CharField(max_length=500, blank=True, default="")
+    # The assessment (packages_app.audit.assessment): the headline status every surface leads with, as a
+    # column for the catalog's filters, facets and sort; the whole assessment as JSON, read back typed.
+    headline = models.CharField(max_length=32, blank=True, default="", db_index=True)
+    assessment = models.JSONField(null=True, blank=True)
 
     objects = RevisionQuerySet.as_manager()
 
@@ -121,6 +126,11 @@ class Revision(models.Model):
 
     def __str__(self) -> str:
         return f"{self.package.repo_id}@{self.commit_sha[:12]}"
+
+    @property
+    def headline_status(self) -> verdicts.Status:
+        """The headline status (packages_app.verdicts), "not assessed" while there is none."""
+        return verdicts.status_of(self.headline)
 
     @property
     def refused_releases(self) -> list[str]:

@@ -17,12 +17,14 @@ from django.db.models import Case, Count, F, IntegerField, Q, QuerySet, Value, W
 from django.db.models.functions import NullIf
 
 from packages_app import fleet, throughput
+from packages_app.audit.assessment import Assessment, Headline
 from packages_app.models import Package, PackageFile, Revision
-from packages_app.verdicts import INCONSISTENT_VERDICTS, VERDICTS
+from packages_app.verdicts import INCONSISTENT_VERDICTS, NEEDS_ACTION, STATUSES, VERDICTS, Status, Verdict
 
-# Catalog filter values beside the verdicts themselves.
+# Catalog filter values beside the verdicts and statuses themselves.
 ANY_INCONSISTENT = "inconsistent"
 NOT_AUDITED = "unaudited"
+ANY_NEEDS_ACTION = "needs-action"
 
 
 @dataclass(frozen=True)
@@ -31,6 +33,7 @@ class CatalogFilters:
 
     q: str = ""
     verdict: str = ""
+    headline: str = ""  # a Status value, or ANY_NEEDS_ACTION
     architecture: str = ""
     schema: int | None = None
     mtp_detected: bool | None = None
@@ -58,6 +61,7 @@ _CATALOG_FIELDS = (
     "latest_revision__nextn_predict_layers",
     "latest_revision__total_bytes",
     "latest_revision__verdict",
+    "latest_revision__headline",
     "latest_revision__mtp_detected",
     "latest_revision__mtp_declared",
     "latest_revision__refused_by",
@@ -69,23 +73,21 @@ _HISTORY_FIELDS = (
     "title",
     "status",
     "verdict",
+    "headline",
     "mtp_detected",
     "mtp_declared",
     "schema_version",
     "total_bytes",
 )
-# Worst first: a verdict's rank in this list; unaudited (or an unknown verdict) after every audited one.
-SEVERITY_ORDER = (
-    "invalid-manifest",
-    "declared-without-weights",
-    "declaration-mismatch",
-    "undeclared-mtp",
-    "consistent-mtp",
-    "consistent-no-mtp",
+# Worst first: each verdict's and status's rank from the vocabulary; not audited after every audited one.
+_VERDICT_RANK = Case(
+    *(When(latest_revision__verdict=v.value, then=Value(v.rank)) for v in Verdict),
+    default=Value(len(Verdict)),
+    output_field=IntegerField(),
 )
-_SEVERITY = Case(
-    *(When(latest_revision__verdict=v, then=Value(rank)) for rank, v in enumerate(SEVERITY_ORDER)),
-    default=Value(len(SEVERITY_ORDER)),
+_STATUS_RANK = Case(
+    *(When(latest_revision__headline=s.value, then=Value(s.rank)) for s in Status),
+    default=Value(Status.NOT_ASSESSED.rank),
     output_field=IntegerField(),
 )
 _SORT_ORDER: dict[str, tuple[Any, ...]] = {
@@ -98,8 +100,10 @@ _SORT_ORDER: dict[str, tuple[Any, ...]] = {
     "-size": (NullIf("latest_revision__total_bytes", Value(0)).desc(nulls_last=True), "repo_id"),
     "layers": (F("latest_revision__block_count").asc(nulls_last=True), "repo_id"),
     "-layers": (F("latest_revision__block_count").desc(nulls_last=True), "repo_id"),
-    "verdict": (_SEVERITY.asc(), "repo_id"),
-    "-verdict": (_SEVERITY.desc(), "repo_id"),
+    "status": (_STATUS_RANK.asc(), "repo_id"),
+    "-status": (_STATUS_RANK.desc(), "repo_id"),
+    "verdict": (_VERDICT_RANK.asc(), "repo_id"),
+    "-verdict": (_VERDICT_RANK.desc(), "repo_id"),
 }
 HISTORY_LIMIT = 200
 DIFF_LINE_LIMIT = 4000
@@ -142,7 +146,11 @@ class CatalogRow:
     throughput: throughput.CatalogThroughput | None
     # Revisions other than the latest that nodes ran in the window, broken ones first.
     served: list[fleet.ServedRevision] = field(default_factory=list)
-    reason: str = ""
+    headline: Headline | None = None  # the latest revision's; None while it is not assessed
+
+    @property
+    def status(self) -> Status:
+        return self.headline.status if self.headline else Status.NOT_ASSESSED
 
     @property
     def served_broken(self) -> list[fleet.ServedRevision]:
@@ -157,8 +165,9 @@ class CatalogRow:
 class CatalogResult:
     page: Page[Package]
     rows: list[CatalogRow]
-    facets: dict[str, int]
+    facets: dict[str, int]  # packages per verdict (and "inconsistent"), as the verdict filter lists them
     architectures: list[str]
+    headlines: dict[str, int] = field(default_factory=dict)  # per status (and "needs-action"), likewise
 
 
 def visible_packages(show_private: bool) -> QuerySet[Package]:
@@ -169,12 +178,13 @@ def visible_packages(show_private: bool) -> QuerySet[Package]:
 def catalog_queryset(filters: CatalogFilters, show_private: bool = False) -> QuerySet[Package]:
     """Packages matching ``filters``, each with its latest revision joined, in the requested order."""
     packages = visible_packages(show_private).select_related("latest_revision").only(*_CATALOG_FIELDS)
-    packages = packages.filter(_filters_q(filters), _verdict_q(filters))
+    packages = packages.filter(_filters_q(filters), _verdict_q(filters), _headline_q(filters))
+    packages = packages.annotate(headline_doc=F("latest_revision__assessment__headline"))
     return packages.order_by(*_SORT_ORDER.get(filters.sort, _SORT_ORDER["repo"]))
 
 
 def _filters_q(filters: CatalogFilters) -> Q:
-    """Every filter except the verdict, which the verdict facets must ignore."""
+    """Every filter except the two facets (verdict, headline), whose counts must ignore their own."""
     q = Q()
     if filters.q:
         q &= Q(repo_id__icontains=filters.q)
@@ -196,6 +206,14 @@ def _filters_q(filters: CatalogFilters) -> Q:
     return q
 
 
+def _wanted_verdicts(verdict: str) -> tuple[str, ...]:
+    return INCONSISTENT_VERDICTS if verdict == ANY_INCONSISTENT else (verdict,)
+
+
+def _wanted_statuses(headline: str) -> tuple[str, ...]:
+    return NEEDS_ACTION if headline == ANY_NEEDS_ACTION else (headline,)
+
+
 def _verdict_q(filters: CatalogFilters) -> Q:
     """The verdict filter; an inconsistent verdict also matches a package whose nodes ran such a revision."""
     verdict = filters.verdict
@@ -203,53 +221,140 @@ def _verdict_q(filters: CatalogFilters) -> Q:
         return Q()
     if verdict == NOT_AUDITED:
         return Q(latest_revision__isnull=True) | Q(latest_revision__verdict="")
-    verdicts = INCONSISTENT_VERDICTS if verdict == ANY_INCONSISTENT else (verdict,)
+    verdicts = _wanted_verdicts(verdict)
     latest = Q(latest_revision__verdict__in=verdicts)
-    if verdict != ANY_INCONSISTENT and verdict not in INCONSISTENT_VERDICTS:
+    served = [v for v in verdicts if v in INCONSISTENT_VERDICTS]
+    if not served:
         return latest
-    return latest | fleet.served_inconsistent_q(fleet.window_start(filters.window_days), verdicts)
+    return latest | fleet.served_inconsistent_q(fleet.window_start(filters.window_days), served)
+
+
+def _headline_q(filters: CatalogFilters) -> Q:
+    """The headline filter; a status that needs action also matches a package whose nodes ran a revision
+    with it in the window (the row then says so)."""
+    if not filters.headline:
+        return Q()
+    if filters.headline == Status.NOT_ASSESSED:
+        return Q(latest_revision__isnull=True) | Q(latest_revision__headline__in=["", Status.NOT_ASSESSED])
+    statuses = _wanted_statuses(filters.headline)
+    latest = Q(latest_revision__headline__in=statuses)
+    served = [s for s in statuses if s in NEEDS_ACTION]
+    if not served:
+        return latest
+    return latest | fleet.served_headline_q(fleet.window_start(filters.window_days), served)
 
 
 @dataclass(frozen=True)
 class CatalogCounts:
-    """What one scan of the visible packages tells the catalog besides its rows."""
+    """What two scans of the visible packages tell the catalog besides its rows."""
 
     matching: int  # packages the filters show (the paginator's count)
-    facets: dict[str, int]  # per verdict, given every filter but the verdict; "inconsistent" too
+    facets: dict[str, int]  # per verdict (and "inconsistent"), given every filter but the verdict
+    headlines: dict[str, int]  # per status (and "needs-action"), given every filter but the headline
     architectures: list[str]  # of every visible package's latest revision, for the filter's choices
 
 
+@dataclass
+class _Tally:
+    """Counts packages per facet value the way the facet filters match them: by the latest revision's
+    verdict and status, and by the broken revisions nodes ran in the window."""
+
+    filters: CatalogFilters
+    verdicts: dict[str, int] = field(default_factory=dict)
+    statuses: dict[str, int] = field(default_factory=dict)
+    matching: int = 0
+
+    def add(self, verdict: str, status: str, served: set[tuple[str, str]], n: int = 1) -> None:
+        verdicts = {verdict} | {v for v, _ in served if v in INCONSISTENT_VERDICTS}
+        statuses = {status} | {h for _, h in served if h in NEEDS_ACTION}
+        by_verdict = self._matches_verdict(verdict, verdicts)
+        by_status = self._matches_status(status, statuses)
+        if by_status:
+            for v in verdicts:
+                self.verdicts[v] = self.verdicts.get(v, 0) + n
+            if verdicts & set(INCONSISTENT_VERDICTS):
+                self.verdicts[ANY_INCONSISTENT] = self.verdicts.get(ANY_INCONSISTENT, 0) + n
+        if by_verdict:
+            for h in statuses:
+                self.statuses[h] = self.statuses.get(h, 0) + n
+            if statuses & set(NEEDS_ACTION):
+                self.statuses[ANY_NEEDS_ACTION] = self.statuses.get(ANY_NEEDS_ACTION, 0) + n
+        if by_verdict and by_status:
+            self.matching += n
+
+    def _matches_verdict(self, latest: str, verdicts: set[str]) -> bool:
+        wanted = self.filters.verdict
+        if not wanted:
+            return True
+        if wanted == NOT_AUDITED:
+            return latest == NOT_AUDITED
+        return bool(set(_wanted_verdicts(wanted)) & verdicts)
+
+    def _matches_status(self, latest: str, statuses: set[str]) -> bool:
+        wanted = self.filters.headline
+        if not wanted:
+            return True
+        if wanted == Status.NOT_ASSESSED:
+            return latest == Status.NOT_ASSESSED
+        return bool(set(_wanted_statuses(wanted)) & statuses)
+
+
 def catalog_counts(filters: CatalogFilters, show_private: bool = False) -> CatalogCounts:
-    """The count, the verdict facets and the architectures: one scan grouped by verdict and
-    architecture, each count a FILTER of it. The filters other than the verdict go in its WHERE (their
-    subqueries run once, not once per count), so with any of them the architectures, which ignore
-    every filter, take a second query."""
+    """The count, the verdict and headline facets and the architectures, from two scans: the visible
+    packages matching every other filter, grouped by their latest revision's verdict, status and
+    architecture; and the broken revisions nodes ran in the window, per package. A package counts
+    under each value the facet filter would list it for, so a facet's count is what its filter shows.
+    With any other filter, the architectures (which ignore every filter) take a third query."""
     others = _filters_q(filters)
-    inconsistent = _verdict_q(CatalogFilters(verdict=ANY_INCONSISTENT, window_days=filters.window_days))
-    rows = (
-        visible_packages(show_private)
-        .filter(others)
-        .values("latest_revision__verdict", "latest_revision__architecture")
-        .annotate(
-            matching=Count("id", filter=_verdict_q(filters) or None),
-            n=Count("id"),
-            inconsistent=Count("id", filter=inconsistent),
+    visible = visible_packages(show_private).filter(others)
+    latest = (
+        visible.values(
+            "latest_revision__verdict", "latest_revision__headline", "latest_revision__architecture"
         )
+        .annotate(n=Count("id"))
         .order_by()
     )
-    counts = {verdict: 0 for verdict in VERDICTS}
-    counts[NOT_AUDITED] = counts[ANY_INCONSISTENT] = 0
-    matching, architectures = 0, set()
-    for row in rows:
+    served = _served_facets(visible, fleet.window_start(filters.window_days))
+    tally = _Tally(filters, {v: 0 for v in (ANY_INCONSISTENT, *VERDICTS, NOT_AUDITED)})
+    tally.statuses = {s: 0 for s in (ANY_NEEDS_ACTION, *STATUSES)}
+    architectures: set[str] = set()
+    for row in latest:
         verdict = row["latest_revision__verdict"] or NOT_AUDITED
-        # A verdict some newer capability.py introduced still counts, under its own name.
-        counts[verdict] = counts.get(verdict, 0) + row["n"]
-        matching += row["matching"]
-        # Served revisions count too, so the facet says how many packages the filter will show.
-        counts[ANY_INCONSISTENT] += row["inconsistent"]
+        status = row["latest_revision__headline"] or Status.NOT_ASSESSED
+        tally.add(verdict, status, set(), row["n"])
         architectures.add(row["latest_revision__architecture"] or "")
+    for (verdict, status), packages in served.items():
+        for extra in packages.values():  # each package once more, with what its nodes ran, less itself
+            tally.add(verdict or NOT_AUDITED, status or Status.NOT_ASSESSED, extra)
+            tally.add(verdict or NOT_AUDITED, status or Status.NOT_ASSESSED, set(), -1)
     names = catalog_architectures(show_private) if others else sorted(architectures - {""})
-    return CatalogCounts(matching, counts, names)
+    return CatalogCounts(tally.matching, tally.verdicts, tally.statuses, names)
+
+
+def _served_facets(
+    visible: QuerySet[Package], since: Any
+) -> dict[tuple[str, str], dict[int, set[tuple[str, str]]]]:
+    """Per (latest verdict, latest status): package id -> the (verdict, status) of the other revisions its
+    nodes ran since ``since`` that count in a facet (an inconsistent verdict or a status needing action)."""
+    broken = Q(revision__verdict__in=INCONSISTENT_VERDICTS) | Q(revision__headline__in=NEEDS_ACTION)
+    rows = (
+        fleet.recent_servings(since)
+        .filter(broken, revision__package__in=visible)
+        .exclude(revision_id=F("revision__package__latest_revision_id"))
+        .values_list(
+            "revision__package_id",
+            "revision__package__latest_revision__verdict",
+            "revision__package__latest_revision__headline",
+            "revision__verdict",
+            "revision__headline",
+        )
+        .distinct()
+    )
+    result: dict[tuple[str, str], dict[int, set[tuple[str, str]]]] = {}
+    for package_id, latest_verdict, latest_status, verdict, status in rows:
+        packages = result.setdefault((latest_verdict or "", latest_status or ""), {})
+        packages.setdefault(package_id, set()).add((verdict or "", status or ""))
+    return result
 
 
 def catalog_architectures(show_private: bool = False) -> list[str]:
@@ -266,7 +371,7 @@ def catalog_architectures(show_private: bool = False) -> list[str]:
 
 
 def catalog_facets(filters: CatalogFilters, show_private: bool = False) -> dict[str, int]:
-    """How many packages each verdict would show, given every other filter (one query)."""
+    """How many packages each verdict would show, given every other filter."""
     return catalog_counts(filters, show_private).facets
 
 
@@ -279,24 +384,23 @@ def catalog_page(
     """
     counts = catalog_counts(filters, show_private)
     paginator = Paginator(catalog_queryset(filters, show_private), per_page)
-    paginator.count = counts.matching  # counted by the facets' scan already
+    paginator.count = counts.matching  # counted by the facets' scans already
     page = paginator.get_page(page_number) if clamp else paginator.page(page_number)
     packages = list(page.object_list)
     latest_ids = [p.latest_revision_id for p in packages if p.latest_revision_id]
-    throughput = catalog_throughput_for(latest_ids)
+    figures = catalog_throughput_for(latest_ids)
     served = fleet.served_revisions([p.pk for p in packages], fleet.window_start(filters.window_days))
-    reasons = fleet.problem_reasons(latest_ids)
     rows = [
         CatalogRow(
             p,
             p.latest_revision,
-            throughput.get(p.latest_revision_id or 0),
+            figures.get(p.latest_revision_id or 0),
             [s for s in served.get(p.pk, []) if not s.is_latest],
-            reasons.get(p.latest_revision_id or 0, ""),
+            Headline.from_json(getattr(p, "headline_doc", None)),
         )
         for p in packages
     ]
-    return CatalogResult(page, rows, counts.facets, counts.architectures)
+    return CatalogResult(page, rows, counts.facets, counts.architectures, counts.headlines)
 
 
 # --- one package ---------------------------------------------------------------------------------
@@ -345,6 +449,14 @@ def revision_require(package: Package, ref: str | None) -> Revision:
     if revision is None:
         raise LookupFailed(f"{package.repo_id} has no revision yet; its first ingest is still queued.")
     return revision
+
+
+def revision_with_manifest(digests: set[str], show_private: bool = False) -> Revision | None:
+    """The newest stored revision whose manifest bytes have one of these sha256 digests (one query)."""
+    revisions = Revision.objects.filter(manifest_sha256__in=digests).select_related("package")
+    if not show_private:
+        revisions = revisions.filter(package__private=False)
+    return revisions.order_by(F("committed_at").desc(nulls_last=True), "-id").first()
 
 
 def revision_history(package: Package) -> list[Revision]:
@@ -512,6 +624,12 @@ def _manifest_lines(manifest: Any) -> list[str]:
 
 
 # --- the audit, read defensively (it is JSON written by another module, possibly older) --------
+
+
+def revision_assessment(revision: Revision) -> Assessment | None:
+    """The revision's assessment, typed; None while it has none (not ingested yet, or stored before
+    assessments existed: ``manage.py reaudit`` writes them)."""
+    return Assessment.from_json(revision.assessment)
 
 
 def audit_section(revision: Revision, key: str) -> dict[str, Any]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 from collections.abc import Callable
 from dataclasses import asdict
@@ -11,19 +12,21 @@ from typing import Any
 from django.conf import settings
 from django.contrib import messages
 from django.core.exceptions import RequestDataTooBig
-from django.db import transaction
+from django.db import DatabaseError, transaction
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.utils.http import content_disposition_header
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from packages_app import access, background, charts, fleet, queries, ratelimit, staticfinders
-from packages_app.audit.check import check_manifest
+from packages_app.audit.assessment import release_tables
+from packages_app.audit.check import ManifestCheck, check_manifest
 from packages_app.audit.model import UNCERTAIN as RESOLVER_UNCERTAIN
 from packages_app.forms import SORTS, CatalogFilterForm, CheckManifestForm, TrackPackageForm
 from packages_app.layout import MAX_MANIFEST_BYTES
 from packages_app.models import ActionLog, Package, Revision
 from packages_app.throughput import RevisionThroughput
+from packages_app.verdicts import STATUSES_BY_RANK, VERDICTS_BY_RANK, Cause
 
 View = Callable[..., HttpResponse]
 
@@ -60,7 +63,14 @@ def catalog(request: HttpRequest) -> HttpResponse:
         form.page_size(),
         show_private=access.can_see_private(request.user),
     )
-    context = {"form": form, "result": result, "filters": form.filters(), "sorts": SORTS}
+    context = {
+        "form": form,
+        "result": result,
+        "filters": form.filters(),
+        "sorts": SORTS,
+        "statuses": STATUSES_BY_RANK,
+        "verdicts": VERDICTS_BY_RANK,
+    }
     return render(request, "packages_app/catalog.html", context)
 
 
@@ -105,7 +115,15 @@ def check_manifest_page(request: HttpRequest) -> HttpResponse:
         return _check_page(request, CheckManifestForm(), [too_big], 413)
     if not valid:
         return _check_page(request, form, form.error_sentences(), 400)
-    return _check_page(request, form, result=check_manifest(form.manifest_bytes()).to_json())
+    data = form.manifest_bytes()
+    # A pasted manifest arrives with the browser's CRLF line ends: look for the file's LF bytes too.
+    digests = {hashlib.sha256(d).hexdigest() for d in (data, data.replace(b"\r\n", b"\n"))}
+    try:
+        tracked = queries.revision_with_manifest(digests, access.can_see_private(request.user))
+    except DatabaseError:  # the check needs no database; only the link to a tracked revision does
+        tracked = None
+    source = f"{tracked.package.repo_id} --revision {tracked.commit_sha}" if tracked else ""
+    return _check_page(request, form, result=check_manifest(data, source=source), tracked=tracked)
 
 
 def _check_page(
@@ -113,9 +131,17 @@ def _check_page(
     form: CheckManifestForm,
     errors: list[str] | None = None,
     status: int = 200,
-    result: dict[str, Any] | None = None,
+    result: ManifestCheck | None = None,
+    tracked: Revision | None = None,
 ) -> HttpResponse:
-    context = {"form": form, "errors": errors or [], "result": result, "runtime_notes": RESOLVER_UNCERTAIN}
+    context = {
+        "form": form,
+        "errors": errors or [],
+        "result": result,
+        "tracked": tracked,
+        "release_tables": release_tables(result.assessment) if result else [],
+        "runtime_notes": RESOLVER_UNCERTAIN,
+    }
     return render(request, "packages_app/check.html", context, status=status)
 
 
@@ -164,18 +190,20 @@ def _revision_context(revision: Revision, files_page: str | None = None) -> dict
     throughput = queries.revision_throughput_for(revision)
     splits = throughput.stage_splits if throughput else []
     suggested = queries.suggested_generation(revision)
-    runtime = queries.audit_section(revision, "runtime")
-    ran = fleet.ran_counts_of(throughput) if throughput else fleet.RanCounts()
+    assessment = queries.revision_assessment(revision)
+    plans = fleet.plan_advice(revision.pk, assessment, throughput.plans) if throughput else []
     return {
-        "findings": fleet.reconcile(fleet.auto_outcome(runtime, revision.verdict), ran),
+        "assessment": assessment,
+        "status": assessment.status if assessment else revision.headline_status,
+        "release_tables": release_tables(assessment) if assessment else [],
+        "plans": plans,
+        "node_notes": [p for p in plans if p.advice.cause in NODE_NOTES],
         "hub_base": hub_url(revision.package, revision, path="/"),
         "problems": queries.audit_problems(revision),
         "truncated": queries.audit_truncated(revision),
         "detected": queries.audit_section(revision, "detected"),
         "declared": queries.audit_section(revision, "declared"),
-        "runtime": runtime,
         "runtime_notes": RESOLVER_UNCERTAIN,
-        "compatibility": queries.audit_compatibility(revision),
         "provenance": queries.audit_section(revision, "provenance"),
         "suggested": suggested,
         "suggested_json": _pretty_json(suggested.get("generation")) if suggested else "",
@@ -189,6 +217,11 @@ def _revision_context(revision: Revision, files_page: str | None = None) -> dict
         "throughput_charts": _throughput_charts(throughput),
         "stage_boundaries": charts.stage_boundaries(splits),
     }
+
+
+# What the package page's headline box lists of the nodes' plans: contradictions and the causes that
+# concern the revision itself (the plans table lists every node).
+NODE_NOTES = (Cause.CONTRADICTION, Cause.MTP_UNUSED, Cause.UNKNOWN_RELEASE, Cause.UNCERTIFIED)
 
 
 def _throughput_charts(throughput: RevisionThroughput | None) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from django.views.decorators.http import require_GET
 from packages_app import access, charts, fleet, glossary, queries, staticfinders
 from packages_app.forms import WINDOW_DAYS
 from packages_app.models import Report, Revision
+from packages_app.verdicts import STATUSES_BY_RANK, VERDICTS_BY_RANK, ActionKind, Cause
 from packages_app.views import lookup_errors, valid_catalog_form
 
 CSV_REPORT_LIMIT = 100_000
@@ -31,10 +32,11 @@ def _window_days(request: HttpRequest) -> int:
 @require_GET
 def nodes(request: HttpRequest) -> HttpResponse:
     days = _window_days(request)
-    stale_only = request.GET.get("stale") == "1"
+    # ?stale=1 is the filter's name before issue 19, kept so bookmarks still work.
+    action_only = request.GET.get("action") == "1" or request.GET.get("stale") == "1"
     private = access.can_see_private(request.user)
-    rows = fleet.node_rows(fleet.window_start(days), stale_only=stale_only, show_private=private)
-    context = {"rows": rows, "days": days, "windows": WINDOW_DAYS, "stale_only": stale_only}
+    rows = fleet.node_rows(fleet.window_start(days), needs_action=action_only, show_private=private)
+    context = {"rows": rows, "days": days, "windows": WINDOW_DAYS, "action_only": action_only}
     return render(request, "packages_app/nodes.html", context)
 
 
@@ -106,7 +108,10 @@ def compare(request: HttpRequest, owner: str, name: str) -> HttpResponse:
 @require_GET
 def glossary_page(request: HttpRequest) -> HttpResponse:
     context = {
-        "verdicts": _entries("verdict", glossary.VERDICTS),
+        "statuses": STATUSES_BY_RANK,
+        "actions": sorted(ActionKind, key=lambda a: a.rank),
+        "verdicts": VERDICTS_BY_RANK,
+        "causes": sorted(Cause, key=lambda c: c.rank),
         "problems": _entries("problem", glossary.PROBLEMS),
         "runtime": _entries("runtime", glossary.RUNTIME),
     }
@@ -143,6 +148,9 @@ def _cell(value: Any) -> Any:
 CATALOG_COLUMNS = [
     "repo_id",
     "latest_commit_sha",
+    "status",
+    "headline",
+    "action",
     "verdict",
     "architecture",
     "block_count",
@@ -154,7 +162,6 @@ CATALOG_COLUMNS = [
     "reports",
     "alert",
     "served_broken_revisions",
-    "reason",
 ]
 
 
@@ -170,9 +177,13 @@ def catalog_csv(request: HttpRequest) -> HttpResponse:
 def _catalog_csv_row(row: queries.CatalogRow) -> list[Any]:
     rev = row.revision
     tp: dict[str, Any] = row.throughput.as_dict() if row.throughput else {}
+    headline = row.headline
     return [
         row.package.repo_id,
         rev.commit_sha if rev else None,
+        row.status.value,
+        headline.sentence if headline else None,
+        headline.action.text if headline else None,
         rev.verdict if rev else None,
         rev.architecture if rev else None,
         rev.block_count if rev else None,
@@ -183,8 +194,7 @@ def _catalog_csv_row(row: queries.CatalogRow) -> list[Any]:
         _round(tp.get("tps_no_mtp")),
         tp.get("reports", 0),
         row.alert,
-        " ".join(f"{s.commit_sha}:{s.verdict}:{s.nodes}" for s in row.served_broken),
-        row.reason,
+        " ".join(f"{s.commit_sha}:{s.status.value}:{s.verdict}:{s.nodes}" for s in row.served_broken),
     ]
 
 

@@ -14,8 +14,11 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from packages_app import reports
+from packages_app.audit.assessment import synthetic
+from packages_app.audit.releases import known_releases
 from packages_app.layout import FileRole
 from packages_app.models import Node, Package, PackageFile, Report, Revision
+from packages_app.verdicts import Verdict
 
 QWEN35_REPO = "meshllm/Qwen3.5-35B-A3B-UD-Q4_K_XL-layers"
 QWEN35_SHA = "69cbd9fc1f928305e8e86e1148a1db6a6f1de8e9"
@@ -219,6 +222,15 @@ def _suggestion(manifest: dict[str, Any], patched: dict[str, Any]) -> dict[str, 
     }
 
 
+def assessment(
+    verdict: str, schema_version: int | None = 1, mtp_blocks: tuple[int, ...] = ()
+) -> dict[str, Any]:
+    """An assessment in assessment.py's exact shape for a revision of ``verdict`` (no manifest bytes
+    to audit here): a package-v2 revision's headline, or "not servable" for a schema v1 one."""
+    releases = [r.release for r in known_releases()]
+    return synthetic(Verdict(verdict), schema_version or 1, releases, mtp_blocks).to_json()
+
+
 def make_package(repo_id: str) -> Package:
     return Package.objects.create(repo_id=repo_id)
 
@@ -261,6 +273,9 @@ def make_revision(
         ),
     }
     values.update(fields)
+    if values.get("audit") is not None and verdict and "headline" not in fields:
+        values["assessment"] = assessment(verdict, values["schema_version"], (n - 1,) if mtp else ())
+        values["headline"] = values["assessment"]["headline"]["status"]
     revision = Revision.objects.create(package=package, commit_sha=commit_sha, **values)
     if files:
         make_files(revision, n)
@@ -444,15 +459,19 @@ def topology_body(node: str, start: int, end: int, tps: float) -> dict[str, Any]
 
 
 def qwen35_fleet(now: datetime, old_reports: int = 24, new_reports: int = 31) -> tuple[Revision, Revision]:
-    """The issue's fleet: 964edc7e (MTP declared) is the latest, yet four nodes still run 69cbd9fc.
+    """The issue's fleet: 964edc7e (package-v2, MTP declared) is the latest, yet nodes ran 69cbd9fc.
 
     69cbd9fc: ``old_reports`` reports near 3.15 tok/s, MTP never used; 964edc7e: ``new_reports`` near
     5.32 tok/s with MTP on. All inside the last day, on the same stage split 0..27|27..41.
     """
     package = qwen35_package(with_history=False)
     broken = package.revisions.get(commit_sha=QWEN35_SHA)
-    fixed = make_revision(
-        package, "consistent-mtp", commit_sha=QWEN35_FIXED_SHA, committed_at=BASE_TIME + timedelta(days=1)
+    fixed = make_revision(  # republished as package-v2, as schema v1 is offline-only since PR #1693
+        package,
+        "consistent-mtp",
+        commit_sha=QWEN35_FIXED_SHA,
+        committed_at=BASE_TIME + timedelta(days=1),
+        schema_version=2,
     )
     nodes = [make_node(name) for name in FLEET_NODES]
     for i in range(old_reports):

@@ -47,11 +47,6 @@ def row(result: auditing.Audit, setting: str) -> auditing.Resolution:
     return found
 
 
-def served(schema: int, outcome: str) -> str:
-    """What a serving load does: every setting of a schema v1 package is refused (offline-only)."""
-    return "refused" if schema == 1 else outcome
-
-
 def reaudit_patched(package: Package, result: auditing.Audit) -> auditing.Audit:
     assert result.suggested_generation is not None
     patched = json.loads(result.suggested_generation.patched_manifest)
@@ -70,8 +65,12 @@ def test_it_explains_the_motivating_qwen35_package_as_undeclared_mtp() -> None:
         "model-package.json declares no generation.speculative_decoding, so strategy auto resolves "
         "native MTP off and mtp is refused."
     )
-    assert row(result, "auto").outcome == row(result, "mtp").outcome == "refused"
-    assert "schema v1 is offline-only" in row(result, "auto").why
+    # On a release that loads it (v0.72.1 did), auto decodes without MTP and explicit mtp is refused;
+    # every release since PR #1693 refuses schema v1 altogether (the assessment's outcomes).
+    assert row(result, "auto").outcome == "no-mtp" and row(result, "mtp").outcome == "refused"
+    assert result.assessment is not None
+    newest = result.assessment.outcomes[-1]
+    assert {r.outcome for r in newest.rows} == {"refused"} and "offline-only" in newest.rows[0].why
     assert problem(result, "v1_offline_only").severity == "warning"
     assert problem(result, "build_host_source_path").severity == "info"
     assert result.provenance.build_host_path is True
@@ -108,8 +107,8 @@ def test_the_patched_manifest_audits_as_consistent_mtp(schema: int) -> None:
     patched = reaudit_patched(package, package.audit())
 
     assert patched.verdict == "consistent-mtp"
-    assert row(patched, "auto").outcome == served(schema, "native-mtp")
-    assert row(patched, "mtp").outcome == served(schema, "native-mtp")
+    assert row(patched, "auto").outcome == "native-mtp"
+    assert row(patched, "mtp").outcome == "native-mtp"
 
 
 @SCHEMAS
@@ -144,7 +143,7 @@ def test_it_accepts_the_fixed_qwen35_revision_as_consistent_mtp(schema: int) -> 
     assert result.declared.layer_indices == (40,)
     assert result.declared.strategies == {mtp_name(schema): "native-mtp"}
     assert result.suggested_generation is None
-    assert row(result, "auto").outcome == served(schema, "native-mtp")
+    assert row(result, "auto").outcome == "native-mtp"
 
 
 def test_the_old_v1_strategy_name_native_mtp_n1_is_refused_by_an_explicit_mtp_setting() -> None:
@@ -207,7 +206,7 @@ def test_a_nemotron_composite_mtp_suffix_declaration_is_consistent(schema: int) 
     assert result.declared.default_strategy == "mtp-suffix"
     assert result.declared.strategies["mtp-suffix"] == "composite"
     assert result.declared.layer_indices == (88,)
-    assert row(result, "auto").outcome == served(schema, "native-mtp")
+    assert row(result, "auto").outcome == "native-mtp"
     assert schema == 1 or "effective native-mtp+suffix" in row(result, "auto").why
     assert {"ssm", "moe", "attention"} <= {k for b in result.detected.blocks for k in b.kinds}
 
@@ -249,7 +248,7 @@ def test_a_declaration_whose_nextn_tensors_were_dropped_is_declared_without_weig
     message = problem(result, "declared_without_weights").message
     assert "qwen35moe.nextn_predict_layers=1 marks layer 40 as MTP" in message
     assert "loading with native MTP fails" in message
-    assert row(result, "auto").outcome == served(schema, "load-fails")
+    assert row(result, "auto").outcome == "load-fails"
 
 
 @SCHEMAS
@@ -345,8 +344,8 @@ def test_mtp_declared_beside_an_ngram_default_is_consistent_but_warned(schema: i
 
     assert result.verdict == "consistent-mtp"
     assert problem(result, "mtp_not_default").severity == "warning"
-    assert row(result, "auto").outcome == served(schema, "no-mtp")
-    assert row(result, "mtp").outcome == served(schema, "native-mtp")
+    assert row(result, "auto").outcome == "no-mtp"
+    assert row(result, "mtp").outcome == "native-mtp"
 
 
 @SCHEMAS

@@ -41,7 +41,10 @@ def test_a_valid_v2_manifest_exits_0_with_exactly_the_documented_json(tmp_path: 
     doc = json.loads(out)
 
     assert code == 0
-    assert set(doc) == {"schema", "valid", "problems", "package_id", "runtime", "compatibility"}
+    assert set(doc) == {"schema", "valid", "assessment", "problems", "package_id", "runtime", "compatibility"}
+    headline = doc["assessment"]["headline"]
+    assert headline["status"] == "weights-unread" and "weights were not read" in headline["sentence"]
+    assert headline["action"]["command"] == f"python manage.py audit_package {tmp_path}"
     assert (doc["schema"], doc["valid"], doc["problems"]) == (2, True, [])
     assert doc["package_id"]["matches"] is True
     assert doc["package_id"]["declared"] == doc["package_id"]["computed"]
@@ -74,15 +77,19 @@ def test_a_file_that_is_not_a_manifest_is_invalid_not_unreadable(tmp_path: Path,
     assert json.loads(out)["valid"] is False
 
 
-def test_a_v1_manifest_is_judged_by_the_preflight_and_refused_by_every_release(tmp_path: Path) -> None:
+def test_a_v1_manifest_is_valid_for_the_preflight_but_exits_1_as_no_current_release_serves_it(
+    tmp_path: Path,
+) -> None:
     code, out, _ = run(write(tmp_path, v1_base()), "--json")
     doc = json.loads(out)
 
-    assert code == 0
-    assert doc["schema"] == 1
+    assert code == 1
+    assert doc["schema"] == 1 and doc["valid"] is True
     assert [p["code"] for p in doc["problems"]] == ["v1_offline_only"]
     assert doc["package_id"] == {"declared": None, "computed": None, "matches": None}
-    assert {a["admitted"] for a in doc["compatibility"]} == {False}
+    assert {a["release"] for a in doc["compatibility"] if a["admitted"]} == {"v0.72.1"}
+    assert doc["assessment"]["headline"]["status"] == "not-servable"
+    assert doc["assessment"]["headline"]["action"]["kind"] == "republish-v2"
 
 
 def test_a_manifest_over_16_mib_is_invalid(tmp_path: Path) -> None:
@@ -107,8 +114,11 @@ def test_the_text_report_lists_problems_the_resolver_table_and_releases(tmp_path
     code, out, _ = run(write(tmp_path, valid_v2()))
 
     assert code == 0
+    assert out.startswith("status: weights not read (weights-unread)\n")
+    assert f"  $ python manage.py audit_package {tmp_path}" in out
     assert "valid as mesh-llm judges it" in out
     assert "  auto: native-mtp:" in out
     assert "(not pinned down) Whether a split package load" in out
     assert "  v0.76.2: refused: package-v2 native ABI 0.1.53" not in out
-    assert "after PR #1959: admitted" in out
+    assert "v0.78.0: admitted" in out
+    assert "what this check cannot see:" in out

@@ -35,7 +35,6 @@ from packages_app.devhub import (
     QWEN35_REPO,
     QWEN38_GIANT_REPO,
     QWEN38_REPO,
-    VERDICTS,
     DevHub,
     ensure_catalog,
     generate_catalog,
@@ -44,6 +43,7 @@ from packages_app.devhub import (
 from packages_app.devhub.store import Store
 from packages_app.devhub.weights import SPLIT_BYTES
 from packages_app.manifest import identity, parse_manifest, v2schema
+from packages_app.verdicts import VERDICTS
 
 MiB = 1 << 20
 
@@ -176,7 +176,7 @@ def test_model_info_reports_the_head_sha_date_and_siblings(api: HfApi) -> None:
     assert info.last_modified == demo.revisions[-1].committed_at
     siblings = {s.rfilename: s for s in info.siblings or []}
     assert "model-package.json" in siblings and siblings["model-package.json"].lfs is None
-    layer = siblings["layers/layer-040.gguf"]
+    layer = siblings["layers/layer-00040.gguf"]  # main is the package-v2 republish
     assert layer.lfs is not None and layer.size == layer.lfs.size > 400 * MiB
 
 
@@ -208,7 +208,7 @@ def test_commit_pages_concatenate_to_the_full_history(small_pages: DevHub) -> No
 
     commits = api.list_repo_commits(QWEN35_REPO)
 
-    assert len(commits) == 3 and commits[-1].commit_id == QWEN35_FIRST_SHA
+    assert len(commits) == 4 and commits[-1].commit_id == QWEN35_FIRST_SHA
 
 
 # --- tree and paths-info ----------------------------------------------------------------------
@@ -249,11 +249,15 @@ def test_tree_pages_concatenate_to_the_whole_listing(small_pages: DevHub, api: H
 def test_expanded_tree_entries_name_the_commit_that_last_changed_them(api: HfApi) -> None:
     demo = next(p for p in DEMO_PACKAGES if p.repo_id == QWEN35_REPO)
 
-    entries = {e.path: e for e in api.list_repo_tree(QWEN35_REPO, expand=True)}
+    entries = {
+        e.path: e for e in api.list_repo_tree(QWEN35_REPO, revision=demo.revisions[2].sha, expand=True)
+    }
 
     assert entries["README.md"].last_commit.oid == demo.revisions[2].sha
     assert entries["model-package.json"].last_commit.oid == demo.revisions[1].sha
     assert entries["layers"].last_commit.oid == QWEN35_FIRST_SHA
+    republished = {e.path: e for e in api.list_repo_tree(QWEN35_REPO, expand=True)}
+    assert republished["layers"].last_commit.oid == demo.main_sha  # every layer file was rewritten
 
 
 def test_paths_info_describes_files_and_folders_and_skips_missing_paths(api: HfApi) -> None:
@@ -319,7 +323,7 @@ def test_the_stale_llama_revision_disagrees_on_exactly_one_layer(api: HfApi, tmp
 
 
 def test_file_metadata_gives_commit_etag_and_linked_size(devhub: DevHub) -> None:
-    url = hf_hub_url(QWEN35_REPO, "layers/layer-040.gguf", revision="main", endpoint=devhub.url)
+    url = hf_hub_url(QWEN35_REPO, "layers/layer-00040.gguf", revision="main", endpoint=devhub.url)
 
     meta = get_hf_file_metadata(url, token=False)
 
@@ -352,7 +356,7 @@ def test_an_unsatisfiable_range_is_answered_416(devhub: DevHub) -> None:
 
 def test_one_ranged_response_is_capped(demo_catalog: Path) -> None:
     with DevHub(demo_catalog, max_range_bytes=1000) as hub:
-        url = hf_hub_url(QWEN35_REPO, "layers/layer-000.gguf", endpoint=hub.url)
+        url = hf_hub_url(QWEN35_REPO, "layers/layer-00000.gguf", endpoint=hub.url)
         response = get_session().get(url, headers={"Range": "bytes=0-999999"})
 
     assert response.status_code == 206 and len(response.content) == 1000
@@ -443,14 +447,14 @@ def test_injected_faults_answer_with_retry_after_then_recover(demo_catalog: Path
 
 def test_counters_count_requests_and_bytes_per_path(demo_catalog: Path) -> None:
     with DevHub(demo_catalog) as hub:
-        url = hf_hub_url(QWEN35_REPO, "layers/layer-000.gguf", endpoint=hub.url)
+        url = hf_hub_url(QWEN35_REPO, "layers/layer-00000.gguf", endpoint=hub.url)
         for _ in range(2):
             get_session().get(url, headers={"Range": "bytes=0-1023"})
         HfApi(endpoint=hub.url, token=False).model_info(QWEN35_REPO)
         stats = hub.counters.snapshot()
 
     resolve = stats["by_path"][
-        "/meshllm/Qwen3.5-35B-A3B-UD-Q4_K_XL-layers/resolve/main/layers/layer-000.gguf"
+        "/meshllm/Qwen3.5-35B-A3B-UD-Q4_K_XL-layers/resolve/main/layers/layer-00000.gguf"
     ]
     assert resolve == {"requests": 2, "bytes": 2048}
     assert (stats["requests"], stats["resolve_requests"], stats["api_requests"]) == (3, 2, 1)
@@ -508,7 +512,11 @@ def test_the_qwen35_mtp_layer_header_is_realistic(demo_catalog: Path) -> None:
 
 def test_qwen35_blocks_mix_ssm_and_full_attention_tensor_counts(demo_catalog: Path) -> None:
     counts = {
-        bid: len(_header(_blob(demo_catalog, QWEN35_REPO, f"layers/layer-{bid:03d}.gguf")).tensors)
+        bid: len(
+            _header(
+                _blob(demo_catalog, QWEN35_REPO, f"layers/layer-{bid:03d}.gguf", QWEN35_FIRST_SHA)
+            ).tensors
+        )
         for bid in (0, 3)
     }
 
@@ -580,7 +588,7 @@ def test_the_nemotron_mtp_block_is_blk_88(demo_catalog: Path) -> None:
 
 
 def test_layer_files_are_sparse_on_disk(demo_catalog: Path) -> None:
-    stat = _blob(demo_catalog, QWEN35_REPO, "layers/layer-001.gguf").stat()
+    stat = _blob(demo_catalog, QWEN35_REPO, "layers/layer-001.gguf", QWEN35_FIRST_SHA).stat()
 
     assert stat.st_size > 400 * MiB
     assert stat.st_blocks * 512 < 16 * MiB
@@ -607,8 +615,8 @@ def _v2_revisions() -> list[Any]:
     return [
         pytest.param(p.repo_id, r.sha, id=f"{p.repo_id}@{r.sha[:8]}")
         for p in DEMO_PACKAGES
-        if p.schema == 2
         for r in p.revisions
+        if r.schema == 2
     ]
 
 
@@ -645,8 +653,8 @@ def test_v2_packages_carry_the_real_writer_versions_and_abis(demo_catalog: Path)
     stamps = {
         (m["generator_version"], m["native_abi_version"])
         for p in DEMO_PACKAGES
-        if p.schema == 2
         for r in p.revisions
+        if r.schema == 2
         for m in [_stored_manifest(demo_catalog, p.repo_id, r.sha)]
     }
 
@@ -655,6 +663,7 @@ def test_v2_packages_carry_the_real_writer_versions_and_abis(demo_catalog: Path)
         ("0.76.0", "0.1.54"),
         ("0.76.1", "0.1.54"),
         ("0.76.1", "0.1.57"),
+        ("0.78.0", "0.1.66"),  # v0.78.0's native runtimes carry skippy ABI 0.1.66
     }
 
 

@@ -15,9 +15,8 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from packages_app import fleet, glossary
-from packages_app.models import NodeRun, Report
-from packages_app.throughput import revision_throughput
-from packages_app.verdicts import VERDICTS
+from packages_app.models import NodeRun
+from packages_app.verdicts import VERDICTS, Cause
 from tests import dashboard_factories as f
 
 pytestmark = pytest.mark.django_db
@@ -35,9 +34,10 @@ def test_the_catalog_says_nodes_still_run_the_broken_revision_although_the_lates
 ) -> None:
     f.qwen35_fleet(timezone.now())
     body = text(client.get("/"))
-    assert "Latest OK, but 4 nodes still run" in body
+    assert "Latest serves with MTP, but 4 nodes ran" in body
     assert "<code>69cbd9fc</code>" in body
-    assert "declares no native-MTP strategy" in body  # the first error's sentence, not only a badge
+    assert "headline-not-servable" in body and "verdict-undeclared-mtp" in body
+    assert "Synthetic: not servable (undeclared-mtp)." in body  # its headline sentence, not only a badge
 
 
 def test_the_alert_and_inconsistent_filters_match_a_package_through_a_served_revision(client: Client) -> None:
@@ -90,17 +90,24 @@ def test_the_nodes_page_lists_what_each_node_serves_with_its_layer_range(client:
         assert f'href="/nodes/{name}/"' in body
     assert "69cbd9fc" in body and "964edc7e" in body
     assert "0..27" in body
-    assert "outdated" in body
+    # Their version is unknown (no agent registered a run), but MTP unused needs no prediction.
+    assert "cause-mtp-unused" in body and "run 964edc7e (serves with MTP)" in body
 
 
-def test_the_stale_filter_keeps_only_nodes_on_an_outdated_or_broken_revision() -> None:
+def test_the_needs_action_filter_keeps_only_nodes_with_something_to_do(client: Client) -> None:
     _, fixed = f.qwen35_fleet(timezone.now())
     fresh = f.make_node("fresh-only")
     f.make_report(fresh, fixed, 5.3, at=timezone.now(), mtp_used=True)
-    rows = fleet.node_rows(fleet.window_start(), stale_only=True)
-    assert {r.node.name for r in rows} == set(f.FLEET_NODES)
+    rows = fleet.node_rows(fleet.window_start(), needs_action=True)
+    # gpu-box-1 ran 69cbd9fc, then moved on to 964edc7e an hour later: history, nothing to do.
+    assert {r.node.name for r in rows} == set(f.FLEET_NODES) - {"gpu-box-1"}
     everyone = {r.node.name: r for r in fleet.node_rows(fleet.window_start())}
-    assert not everyone["fresh-only"].stale
+    assert not everyone["fresh-only"].needs_action and not everyone["gpu-box-1"].needs_action
+    moved = [s.advice for s in everyone["gpu-box-1"].serving if not s.is_latest]
+    assert [a.cause for a in moved] == [Cause.MOVED_ON] and "Moved on to 964edc7e" in moved[0].text
+    listed = text(client.get("/nodes/", {"action": "1"}))
+    assert "mac-studio" in listed and "fresh-only" not in listed
+    assert "fresh-only" not in text(client.get("/nodes/", {"stale": "1"}))  # the old bookmark still works
 
 
 def test_a_node_page_shows_the_revision_it_serves_its_version_and_devices(client: Client) -> None:
@@ -108,7 +115,7 @@ def test_a_node_page_shows_the_revision_it_serves_its_version_and_devices(client
     node = f.Node.objects.get(name="mac-studio")
     NodeRun.objects.create(node=node, run_id="r1", version="0.61.2", devices=[{"name": "Metal"}])
     body = text(client.get("/nodes/mac-studio/"))
-    assert "69cbd9fc" in body and "undeclared-mtp" in body
+    assert "69cbd9fc" in body and "headline-not-servable" in body
     assert "0.61.2" in body and "Metal" in body
     assert 'data-chart="chart-layout"' in body
     assert client.get("/nodes/nobody/").status_code == 404
@@ -163,14 +170,14 @@ def test_the_window_reads_rollups_to_the_hour_whole_days_by_day_and_its_first_da
 def test_a_node_lists_at_most_its_limit_stale_revisions_first_and_counts_the_rest() -> None:
     broken, fixed = f.qwen35_fleet(timezone.now())
     packages = [f.make_package(f"meshllm/Other-{i}-layers") for i in range(3)]
-    others = [f.make_revision(package, "consistent-mtp") for package in packages]
+    others = [f.make_revision(package, "consistent-mtp", schema_version=2) for package in packages]
     node = f.Node.objects.get(name="gpu-box-1")
     for revision in others:
         for _ in range(40):  # busier than the stale revision, which still comes first
             f.make_report(node, revision, 5.0, at=timezone.now(), mtp_used=True)
     (row,) = fleet.node_rows(fleet.window_start(), name="gpu-box-1", limit=2)
     assert row.serving[0].revision_id == broken.pk
-    assert len(row.serving) == 2 and row.hidden == 3 and row.stale
+    assert len(row.serving) == 2 and row.hidden == 3 and row.needs_action
     assert fixed.pk not in [s.revision_id for s in row.serving]  # 31 reports: fewer than the others' 40
 
 
@@ -179,20 +186,6 @@ def test_a_nodes_median_comes_from_the_rollups_sketch_within_one_percent() -> No
     (served,) = [s for s in fleet.node_rows(fleet.window_start(), name="gpu-box-1")[0].serving if s.is_latest]
     assert served.reports == 31 and served.layer_range == "0..27" and served.topology_id == "lab-2"
     assert served.tps is not None and abs(served.tps - 5.32) <= 0.01 * 5.32 + 0.005
-
-
-def test_ran_counts_from_the_rollups_equal_the_raw_reports() -> None:
-    broken, _ = f.qwen35_fleet(timezone.now())
-    f.make_report(f.make_node("asks-auto"), broken, 3.0, at=timezone.now(), requested_strategy="auto")
-    raw = Report.objects.filter(revision=broken)
-    assert fleet.ran_counts(broken.pk) == fleet.RanCounts(
-        reports=raw.count(),
-        nodes=raw.values("node").distinct().count(),
-        mtp_on=raw.filter(mtp_used=True).count(),
-        auto_off=raw.filter(mtp_used=False, requested_strategy="auto").count(),
-    )
-    throughput = revision_throughput(broken.pk)
-    assert throughput is not None and fleet.ran_counts_of(throughput) == fleet.ran_counts(broken.pk)
 
 
 # --- before and after ------------------------------------------------------------------------------
@@ -227,37 +220,75 @@ def test_a_package_with_one_revision_has_nothing_to_compare(client: Client) -> N
 # --- audit vs reports ------------------------------------------------------------------------------
 
 
-def test_nodes_running_a_revision_the_audit_says_cannot_load_is_a_finding() -> None:
-    ran = fleet.RanCounts(reports=5, nodes=2, mtp_on=0, auto_off=5)
-    findings = fleet.reconcile("load-fails", ran)
-    assert len(findings) == 1 and "yet 5 reports from 2 nodes ran it without MTP" in findings[0]
-    assert "MTP in use" in fleet.reconcile("no-mtp", fleet.RanCounts(5, 2, 5, 0))[0]
-    assert "ran without it" in fleet.reconcile("native-mtp", fleet.RanCounts(5, 2, 0, 5))[0]
+def judged_fleet(generation: dict[str, Any] | None, nextn: tuple[str, ...] | None = None) -> Any:
+    """A real audit's revision (GLM-4.7, package-v2) and a node whose agent registered mesh-llm 0.78.0."""
+    from tests.audit_fixtures import GLM47, build
+
+    result = build(GLM47, 2, generation, nextn=nextn).audit()
+    assert result.assessment is not None
+    revision = f.make_revision(
+        f.make_package("meshllm/GLM-layers"),
+        result.verdict,
+        audit=result.to_json(),
+        assessment=result.assessment.to_json(),
+        headline=result.assessment.status.value,
+        schema_version=2,
+    )
+    node = f.make_node("judged-box")
+    NodeRun.objects.create(node=node, run_id="run-1", revision=revision, version="0.78.0")
+    return revision, node
 
 
-def test_reports_that_agree_with_the_audit_raise_no_finding() -> None:
-    assert fleet.reconcile("no-mtp", fleet.RanCounts(5, 2, 0, 5)) == []
-    assert fleet.reconcile("native-mtp", fleet.RanCounts(5, 2, 5, 0)) == []
-    assert fleet.reconcile("load-fails", fleet.RanCounts()) == []
+def test_a_node_that_ran_what_its_release_says_fails_at_load_is_a_finding_naming_it(client: Client) -> None:
+    from tests.audit_fixtures import mtp_generation
+
+    revision, node = judged_fleet(mtp_generation(2, [47]), nextn=())  # declared, weights dropped
+    f.make_report(
+        node, revision, 4.0, at=timezone.now(), requested_strategy="auto", effective_strategy="disabled"
+    )
+
+    body = text(client.get("/packages/meshllm/GLM-layers/"))
+
+    box = body[body.index('id="assessment"') : body.index('id="findings"')]
+    assert "cause-contradiction" in box
+    assert "judged-box on mesh-llm 0.78.0 (v0.78.0) with speculative.strategy auto" in box
+    assert "the load fails" in box and "yet it ran" in box
 
 
-def test_the_predicted_outcome_reads_the_resolver_table_and_older_audits() -> None:
-    assert fleet.auto_outcome(
-        {"auto": {"outcome": "load-fails", "why": "."}}, "declared-without-weights"
-    ) == ("load-fails")
-    assert fleet.auto_outcome({"auto": {"native_mtp": False}}, "declared-without-weights") == "load-fails"
-    assert fleet.auto_outcome({"auto": {"native_mtp": True}}, "consistent-mtp") == "native-mtp"
-    assert fleet.auto_outcome(None, "consistent-mtp") == ""
+def test_a_node_that_ran_what_its_release_predicts_raises_no_finding(client: Client) -> None:
+    from tests.audit_fixtures import mtp_generation
+
+    revision, node = judged_fleet(mtp_generation(2, [47]))
+    f.make_report(
+        node,
+        revision,
+        9.0,
+        at=timezone.now(),
+        mtp_used=True,
+        requested_strategy="auto",
+        effective_strategy="native-mtp",
+    )
+
+    body = text(client.get("/packages/meshllm/GLM-layers/"))
+
+    assert "cause-contradiction" not in body and "cause-ok" in body
 
 
-def test_the_package_page_shows_the_finding(client: Client) -> None:
-    package = f.make_package("meshllm/Nemotron-layers")
-    revision = f.make_revision(package, "declared-without-weights")
-    revision.audit["runtime"]["auto"] = {"outcome": "load-fails", "why": "no NextN tensors"}
-    revision.save(update_fields=["audit"])
-    f.make_report(f.make_node(), revision, 4.0, at=timezone.now())
-    body = text(client.get("/packages/meshllm/Nemotron-layers/"))
-    assert 'class="finding"' in body and "the runtime fell back instead of failing" in body
+def test_a_node_on_a_release_the_matrix_does_not_know_says_so_instead_of_contradicting(
+    client: Client,
+) -> None:
+    from tests.audit_fixtures import mtp_generation
+
+    revision, node = judged_fleet(mtp_generation(2, [47]), nextn=())
+    NodeRun.objects.filter(node=node).update(version="0.64.0")
+    f.make_report(
+        node, revision, 4.0, at=timezone.now(), requested_strategy="auto", effective_strategy="disabled"
+    )
+
+    body = text(client.get("/packages/meshllm/GLM-layers/"))
+
+    assert "cause-contradiction" not in body
+    assert "mesh-llm 0.64.0 is not in the release matrix" in body
 
 
 # --- glossary, sizes, CSV --------------------------------------------------------------------------
@@ -287,7 +318,8 @@ def test_the_catalog_exports_as_csv_with_the_same_filters(client: Client) -> Non
     assert response["Content-Type"].startswith("text/csv")
     rows = list(csv.DictReader(io.StringIO(text(response))))
     assert [r["repo_id"] for r in rows] == [f.QWEN35_REPO]
-    assert rows[0]["served_broken_revisions"] == f"{f.QWEN35_SHA}:undeclared-mtp:4"
+    assert rows[0]["served_broken_revisions"] == f"{f.QWEN35_SHA}:not-servable:undeclared-mtp:4"
+    assert rows[0]["status"] == "serves-mtp" and rows[0]["action"] == "Synthetic: nothing to do."
 
 
 def test_a_revisions_reports_export_as_csv_and_a_formula_stays_text(client: Client) -> None:
@@ -334,9 +366,9 @@ def test_hub_links_are_pinned_to_the_revision_sha(client: Client) -> None:
     assert f"/{f.QWEN35_REPO}/blob/{f.QWEN35_SHA}/layers/layer-000.gguf" in body
 
 
-def test_the_nav_marks_the_inconsistent_filter_as_the_current_page(client: Client) -> None:
-    body = text(client.get("/", {"verdict": "inconsistent"}))
-    assert 'href="/?verdict=inconsistent" aria-current="page"' in body
+def test_the_nav_marks_the_needs_action_filter_as_the_current_page(client: Client) -> None:
+    body = text(client.get("/", {"headline": "needs-action"}))
+    assert 'href="/?headline=needs-action" aria-current="page"' in body
     assert 'href="/" aria-current="page"' not in body
 
 

@@ -69,9 +69,10 @@ def test_ingest_audits_the_revision(hub_source: type[hub.HubSource]) -> None:
     assert rev.mtp_detected is True and rev.mtp_declared is False
     assert rev.audit["detected"]["mtp_blocks"] == [40]
     assert rev.architecture == "qwen35moe" and rev.block_count == 41
-    # Schema v1 is offline-only, so every release in releases.toml refuses it; the catalog filters on this.
-    assert rev.refused_releases == [a["release"] for a in rev.audit["compatibility"]]
-    assert {a["admitted"] for a in rev.audit["compatibility"]} == {False}
+    # Schema v1 is offline-only since PR #1693: every release after it refuses it (the catalog filters on it).
+    after_1693 = [a["release"] for a in rev.audit["compatibility"] if a["release"] != "v0.72.1"]
+    assert rev.refused_releases == after_1693
+    assert rev.headline == "not-servable" and rev.assessment["headline"]["action"]["kind"] == "republish-v2"
 
 
 def test_re_ingesting_a_finished_revision_does_nothing(

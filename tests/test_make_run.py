@@ -76,7 +76,7 @@ def path_without_services(bin_dir: Path) -> str:
 
 
 @pytest.fixture
-def demo(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], int, Path, str]]:
+def demo(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], int, Path, str, int]]:
     project = copy_project(tmp_path / "meshdash")
     path = path_without_services(tmp_path / "bin")
     port, devhub_port = free_port(), free_port()
@@ -97,7 +97,7 @@ def demo(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], int, Path, s
             start_new_session=True,
         )
     try:
-        yield process, port, log, path
+        yield process, port, log, path, devhub_port
     finally:
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGINT)
@@ -119,9 +119,9 @@ def wait_for_ready(process: subprocess.Popen[bytes], log: Path) -> None:
 
 
 def test_make_run_reaches_the_ingested_demo_without_postgresql_or_redis(
-    demo: tuple[subprocess.Popen[bytes], int, Path, str],
+    demo: tuple[subprocess.Popen[bytes], int, Path, str, int],
 ) -> None:
-    process, port, log, path = demo
+    process, port, log, path, _ = demo
     assert shutil.which("redis-server", path=path) is None and shutil.which("pg_isready", path=path) is None
     assert shutil.which("make", path=path) and shutil.which("git", path=path)
     wait_for_ready(process, log)
@@ -136,3 +136,86 @@ def test_make_run_reaches_the_ingested_demo_without_postgresql_or_redis(
     assert len(packages) - len(waiting) >= 5
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=10) as r:
         assert "Qwen3.5" in r.read().decode()
+
+
+# --- the four questions an operator brings, answered by clicking from / on the running demo -----------
+
+
+def demo_settled(port: int) -> bool:
+    """The demo's nodes have reported: Qwen3.5's republished revision has reports, demo-llama registered."""
+    base = f"http://127.0.0.1:{port}"
+    with urllib.request.urlopen(f"{base}/api/v1/packages?q=Qwen3.5", timeout=10) as r:
+        (row,) = json.load(r)["results"]
+    with urllib.request.urlopen(f"{base}/nodes/?action=1", timeout=10) as r:
+        nodes = r.read().decode()
+    return bool((row["throughput"] or {}).get("reports")) and "demo-llama" in nodes and "demo-glm" in nodes
+
+
+@pytest.mark.browser
+def test_the_demo_answers_the_four_questions_by_clicking_from_the_catalog(
+    demo: tuple[subprocess.Popen[bytes], int, Path, str, int],
+) -> None:
+    from playwright.sync_api import expect, sync_playwright
+
+    process, port, log, _, devhub_port = demo
+    wait_for_ready(process, log)
+    deadline = time.monotonic() + 180
+    while not demo_settled(port):
+        assert time.monotonic() < deadline, "the demo's nodes did not report"
+        time.sleep(3)
+    shots = ROOT / "artifacts" / "screenshots"
+    shots.mkdir(parents=True, exist_ok=True)
+    base = f"http://127.0.0.1:{port}"
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path="/usr/bin/chromium",
+            args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"],
+        )
+        page = browser.new_page(viewport={"width": 1366, "height": 900})
+
+        # 1. Which packages ship MTP weights they don't declare, and what do I do?
+        page.goto(base + "/")
+        page.click("ul[aria-label='Packages per MTP verdict'] a.verdict-undeclared-mtp")
+        qwen = page.locator("tr.row-notes", has_text="69cbd9fc")
+        expect(qwen).to_contain_text("ran")  # the revision nodes served, labelled as such
+        expect(page.locator("table.catalog")).to_contain_text("Qwen3.8-27B-UD-Q4_K_XL-layers")
+        page.screenshot(path=str(shots / "demo-q1-undeclared-mtp.png"), full_page=True)
+        page.click("a.repo:has-text('Qwen3.5-35B-A3B-UD-Q4_K_XL-layers')")
+        expect(page.locator("#assessment .headline-row")).to_contain_text("serves with MTP")  # the fix
+
+        # 2. Which of my nodes need action, and what action?
+        page.click("header.site >> text=Nodes")
+        page.click("text=needing action")
+        table = page.locator("table.nodes")
+        expect(table).to_contain_text("demo-llama")
+        expect(table.locator("tbody", has_text="demo-llama")).to_contain_text(
+            "Refused by your release v0.76.2"
+        )
+        expect(table.locator("tbody", has_text="demo-llama")).to_contain_text("Upgrade mesh-llm to v0.78.0")
+        expect(table.locator("tbody", has_text="demo-glm")).to_contain_text("MTP weights unused")
+        assert "demo-qwen" not in table.inner_text()  # it moved on to the fix, which serves with MTP
+        page.screenshot(path=str(shots / "demo-q2-nodes-needing-action.png"), full_page=True)
+
+        # 3. Did the fix make decoding faster?
+        page.goto(base + "/packages/meshllm/Qwen3.5-35B-A3B-UD-Q4_K_XL-layers/")
+        page.click("text=Compare with another revision")
+        effect = page.locator("#effect").inner_text()
+        found = re.search(r"^69cbd9fc -> [0-9a-f]{8}: [\d.]+ -> [\d.]+ tok/s median, x([\d.]+)", effect)
+        assert found and float(found.group(1)) > 1.3, effect
+        page.screenshot(path=str(shots / "demo-q3-compare.png"), full_page=True)
+
+        # 4. Is the package I'm about to publish valid, and which releases will serve it?
+        manifest = page.request.get(base + "/api/v1/packages/meshllm/Qwen3.8-27B-UD-Q4_K_XL-layers").json()
+        sha = manifest["revision"]["commit_sha"]
+        hub = f"http://127.0.0.1:{devhub_port}/meshllm/Qwen3.8-27B-UD-Q4_K_XL-layers/resolve/{sha}"
+        with urllib.request.urlopen(f"{hub}/model-package.json", timeout=10) as r:
+            body = r.read()
+        page.click("header.site >> text=Check a manifest")
+        page.fill("textarea", body.decode())
+        page.click("button:has-text('Check')")
+        result = page.locator("#result")
+        expect(result).to_contain_text("weights were not read")
+        expect(result).to_contain_text("audit_package")
+        expect(result).to_contain_text("v0.78.0 admits")
+        page.screenshot(path=str(shots / "demo-q4-check.png"), full_page=True)
+        browser.close()

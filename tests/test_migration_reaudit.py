@@ -1,4 +1,5 @@
-"""The issue-9 data migration re-audits stored revisions from their stored inputs and loses none of them."""
+"""The issue-9 data migration re-audits stored revisions from their stored inputs and loses none of them;
+the issue-19 one gives each audited revision its assessment the same way."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from tests.migrating import back_to_the_leaf, migrate  # noqa: F401 (a fixture)
 BEFORE = [("packages_app", "0002_node10_timings_flags_and_node_runs")]
 AFTER = [("packages_app", "0003_issue9_reaudit")]
 REFUSED_BY = [("packages_app", "0004_issue9_refused_by")]
+ASSESSED = [("packages_app", "0013_issue19_assessment")]
 STALE = {"verdict": "consistent-mtp", "runtime": {"auto": {"native_mtp": True, "explanation": "old"}}}
 
 
@@ -47,8 +49,9 @@ def test_the_migration_recomputes_the_audit_and_keeps_every_input() -> None:
 
     after = apps.get_model("packages_app", "Revision").objects.get(pk=rev.pk)
     assert after.verdict == "undeclared-mtp"
-    assert after.audit["runtime"]["auto"]["outcome"] == "refused"  # v1: offline-only
-    assert [a["admitted"] for a in after.audit["compatibility"]] == [False, False, False]
+    # On a release that loads it auto runs no MTP; whether one does is the release matrix's answer.
+    assert after.audit["runtime"]["auto"]["outcome"] == "no-mtp"
+    assert [a["admitted"] for a in after.audit["compatibility"]] == [True, False, False, False]
     assert bytes(after.manifest_bytes) == manifest
     assert apps.get_model("packages_app", "PackageFile").objects.filter(revision_id=rev.pk).count() == len(
         package.files
@@ -57,4 +60,12 @@ def test_the_migration_recomputes_the_audit_and_keeps_every_input() -> None:
     apps = migrate(REFUSED_BY)
 
     refused = apps.get_model("packages_app", "Revision").objects.get(pk=rev.pk).refused_by
-    assert refused == "|v0.76.1|v0.76.2|after PR #1959|"
+    assert refused == "|v0.76.1|v0.76.2|v0.78.0|"  # v1 is offline-only since PR #1693; v0.72.1 served it
+
+    apps = migrate(ASSESSED)
+
+    assessed = apps.get_model("packages_app", "Revision").objects.get(pk=rev.pk)
+    assert assessed.headline == "not-servable"
+    assert assessed.assessment["headline"]["action"]["kind"] == "republish-v2"
+    assert assessed.assessment["mtp"]["verdict"] == "undeclared-mtp"
+    assert bytes(assessed.manifest_bytes) == manifest

@@ -136,13 +136,15 @@ def test_an_undeclared_name_is_refused() -> None:
     assert "must be auto, disabled, mtp, ngram-cache, ngram-suffix, or a strategy declared" in row.why
 
 
-def test_every_serving_load_refuses_a_v1_package() -> None:
+def test_a_v1_package_resolves_like_any_other_where_a_release_loads_it() -> None:
+    # Whether a release loads schema v1 is the release matrix's answer (v0.72.1 did; none since PR
+    # #1693); the resolver table says what a release that loads it does with each setting.
     doc = v1_base()
     doc["generation"] = {"speculative_decoding": mtp()}
-    rows = resolve(parse_manifest(json.dumps(doc).encode())).rows
+    table = resolve(parse_manifest(json.dumps(doc).encode()))
 
-    assert {r.outcome for r in rows} == {"refused"}
-    assert all("offline-only" in r.why for r in rows)
+    assert table.row("auto") is not None and table.row("auto").outcome == "native-mtp"
+    assert table.row("disabled").outcome == "no-mtp"
 
 
 def test_an_invalid_manifest_fails_every_load() -> None:
@@ -166,7 +168,8 @@ def matrix(result: ManifestResult) -> dict[str, tuple[bool | None, str]]:
 def test_the_release_file_lists_releases_before_and_after_pr_1959() -> None:
     rules = {r.release: r.abi_rule for r in known_releases()}
 
-    assert rules["v0.76.2"] == "equal" and rules["after PR #1959"] == "any"
+    assert rules["v0.76.2"] == "equal" and rules["v0.78.0"] == "any"
+    assert all(r.release.startswith("v") for r in known_releases()), "no catch-all row: a release is a tag"
 
 
 @pytest.mark.parametrize(
@@ -176,7 +179,7 @@ def test_before_pr_1959_only_the_runtimes_own_abi_is_admitted(abi: str, admitted
     rows = matrix(judged(native_abi_version=abi))
 
     assert rows["v0.76.2"][0] is admitted_by_0762
-    assert rows["after PR #1959"][0] is True
+    assert rows["v0.78.0"][0] is True
     if not admitted_by_0762:
         assert f"native ABI {abi} differs from runtime ABI 0.1.53" in rows["v0.76.2"][1]
 
@@ -186,13 +189,27 @@ def test_request_defaults_are_refused_by_v0_76_1_and_unknown_for_v0_76_2() -> No
 
     assert rows["v0.76.1"][0] is False and "unknown field" in rows["v0.76.1"][1]
     assert rows["v0.76.2"][0] is None and "not pinned down" in rows["v0.76.2"][1]
-    assert rows["after PR #1959"][0] is True
+    assert rows["v0.78.0"][0] is True
 
 
-def test_no_release_serves_a_v1_package() -> None:
+def test_a_known_refusal_wins_over_a_field_whose_parsing_is_not_pinned_down() -> None:
+    rows = matrix(judged(native_abi_version="0.1.54", generation={"request_defaults": _defaults()}))
+
+    assert rows["v0.76.2"][0] is False and "native ABI 0.1.54 differs" in rows["v0.76.2"][1]
+
+
+def test_only_the_release_before_pr_1693_serves_a_v1_package() -> None:
     rows = matrix(parse_manifest(json.dumps(v1_base()).encode()))
 
-    assert {admitted for admitted, _ in rows.values()} == {False}
+    assert {name for name, (admitted, _) in rows.items() if admitted is not False} == {"v0.72.1"}
+    assert rows["v0.72.1"][0] is True and "schema v1" in rows["v0.72.1"][1]
+    assert all("offline-only" in why for name, (_, why) in rows.items() if name != "v0.72.1")
+
+
+def test_whether_the_release_before_pr_1693_loads_package_v2_is_not_pinned_down() -> None:
+    rows = matrix(judged())
+
+    assert rows["v0.72.1"][0] is None and "not pinned down" in rows["v0.72.1"][1]
 
 
 def test_publisher_metadata_is_admitted_after_pr_1959() -> None:
@@ -200,7 +217,7 @@ def test_publisher_metadata_is_admitted_after_pr_1959() -> None:
     _publisher()(doc)
     doc["package_id"] = package_id_of(doc)
 
-    assert matrix(parse_manifest(json.dumps(doc).encode()))["after PR #1959"][0] is True
+    assert matrix(parse_manifest(json.dumps(doc).encode()))["v0.78.0"][0] is True
 
 
 def test_adding_a_release_is_one_row() -> None:
@@ -210,7 +227,7 @@ def test_adding_a_release_is_one_row() -> None:
     )
     releases = parse_releases("[[release]]\n" + text)
 
-    assert releases == (Release("v9.9.9", "equal", "0.1.57", False, True, True, "test"),)
+    assert releases == (Release("v9.9.9", "equal", "0.1.57", False, True, True, True, "test"),)
     admitted = compatibility(judged(native_abi_version="0.1.57"), releases)
     assert [(a.release, a.admitted) for a in admitted] == [("v9.9.9", True)]
 

@@ -17,4 +17,5 @@ def test_the_badge_template_asks_the_vocabulary_not_a_list_of_its_own() -> None:
     template = Template("{% load verdicts %}{% verdict_badge verdict %}")
     agree = template.render(Context({"verdict": "consistent-no-mtp"}))
     disagree = template.render(Context({"verdict": "declaration-mismatch"}))
-    assert "Declaration and weights agree" in agree and "disagree" in disagree
+    assert Verdict.CONSISTENT_NO_MTP.sentence in agree and "tone-info" in agree
+    assert Verdict.DECLARATION_MISMATCH.sentence in disagree and "tone-bad" in disagree

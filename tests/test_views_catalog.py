@@ -26,7 +26,7 @@ def test_it_lists_every_package_with_its_audit_summary(client: Client) -> None:
     for package in mix.values():
         assert f"/packages/{package.owner}/{package.name}/" in body
     assert "69cbd9fc" in body and "qwen35moe" in body and 'title="19967000000 bytes">20.0 GB' in body
-    assert 'class="badge verdict verdict-undeclared-mtp"' in body
+    assert 'class="badge verdict verdict-undeclared-mtp ' in body
     assert "17/64" in body  # the running ingest shows its progress
 
 
@@ -149,8 +149,7 @@ def test_the_catalog_shows_and_filters_the_releases_that_refuse_a_package(client
     body = text(client.get("/", {"refused_by": "v0.76.2"}))
 
     assert old_abi.name in body and admitted.name not in body
-    assert '<code class="refused">v0.76.1</code> <code class="refused">v0.76.2</code>' in body
-    assert '<option value="after PR #1959">after PR #1959</option>' in body
+    assert '<option value="v0.78.0">v0.78.0</option>' in body
 
 
 def test_an_unknown_release_in_the_refused_by_filter_falls_back_with_a_message(client: Client) -> None:

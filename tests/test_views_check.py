@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Iterator
 from typing import Any
@@ -18,6 +19,8 @@ from tests.test_rulebook import mtp_sd, v2_base
 
 PAGE = "/check/"
 API = "/api/v1/check-manifest"
+# The page looks for a tracked revision holding the same manifest bytes, to link it.
+pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture(autouse=True)
@@ -48,18 +51,32 @@ def test_the_page_needs_no_login_and_offers_paste_and_upload(client: Client) -> 
     assert 'href="/check/" aria-current="page"' in text(response)
 
 
-def test_a_pasted_manifest_shows_the_verdict_the_resolver_table_and_the_releases(
-    client: Client,
-) -> None:
+def test_a_pasted_manifest_leads_with_what_a_manifest_alone_cannot_see(client: Client) -> None:
     response = client.post(PAGE, {"manifest": json.dumps(valid_v2())})
     body = text(response)
 
     assert response.status_code == 200
-    assert "Valid as mesh-llm judges it" in body
+    headline = body[body.index('id="result"') : body.index('id="validation"')]
+    assert "headline-weights-unread" in headline and "weights were not read" in headline
+    assert "python manage.py audit_package &lt;package folder or owner/repo&gt;" in headline
+    assert "Valid as mesh-llm's validator judges it" in body
     assert '<span class="outcome outcome-native-mtp">native-mtp</span>' in body
-    assert "<code>after PR #1959</code>" in body
+    assert "<code>v0.78.0</code>" in body
     assert "Not pinned down in mesh-llm's code" in body and "no local GGUF signal" in body
-    assert "No problems" in body
+    assert "finds no problem in the manifest itself" in body
+
+
+def test_a_manifest_meshdash_tracks_links_its_revision_and_that_revisions_answer(client: Client) -> None:
+    from tests import dashboard_factories as f
+
+    data = json.dumps(valid_v2()).encode()
+    digest = hashlib.sha256(data).hexdigest()
+    revision = f.make_revision(f.make_package("meshllm/Tracked-layers"), manifest_sha256=digest)
+
+    body = text(client.post(PAGE, {"manifest": data.decode()}))
+
+    assert f"?revision={revision.commit_sha}" in body and "meshllm/Tracked-layers" in body
+    assert f"audit_package meshllm/Tracked-layers --revision {revision.commit_sha}" in body
 
 
 def test_an_uploaded_invalid_manifest_lists_mesh_llms_codes(client: Client) -> None:
@@ -70,7 +87,8 @@ def test_an_uploaded_invalid_manifest_lists_mesh_llms_codes(client: Client) -> N
     response = client.post(PAGE, {"file": upload})
 
     assert response.status_code == 200
-    assert "Invalid as mesh-llm judges it" in text(response)
+    assert "headline-invalid-manifest" in text(response)
+    assert "Invalid as mesh-llm's validator judges it" in text(response)
     assert "<code>package_identity_mismatch</code>" in text(response)
 
 

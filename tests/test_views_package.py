@@ -43,8 +43,8 @@ def test_the_page_shows_the_verdict_its_evidence_and_the_fix(client: Client, qwe
     assert "undeclared-mtp" in body and "Block 40 holds NextN tensors" in body
     assert "<dt>mtp_blocks</dt><dd><code>[40]</code></dd>" in body
     assert '<td data-label="Detected" class="mtp-blocks">40</td>' in body
-    assert "No declared strategy, and a package load has no local GGUF to prove MTP." in body
-    assert '<span class="outcome outcome-refused">refused</span>' in body
+    box = body[body.index('id="assessment"') : body.index('id="findings"')]
+    assert "headline-not-servable" in box and "Synthetic: republish as package-v2." in box
     assert 'id="suggested-generation"' in body and "&quot;native-mtp&quot;" in body
     assert f"manifest.patched.json?revision={f.QWEN35_SHA}" in body
 
@@ -86,7 +86,7 @@ def test_the_file_table_flags_a_sha256_mismatch_between_manifest_and_hub(client:
 
 def test_another_revision_is_chosen_by_sha_prefix(client: Client, qwen35: Package) -> None:
     body = text(client.get(PAGE, {"revision": OLD_SHA[:7]}))
-    assert 'class="badge verdict verdict-consistent-mtp"' in body.split('id="declared-detected"')[0]
+    assert 'class="badge verdict verdict-consistent-mtp ' in body.split('id="declared-detected"')[0]
     assert 'id="fix"' not in body
 
 
@@ -234,16 +234,29 @@ def test_the_page_renders_what_capability_audit_really_writes(
     from tests import audit_fixtures
 
     built = audit_fixtures.build(getattr(audit_fixtures, model), schema)
-    audit = built.audit().to_json()
+    result = built.audit()
+    audit, assessment = result.to_json(), result.assessment
+    assert assessment is not None
     package = f.make_package("meshllm/real")
-    f.make_revision(package, audit["verdict"], audit=audit, manifest_json=built.manifest)
+    f.make_revision(
+        package,
+        audit["verdict"],
+        audit=audit,
+        manifest_json=built.manifest,
+        assessment=assessment.to_json(),
+        headline=assessment.status.value,
+    )
     response = client.get("/packages/meshllm/real/")
     assert response.status_code == 200
-    assert f'class="badge verdict verdict-{verdict}"' in text(response)
-    for row in audit["compatibility"]:  # the release matrix, one row per release in releases.toml
-        assert f'<td data-label="Release"><code>{row["release"]}</code></td>' in text(response)
-    for setting in audit["runtime"]:
-        assert f'<td data-label="Setting"><code>{setting}</code></td>' in text(response)
+    body = text(response)
+    assert f'class="badge verdict verdict-{verdict} ' in body
+    assert f"headline-{assessment.status.value} " in body and assessment.headline.sentence in body
+    releases = body[body.index('id="releases"') : body.index('id="layout"')]
+    for row in audit["compatibility"]:  # the release matrix, every release in releases.toml
+        assert f"<code>{row['release']}</code>" in releases
+    for setting in audit["runtime"]:  # the settings, on the releases that load it
+        if assessment.admitting_releases:
+            assert f"<code>{setting}</code>" in releases
     mtp_bars = [t["x"] for t in chart(response, "chart-layout")["data"] if t["name"] == "MTP (NextN) block"]
     assert mtp_bars == ([audit["detected"]["mtp_blocks"]] if audit["detected"]["mtp_blocks"] else [])
     if audit["suggested_generation"] and schema == 1:  # v1: the block alone does not make it servable

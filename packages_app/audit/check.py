@@ -7,9 +7,12 @@ and ``POST /api/v1/check-manifest``.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from typing import Any
 
+from packages_app.audit.assessment import Assessment, Facts, assess
+from packages_app.audit.judgement import declare
 from packages_app.audit.model import Runtime
 from packages_app.audit.releases import Admission, compatibility
 from packages_app.audit.runtime import resolve
@@ -24,10 +27,19 @@ class ManifestCheck:
     computed_id: str | None
     runtime: Runtime
     compatibility: tuple[Admission, ...]
+    assessment: Assessment
+    sha256: str = ""  # of the bytes checked, to find a stored revision that holds the same manifest
 
     @property
     def valid(self) -> bool:
         return self.parsed.trusted
+
+    @property
+    def passes(self) -> bool:
+        """Exit 0 of check_manifest: valid, admitted by the newest known release, no error finding."""
+        newest = self.compatibility[-1] if self.compatibility else None
+        errors = any(p.severity == "error" for p in self.problems)
+        return self.valid and newest is not None and newest.admitted is True and not errors
 
     @property
     def problems(self) -> list[Problem]:
@@ -43,6 +55,7 @@ class ManifestCheck:
         return {
             "schema": self.schema,
             "valid": self.valid,
+            "assessment": self.assessment.to_json(),
             "problems": [
                 {"code": p.code, "severity": p.severity, "message": p.message, "path": p.path}
                 for p in self.problems
@@ -57,20 +70,26 @@ class ManifestCheck:
         }
 
 
-def check_manifest(data: bytes) -> ManifestCheck:
-    """Judge manifest bytes; never raises on bad input."""
+def check_manifest(data: bytes, source: str = "") -> ManifestCheck:
+    """Judge manifest bytes; never raises on bad input. ``source`` is what ``audit_package`` would read
+    to see the weights (a folder or owner/name), when the caller knows it."""
     parsed = parse_manifest(data)
     manifest = parsed.manifest
     raw = parsed.raw or {}
     schema = manifest.schema_version if manifest is not None else _int(raw.get("schema_version"))
     declared = raw.get("package_id") if schema != 1 else None
+    runtime = resolve(parsed)
+    admissions = tuple(compatibility(parsed))
+    facts = Facts(parsed, runtime, admissions, declare(manifest), scope="manifest", source=source)
     return ManifestCheck(
         schema=schema,
         parsed=parsed,
         declared_id=declared if isinstance(declared, str) else None,
         computed_id=manifest.computed_package_id if manifest is not None else None,
-        runtime=resolve(parsed),
-        compatibility=tuple(compatibility(parsed)),
+        runtime=runtime,
+        compatibility=admissions,
+        assessment=assess(facts),
+        sha256=hashlib.sha256(data).hexdigest(),
     )
 
 

@@ -6,10 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from packages_app.audit.releases import Admission
 from packages_app.manifest import (
     Json,
-    Manifest,
     Problem,
     Severity,
 )
@@ -203,40 +201,4 @@ class Suggestion:
             "patched_manifest": self.patched_manifest,
             "diff": self.diff,
             "advice": self.advice,
-        }
-
-
-@dataclass(frozen=True)
-class Audit:
-    verdict: str
-    detected: Detected
-    declared: Declared
-    problems: list[Problem]
-    provenance: Provenance
-    runtime: Runtime
-    suggested_generation: Suggestion | None
-    # False when the headers needed to judge MTP were not read: `audit_package` exits 2 then.
-    auditable: bool = True
-    manifest: Manifest | None = None
-    compatibility: tuple[Admission, ...] = ()
-
-    @property
-    def consistent(self) -> bool:
-        return verdict_is_consistent(self.verdict)
-
-    def codes(self) -> list[str]:
-        return [p.code for p in self.problems]
-
-    def to_json(self) -> Json:
-        return {
-            "verdict": self.verdict,
-            "detected": self.detected.to_json(),
-            "declared": self.declared.to_json(),
-            "problems": [p.to_json() for p in self.problems],
-            "provenance": self.provenance.to_json(),
-            "runtime": self.runtime.to_json(),
-            "suggested_generation": self.suggested_generation.to_json()
-            if self.suggested_generation
-            else None,
-            "compatibility": [a.to_json() for a in self.compatibility],
         }

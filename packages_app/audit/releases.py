@@ -23,6 +23,7 @@ class Release:
     abi_rule: str  # "equal" | "any"
     runtime_abi: str
     serves_v1: bool
+    serves_v2: Tristate
     request_defaults: Tristate
     publisher_metadata: Tristate
     source: str
@@ -52,6 +53,7 @@ def _release(row: dict[str, Any]) -> Release:
         abi_rule=row["abi_rule"],
         runtime_abi=str(row.get("runtime_abi", "")),
         serves_v1=bool(row.get("serves_v1", False)),
+        serves_v2=_tristate(row.get("serves_v2", True)),
         request_defaults=_tristate(row.get("request_defaults")),
         publisher_metadata=_tristate(row.get("publisher_metadata")),
         source=str(row.get("source", "")),
@@ -78,11 +80,12 @@ def admit(parsed: ManifestResult | None, r: Release) -> Admission:
     manifest = parsed.manifest if parsed else None
     if parsed is None or manifest is None:
         return Admission(r.release, False, _rejected(parsed))
-    if manifest.schema_version == 1 and not r.serves_v1:
-        return Admission(r.release, False, "schema v1 is offline-only; split serving requires package-v2.")
-    unsupported = _unsupported_block(manifest, r)
-    if unsupported is not None:
-        return unsupported
+    if manifest.schema_version == 1:
+        return _admit_v1(parsed, r)
+    if r.serves_v2 is not True:
+        known = r.serves_v2 is False
+        why = "it does not load package-v2." if known else "whether it loads package-v2 is not pinned down."
+        return Admission(r.release, False if known else None, why)
     if not parsed.trusted:
         return Admission(r.release, False, _rejected(parsed))
     if r.abi_rule == "equal" and manifest.abi_version != r.runtime_abi:
@@ -93,8 +96,20 @@ def admit(parsed: ManifestResult | None, r: Release) -> Admission:
         )
     if sum(f.size or 0 for f in manifest.source_model.files) <= 0:
         return Admission(r.release, False, "the source byte total is not greater than 0.")
+    # A block the release's parser may not know comes last: a known refusal above wins over "not pinned down".
+    unsupported = _unsupported_block(manifest, r)
+    if unsupported is not None:
+        return unsupported
     rule = "any ABI" if r.abi_rule == "any" else f"ABI {r.runtime_abi}"
     return Admission(r.release, True, f"admitted: schema v2, a matching package_id, {rule}.")
+
+
+def _admit_v1(parsed: ManifestResult, r: Release) -> Admission:
+    if not r.serves_v1:
+        return Admission(r.release, False, "schema v1 is offline-only; split serving requires package-v2.")
+    if not parsed.trusted:
+        return Admission(r.release, False, _rejected(parsed))
+    return Admission(r.release, True, "admitted: layer-package schema v1, served before PR #1693.")
 
 
 def refused_key(compatibility: list[dict[str, Any]]) -> str:
@@ -123,3 +138,15 @@ def _rejected(parsed: ManifestResult | None) -> str:
         return f"there is no {MANIFEST_FILE}."
     first = next((p for p in parsed.problems if p.severity == "error"), None)
     return f"mesh-llm rejects the manifest ({first.code}: {first.message})" if first else "it is rejected."
+
+
+def release_for(version: str, releases: tuple[Release, ...] | None = None) -> str | None:
+    """The release row a node's reported mesh-llm version (``/api/status`` ``version``, e.g. ``0.78.0``
+    or ``v0.78.0``) names, or None when the matrix does not know it. Matched exactly: a build such as
+    ``0.76.0-rc9`` is not ``v0.76.0``."""
+    text = version.strip().removeprefix("mesh-llm").strip()
+    if not text:
+        return None
+    wanted = text if text.startswith("v") else f"v{text}"
+    rows = releases if releases is not None else known_releases()
+    return next((r.release for r in rows if r.release == wanted), None)

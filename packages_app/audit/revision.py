@@ -1,11 +1,16 @@
-"""Pure: one revision's audit, from manifest bytes + file listing + parsed headers; no Django, no I/O."""
+"""Pure: one revision's audit, from manifest bytes + file listing + parsed headers; no Django, no I/O.
+
+``Audit`` lives here rather than with the other result types (model.py) because it carries the
+assessment, which assessment.py builds from those types."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
+from packages_app.audit.assessment import Assessment, Facts, Scope, assess
 from packages_app.audit.detection import (
     detect,
 )
@@ -23,19 +28,65 @@ from packages_app.audit.judgement import (
     declare,
 )
 from packages_app.audit.model import (
-    Audit,
+    Declared,
+    Detected,
     FileInfo,
+    Provenance,
+    Runtime,
+    Suggestion,
+    verdict_is_consistent,
 )
-from packages_app.audit.releases import compatibility
+from packages_app.audit.releases import Admission, compatibility
 from packages_app.audit.runtime import resolve
 from packages_app.manifest import (
     MANIFEST_FILE,
+    Json,
+    Manifest,
     Problem,
     Severity,
     parse_manifest,
 )
+from packages_app.verdicts import Verdict
 
 _NO_ERRORS: Mapping[str, str] = MappingProxyType({})
+
+
+@dataclass(frozen=True)
+class Audit:
+    verdict: str
+    detected: Detected
+    declared: Declared
+    problems: list[Problem]
+    provenance: Provenance
+    runtime: Runtime
+    suggested_generation: Suggestion | None
+    # False when the headers needed to judge MTP were not read: `audit_package` exits 2 then.
+    auditable: bool = True
+    manifest: Manifest | None = None
+    compatibility: tuple[Admission, ...] = ()
+    assessment: Assessment | None = None  # always set by audit(); stored apart from to_json's document
+
+    @property
+    def consistent(self) -> bool:
+        return verdict_is_consistent(self.verdict)
+
+    def codes(self) -> list[str]:
+        return [p.code for p in self.problems]
+
+    def to_json(self) -> Json:
+        return {
+            "verdict": self.verdict,
+            "detected": self.detected.to_json(),
+            "declared": self.declared.to_json(),
+            "problems": [p.to_json() for p in self.problems],
+            "provenance": self.provenance.to_json(),
+            "runtime": self.runtime.to_json(),
+            "suggested_generation": self.suggested_generation.to_json()
+            if self.suggested_generation
+            else None,
+            "compatibility": [a.to_json() for a in self.compatibility],
+        }
+
 
 # --- the audit --------------------------------------------------------------------------------
 
@@ -46,6 +97,8 @@ def audit(
     headers: Mapping[str, Mapping[str, Any]],
     revision: str | None = None,
     header_errors: Mapping[str, str] = _NO_ERRORS,
+    scope: Scope = "revision",
+    source: str = "",
 ) -> Audit:
     """Audit one revision: what the weights hold vs what model-package.json declares."""
     parsed = parse_manifest(manifest_bytes) if manifest_bytes is not None else None
@@ -62,17 +115,34 @@ def audit(
     trusted = parsed is not None and parsed.trusted
     if not trusted:
         verdict = "invalid-manifest"
+    runtime = resolve(parsed, detected)
+    admissions = tuple(compatibility(parsed))
+    suggestion = _suggest(verdict, manifest, detected) if trusted else None
+    auditable = not any(p.code == "weights_not_inspected" and p.severity == "error" for p in coverage)
+    facts = Facts(
+        parsed=parsed,
+        runtime=runtime,
+        compatibility=admissions,
+        declared=declared,
+        verdict=Verdict(verdict) if auditable or not trusted else None,
+        detected=detected,
+        suggestion=suggestion,
+        problems=problems,
+        scope=scope,
+        source=source,
+    )
     return Audit(
         verdict=verdict,
         detected=detected,
         declared=declared,
         problems=problems,
         provenance=_provenance(manifest, manifest_bytes, revision, checks),
-        runtime=resolve(parsed, detected),
-        suggested_generation=_suggest(verdict, manifest, detected) if trusted else None,
-        auditable=not any(p.code == "weights_not_inspected" and p.severity == "error" for p in coverage),
+        runtime=runtime,
+        suggested_generation=suggestion,
+        auditable=auditable,
         manifest=manifest,
-        compatibility=tuple(compatibility(parsed)),
+        compatibility=admissions,
+        assessment=assess(facts),
     )
 
 

@@ -29,18 +29,13 @@ _REFUSED_NAME = (
 
 
 def resolve(parsed: ManifestResult | None, detected: Detected | None = None) -> Runtime:
-    """The resolver table for one manifest (and, when known, what its weights hold)."""
+    """The resolver table for one manifest (and, when known, what its weights hold), on a release that
+    admits it: whether a release does is the release matrix's answer (releases.py); the assessment
+    (assessment.py) puts the two together per release."""
     manifest = parsed.manifest if parsed else None
     if manifest is None or parsed is None:
         why = f"there is no {MANIFEST_FILE}" if parsed is None else _first_error(parsed)
         return _every(_settings(None), "load-fails", f"the load fails: {why}.")
-    if manifest.schema_version == 1:
-        return _every(
-            _settings(manifest),
-            "refused",
-            "every serving load refuses it: layer-package schema v1 is offline-only; split serving requires "
-            "a package-v2 manifest (since PR #1693).",
-        )
     if not parsed.trusted:
         return _every(_settings(manifest), "load-fails", f"the load fails: {_first_error(parsed)}.")
     return Runtime(tuple(_resolve(manifest, s, detected) for s in _settings(manifest)))

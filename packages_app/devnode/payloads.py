@@ -16,7 +16,9 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span
 
-VERSION = "0.64.0"
+# A release the release matrix knows (packages_app/audit/releases.toml): meshdash judges a node against
+# its own release, so the demo's nodes run real ones.
+VERSION = "0.78.0"
 
 
 @dataclass(frozen=True)
@@ -48,6 +50,8 @@ class RunPlan:
     requested_strategy: str = "auto"
     effective_strategy: str = "native-mtp"
     decode_tps: float = 42.0
+    version: str = VERSION  # mesh-llm's version, as /api/status reports it
+    error: str | None = None  # a stage that failed to load: state "failed" with mesh-llm's error
 
     @property
     def package_ref(self) -> str:
@@ -99,7 +103,7 @@ def _stage_status(plan: RunPlan, index: int, stage: StagePlan) -> dict[str, Any]
         "node_id": stage.node_id,
         "layer_start": stage.layer_start,
         "layer_end": stage.layer_end,
-        "state": "ready",
+        "state": "failed" if plan.error else "ready",
         "bind_addr": f"127.0.0.1:{7100 + index}",
         "activation_width": 2048,
         "wire_dtype": "f16",
@@ -111,7 +115,7 @@ def _stage_status(plan: RunPlan, index: int, stage: StagePlan) -> dict[str, Any]
         },
         "ctx_size": 8192,
         "lane_count": 4,
-        "error": None,
+        "error": plan.error,
         "shutdown_generation": 0,
     }
 
@@ -119,7 +123,7 @@ def _stage_status(plan: RunPlan, index: int, stage: StagePlan) -> dict[str, Any]
 def status_payload(plan: RunPlan) -> dict[str, Any]:
     """``GET /api/status``: the fields the agent reads, in mesh-llm's order, and a few neighbours."""
     return {
-        "version": VERSION,
+        "version": plan.version,
         "latest_version": None,
         "node_id": plan.node_id,
         "node_state": "serving",

@@ -13,7 +13,7 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString, mark_safe
 
 from packages_app.glossary import PROBLEMS, anchor, format_decimal_size
-from packages_app.verdicts import is_consistent
+from packages_app.verdicts import Cause, Status, is_consistent, status_of, verdict_of
 
 register = template.Library()
 
@@ -55,27 +55,62 @@ def _glossary_under(prefix: str) -> str:
 
 @register.simple_tag
 def verdict_badge(verdict: str | None) -> SafeString:
-    """``{% verdict_badge verdict %}``: the verdict as a badge linking to its glossary entry."""
+    """``{% verdict_badge verdict %}``: the MTP verdict as a badge in its tone, linking to its entry."""
     glossary = _glossary_url()
-    if not verdict:
+    known = verdict_of(verdict)
+    if known is None:
+        text = verdict or "not audited"
         return format_html(
-            '<a class="badge verdict verdict-none" href="{}#{}">not audited</a>',
+            '<a class="badge verdict verdict-none tone-none" href="{}#{}">{}</a>',
             glossary,
-            glossary_anchor(""),
+            Status.NOT_ASSESSED.anchor,
+            text,
         )
-    agree = (
-        "Declaration and weights agree"
-        if consistent_verdict(verdict)
-        else "Declaration and weights disagree, or the manifest is invalid"
-    )
     return format_html(
-        '<a class="badge verdict verdict-{}" href="{}#{}" title="{}: what this means">{}</a>',
-        verdict,
+        '<a class="badge verdict verdict-{} tone-{}" href="{}#{}" title="MTP: {}">{}</a>',
+        known.value,
+        known.tone.value,
         glossary,
-        glossary_anchor(verdict),
-        agree,
-        verdict,
+        known.anchor,
+        known.sentence,
+        known.value,
     )
+
+
+@register.simple_tag
+def headline_badge(status: Status | str | None) -> SafeString:
+    """``{% headline_badge status %}``: a headline status as a badge in its tone, linking to its entry."""
+    known = status if isinstance(status, Status) else status_of(status)
+    return format_html(
+        '<a class="badge headline headline-{} tone-{}" href="{}#{}" title="{}">{}</a>',
+        known.value,
+        known.tone.value,
+        _glossary_url(),
+        known.anchor,
+        known.sentence,
+        known.label,
+    )
+
+
+@register.simple_tag
+def cause_badge(cause: Cause) -> SafeString:
+    """``{% cause_badge advice.cause %}``: why a node needs action, in its tone, linking to its entry."""
+    return format_html(
+        '<a class="badge cause cause-{} tone-{}" href="{}#{}" title="{}">{}</a>',
+        cause.value,
+        cause.tone.value,
+        _glossary_url(),
+        cause.anchor,
+        cause.sentence,
+        cause.label,
+    )
+
+
+@register.filter
+def tone_of(status: Status | str | None) -> str:
+    """``{{ status|tone_of }}``: the tone (CSS ``tone-*`` class suffix) of a headline status."""
+    known = status if isinstance(status, Status) else status_of(status)
+    return known.tone.value
 
 
 @register.simple_tag
@@ -115,3 +150,9 @@ def status_badge(revision: Any) -> SafeString:
         done,
         total,
     )
+
+
+@register.filter
+def get_item(mapping: Any, key: str) -> Any:
+    """``{{ counts|get_item:name }}``: a mapping's value for a key that is not an identifier (0 if absent)."""
+    return mapping.get(key, 0) if isinstance(mapping, dict) else 0

@@ -1,7 +1,9 @@
 """`manage.py audit_package SOURCE [--revision REV] [--json]`: MTP capability audit of a folder or Hub repo.
 
-Exit 0: consistent and no error; 1: inconsistent, an error-severity problem, or a manifest that does
-not parse (`invalid-manifest`, whatever the weights); 2: could not audit.
+It leads with the assessment's headline (status, sentence, action), as every page does. Exit 0: the
+headline needs no action (it serves with MTP, or serves and its weights hold none) and no problem is an
+error; 1: otherwise (an inconsistent verdict, a release that refuses it, a load that fails, MTP left
+unused, a manifest that does not parse); 2: could not audit.
 A local folder needs no database and no network: a builder's check before publishing. Its artifacts
 are checked for existence, size and sha256 (mesh-llm's preflight codes), hashing streamed with a
 progress bar on stderr; `--no-verify` skips the hashing.
@@ -44,11 +46,12 @@ class Command(BaseCommand):
             self.stderr.write(f"error: could not audit {options['source']}: {reason}")
             sys.exit(2)
         doc = result.audit.to_json()
+        doc["assessment"] = result.audit.assessment.to_json() if result.audit.assessment else None
         if options["json"]:
             self.stdout.write(json.dumps(doc, indent=2, ensure_ascii=False))
         else:
             self.stdout.write(render_report(result, doc))
-        sys.exit(exit_code(doc))
+        sys.exit(exit_code(result.audit))
 
 
 def unauditable_reason(audit: auditing.Audit) -> str | None:
@@ -61,17 +64,20 @@ def unauditable_reason(audit: auditing.Audit) -> str | None:
     return None
 
 
-def exit_code(doc: dict[str, Any]) -> int:
-    failing = not auditing.verdict_is_consistent(doc["verdict"])
-    failing = failing or any(p["severity"] == "error" for p in doc["problems"])
+def exit_code(audit: auditing.Audit) -> int:
+    assessment = audit.assessment
+    failing = assessment is None or assessment.status.needs_action or not audit.consistent
+    failing = failing or any(p.severity == "error" for p in audit.problems)
     return 1 if failing else 0
 
 
 def render_report(result: inspection.PackageAudit, doc: dict[str, Any]) -> str:
     detected, declared, runtime = doc["detected"], doc["declared"], doc["runtime"]
+    assessment = result.audit.assessment
     lines = [
         result.source if result.revision == hub.LOCAL_REVISION else f"{result.source} @ {result.revision}",
-        f"verdict: {doc['verdict']}",
+        *(assessment.headline.lines() if assessment else []),
+        f"MTP verdict: {doc['verdict']}",
         f"detected: {detected['architecture']}, {detected['block_count']} blocks, "
         f"nextn_predict_layers={detected['nextn_predict_layers']}, "
         f"MTP blocks {detected['mtp_blocks'] or 'none'}",

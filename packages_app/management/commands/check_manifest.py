@@ -1,7 +1,10 @@
 """`manage.py check_manifest PATH [--json]`: one model-package.json judged as mesh-llm judges it.
 
-No weights, no network, no database. Exit 0: mesh-llm accepts it; 1: it does not (a file that is not
-JSON, or does not parse, is invalid); 2: the file cannot be read.
+No weights, no network, no database. It leads with the assessment's headline, which says what a manifest
+alone cannot see (the weights: run `audit_package` on the folder). Exit 0: valid, admitted by the newest
+known mesh-llm release, and no error finding; 1: otherwise (a file that is not JSON, or does not parse, is
+invalid); 2: the file cannot be read. `--json` prints the same JSON as the check page's API, with the
+assessment under "assessment".
 """
 
 import json
@@ -30,18 +33,19 @@ class Command(BaseCommand):
         except OSError as exc:
             self.stderr.write(f"error: cannot read {options['path']}: {exc.strerror or exc}")
             sys.exit(2)
-        result = check_manifest(data)
+        result = check_manifest(data, source=str(Path(options["path"]).resolve().parent))
         if options["json"]:
             self.stdout.write(json.dumps(result.to_json(), indent=2, ensure_ascii=False))
         else:
             self.stdout.write(render(options["path"], result))
-        sys.exit(0 if result.valid else 1)
+        sys.exit(0 if result.passes else 1)
 
 
 def render(path: str, result: ManifestCheck) -> str:
     doc = result.to_json()
     ids = doc["package_id"]
-    lines = [
+    lines = [*result.assessment.headline.lines(), ""]
+    lines += [
         f"{path}: schema {doc['schema']}, {'valid' if doc['valid'] else 'INVALID'} as mesh-llm judges it",
         f"package_id: declared {ids['declared']}, computed {ids['computed']}, matches {ids['matches']}",
     ]
@@ -51,6 +55,9 @@ def render(path: str, result: ManifestCheck) -> str:
     lines += [f"  (not pinned down) {note}" for note in result.runtime.uncertain]
     lines.append("releases:")
     lines += [f"  {a['release']}: {_admitted(a['admitted'])}: {a['why']}" for a in doc["compatibility"]]
+    if result.assessment.cannot_see:
+        lines.append("what this check cannot see:")
+        lines += [f"  {item}" for item in result.assessment.cannot_see]
     return "\n".join(lines)
 
 

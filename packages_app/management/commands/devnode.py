@@ -8,7 +8,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from packages_app.devnode.payloads import RunPlan, StagePlan
+from packages_app.devnode.payloads import VERSION, RunPlan, StagePlan
 from packages_app.devnode.server import DevNode, OtlpTarget
 
 
@@ -32,6 +32,13 @@ class Command(BaseCommand):
         parser.add_argument("--requests", type=int, default=0, help="serve this many completions itself")
         parser.add_argument("--every", type=float, default=0.05, help="seconds between those completions")
         parser.add_argument("--seed", type=int, default=None)
+        parser.add_argument(
+            "--mesh-version", default=VERSION, help="the mesh-llm version /api/status reports"
+        )
+        parser.add_argument("--error", help="the stages failed to load with this error (mesh-llm's text)")
+        parser.add_argument(
+            "--exit-after-requests", action="store_true", help="exit once --requests completions are served"
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         if options["otlp"] and not options["otlp"].startswith(("grpc://", "http://", "https://")):
@@ -44,6 +51,10 @@ class Command(BaseCommand):
         self.stdout.write(
             f"devnode: {options['repo']}@{options['ref']} run {options['run_id']} on {node.url}"
         )
+        if options["requests"] and options["exit_after_requests"]:
+            _drive(node, options["requests"], options["every"])
+            node.stop()
+            return
         if options["requests"]:
             threading.Thread(
                 target=_drive, args=(node, options["requests"], options["every"]), daemon=True
@@ -69,6 +80,8 @@ class Command(BaseCommand):
             requested_strategy=options["requested"],
             effective_strategy=options["effective"],
             decode_tps=options["tps"],
+            version=options["mesh_version"],
+            error=options["error"],
         )
         otlp = OtlpTarget(options["otlp"], options["token"], options["gzip"]) if options["otlp"] else None
         node = DevNode(plan, host=options["host"], port=options["port"], otlp=otlp, seed=options["seed"])

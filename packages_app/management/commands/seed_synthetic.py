@@ -23,8 +23,11 @@ from django.db import connection, transaction
 from django.db.models import Model, OuterRef, Subquery
 
 from packages_app import partitions, rollups
+from packages_app.audit.assessment import synthetic as synthetic_assessment
+from packages_app.audit.releases import known_releases
 from packages_app.layout import FileRole
 from packages_app.models import Node, Package, PackageFile, Report, ReportKey, Revision, Rollup, Serving
+from packages_app.verdicts import Verdict
 
 T = TypeVar("T", bound=Model)
 # Reports span the 30 days before today's midnight (UTC), so the pages' recent windows, the hourly
@@ -127,6 +130,7 @@ class Seeder:
         self.prefix = options["owner"] + "/"
         self.batch = options["batch"]
         self.audits: dict[tuple[Profile, str], dict[str, Any]] = {}
+        self.assessments: dict[tuple[Profile, str, int], dict[str, Any]] = {}
 
     def timed(self, label: str, action: Callable[[], int]) -> None:
         start = time.perf_counter()
@@ -215,6 +219,8 @@ class Seeder:
         status = self.status(latest)
         verdict = self.verdict(profile) if status == Revision.Status.DONE else ""
         blocks = profile.trunk + (1 if profile.mtp else 0)
+        schema = 2 if index % 3 == 0 else 1
+        assessment = self.assessment(profile, verdict, schema) if verdict else None
         return Revision(
             package_id=package_id,
             commit_sha=sha,
@@ -224,7 +230,7 @@ class Seeder:
             error="HubUnavailable: 503 Service Unavailable after 5 tries" if status == "failed" else "",
             files_total=blocks + 3,
             files_done=blocks + 3 if status == "done" else self.random.randint(0, blocks),
-            schema_version=2 if index % 3 == 0 else 1,
+            schema_version=schema,
             architecture=profile.architecture if verdict else "",
             block_count=blocks if verdict else None,
             nextn_predict_layers=(1 if profile.mtp else 0) if verdict else None,
@@ -234,6 +240,8 @@ class Seeder:
             mtp_detected=profile.mtp if verdict else None,
             mtp_declared=self.declared(verdict, profile) if verdict else None,
             audit=self.audit(profile, verdict, sha) if verdict else None,
+            headline=assessment["headline"]["status"] if assessment else "",
+            assessment=assessment,
             manifest_json=self.manifest(profile, verdict) if verdict else None,
         )
 
@@ -258,6 +266,16 @@ class Seeder:
             template = self.audits[(profile, verdict)] = build_audit(profile, verdict)
         # Shares the nested template; only the revision differs per row.
         return {**template, "provenance": {**template["provenance"], "revision": sha}}
+
+    def assessment(self, profile: Profile, verdict: str, schema: int) -> dict[str, Any]:
+        """The real shape and size of an assessment (every release, every setting), shared per kind."""
+        key = (profile, verdict, schema)
+        if key not in self.assessments:
+            blocks = (profile.trunk,) if profile.mtp else ()
+            releases = [r.release for r in known_releases()]
+            made = synthetic_assessment(Verdict(verdict), schema, releases, blocks)
+            self.assessments[key] = made.to_json()
+        return self.assessments[key]
 
     def manifest(self, profile: Profile, verdict: str) -> dict[str, Any]:
         blocks = profile.trunk + (1 if profile.mtp else 0)

@@ -1,0 +1,108 @@
+"""A node judged against its own mesh-llm release: refused, contradicting the audit, MTP left unused,
+outdated, uncertified, or on a release the matrix does not know (which never raises a contradiction)."""
+
+from __future__ import annotations
+
+from packages_app.audit.advice import Newer, NodeFacts, advise
+from packages_app.audit.assessment import Assessment
+from packages_app.audit.releases import known_releases
+from packages_app.verdicts import Cause, Status
+from tests.audit_fixtures import LLAMA, QWEN35, build, mtp_generation
+
+NEWEST = known_releases()[-1].release
+NEWEST_VERSION = NEWEST.removeprefix("v")
+FIXED_SHA = "e" * 40
+
+
+def assessment(package: object) -> Assessment:
+    a = package.audit().assessment  # type: ignore[attr-defined]
+    assert a is not None
+    return a
+
+
+V1_UNDECLARED = assessment(build(QWEN35, 1))
+V2_DECLARED = assessment(build(QWEN35, 2, mtp_generation(2, [40])))
+V2_UNDECLARED = assessment(build(QWEN35, 2))
+
+
+def test_the_motivating_node_on_the_release_that_served_v1_is_told_its_mtp_was_unused_and_the_fix() -> None:
+    facts = NodeFacts("demo-qwen", "0.72.1", "auto", "disabled", unused=True)
+    advice = advise(V1_UNDECLARED, facts, Newer(FIXED_SHA, Status.SERVES_MTP))
+    assert advice.cause is Cause.MTP_UNUSED and advice.needs_action
+    assert advice.release == "v0.72.1" and advice.predicted == ""
+    assert advice.text == "MTP weights unused: requested auto, ran disabled — run eeeeeeee (serves with MTP)"
+
+
+def test_running_what_the_release_predicts_is_no_contradiction() -> None:
+    facts = NodeFacts("demo-qwen", "0.72.1", "auto", "disabled")
+    assert advise(V1_UNDECLARED, facts).cause is Cause.OK
+
+
+def test_a_node_that_ran_what_its_release_refuses_contradicts_the_audit_and_names_everything() -> None:
+    facts = NodeFacts("gpu-1", NEWEST_VERSION, "auto", "disabled")
+    advice = advise(V1_UNDECLARED, facts)
+    assert advice.cause is Cause.CONTRADICTION
+    for part in ("gpu-1", f"mesh-llm {NEWEST_VERSION} ({NEWEST})", "speculative.strategy auto", "refused"):
+        assert part in advice.text
+    assert "it ran without MTP" in advice.text or "disabled" in advice.text
+
+
+def test_predicted_native_mtp_that_ran_disabled_is_a_contradiction() -> None:
+    advice = advise(V2_DECLARED, NodeFacts("gpu-1", NEWEST_VERSION, "auto", "disabled", unused=True))
+    assert advice.cause is Cause.CONTRADICTION
+    assert "predicted native MTP, but it ran disabled" in advice.text
+
+
+def test_predicted_no_mtp_that_ran_native_mtp_is_a_contradiction() -> None:
+    advice = advise(V2_UNDECLARED, NodeFacts("gpu-1", NEWEST_VERSION, "auto", "native-mtp", mtp_used=True))
+    assert advice.cause is Cause.CONTRADICTION and "predicted no MTP" in advice.text
+
+
+def test_a_release_the_matrix_does_not_know_never_raises_a_contradiction() -> None:
+    advice = advise(V1_UNDECLARED, NodeFacts("old-box", "0.64.0", "auto", "native-mtp", mtp_used=True))
+    assert advice.cause is Cause.UNKNOWN_RELEASE and not advice.needs_action
+    assert "mesh-llm 0.64.0 is not in the release matrix" in advice.text
+
+
+def test_a_registered_run_its_release_refuses_is_told_which_release_to_upgrade_to() -> None:
+    llama = assessment(build(LLAMA, 2))  # native ABI 0.2.3: the releases comparing ABIs refuse it
+    advice = advise(llama, NodeFacts("demo-llama", "0.76.2", ran=False))
+    assert advice.cause is Cause.REFUSED
+    assert advice.text.startswith("Refused by your release v0.76.2: package-v2 native ABI 0.2.3 differs")
+    assert advice.text.endswith(f"Upgrade mesh-llm to {NEWEST}.")
+
+
+def test_a_requested_strategy_other_than_auto_on_a_package_whose_auto_runs_mtp_is_told_to_use_auto() -> None:
+    facts = NodeFacts("demo-glm", NEWEST_VERSION, "ngram-cache", "ngram-cache", unused=True)
+    advice = advise(V2_DECLARED, facts)
+    assert advice.cause is Cause.MTP_UNUSED
+    assert 'set speculative.strategy = "auto"' in advice.text
+
+
+def test_reports_that_do_not_name_the_strategy_are_not_called_auto() -> None:
+    advice = advise(V2_DECLARED, NodeFacts("demo-glm", NEWEST_VERSION, unused=True))
+    assert advice.cause is Cause.MTP_UNUSED
+    assert "do not name the strategy" in advice.text and "requested auto" not in advice.text
+
+
+def test_outdated_only_when_the_newer_revision_has_a_better_headline() -> None:
+    facts = NodeFacts("n", NEWEST_VERSION, "auto", "native-mtp", mtp_used=True)
+    assert advise(V2_DECLARED, facts, Newer(FIXED_SHA, Status.SERVES_MTP)).cause is Cause.OK
+    worse = advise(
+        V2_UNDECLARED, NodeFacts("n", NEWEST_VERSION, "auto", "disabled"), Newer(FIXED_SHA, Status.SERVES_MTP)
+    )
+    assert worse.cause is Cause.OUTDATED and worse.text == "Outdated: upgrade to eeeeeeee (serves with MTP)."
+
+
+def test_a_split_served_with_the_override_is_flagged() -> None:
+    facts = NodeFacts(
+        "n", NEWEST_VERSION, "auto", "native-mtp", mtp_used=True, certification="uncertified_override"
+    )
+    advice = advise(V2_DECLARED, facts)
+    assert advice.cause is Cause.UNCERTIFIED and advice.needs_action
+
+
+def test_the_most_urgent_cause_wins() -> None:
+    facts = NodeFacts("n", NEWEST_VERSION, "auto", "disabled", unused=True)
+    advice = advise(V2_DECLARED, facts, Newer(FIXED_SHA, Status.SERVES_MTP))
+    assert advice.cause is Cause.CONTRADICTION  # rank 0, ahead of MTP unused
