@@ -180,3 +180,24 @@ def test_the_openapi_document_describes_both_endpoints_and_every_filter(client: 
     schema = detail["responses"]["200"]["content"]["application/json"]["schema"]
     assert schema["$ref"] == "#/components/schemas/PackageDetailOut"
     assert "PackageListOut" in document["components"]["schemas"]
+
+
+def test_the_openapi_document_marks_the_pre_assessment_fields_deprecated(client: Client) -> None:
+    schemas = client.get("/api/v1/openapi.json").json()["components"]["schemas"]
+    detail = schemas["PackageDetailOut"]["properties"]
+    for old in ("verdict", "runtime", "compatibility"):
+        assert detail[old].get("deprecated") is True, old
+    assert "deprecated" not in detail["assessment"]
+    summary = schemas["RevisionSummaryOut"]["properties"]
+    assert all(summary[old].get("deprecated") is True for old in ("verdict", "mtp_detected", "mtp_declared"))
+    assert "headline" in schemas["PackageRowOut"]["properties"] and "HeadlineOut" in schemas
+
+
+def test_the_list_and_the_detail_share_the_assessments_field_names(client: Client) -> None:
+    f.qwen35_package()
+    (row,) = client.get("/api/v1/packages").json()["results"]
+    detail = client.get(DETAIL).json()
+    assert row["headline"] == detail["assessment"]["headline"] == detail["revision"]["headline"]
+    assert row["latest_revision"]["mtp"]["verdict"] == detail["assessment"]["mtp"]["verdict"]
+    assert client.get("/api/v1/packages", {"headline": "not-servable"}).json()["count"] == 1
+    assert client.get("/api/v1/packages", {"headline": "serves-mtp"}).json()["count"] == 0

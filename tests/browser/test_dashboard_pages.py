@@ -43,7 +43,7 @@ def test_the_qwen35_page_shows_undeclared_mtp_block_40_highlighted_and_the_fix(t
     f.qwen35_reports(package.revisions.get(commit_sha=f.QWEN35_SHA))
     tab.open(QWEN35_PATH)
 
-    assert tab.page.locator("#verdict .verdict").inner_text() == "undeclared-mtp"
+    assert tab.page.locator("#assessment .headline-row .verdict").inner_text() == "undeclared-mtp"
     mtp_bars = tab.page.evaluate(
         "() => document.getElementById('layout-chart').data"
         ".filter(t => t.name === 'MTP (NextN) block').map(t => t.x)"
@@ -54,7 +54,8 @@ def test_the_qwen35_page_shows_undeclared_mtp_block_40_highlighted_and_the_fix(t
     shapes = "() => document.getElementById('layout-chart').layout.shapes.map(s => s.x0)"
     stage_lines = tab.page.evaluate(shapes)
     assert stage_lines == [26.5]
-    assert "MTP weights present but never used" in tab.page.locator(".alert-banner").inner_text()
+    assert "MTP weights present but never used" in tab.page.locator("#assessment .node-notes").inner_text()
+    assert tab.page.locator("#assessment .headline-row .headline").inner_text() == "not servable"
     # Charts are drawn one per frame after the first: wait for the timeline's.
     tab.page.wait_for_selector("[data-chart=chart-timeline] .main-svg")
 
@@ -70,13 +71,13 @@ def test_the_qwen35_page_shows_undeclared_mtp_block_40_highlighted_and_the_fix(t
 def test_switching_revisions_changes_the_verdict(tab: Tab) -> None:
     f.qwen35_package()
     tab.open(QWEN35_PATH)
-    assert tab.page.locator("#verdict .verdict").inner_text() == "undeclared-mtp"
+    assert tab.page.locator("#assessment .headline-row .verdict").inner_text() == "undeclared-mtp"
 
     tab.page.select_option("form.revision-picker select", f.sha("qwen35-old"))
     tab.page.click("form.revision-picker button")
     tab.page.wait_for_url(f"**revision={f.sha('qwen35-old')}")
 
-    assert tab.page.locator("#verdict .verdict").inner_text() == "consistent-mtp"
+    assert tab.page.locator("#assessment .headline-row .verdict").inner_text() == "consistent-mtp"
     assert tab.page.locator("#fix").count() == 0
     tab.assert_quiet()
 
@@ -144,8 +145,8 @@ def test_untrusted_strings_are_shown_literally_and_run_nothing(tab: Tab) -> None
         assert tab.page.locator("main img").count() == 0, path
         assert tab.page.evaluate("() => document.querySelectorAll('main script:not([type])').length") == 0
     tab.open("/packages/meshllm/hostile-layers/")
-    assert TEMPLATE in tab.page.locator("#verdict").inner_text()
-    assert XSS_IMG in tab.page.locator("#verdict").inner_text()
+    assert TEMPLATE in tab.page.locator("#findings").inner_text()
+    assert XSS_IMG in tab.page.locator("#findings").inner_text()
     # Node payloads: in the reports table and, through plotly, in chart legends, as plain text.
     # The last table of the section is the recent reports (the strategy plans come first).
     assert XSS_SCRIPT in tab.page.locator("#throughput table").last.inner_text()

@@ -26,9 +26,11 @@ QWEN = f"/packages/{f.QWEN35_REPO}/"
 PAGES = {
     "catalog": "/",
     "catalog-inconsistent": "/?verdict=inconsistent",
+    "catalog-needs-action": "/?headline=needs-action",
     "catalog-bad-filter": "/?verdict=mostly-fine&sort=price",
     "nodes": "/nodes/",
-    "nodes-stale": "/nodes/?stale=1",
+    "nodes-needing-action": "/nodes/?action=1",
+    "check": "/check/",
     "node": "/nodes/gpu-box-1/",
     "topology": "/topologies/lab-2/",
     "package": QWEN,
@@ -114,8 +116,8 @@ def test_the_catalog_flags_qwen35_because_nodes_still_serve_69cbd9fc(open_tab: A
     f.make_revision(f.make_package("meshllm/Fine-layers"), "consistent-mtp")
     tab = open_tab(DESKTOP)
     tab.open("/")
-    row = tab.page.locator("table.catalog tr", has_text="Qwen3.5-35B-A3B")
-    assert "Latest OK, but 4 nodes still run 69cbd9fc" in " ".join(row.inner_text().split())
+    note = tab.page.locator("table.catalog tr.row-notes", has_text="69cbd9fc")
+    assert "Latest serves with MTP, but 4 nodes ran 69cbd9fc" in " ".join(note.inner_text().split())
     tab.page.check("input[name=alert]")
     tab.page.click("form.filters button[type=submit]")
     tab.page.wait_for_url("**alert=on**")
@@ -127,12 +129,14 @@ def test_the_catalog_flags_qwen35_because_nodes_still_serve_69cbd9fc(open_tab: A
 def test_the_node_page_shows_the_revision_each_node_serves_over_the_layer_chart(open_tab: Any) -> None:
     fleet_with_files()
     tab = open_tab(DESKTOP)
-    tab.open("/nodes/?stale=1")
-    assert tab.page.locator("table.nodes tbody tr").count() == 4
+    tab.open("/nodes/?action=1")
+    # gpu-box-1 moved on to the fix; the three others still ran 69cbd9fc with its MTP weights unused.
+    assert tab.page.locator("table.nodes tbody.node-group").count() == 3
     tab.page.click("text=mac-studio")
     tab.page.wait_for_url("**/nodes/mac-studio/")
     serving = tab.page.locator("#serving tbody").inner_text()
-    assert "69cbd9fc" in serving and "undeclared-mtp" in serving and "0..27" in serving
+    assert "69cbd9fc" in serving and "not servable" in serving and "0..27" in serving
+    assert "MTP weights unused" in serving
     wait_for_charts(tab)
     stage_lines = tab.page.evaluate(
         "() => document.getElementById('layout-chart').layout.shapes.map(s => s.x0)"
@@ -160,7 +164,7 @@ def test_the_revision_select_applies_on_change(open_tab: Any) -> None:
     tab.open(QWEN)
     tab.page.select_option("form.revision-picker select", f.QWEN35_SHA)
     tab.page.wait_for_url(f"**revision={f.QWEN35_SHA}")
-    assert tab.page.locator("#verdict .verdict").inner_text() == "undeclared-mtp"
+    assert tab.page.locator("#assessment .headline-row .verdict").inner_text() == "undeclared-mtp"
     assert tab.page.locator("form.revision-picker button[type=submit]").count() == 1  # the no-JS path
     tab.assert_quiet()
 
