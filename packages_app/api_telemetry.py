@@ -54,7 +54,10 @@ def _traces(request: HttpRequest) -> HttpResponse:
         status = 415 if "Content-" in str(exc) else 400
         return error_response(status, str(exc))
     identity.node_touch(node)
-    outcome = telemetry.traces_export(node, export, timezone.now())
+    try:
+        outcome = telemetry.traces_export(node, export, timezone.now())
+    except telemetry.RunConflict as exc:
+        return error_response(409, str(exc))
     return _otlp_response(outcome.response, request.content_type or "")
 
 
@@ -94,7 +97,13 @@ def runs_register(request: HttpRequest, node: Node, data: Any) -> HttpResponse:
         except BodyError as exc:
             results.append({"index": index, "status": 400, "error": exc.message, "field": exc.field})
             continue
-        outcome = telemetry.run_register(node, run)
+        try:
+            outcome = telemetry.run_register(node, run)
+        except telemetry.RunConflict as exc:
+            results.append(
+                {"index": index, "status": 409, "error": str(exc), "field": f"runs.{index}.run_id"}
+            )
+            continue
         if outcome.unknown_revision is not None:
             queueing.request_ingests([outcome.unknown_revision])
         results.append(

@@ -43,6 +43,10 @@ class TraceReceiver(trace_service_pb2_grpc.TraceServiceServicer):
         try:
             node = self._node(context)
             return telemetry.traces_export(node, request, timezone.now()).response
+        except telemetry.RunConflict as exc:
+            # ALREADY_EXISTS: HTTP's 409, and not a code OTLP exporters retry.
+            context.abort(grpc.StatusCode.ALREADY_EXISTS, str(exc))
+            raise  # abort raises; this line is for the type checker
         except (OperationalError, InterfaceError):
             log.warning("database unavailable during an OTLP export", exc_info=True)
             context.abort(grpc.StatusCode.UNAVAILABLE, "The database is unavailable; retry later.")
