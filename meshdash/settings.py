@@ -240,6 +240,12 @@ if CELERY_BROKER_URL.startswith("filesystem://"):
         "control_folder": str(_BROKER_FOLDER / "control"),
         "store_processed": False,
     }
+# redis:// goes through kombu's Redis transport with the fix in meshdash/broker.py (a worker that
+# exited on a Redis restart now reconnects); and the worker retries the broker for as long as it is
+# down rather than giving up after 100 attempts.
+if CELERY_BROKER_URL.startswith("redis://"):
+    CELERY_BROKER_TRANSPORT = "meshdash.broker:Transport"
+CELERY_BROKER_CONNECTION_MAX_RETRIES = None
 # On a broker connection loss, let running tasks finish: their ack may be lost and the message
 # re-delivered, but the revision claim (ingest.claim_revision) turns that delivery into a no-op.
 CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = False
