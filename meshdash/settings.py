@@ -289,6 +289,10 @@ else:
 
 # --- Node reports ---------------------------------------------------------------------------
 MESHDASH_NODE_RATE_LIMIT = envint("MESHDASH_NODE_RATE_LIMIT", 1200)  # requests/minute/node; 0 = off
+# OTLP spans per minute per node, whatever the number of exports (0 = off): a span is what costs.
+MESHDASH_NODE_SPAN_RATE_LIMIT = envint("MESHDASH_NODE_SPAN_RATE_LIMIT", 12000)
+# The OTLP/gRPC receiver: calls handled at once; more are refused at once (RESOURCE_EXHAUSTED).
+MESHDASH_OTLP_GRPC_MAX_CALLS = envint("MESHDASH_OTLP_GRPC_MAX_CALLS", 8)
 # Hourly report rollups are kept this many days; day and total rollups are kept for good.
 MESHDASH_ROLLUP_HOURLY_DAYS = envint("MESHDASH_ROLLUP_HOURLY_DAYS", 14)
 # Raw reports are kept this many months (whole months, dropped by beat; 0 = for good). The pages read

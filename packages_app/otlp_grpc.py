@@ -3,21 +3,26 @@
 mesh-llm exports with ``--skippy-metrics-otlp-grpc URL``; the node token travels as the standard
 ``authorization: Bearer <token>`` metadata. Run by ``manage.py otlp_receiver``; the tests start it on
 port 0 in-process.
+
+The method is registered by hand with no request deserializer, rather than through the generated
+servicer: gRPC would otherwise parse every message before our code runs, so an unauthenticated peer
+could make it build hundreds of MB per message. Here the token is checked on the call's metadata
+first, the bytes are then weighed against the export's budget (nodes/otlp.py) and only then parsed;
+a malformed message answers INVALID_ARGUMENT. ``maximum_concurrent_rpcs`` refuses calls past
+MESHDASH_OTLP_GRPC_MAX_CALLS at once (RESOURCE_EXHAUSTED) instead of queueing them without bound.
 """
 
 from __future__ import annotations
 
 import logging
 from concurrent.futures import ThreadPoolExecutor
+from typing import NoReturn
 
 import grpc
+from django.conf import settings
 from django.db import InterfaceError, OperationalError, close_old_connections, connection
 from django.utils import timezone
-from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
-    ExportTraceServiceRequest,
-    ExportTraceServiceResponse,
-)
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
 from packages_app import telemetry
 from packages_app.models import Node
@@ -25,9 +30,11 @@ from packages_app.nodes import identity, otlp
 
 log = logging.getLogger(__name__)
 
+SERVICE = "opentelemetry.proto.collector.trace.v1.TraceService"
 
-class TraceReceiver(trace_service_pb2_grpc.TraceServiceServicer):
-    """OTLP TraceService: authenticate, rate-limit, store; errors as the OTLP spec's gRPC codes.
+
+class TraceReceiver:
+    """OTLP TraceService Export: authenticate, weigh, parse, rate-limit, store; errors as gRPC codes.
 
     Worker threads keep their database connection (CONN_MAX_AGE) unless ``close_connections`` is
     set, which a server that is stopped before its process ends (the tests) needs.
@@ -36,21 +43,27 @@ class TraceReceiver(trace_service_pb2_grpc.TraceServiceServicer):
     def __init__(self, *, close_connections: bool = False) -> None:
         self.close_connections = close_connections
 
-    def Export(
-        self, request: ExportTraceServiceRequest, context: grpc.ServicerContext
-    ) -> ExportTraceServiceResponse:
+    def Export(self, raw: bytes, context: grpc.ServicerContext) -> ExportTraceServiceResponse:
         close_old_connections()
         try:
             node = self._node(context)
+            try:
+                request = otlp.parse_protobuf(raw, otlp.Budget(len(raw)))
+            except otlp.OtlpTooLarge as exc:
+                _abort(context, grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc))
+            except otlp.OtlpError as exc:
+                _abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            retry_after = identity.node_span_limit(node, otlp.span_count(request))
+            if retry_after is not None:
+                _abort(context, grpc.StatusCode.UNAVAILABLE, f"Too many spans; retry in {retry_after} s.")
+            identity.node_touch(node)
             return telemetry.traces_export(node, request, timezone.now()).response
         except telemetry.RunConflict as exc:
             # ALREADY_EXISTS: HTTP's 409, and not a code OTLP exporters retry.
-            context.abort(grpc.StatusCode.ALREADY_EXISTS, str(exc))
-            raise  # abort raises; this line is for the type checker
+            _abort(context, grpc.StatusCode.ALREADY_EXISTS, str(exc))
         except (OperationalError, InterfaceError):
             log.warning("database unavailable during an OTLP export", exc_info=True)
-            context.abort(grpc.StatusCode.UNAVAILABLE, "The database is unavailable; retry later.")
-            raise  # abort raises; this line is for the type checker
+            _abort(context, grpc.StatusCode.UNAVAILABLE, "The database is unavailable; retry later.")
         finally:
             connection.close() if self.close_connections else close_old_connections()
 
@@ -59,16 +72,21 @@ class TraceReceiver(trace_service_pb2_grpc.TraceServiceServicer):
         token = otlp.bearer_token(metadata)
         node = identity.node_authenticate(token) if token else None
         if node is None:
-            context.abort(grpc.StatusCode.UNAUTHENTICATED, "A valid node token is required (Bearer).")
-            raise AssertionError("unreachable")
+            _abort(context, grpc.StatusCode.UNAUTHENTICATED, "A valid node token is required (Bearer).")
         retry_after = identity.node_rate_limit(node)
         if retry_after is not None:
             # UNAVAILABLE, which OTLP exporters retry with backoff: nothing the node measured is lost.
-            context.abort(
-                grpc.StatusCode.UNAVAILABLE, f"Too many requests from this node; retry in {retry_after} s."
+            _abort(
+                context,
+                grpc.StatusCode.UNAVAILABLE,
+                f"Too many requests from this node; retry in {retry_after} s.",
             )
-        identity.node_touch(node)
         return node
+
+
+def _abort(context: grpc.ServicerContext, code: grpc.StatusCode, message: str) -> NoReturn:
+    context.abort(code, message)
+    raise AssertionError("unreachable: abort raises")
 
 
 def build_server(
@@ -81,9 +99,14 @@ def build_server(
             ("grpc.max_receive_message_length", otlp.MAX_BODY_BYTES),  # checked after gzip inflation
             ("grpc.max_send_message_length", 1024 * 1024),
         ],
+        maximum_concurrent_rpcs=settings.MESHDASH_OTLP_GRPC_MAX_CALLS,
     )
-    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(
-        TraceReceiver(close_connections=close_connections), server
-    )  # type: ignore[no-untyped-call]
+    receiver = TraceReceiver(close_connections=close_connections)
+    export = grpc.unary_unary_rpc_method_handler(
+        receiver.Export,
+        request_deserializer=None,  # raw bytes: nothing is parsed before the token is checked
+        response_serializer=ExportTraceServiceResponse.SerializeToString,
+    )
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, {"Export": export}),))
     bound = server.add_insecure_port(f"{host}:{port}")
     return server, bound
