@@ -4,17 +4,20 @@ mesh-llm exports with ``--skippy-metrics-otlp-grpc URL``; the node token travels
 ``authorization: Bearer <token>`` metadata. Run by ``manage.py otlp_receiver``; the tests start it on
 port 0 in-process.
 
-The method is registered by hand with no request deserializer, rather than through the generated
-servicer: gRPC would otherwise parse every message before our code runs, so an unauthenticated peer
-could make it build hundreds of MB per message. Here the token is checked on the call's metadata
-first, the bytes are then weighed against the export's budget (nodes/otlp.py) and only then parsed;
-a malformed message answers INVALID_ARGUMENT. ``maximum_concurrent_rpcs`` refuses calls past
+The method is registered by hand, rather than through the generated servicer: gRPC would otherwise
+receive and parse every message before our code runs, so an unauthenticated peer could make it build
+hundreds of MB per message. It is registered as a client-streaming method with no deserializer (on the
+wire a unary call is the same): the handler runs as soon as the call's metadata arrives, checks the
+token, and only then reads the one message, as bytes, so an unauthenticated message is never read.
+The bytes are weighed against the export's budget (nodes/otlp.py) and only then parsed; a malformed
+message answers INVALID_ARGUMENT. ``maximum_concurrent_rpcs`` refuses calls past
 MESHDASH_OTLP_GRPC_MAX_CALLS at once (RESOURCE_EXHAUSTED) instead of queueing them without bound.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import NoReturn
 
@@ -43,10 +46,13 @@ class TraceReceiver:
     def __init__(self, *, close_connections: bool = False) -> None:
         self.close_connections = close_connections
 
-    def Export(self, raw: bytes, context: grpc.ServicerContext) -> ExportTraceServiceResponse:
+    def Export(self, messages: Iterator[bytes], context: grpc.ServicerContext) -> ExportTraceServiceResponse:
         close_old_connections()
         try:
             node = self._node(context)
+            raw = next(messages, None)  # read only now, once the token is known good
+            if raw is None:
+                _abort(context, grpc.StatusCode.INVALID_ARGUMENT, "The call carried no export message.")
             try:
                 request = otlp.parse_protobuf(raw, otlp.Budget(len(raw)))
             except otlp.OtlpTooLarge as exc:
@@ -98,13 +104,16 @@ def build_server(
         options=[
             ("grpc.max_receive_message_length", otlp.MAX_BODY_BYTES),  # checked after gzip inflation
             ("grpc.max_send_message_length", 1024 * 1024),
+            # No window growth: a call's message waits at the peer (64 KiB in flight) until the handler
+            # reads it, so calls refused before reading (a bad token) cost no buffered megabytes.
+            ("grpc.http2.bdp_probe", 0),
         ],
         maximum_concurrent_rpcs=settings.MESHDASH_OTLP_GRPC_MAX_CALLS,
     )
     receiver = TraceReceiver(close_connections=close_connections)
-    export = grpc.unary_unary_rpc_method_handler(
+    export = grpc.stream_unary_rpc_method_handler(
         receiver.Export,
-        request_deserializer=None,  # raw bytes: nothing is parsed before the token is checked
+        request_deserializer=None,  # raw bytes, read after the token is checked
         response_serializer=ExportTraceServiceResponse.SerializeToString,
     )
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, {"Export": export}),))
