@@ -28,6 +28,7 @@ from packages_app.models import NodeRun, Package, Report, Revision, RunClaim
 from packages_app.nodes import identity
 from packages_app.nodes import report_schema as schema
 from packages_app.otlp_grpc import build_server
+from tests.migrating import back_to_the_leaf, migrate  # noqa: F401 (a fixture)
 from tests.test_otlp import post_traces, register_run, spans
 
 REPO = "meshllm/Qwen3.5-35B-A3B-UD-Q4_K_XL-layers"
@@ -343,3 +344,22 @@ def test_accepted_counts_are_checked_against_what_was_proposed(
     parsed = schema.Timings.model_validate(timings)
     assert parsed.implausible_keys() == flagged
     assert all(parsed.plausible(key) is None for key in flagged)
+
+
+# --- the migration that claims the runs already registered ----------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("back_to_the_leaf")
+def test_the_migration_gives_each_registered_run_id_to_its_first_registrant_and_goes_back() -> None:
+    apps = migrate([("packages_app", "0012_issue12_serving")])
+    node_model, run_model = apps.get_model("packages_app", "Node"), apps.get_model("packages_app", "NodeRun")
+    first, second = (node_model.objects.create(name=n, token_hash=n * 8, token_prefix=n) for n in ("a", "b"))
+    run_model.objects.create(node=first, run_id="shared")
+    run_model.objects.create(node=second, run_id="shared")  # registered later by another node
+    run_model.objects.create(node=second, run_id="own")
+    apps = migrate([("packages_app", "0013_h22node_run_claims")])
+    claims = apps.get_model("packages_app", "RunClaim").objects.values_list("run_id", "node__name")
+    assert sorted(claims) == [("own", "b"), ("shared", "a")]
+    apps = migrate([("packages_app", "0012_issue12_serving")])
+    assert run_model.objects.count() == 3, "going back drops the claims, not the runs"
