@@ -223,6 +223,8 @@ def ingest_revision(
     sha = revision if revision and hub.SHA_RE.match(revision) else source.resolve_revision(revision)
     package, _ = Package.objects.get_or_create(repo_id=repo_id)
     _learn_privacy(package, source)
+    if revision == sha:
+        require_known_commit(source, package, sha)
     rev, _ = Revision.objects.get_or_create(package=package, commit_sha=sha)
     if rev.committed_at is None:
         _fill_commit_info(rev, source)
@@ -245,6 +247,13 @@ def ingest_revision(
     link_reports_to_revision(rev)
     rev.refresh_from_db()
     return IngestOutcome(rev, ran=True)
+
+
+def require_known_commit(source: hub.PackageSource, package: Package, sha: str) -> None:
+    """A pinned sha no sync has stored (a node named it) must be known to the Hub before a row is
+    stored for it, or made-up shas would each leave a failed revision behind. HubNotFound otherwise."""
+    if not Revision.objects.filter(package=package, commit_sha=sha).exists():
+        source.resolve_revision(sha)
 
 
 def record_privacy(package: Package, source: hub.PackageSource) -> None:

@@ -219,6 +219,16 @@ def test_a_report_naming_a_real_layer_package_tracks_it_once_the_hub_confirms_it
     post_reports(client, tokens[0], [LLAMA_REPO])
     assert run_queued(worker_queue) == ["failed"]  # devhub knows the repo, not the made-up commit
     assert Package.objects.get().repo_id == LLAMA_REPO
+    assert not Revision.objects.filter(commit_sha="e" * 40).exists(), "no row for a commit the Hub denies"
+
+
+def test_negative_control_without_the_commit_check_a_made_up_sha_leaves_a_failed_revision(
+    client: Client, tokens: tuple[str, str], worker_queue: list[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(ingest, "require_known_commit", lambda source, package, sha: None)
+    post_reports(client, tokens[0], [LLAMA_REPO])
+    run_queued(worker_queue)
+    assert Revision.objects.get(commit_sha="e" * 40).status == Revision.Status.FAILED
 
 
 def test_a_repo_outside_the_tracking_rules_is_refused_without_asking_the_hub(
