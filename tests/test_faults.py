@@ -42,6 +42,7 @@ from django.test import Client, RequestFactory
 from meshdash.middleware import DatabaseUnavailableMiddleware
 from packages_app import hub, ingest, inspection, tasks
 from packages_app.devhub import DEMO_PACKAGES, LLAMA_REPO, QWEN35_FIRST_SHA, QWEN35_REPO, DevHub, FaultPlan
+from packages_app.devhub.generator import GLM53_REPO
 from packages_app.models import Package, PackageFile, Report, Revision
 from packages_app.nodes import identity as nodes
 
@@ -661,15 +662,25 @@ def worker_alive(worker: Worker) -> bool:
     return worker.proc is not None and worker.proc.poll() is None
 
 
+def small_revisions() -> list[tuple[str, str]]:
+    """The Llama package's revisions (16 layers): quick ingests, well inside the test's time limit."""
+    return [(p.repo_id, r.sha) for p in DEMO_PACKAGES for r in p.revisions if p.repo_id == LLAMA_REPO]
+
+
 def restart_broker_while_ingests_run(worker: Worker, faults: RecordingFaults, restarts: int) -> list[str]:
     """One ingest at a time: wait until it runs, restart Redis under it; stop early if the worker exits.
 
-    Returns the shas sent; the worker exited if it is not alive afterwards.
+    The Llama revisions in turn, each ingested from scratch (its row deleted once finished); returns the
+    shas sent. The worker exited if it is not alive afterwards.
     """
-    faults.resolve_delay = 0.05
+    faults.resolve_delay = 0.1
     worker.start()
+    pairs = small_revisions()
     sent: list[str] = []
-    for repo_id, sha in demo_revisions()[:restarts]:
+    for repo_id, sha in itertools.islice(itertools.cycle(pairs), restarts):
+        finished_before = functools.partial(lambda s: finished([s]) == 1 or not worker_alive(worker), sha)
+        assert wait_until(finished_before, 60) if sha in sent else True, worker.log()[-3000:]
+        Revision.objects.filter(commit_sha=sha).delete()
         send(worker.broker.url, INGEST, repo_id, sha)
         sent.append(sha)
         running = Revision.objects.filter(commit_sha=sha, status__in=["running", "done", "failed"])
@@ -690,9 +701,10 @@ def test_the_worker_survives_ten_redis_restarts_while_tasks_run_and_keeps_consum
     worker = make_worker(concurrency=2)
     shas = restart_broker_while_ingests_run(worker, faults, restarts=10)
     assert len(shas) == 10 and worker_alive(worker), worker.log()[-5000:]
-    assert wait_until(lambda: finished(shas) == len(shas), VISIBILITY + 40), worker.log()[-3000:]
-    repo_id, sha = demo_revisions()[10]  # sent after the last restart: the worker still consumes
-    send(worker.broker.url, INGEST, repo_id, sha)
+    last = sorted(set(shas))
+    assert wait_until(lambda: finished(last) == len(last), VISIBILITY + 60), worker.log()[-3000:]
+    sha = next(r.sha for p in DEMO_PACKAGES if p.repo_id == GLM53_REPO for r in p.revisions)
+    send(worker.broker.url, INGEST, GLM53_REPO, sha)  # sent after the last restart: still consuming
     assert wait_until(lambda: finished([sha]) == 1, 30), worker.log()[-3000:]
     assert worker_alive(worker)
     record("redis-restarts-while-running", restarts=10, seconds=round(time.monotonic() - started, 1))
