@@ -240,6 +240,12 @@ if CELERY_BROKER_URL.startswith("filesystem://"):
         "control_folder": str(_BROKER_FOLDER / "control"),
         "store_processed": False,
     }
+# redis:// goes through kombu's Redis transport with the fix in meshdash/broker.py (a worker that
+# exited on a Redis restart now reconnects); and the worker retries the broker for as long as it is
+# down rather than giving up after 100 attempts.
+if CELERY_BROKER_URL.startswith("redis://"):
+    CELERY_BROKER_TRANSPORT = "meshdash.broker:Transport"
+CELERY_BROKER_CONNECTION_MAX_RETRIES = None
 # On a broker connection loss, let running tasks finish: their ack may be lost and the message
 # re-delivered, but the revision claim (ingest.claim_revision) turns that delivery into a no-op.
 CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = False
@@ -283,6 +289,10 @@ else:
 
 # --- Node reports ---------------------------------------------------------------------------
 MESHDASH_NODE_RATE_LIMIT = envint("MESHDASH_NODE_RATE_LIMIT", 1200)  # requests/minute/node; 0 = off
+# OTLP spans per minute per node, whatever the number of exports (0 = off): a span is what costs.
+MESHDASH_NODE_SPAN_RATE_LIMIT = envint("MESHDASH_NODE_SPAN_RATE_LIMIT", 12000)
+# The OTLP/gRPC receiver: calls handled at once; more are refused at once (RESOURCE_EXHAUSTED).
+MESHDASH_OTLP_GRPC_MAX_CALLS = envint("MESHDASH_OTLP_GRPC_MAX_CALLS", 8)
 # Hourly report rollups are kept this many days; day and total rollups are kept for good.
 MESHDASH_ROLLUP_HOURLY_DAYS = envint("MESHDASH_ROLLUP_HOURLY_DAYS", 14)
 # Raw reports are kept this many months (whole months, dropped by beat; 0 = for good). The pages read

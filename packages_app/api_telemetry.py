@@ -47,18 +47,26 @@ def _traces(request: HttpRequest) -> HttpResponse:
     if not isinstance(node, Node):
         return node
     try:
-        export = otlp.parse_export(_read_body(request), request.content_type or "")
+        raw, budget = _read_body(request)
+        export = otlp.parse_export(raw, request.content_type or "", budget)
     except otlp.OtlpTooLarge as exc:
         return error_response(413, str(exc))
     except otlp.OtlpError as exc:
         status = 415 if "Content-" in str(exc) else 400
         return error_response(status, str(exc))
+    retry_after = identity.node_span_limit(node, otlp.span_count(export))
+    if retry_after is not None:
+        return error_response(429, "Too many spans from this node this minute.", Retry_After=str(retry_after))
     identity.node_touch(node)
-    outcome = telemetry.traces_export(node, export, timezone.now())
+    try:
+        outcome = telemetry.traces_export(node, export, timezone.now())
+    except telemetry.RunConflict as exc:
+        return error_response(409, str(exc))
     return _otlp_response(outcome.response, request.content_type or "")
 
 
-def _read_body(request: HttpRequest) -> bytes:
+def _read_body(request: HttpRequest) -> tuple[bytes, otlp.Budget]:
+    """The body, inflated, and the budget the bytes sent buy (compressed bytes, when gzipped)."""
     encoding = request.headers.get("Content-Encoding", "identity").strip().lower()
     if encoding not in ("identity", "gzip"):
         raise otlp.OtlpError("Content-Encoding must be gzip or identity.")
@@ -71,7 +79,8 @@ def _read_body(request: HttpRequest) -> bytes:
     raw = request.read(otlp.MAX_BODY_BYTES + 1)
     if len(raw) > otlp.MAX_BODY_BYTES:
         raise otlp.OtlpTooLarge(f"The body must be at most {otlp.MAX_BODY_BYTES // (1024 * 1024)} MiB.")
-    return otlp.gunzip_capped(raw) if encoding == "gzip" else raw
+    budget = otlp.Budget(len(raw))
+    return (otlp.gunzip_capped(raw, budget.inflated_bytes) if encoding == "gzip" else raw), budget
 
 
 def _otlp_response(message: Message, content_type: str) -> HttpResponse:
@@ -94,7 +103,13 @@ def runs_register(request: HttpRequest, node: Node, data: Any) -> HttpResponse:
         except BodyError as exc:
             results.append({"index": index, "status": 400, "error": exc.message, "field": exc.field})
             continue
-        outcome = telemetry.run_register(node, run)
+        try:
+            outcome = telemetry.run_register(node, run)
+        except telemetry.RunConflict as exc:
+            results.append(
+                {"index": index, "status": 409, "error": str(exc), "field": f"runs.{index}.run_id"}
+            )
+            continue
         if outcome.unknown_revision is not None:
             queueing.request_ingests([outcome.unknown_revision])
         results.append(

@@ -16,6 +16,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
+from django.db import InterfaceError, OperationalError, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
@@ -26,6 +27,7 @@ from packages_app.audit.releases import refused_key
 from packages_app.gguf_header import GGUFHeader
 from packages_app.layout import MANIFEST_FILE, classify_path
 from packages_app.models import Package, PackageFile, Revision
+from packages_app.repo_ids import within_tracking_rules
 from packages_app.reports import link_reports_to_revision
 
 log = logging.getLogger(__name__)
@@ -46,6 +48,34 @@ def track_package(repo_id: str) -> Package:
     package, _ = Package.objects.get_or_create(repo_id=repo_id, defaults={"tracked": True})
     if not package.tracked:
         Package.objects.filter(pk=package.pk).update(tracked=True)
+    return package
+
+
+def confirm_package(repo_id: str, source: hub.PackageSource | None = None) -> Package | None:
+    """The package a node report or a webhook named, tracked only once the Hub confirms the repo.
+
+    A request only names a repo; this decides, in the worker: a package already stored is returned
+    as it is; otherwise the repo must be within the tracking rules (``repo_ids.within_tracking_rules``)
+    and the Hub must know it (its head resolves), or nothing is stored and None is returned. What the
+    Hub says about privacy is stored with the row. A retryable Hub failure raises, for the task to retry.
+    """
+    package = Package.objects.filter(repo_id=repo_id).first()
+    if package is not None:
+        return package
+    if not within_tracking_rules(repo_id, settings.MESHDASH_NAMESPACES):
+        log.info("not tracking %s: outside the tracking rules (MESHDASH_NAMESPACES, -layers)", repo_id)
+        return None
+    source = source or hub.HubSource(repo_id)
+    try:
+        source.resolve_revision(None)
+    except hub.HubError as exc:
+        if exc.retryable:
+            raise
+        log.info("not tracking %s: the Hub does not confirm it (%s)", repo_id, exc)
+        return None
+    with transaction.atomic():
+        package = track_package(repo_id)
+        record_privacy(package, source)
     return package
 
 
@@ -193,6 +223,8 @@ def ingest_revision(
     sha = revision if revision and hub.SHA_RE.match(revision) else source.resolve_revision(revision)
     package, _ = Package.objects.get_or_create(repo_id=repo_id)
     _learn_privacy(package, source)
+    if revision == sha:
+        require_known_commit(source, package, sha)
     rev, _ = Revision.objects.get_or_create(package=package, commit_sha=sha)
     if rev.committed_at is None:
         _fill_commit_info(rev, source)
@@ -205,6 +237,8 @@ def ingest_revision(
         status = Revision.Status.QUEUED if exc.retryable else Revision.Status.FAILED
         _finish(rev, status, str(exc))
         raise
+    except (OperationalError, InterfaceError):
+        raise  # the database went away: nothing to record it in; the task retries, its claim resumes
     except Exception as exc:
         log.exception("ingest of %s failed", rev)
         _finish(rev, Revision.Status.FAILED, f"internal error: {type(exc).__name__}: {exc}")
@@ -213,6 +247,13 @@ def ingest_revision(
     link_reports_to_revision(rev)
     rev.refresh_from_db()
     return IngestOutcome(rev, ran=True)
+
+
+def require_known_commit(source: hub.PackageSource, package: Package, sha: str) -> None:
+    """A pinned sha no sync has stored (a node named it) must be known to the Hub before a row is
+    stored for it, or made-up shas would each leave a failed revision behind. HubNotFound otherwise."""
+    if not Revision.objects.filter(package=package, commit_sha=sha).exists():
+        source.resolve_revision(sha)
 
 
 def record_privacy(package: Package, source: hub.PackageSource) -> None:

@@ -326,6 +326,22 @@ class NodeRun(models.Model):
         return f"{self.node.name}:{self.run_id}"
 
 
+class RunClaim(models.Model):
+    """Which node a run id belongs to: the first node that registered it or exported a span for it.
+
+    A run id is chosen by the node, so without this any node could register another's run id and
+    re-attribute that node's spans to a package of its choosing. Another node's registration or spans
+    for a claimed run id are refused (409).
+    """
+
+    run_id = models.CharField(max_length=200, unique=True)
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="run_claims")
+    claimed_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"{self.run_id} -> node {self.node_id}"
+
+
 ROLLUP_KEY = (
     "revision",
     "grain",

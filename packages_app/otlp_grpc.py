@@ -3,21 +3,29 @@
 mesh-llm exports with ``--skippy-metrics-otlp-grpc URL``; the node token travels as the standard
 ``authorization: Bearer <token>`` metadata. Run by ``manage.py otlp_receiver``; the tests start it on
 port 0 in-process.
+
+The method is registered by hand, rather than through the generated servicer: gRPC would otherwise
+receive and parse every message before our code runs, so an unauthenticated peer could make it build
+hundreds of MB per message. It is registered as a client-streaming method with no deserializer (on the
+wire a unary call is the same): the handler runs as soon as the call's metadata arrives, checks the
+token, and only then reads the one message, as bytes, so an unauthenticated message is never read.
+The bytes are weighed against the export's budget (nodes/otlp.py) and only then parsed; a malformed
+message answers INVALID_ARGUMENT. ``maximum_concurrent_rpcs`` refuses calls past
+MESHDASH_OTLP_GRPC_MAX_CALLS at once (RESOURCE_EXHAUSTED) instead of queueing them without bound.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from typing import NoReturn
 
 import grpc
+from django.conf import settings
 from django.db import InterfaceError, OperationalError, close_old_connections, connection
 from django.utils import timezone
-from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
-    ExportTraceServiceRequest,
-    ExportTraceServiceResponse,
-)
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
 from packages_app import telemetry
 from packages_app.models import Node
@@ -25,9 +33,11 @@ from packages_app.nodes import identity, otlp
 
 log = logging.getLogger(__name__)
 
+SERVICE = "opentelemetry.proto.collector.trace.v1.TraceService"
 
-class TraceReceiver(trace_service_pb2_grpc.TraceServiceServicer):
-    """OTLP TraceService: authenticate, rate-limit, store; errors as the OTLP spec's gRPC codes.
+
+class TraceReceiver:
+    """OTLP TraceService Export: authenticate, weigh, parse, rate-limit, store; errors as gRPC codes.
 
     Worker threads keep their database connection (CONN_MAX_AGE) unless ``close_connections`` is
     set, which a server that is stopped before its process ends (the tests) needs.
@@ -36,17 +46,30 @@ class TraceReceiver(trace_service_pb2_grpc.TraceServiceServicer):
     def __init__(self, *, close_connections: bool = False) -> None:
         self.close_connections = close_connections
 
-    def Export(
-        self, request: ExportTraceServiceRequest, context: grpc.ServicerContext
-    ) -> ExportTraceServiceResponse:
+    def Export(self, messages: Iterator[bytes], context: grpc.ServicerContext) -> ExportTraceServiceResponse:
         close_old_connections()
         try:
             node = self._node(context)
+            raw = next(messages, None)  # read only now, once the token is known good
+            if raw is None:
+                _abort(context, grpc.StatusCode.INVALID_ARGUMENT, "The call carried no export message.")
+            try:
+                request = otlp.parse_protobuf(raw, otlp.Budget(len(raw)))
+            except otlp.OtlpTooLarge as exc:
+                _abort(context, grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc))
+            except otlp.OtlpError as exc:
+                _abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            retry_after = identity.node_span_limit(node, otlp.span_count(request))
+            if retry_after is not None:
+                _abort(context, grpc.StatusCode.UNAVAILABLE, f"Too many spans; retry in {retry_after} s.")
+            identity.node_touch(node)
             return telemetry.traces_export(node, request, timezone.now()).response
+        except telemetry.RunConflict as exc:
+            # ALREADY_EXISTS: HTTP's 409, and not a code OTLP exporters retry.
+            _abort(context, grpc.StatusCode.ALREADY_EXISTS, str(exc))
         except (OperationalError, InterfaceError):
             log.warning("database unavailable during an OTLP export", exc_info=True)
-            context.abort(grpc.StatusCode.UNAVAILABLE, "The database is unavailable; retry later.")
-            raise  # abort raises; this line is for the type checker
+            _abort(context, grpc.StatusCode.UNAVAILABLE, "The database is unavailable; retry later.")
         finally:
             connection.close() if self.close_connections else close_old_connections()
 
@@ -55,16 +78,21 @@ class TraceReceiver(trace_service_pb2_grpc.TraceServiceServicer):
         token = otlp.bearer_token(metadata)
         node = identity.node_authenticate(token) if token else None
         if node is None:
-            context.abort(grpc.StatusCode.UNAUTHENTICATED, "A valid node token is required (Bearer).")
-            raise AssertionError("unreachable")
+            _abort(context, grpc.StatusCode.UNAUTHENTICATED, "A valid node token is required (Bearer).")
         retry_after = identity.node_rate_limit(node)
         if retry_after is not None:
             # UNAVAILABLE, which OTLP exporters retry with backoff: nothing the node measured is lost.
-            context.abort(
-                grpc.StatusCode.UNAVAILABLE, f"Too many requests from this node; retry in {retry_after} s."
+            _abort(
+                context,
+                grpc.StatusCode.UNAVAILABLE,
+                f"Too many requests from this node; retry in {retry_after} s.",
             )
-        identity.node_touch(node)
         return node
+
+
+def _abort(context: grpc.ServicerContext, code: grpc.StatusCode, message: str) -> NoReturn:
+    context.abort(code, message)
+    raise AssertionError("unreachable: abort raises")
 
 
 def build_server(
@@ -76,10 +104,18 @@ def build_server(
         options=[
             ("grpc.max_receive_message_length", otlp.MAX_BODY_BYTES),  # checked after gzip inflation
             ("grpc.max_send_message_length", 1024 * 1024),
+            # No window growth: a call's message waits at the peer (64 KiB in flight) until the handler
+            # reads it, so calls refused before reading (a bad token) cost no buffered megabytes.
+            ("grpc.http2.bdp_probe", 0),
         ],
+        maximum_concurrent_rpcs=settings.MESHDASH_OTLP_GRPC_MAX_CALLS,
     )
-    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(
-        TraceReceiver(close_connections=close_connections), server
-    )  # type: ignore[no-untyped-call]
+    receiver = TraceReceiver(close_connections=close_connections)
+    export = grpc.stream_unary_rpc_method_handler(
+        receiver.Export,
+        request_deserializer=None,  # raw bytes, read after the token is checked
+        response_serializer=ExportTraceServiceResponse.SerializeToString,
+    )
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, {"Export": export}),))
     bound = server.add_insecure_port(f"{host}:{port}")
     return server, bound

@@ -47,6 +47,13 @@ def validate_repo_id(repo_id: str) -> str:
     return repo_id
 
 
+def within_tracking_rules(repo_id: str, namespaces: list[str]) -> bool:
+    """A repo meshdash may start following on the word of a node or a webhook (once the Hub confirms it):
+    a ``-layers`` repo of a followed namespace, as discovery tracks them."""
+    owner, _, name = repo_id.partition("/")
+    return owner in namespaces and name.endswith("-layers")
+
+
 def is_commit_sha(value: object) -> bool:
     """A full, lowercase, 40-hex commit sha: what a pinned revision is."""
     return isinstance(value, str) and COMMIT_SHA_RE.fullmatch(value) is not None

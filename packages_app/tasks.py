@@ -18,6 +18,7 @@ from celery import Task, shared_task
 from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
 from django.core.cache import cache
+from django.db import InterfaceError, OperationalError
 
 from packages_app import hub, ingest, partitions, rollups
 
@@ -30,9 +31,27 @@ MAX_DELIVERIES = 3
 # lets the counters of messages that were never delivered again expire.
 DELIVERY_COUNT_TTL = 24 * 3600
 QUARANTINED = "quarantined"
+# The database going away (a restart, a failover, a network blip) is retried like a Hub outage, with
+# its own budget: up to about 9 minutes of backoff before the task gives up (and the reconciler takes over).
+DATABASE_ERRORS: tuple[type[Exception], ...] = (OperationalError, InterfaceError)
+DB_MAX_RETRIES = 12
+DB_MAX_BACKOFF = 60
+UNCONFIRMED = "unconfirmed"  # the repo a node named is not stored, and the Hub does not confirm it
 
 TaskFn = TypeVar("TaskFn", bound=Callable[..., Any])
 PoisonFn = Callable[..., None]
+
+
+def database_countdown(retries: int) -> float:
+    """Exponential backoff for a database outage: 2, 4, 8 ... seconds, at most DB_MAX_BACKOFF."""
+    return float(min(2 ** (retries + 1), DB_MAX_BACKOFF))
+
+
+def retry_on_database_error(task: Task, exc: Exception) -> Exception:
+    """The Retry to raise for a database error: the message is re-sent with a countdown, not failed."""
+    log.warning("%s%r: the database is unavailable (%s); retrying", task.name, task.request.args, exc)
+    countdown = database_countdown(task.request.retries)
+    return task.retry(exc=exc, countdown=countdown, max_retries=DB_MAX_RETRIES)  # type: ignore[no-any-return]
 
 
 def retry_countdown(exc: hub.HubUnavailable, retries: int) -> float:
@@ -107,6 +126,9 @@ def _no_revision_state(*args: Any) -> None:
 @quarantine_after_dead_deliveries(ingest.quarantine_revision)
 def ingest_revision(self: Task, repo_id: str, commit_sha: str) -> str:
     try:
+        # Nodes ask for revisions of repos they name: those stay unlinked unless the Hub confirms them.
+        if ingest.confirm_package(repo_id) is None:
+            return UNCONFIRMED
         outcome = ingest.ingest_revision(repo_id, commit_sha, claim=self.request.id)
     except SoftTimeLimitExceeded:
         limit = int(self.soft_time_limit or settings.CELERY_TASK_SOFT_TIME_LIMIT)
@@ -118,6 +140,8 @@ def ingest_revision(self: Task, repo_id: str, commit_sha: str) -> str:
     except hub.HubError as exc:
         log.warning("ingest of %s@%s failed: %s", repo_id, commit_sha, exc)
         return "failed"
+    except DATABASE_ERRORS as exc:
+        raise retry_on_database_error(self, exc) from exc
     return outcome.revision.status if outcome.ran else "skipped"
 
 
@@ -125,12 +149,16 @@ def ingest_revision(self: Task, repo_id: str, commit_sha: str) -> str:
 @quarantine_after_dead_deliveries(ingest.record_sync_error)
 def sync_package(self: Task, repo_id: str) -> int:
     try:
+        if ingest.confirm_package(repo_id) is None:  # a webhook named a repo we do not store
+            return 0
         revisions = ingest.sync_package(repo_id)
     except hub.HubUnavailable as exc:
         raise self.retry(exc=exc, countdown=retry_countdown(exc, self.request.retries)) from exc
     except hub.HubError as exc:
         log.warning("sync of %s failed: %s", repo_id, exc)
         return 0
+    except DATABASE_ERRORS as exc:
+        raise retry_on_database_error(self, exc) from exc
     from packages_app.models import Revision
 
     for revision in revisions:

@@ -4,6 +4,9 @@ Decoding is nodes/otlp.py (pure) and validation nodes/report_schema.py; this mod
 every write is idempotent: a span is one Report per (node, report_id), the id derived from its trace
 and span ids; a run is one NodeRun per (node, run_id). Spans name only their run id; the agent's
 registration of that run names the package, so each side links the other whichever comes first.
+A run id belongs to the first node that registers it or exports a span for it (RunClaim): another
+node's registration or spans for it are refused (RunConflict), so the node that exports a run's decode
+spans and the agent that registers it use the same node token.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+from django.db import transaction
 from django.db.models import Q
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
@@ -22,7 +26,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from pydantic import ValidationError
 
 from packages_app import reports, rollups
-from packages_app.models import Node, NodeRun, Report, Revision
+from packages_app.models import Node, NodeRun, Report, Revision, RunClaim
 from packages_app.nodes import otlp
 from packages_app.nodes.report_schema import RunIn, Timings, canonical_json
 from packages_app.reports import CLOCK_SKEW_LIMIT, TIMING_COLUMNS
@@ -30,6 +34,28 @@ from packages_app.reports import CLOCK_SKEW_LIMIT, TIMING_COLUMNS
 # Fixed forever: a span's report_id must be the same on every export of it.
 SPAN_NAMESPACE = uuid.UUID("6d1f0b3e-8f57-4f0e-9d0c-0e5b1d3c7a21")
 MTP_COUNTERS = ("draft_n", "native_mtp_verifications", "speculative_windows")
+
+
+class RunConflict(Exception):
+    """Run ids that belong to another node: what was sent for them is refused (409 / ALREADY_EXISTS)."""
+
+    def __init__(self, run_ids: Sequence[str]) -> None:
+        shown = ", ".join(repr(run_id[:80]) for run_id in run_ids[:5])
+        more = f" and {len(run_ids) - 5} more" if len(run_ids) > 5 else ""
+        super().__init__(f"The run id {shown}{more} belongs to another node; nothing was stored.")
+        self.run_ids = list(run_ids)
+
+
+def claim_runs(node: Node, run_ids: set[str]) -> list[str]:
+    """Claim the run ids no node holds yet for ``node``; return those another node holds, sorted."""
+    if not run_ids:
+        return []
+    owners = dict(RunClaim.objects.filter(run_id__in=run_ids).values_list("run_id", "node_id"))
+    new = [RunClaim(run_id=run_id, node=node) for run_id in run_ids if run_id not in owners]
+    if new:
+        RunClaim.objects.bulk_create(new, ignore_conflicts=True)  # a racing node may win one
+        owners = dict(RunClaim.objects.filter(run_id__in=run_ids).values_list("run_id", "node_id"))
+    return sorted(run_id for run_id, owner in owners.items() if owner != node.pk)
 
 
 @dataclass(frozen=True)
@@ -40,10 +66,17 @@ class ExportOutcome:
 
 
 def traces_export(node: Node, request: ExportTraceServiceRequest, received_at: datetime) -> ExportOutcome:
-    """Store the decode spans of one OTLP export; the answer counts what was rejected and why."""
+    """Store the decode spans of one OTLP export; the answer counts what was rejected and why.
+
+    Raises RunConflict, storing nothing, when a span names a run id that belongs to another node.
+    """
     batch = otlp.decode_spans(request)
-    rows, bad_counters = _span_rows(node, batch.spans, received_at)
-    created = _insert(node, rows)
+    with transaction.atomic():
+        foreign = claim_runs(node, {span.run_id[:200] for span in batch.spans})
+        if foreign:
+            raise RunConflict(foreign)
+        rows, bad_counters = _span_rows(node, batch.spans, received_at)
+        created = _insert(node, rows)
     reason = (
         f"{bad_counters} {otlp.DECODE_SPAN} span(s) with counters of the wrong type" if bad_counters else ""
     )
@@ -63,7 +96,7 @@ def _insert(node: Node, rows: list[Report]) -> int:
 def _span_rows(
     node: Node, spans: Sequence[otlp.DecodeSpan], received_at: datetime
 ) -> tuple[list[Report], int]:
-    runs = _runs_by_id({span.run_id for span in spans})
+    runs = _runs_by_id(node, {span.run_id[:200] for span in spans})
     rows: dict[uuid.UUID, Report] = {}
     bad = 0
     for span in spans:
@@ -72,14 +105,14 @@ def _span_rows(
         except ValidationError:
             bad += 1
             continue
-        row = _span_row(node, span, timings, runs.get(span.run_id), received_at)
+        row = _span_row(node, span, timings, runs.get(span.run_id[:200]), received_at)
         rows.setdefault(row.report_id, row)  # one export may repeat a span
     return list(rows.values()), bad
 
 
-def _runs_by_id(run_ids: set[str]) -> dict[str, NodeRun]:
-    # A run's stages sit on several nodes; whichever node's agent registered it names the package.
-    runs = NodeRun.objects.filter(run_id__in=run_ids).exclude(repo_id="").order_by("updated_at")
+def _runs_by_id(node: Node, run_ids: set[str]) -> dict[str, NodeRun]:
+    # The node's own registrations only: the run ids were claimed for it just before.
+    runs = NodeRun.objects.filter(node=node, run_id__in=run_ids).exclude(repo_id="")
     return {run.run_id: run for run in runs}
 
 
@@ -149,7 +182,17 @@ class RunOutcome:
 
 
 def run_register(node: Node, run: RunIn) -> RunOutcome:
-    """Upsert what the node's agent saw for one run, and link the run's spans to its package."""
+    """Upsert what the node's agent saw for one run, and link the run's spans to its package.
+
+    Raises RunConflict, storing nothing, when the run id belongs to another node.
+    """
+    with transaction.atomic():
+        if claim_runs(node, {run.run_id}):
+            raise RunConflict([run.run_id])
+        return _run_upsert(node, run)
+
+
+def _run_upsert(node: Node, run: RunIn) -> RunOutcome:
     package = run.package
     repo, sha, manifest = (
         (package.repo, package.revision, package.manifest_sha256 or "") if package else ("", "", "")
@@ -169,7 +212,7 @@ def run_register(node: Node, run: RunIn) -> RunOutcome:
         "devices": run.devices,
     }
     NodeRun.objects.update_or_create(node=node, run_id=run.run_id, defaults=fields)
-    linked = _link_span_reports(run.run_id, fields) if repo else 0
+    linked = _link_span_reports(node, run.run_id, fields) if repo else 0
     unknown = (repo, sha) if repo and revision_id is None else None
     return RunOutcome(run.run_id, revision_id, linked, unknown_revision=unknown)
 
@@ -183,8 +226,8 @@ def _revision_id(repo: str, sha: str, manifest: str) -> int | None:
     return found.get(sha) or next(iter(found.values()), None)
 
 
-def _link_span_reports(run_id: str, fields: Mapping[str, object]) -> int:
-    """Spans that arrived before their run was registered get its package now."""
-    unlinked = Q(run_id=run_id, source=Report.Source.OTLP, repo_id="")
+def _link_span_reports(node: Node, run_id: str, fields: Mapping[str, object]) -> int:
+    """The node's spans that arrived before their run was registered get its package now."""
+    unlinked = Q(node=node, run_id=run_id, source=Report.Source.OTLP, repo_id="")
     keys = ("repo_id", "commit_sha", "manifest_sha256", "revision_id", "topology_id", "stage_splits")
     return rollups.link_reports(unlinked, {key: fields[key] for key in keys})

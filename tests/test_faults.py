@@ -41,7 +41,8 @@ from django.test import Client, RequestFactory
 
 from meshdash.middleware import DatabaseUnavailableMiddleware
 from packages_app import hub, ingest, inspection, tasks
-from packages_app.devhub import DEMO_PACKAGES, QWEN35_FIRST_SHA, QWEN35_REPO, DevHub, FaultPlan
+from packages_app.devhub import DEMO_PACKAGES, LLAMA_REPO, QWEN35_FIRST_SHA, QWEN35_REPO, DevHub, FaultPlan
+from packages_app.devhub.generator import GLM53_REPO
 from packages_app.models import Package, PackageFile, Report, Revision
 from packages_app.nodes import identity as nodes
 
@@ -405,6 +406,10 @@ app.conf.broker_transport_options = {
 }
 # Notice a pool child killed mid-task after 1 s instead of 10 (the default waits for a late result).
 app.conf.worker_lost_wait = 1.0
+if knobs.get("stock_redis_transport"):  # kombu's own Redis transport, without meshdash.broker's fix
+    app.conf.broker_transport = None
+if knobs.get("no_db_retry"):  # database errors fail the task, as before they were retried
+    tasks.DATABASE_ERRORS = ()
 if "acks_late" in knobs:
     app.tasks[tasks.ingest_revision.name].acks_late = knobs["acks_late"]
 if "max_deliveries" in knobs:
@@ -453,7 +458,7 @@ class Worker:
         knobs = {"name": f"fault-{uuid.uuid4().hex[:8]}@%h", **self.knobs}
         env = {k: v for k, v in os.environ.items() if k not in ("CACHE_URL", "DEBUG")}
         env |= {
-            "DATABASE_URL": database_url(),
+            "DATABASE_URL": database_url(self.knobs.get("db_port")),
             "CELERY_BROKER_URL": self.broker.url,
             "REDIS_URL": self.broker.url.replace("/0", "/1"),
             "HF_ENDPOINT": self.hub_url,
@@ -651,6 +656,130 @@ def test_negative_control_a_broker_without_persistence_loses_the_queued_tasks(
     lost = len(run["before"]) - finished(run["before"])
     assert lost >= 1, "without persistence the queued messages should be gone"
     record("redis-restart-negative", queued_at_restart=run["queued_at_restart"], lost=lost)
+
+
+def worker_alive(worker: Worker) -> bool:
+    return worker.proc is not None and worker.proc.poll() is None
+
+
+def small_revisions() -> list[tuple[str, str]]:
+    """The Llama package's revisions (16 layers): quick ingests, well inside the test's time limit."""
+    return [(p.repo_id, r.sha) for p in DEMO_PACKAGES for r in p.revisions if p.repo_id == LLAMA_REPO]
+
+
+def restart_broker_while_ingests_run(worker: Worker, faults: RecordingFaults, restarts: int) -> list[str]:
+    """One ingest at a time: wait until it runs, restart Redis under it; stop early if the worker exits.
+
+    The Llama revisions in turn, each ingested from scratch (its row deleted once finished); returns the
+    shas sent. The worker exited if it is not alive afterwards.
+    """
+    faults.resolve_delay = 0.1
+    worker.start()
+    pairs = small_revisions()
+    sent: list[str] = []
+    for repo_id, sha in itertools.islice(itertools.cycle(pairs), restarts):
+        finished_before = functools.partial(lambda s: finished([s]) == 1 or not worker_alive(worker), sha)
+        assert wait_until(finished_before, 60) if sha in sent else True, worker.log()[-3000:]
+        Revision.objects.filter(commit_sha=sha).delete()
+        send(worker.broker.url, INGEST, repo_id, sha)
+        sent.append(sha)
+        running = Revision.objects.filter(commit_sha=sha, status__in=["running", "done", "failed"])
+        started = functools.partial(lambda rows: rows.exists() or not worker_alive(worker), running)
+        assert wait_until(started, 40), worker.log()[-3000:]
+        if not worker_alive(worker):
+            break
+        worker.broker.restart()
+    return sent
+
+
+@pytest.mark.services
+@needs_services
+def test_the_worker_survives_ten_redis_restarts_while_tasks_run_and_keeps_consuming(
+    make_worker: Callable[..., Worker], faults: RecordingFaults
+) -> None:
+    started = time.monotonic()
+    worker = make_worker(concurrency=2)
+    shas = restart_broker_while_ingests_run(worker, faults, restarts=10)
+    assert len(shas) == 10 and worker_alive(worker), worker.log()[-5000:]
+    last = sorted(set(shas))
+    assert wait_until(lambda: finished(last) == len(last), VISIBILITY + 60), worker.log()[-3000:]
+    sha = next(r.sha for p in DEMO_PACKAGES if p.repo_id == GLM53_REPO for r in p.revisions)
+    send(worker.broker.url, INGEST, GLM53_REPO, sha)  # sent after the last restart: still consuming
+    assert wait_until(lambda: finished([sha]) == 1, 30), worker.log()[-3000:]
+    assert worker_alive(worker)
+    record("redis-restarts-while-running", restarts=10, seconds=round(time.monotonic() - started, 1))
+
+
+@pytest.mark.services
+@needs_services
+def test_negative_control_with_kombus_own_redis_transport_a_restart_makes_the_worker_exit(
+    make_worker: Callable[..., Worker], faults: RecordingFaults
+) -> None:
+    worker = make_worker(concurrency=2, stock_redis_transport=True)
+    shas = restart_broker_while_ingests_run(worker, faults, restarts=10)
+    assert wait_until(lambda: not worker_alive(worker), 20), "the worker should have exited on a restart"
+    assert "AttributeError" in worker.log(), "the kombu error the transport fix turns into a reconnect"
+    record("redis-restarts-negative", restarts_until_exit=len(shas))
+
+
+# --- PostgreSQL going away under running ingests ----------------------------------------------------
+
+
+def database_outage_under_ingests(
+    make_worker: Callable[..., Worker], faults: RecordingFaults, proxy: CuttableProxy, **knobs: Any
+) -> tuple[Worker, list[str]]:
+    """The three Llama revisions' ingests on two pool processes; PostgreSQL cut for 5 s once one is mid-way.
+
+    The small package and the slowed Hub keep each ingest well inside the test's 12 s time limit on a
+    busy machine, and long enough to be caught mid-way.
+    """
+    faults.resolve_delay = 0.3
+    worker = make_worker(concurrency=2, db_port=proxy.port, **knobs).start()
+    pairs = [(p.repo_id, r.sha) for p in DEMO_PACKAGES for r in p.revisions if p.repo_id == LLAMA_REPO]
+    for repo_id, sha in pairs:
+        send(worker.broker.url, INGEST, repo_id, sha)
+    shas = [sha for _, sha in pairs]
+    running = Revision.objects.filter(commit_sha__in=shas, status="running", files_done__gte=2)
+    assert wait_until(running.exists, 40), worker.log()[-3000:]
+    proxy.cut("refuse")
+    time.sleep(5)  # the outage itself: what the tasks must outlast
+    proxy.restore()
+    faults.resolve_delay = 0.0  # slowed only to catch the ingests mid-way; the short test limits stay met
+    return worker, shas
+
+
+@pytest.mark.services
+@needs_services
+def test_ingests_running_when_postgresql_goes_away_retry_and_complete(
+    make_worker: Callable[..., Worker], faults: RecordingFaults, db_proxy: CuttableProxy
+) -> None:
+    started = time.monotonic()
+    worker, shas = database_outage_under_ingests(make_worker, faults, db_proxy)
+    assert wait_until(lambda: finished(shas) == len(shas), 120), worker.log()[-3000:]
+    revisions = Revision.objects.filter(commit_sha__in=shas)
+    assert [r.status for r in revisions] == ["done"] * len(shas), [(r.status, r.error) for r in revisions]
+    assert "the database is unavailable" in worker.log()
+    record(
+        "database-outage-mid-ingest",
+        seconds=round(time.monotonic() - started, 1),
+        tasks=len(shas),
+        outage_s=5,
+    )
+
+
+@pytest.mark.services
+@needs_services
+def test_negative_control_without_the_retry_a_database_blip_fails_the_running_ingests(
+    make_worker: Callable[..., Worker], faults: RecordingFaults, db_proxy: CuttableProxy
+) -> None:
+    _, shas = database_outage_under_ingests(make_worker, faults, db_proxy, no_db_retry=True)
+    wait_until(lambda: not Revision.objects.filter(commit_sha__in=shas, status="queued").exists(), 60)
+    time.sleep(3)  # let the tasks still running end
+    unfinished = Revision.objects.filter(commit_sha__in=shas).exclude(status="done")
+    assert unfinished.count() >= 1, (
+        "acknowledged as failed: left for the reconciler (22-27 min in production)"
+    )
+    record("database-outage-mid-ingest-negative", not_done=unfinished.count(), tasks=len(shas))
 
 
 # --- Hub rate limits at the task level --------------------------------------------------------------

@@ -55,7 +55,7 @@ def test_the_ingest_task_retries_a_hub_outage_and_the_retry_completes(
 @pytest.mark.django_db
 def test_the_ingest_task_does_not_retry_a_missing_repo(hub_settings: DevHub, eager_tasks: None) -> None:
     result = tasks.ingest_revision.apply(args=("meshllm/No-Such-layers", QWEN35_FIRST_SHA))
-    assert result.get() == "failed"
+    assert result.get() == tasks.UNCONFIRMED  # the Hub does not know it: not retried, nothing stored
 
 
 # --- a real worker ------------------------------------------------------------------------------

@@ -99,11 +99,17 @@ class HeaderFetcher:
         guess = _learned_first_read(learned)
         with ThreadPoolExecutor(max_workers=self.concurrency) as pool:
             futures = [pool.submit(read_header, self.source, self.sha, p, first_read=guess) for p in rest]
-            for future in as_completed(futures):
-                result = future.result()
-                results.append(result)
-                if on_result:
-                    on_result(result)
+            try:
+                for future in as_completed(futures):
+                    result = future.result()
+                    results.append(result)
+                    if on_result:
+                        on_result(result)
+            except BaseException:
+                # on_result failed (the database went away) or the task is being stopped: the reads
+                # not started yet are dropped instead of all being waited for.
+                pool.shutdown(wait=True, cancel_futures=True)
+                raise
         order = {p: i for i, p in enumerate(paths)}
         return sorted(results, key=lambda r: order[r.path])
 

@@ -7,6 +7,8 @@ run id, link to a package revision. As an optional transparent OpenAI-compatible
 each completion's ``timings`` as a report. Everything it sends is first written to an on-disk spool
 and deleted only once meshdash has answered, so a meshdash outage loses nothing (at-least-once;
 meshdash deduplicates by report id and run id). 429 and 503 are honoured with Retry-After (capped).
+The spool is capped by size and age (the oldest bodies are dropped first, counted and logged): a node
+that produces reports faster than a down meshdash can take them fills a bounded folder, not the disk.
 
 Only the standard library: it runs on GPU hosts next to a node, not in meshdash's environment.
 """
@@ -14,6 +16,7 @@ Only the standard library: it runs on GPU hosts next to a node, not in meshdash'
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -37,12 +40,18 @@ log = logging.getLogger("meshdash.agent")
 
 TIMEOUT = 10.0
 MAX_RESPONSE_BYTES = 16 * 1024 * 1024
+MAX_REQUEST_BYTES = 16 * 1024 * 1024  # a proxied OpenAI request; a long prompt is a few MiB at most
 FORWARDED_HEADERS = ("content-type", "authorization", "accept")
 STREAM_TAIL_BYTES = 256 * 1024  # the last events of a stream, where the timings are
 MAX_RETRY_AFTER = 300.0
 MAX_BACKOFF = 60.0
 REPORT_BATCH = 200
+SPOOL_MAX_BYTES = 64 * 1024 * 1024  # ~20,000 reports of ~3 KiB
+SPOOL_MAX_AGE = 7 * 24 * 3600.0  # a body meshdash has not taken in a week is not worth a backlog
+# meshdash's answers that say the body itself is wrong: sending it again would be refused again.
+DROP_STATUSES = frozenset({400, 413, 422})
 SHA = re.compile(r"^[0-9a-f]{40}$")
+DECIMAL = re.compile(r"[0-9]+")
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
 REF = re.compile(r"^(?:hf://)?(?P<repo>[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+)(?:@(?P<rev>[^\s@]+))?$")
 
@@ -61,6 +70,8 @@ class Config:
     interval: float = 30.0
     proxy_listen: str = ""  # host:port; empty = no proxy
     upstream_url: str = ""  # the node's OpenAI API; empty = node_url
+    spool_max_bytes: int = SPOOL_MAX_BYTES
+    spool_max_age: float = SPOOL_MAX_AGE  # seconds
 
     @classmethod
     def load(cls, path: str | None, overrides: dict[str, Any]) -> Config:
@@ -85,6 +96,10 @@ class Config:
                 raise AgentError(f"{name} must be an http:// or https:// URL.")
         if not self.token:
             raise AgentError("A node token is required: token in the config file or MESHDASH_TOKEN.")
+        for name in ("spool_max_bytes", "spool_max_age"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+                raise AgentError(f"{name} must be a positive number.")
 
     @property
     def spool(self) -> Path:
@@ -228,24 +243,43 @@ class RefResolver:
 
 
 class Spool:
-    """Outgoing bodies as files, oldest first; a file is deleted only once meshdash has answered it."""
+    """Outgoing bodies as files, oldest first; a file is deleted once meshdash has answered it.
 
-    def __init__(self, directory: Path) -> None:
+    Capped: past ``max_bytes`` in all, or ``max_age`` seconds old, the oldest files are dropped (and
+    counted in ``dropped``). The sizes are kept in memory, so a put costs no directory listing.
+    """
+
+    def __init__(
+        self, directory: Path, max_bytes: int = SPOOL_MAX_BYTES, max_age: float = SPOOL_MAX_AGE
+    ) -> None:
         self.directory = directory
         self.directory.mkdir(parents=True, exist_ok=True)
+        self.max_bytes, self.max_age = max_bytes, max_age
+        self.dropped = 0
         self._lock = threading.Lock()
+        self._sizes: dict[Path, int] = {}
+        for path in sorted(self.directory.glob("*.json")):
+            with contextlib.suppress(OSError):
+                self._sizes[path] = path.stat().st_size
+        self._bytes = sum(self._sizes.values())
 
     def put(self, kind: str, body: dict[str, Any]) -> Path:
         name = f"{time.time_ns():020d}-{uuid.uuid4().hex[:8]}.{kind}.json"
+        data = json.dumps(body).encode()
         tmp = self.directory / (name + ".tmp")
-        tmp.write_text(json.dumps(body))
+        tmp.write_bytes(data)
         path = self.directory / name
         tmp.replace(path)  # atomic: a crash leaves a whole file or none
+        with self._lock:
+            self._sizes[path] = len(data)
+            self._bytes += len(data)
+            self._trim()
         return path
 
     def pending(self) -> Iterator[tuple[Path, str, dict[str, Any]]]:
         with self._lock:
-            paths = sorted(self.directory.glob("*.json"))
+            self._trim()
+            paths = sorted(self._sizes)
         for path in paths:
             try:
                 body = json.loads(path.read_text())
@@ -253,8 +287,53 @@ class Spool:
                 continue  # being written, or already sent by another thread
             yield path, path.name.split(".")[-2], body
 
+    def remove(self, path: Path) -> None:
+        """A body meshdash has answered."""
+        path.unlink(missing_ok=True)
+        with self._lock:
+            self._bytes -= self._sizes.pop(path, 0)
+
     def count(self) -> int:
-        return len(list(self.directory.glob("*.json")))
+        with self._lock:
+            return len(self._sizes)
+
+    @property
+    def size(self) -> int:
+        with self._lock:
+            return self._bytes
+
+    def _trim(self) -> None:
+        """Drop the oldest files past the size cap, and every file past the age cap (lock held)."""
+        oldest_kept = time.time_ns() - int(self.max_age * 1e9)
+        too_old = [p for p in self._sizes if _spooled_at(p) < oldest_kept]
+        dropped_bytes = sum(self._sizes[p] for p in too_old)
+        for path in too_old:
+            self._drop(path)
+        over = sorted(self._sizes) if self._bytes > self.max_bytes else []
+        for path in over:
+            if self._bytes <= self.max_bytes:
+                break
+            dropped_bytes += self._sizes[path]
+            self._drop(path)
+        if dropped_bytes:
+            log.warning(
+                "spool over its caps (%d bytes, %.0f s): dropped the oldest %d bytes; %d bodies since start",
+                self.max_bytes,
+                self.max_age,
+                dropped_bytes,
+                self.dropped,
+            )
+
+    def _drop(self, path: Path) -> None:
+        path.unlink(missing_ok=True)
+        self._bytes -= self._sizes.pop(path)
+        self.dropped += 1
+
+
+def _spooled_at(path: Path) -> int:
+    """The time_ns a spool file was written, from its name (a foreign name counts as new)."""
+    stamp = path.name.split("-", 1)[0]
+    return int(stamp) if stamp.isdigit() else time.time_ns()
 
 
 @dataclass
@@ -267,6 +346,7 @@ class Sender:
     wait_until: float = 0.0
     failures: int = 0
     sent: int = 0
+    refused: int = 0
     endpoints: dict[str, str] = field(
         default_factory=lambda: {"runs": "/api/v1/runs", "reports": "/api/v1/reports/batch"}
     )
@@ -278,8 +358,7 @@ class Sender:
         for path, kind, body in self.spool.pending():
             if not self._send(kind, body):
                 return False
-            path.unlink(missing_ok=True)
-            self.sent += 1
+            self.spool.remove(path)
         return True
 
     def _send(self, kind: str, body: dict[str, Any]) -> bool:
@@ -292,11 +371,16 @@ class Sender:
             answer = http("POST", url, json.dumps(body).encode(), headers)
         except OSError as exc:
             return self._back_off(None, f"meshdash unreachable ({exc})")
-        if answer.status in (429, 503) or answer.status >= 500:
-            return self._back_off(answer.retry_after, f"meshdash answered {answer.status}")
-        if answer.status >= 400:
-            # Refused as a whole (e.g. a revoked token): keeping it would block everything behind it.
+        if answer.status in DROP_STATUSES:
+            # The body itself is wrong: sending it again would be refused again, and block the rest.
             log.error("meshdash refused a %s body with %s: %s", kind, answer.status, answer.body[:500])
+            self.refused += 1
+        elif not 200 <= answer.status < 300:
+            # 401/403 (a token being rotated), 404 (a proxy or an old meshdash), 429, 5xx: not about
+            # the body, so it is kept and sent again later; the spool's caps bound what waits.
+            return self._back_off(answer.retry_after, f"meshdash answered {answer.status}")
+        else:
+            self.sent += 1
         self.failures = 0
         return True
 
@@ -314,7 +398,7 @@ class Sender:
 class Agent:
     def __init__(self, config: Config, *, dry_run: bool = False) -> None:
         self.config = config
-        self.spool = Spool(config.spool)
+        self.spool = Spool(config.spool, config.spool_max_bytes, config.spool_max_age)
         self.sender = Sender(config, self.spool, dry_run=dry_run)
         self.resolver = RefResolver(config.hub_url)
         self.runs: list[dict[str, Any]] = []
@@ -394,7 +478,11 @@ class _ProxyHandler(BaseHTTPRequestHandler):
 
     def _forward(self) -> None:
         agent: Agent = self.server.agent  # type: ignore[attr-defined]
-        length = min(int(self.headers.get("Content-Length") or 0), MAX_RESPONSE_BYTES)
+        length, refusal = request_length(self.headers)
+        if refusal is not None:
+            self.close_connection = True  # the unread body must not be parsed as the next request
+            message = json.dumps({"error": {"message": refusal[1]}}).encode()
+            return self._answer(refusal[0], "application/json", message)
         body = self.rfile.read(length) if length else None
         upstream = (agent.config.upstream_url or agent.config.node_url).rstrip("/") + self.path
         headers = {k: v for k, v in self.headers.items() if k.lower() in FORWARDED_HEADERS}
@@ -450,6 +538,18 @@ class _ProxyHandler(BaseHTTPRequestHandler):
 
     def _spool_report(self, agent: Agent, timings: Any) -> bool:
         return isinstance(timings, dict) and agent.report_timings(timings)
+
+
+def request_length(headers: Any) -> tuple[int, tuple[int, str] | None]:
+    """The body length a proxied request declares, or the status and sentence that refuse it unread."""
+    if headers.get("Transfer-Encoding"):
+        return 0, (411, "A request body must be sent with a Content-Length, not chunked.")
+    declared = (headers.get("Content-Length") or "0").strip()
+    if not DECIMAL.fullmatch(declared):  # "-1", "1e9", "0x10", "5, 5": never read as "until the end"
+        return 0, (400, f"Content-Length must be a non-negative integer, not {declared[:40]!r}.")
+    if len(declared) > 12 or int(declared) > MAX_REQUEST_BYTES:
+        return 0, (413, f"A request body must be at most {MAX_REQUEST_BYTES // (1024 * 1024)} MiB.")
+    return int(declared), None
 
 
 def _timings_of(body: bytes) -> Any:

@@ -112,26 +112,36 @@ def node_rate_limit(node: Node) -> int | None:
     Redis (settings.CACHES); with the local-memory default each process counts on its own.
     """
     limit = node.rate_limit_per_minute or settings.MESHDASH_NODE_RATE_LIMIT
-    if limit <= 0:
+    return _over_limit(f"meshdash:rate:{node.pk}", limit, 1)
+
+
+def node_span_limit(node: Node, spans: int) -> int | None:
+    """Count an export's spans in the node's one-minute span budget (MESHDASH_NODE_SPAN_RATE_LIMIT);
+    seconds to wait if over it. One request may carry thousands of spans: they are what costs."""
+    return _over_limit(f"meshdash:spans:{node.pk}", settings.MESHDASH_NODE_SPAN_RATE_LIMIT, spans)
+
+
+def _over_limit(prefix: str, limit: int, cost: int) -> int | None:
+    if limit <= 0 or cost <= 0:
         return None
     now = time.time()
     window = int(now // RATE_WINDOW)
-    key = f"meshdash:rate:{node.pk}:{window}"
+    key = f"{prefix}:{window}"
     try:
-        count = _count_request(key)
+        count = _count_request(key, cost)
     except Exception:  # a cache outage must not stop reports; the limiter fails open
-        log.warning("rate limiter cache unavailable; letting node %s through", node.pk, exc_info=True)
+        log.warning("rate limiter cache unavailable; letting %s through", prefix, exc_info=True)
         return None
     if count <= limit:
         return None
     return max(1, math.ceil((window + 1) * RATE_WINDOW - now))
 
 
-def _count_request(key: str) -> int:
+def _count_request(key: str, cost: int = 1) -> int:
     # incr first: the window's key exists for all but its first request, so this is the cheap path.
     try:
-        return cache.incr(key)
+        return int(cache.incr(key, cost))
     except ValueError:
-        if cache.add(key, 1, RATE_WINDOW * 2):
-            return 1
-        return cache.incr(key)  # another worker opened the window between our two calls
+        if cache.add(key, cost, RATE_WINDOW * 2):
+            return cost
+        return int(cache.incr(key, cost))  # another worker opened the window between our two calls

@@ -4,6 +4,13 @@ Decodes OTLP/protobuf and OTLP/JSON (hex trace and span ids, per the OTLP spec),
 decompressed size capped, and maps the span attributes mesh-llm sets (node-report.md section 4) to a
 typed ``DecodeSpan``. Every other span, and a decode span missing what a report needs, is counted as
 rejected with a reason, for the OTLP partial-success answer. No Django and no I/O here.
+
+Cost per byte is bounded before anything is parsed (``Budget``): protobuf's parser builds every
+message of a body at once (an 8 KB gzip of empty spans inflates to 8 MiB, four million spans and
+~700 MB), and has no element limit of its own, so the body is first walked on the wire format with the
+message's descriptor, counting spans and fields, and refused past the caps; a body may inflate only
+so many times its compressed size, and the work allowed grows with the bytes sent. JSON is bounded
+the same way by counting its objects, arrays and keys (bytes.count runs at C speed) before json.loads.
 """
 
 from __future__ import annotations
@@ -29,6 +36,17 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 DECODE_SPAN = "stage.openai_decode"
 MAX_BODY_BYTES = 8 * 1024 * 1024  # compressed or not; a 512-span export is about 0.5 MiB
+# Per export. An OpenTelemetry exporter sends 512 spans a batch by default; mesh-llm's decode span
+# carries ~15 attributes (~70 protobuf fields a span).
+MAX_SPANS = 2048
+MAX_FIELDS = 200_000  # protobuf fields, or JSON objects + arrays + keys, in one export
+MAX_DEPTH = 32  # nested messages (AnyValue arrays and kvlists nest); real spans nest 7 deep
+# A body inflates at most INFLATE_RATIO times its compressed size (real OTLP gzips 10-45x), and is
+# worth at most FIELDS_PER_BYTE fields per byte sent; below the floors, every body is allowed them.
+INFLATE_RATIO = 100
+INFLATE_FLOOR = 1024 * 1024
+FIELDS_PER_BYTE = 16
+FIELDS_FLOOR = 50_000
 MAX_ATTRIBUTES = 512
 MAX_STRING = 200
 MAX_ARRAY = 256
@@ -65,7 +83,22 @@ class OtlpError(ValueError):
 
 
 class OtlpTooLarge(OtlpError):
-    """A body, or its gunzipped form, over MAX_BODY_BYTES (413 / RESOURCE_EXHAUSTED)."""
+    """A body over a cap: its bytes, inflated bytes, spans or fields (413 / RESOURCE_EXHAUSTED)."""
+
+
+@dataclass(frozen=True)
+class Budget:
+    """What one export may cost, from the bytes the client sent (compressed, when it was)."""
+
+    sent_bytes: int
+
+    @property
+    def inflated_bytes(self) -> int:
+        return min(MAX_BODY_BYTES, max(INFLATE_FLOOR, INFLATE_RATIO * self.sent_bytes))
+
+    @property
+    def fields(self) -> int:
+        return min(MAX_FIELDS, max(FIELDS_FLOOR, FIELDS_PER_BYTE * self.sent_bytes))
 
 
 @dataclass(frozen=True)
@@ -138,30 +171,42 @@ def response_for(
 # --- Bodies -----------------------------------------------------------------------------------
 
 
-def gunzip_capped(raw: bytes, limit: int = MAX_BODY_BYTES) -> bytes:
-    """Inflate a gzip body, stopping at ``limit`` bytes: a decompression bomb is refused, not inflated."""
+def gunzip_capped(raw: bytes, limit: int | None = None) -> bytes:
+    """Inflate a gzip body, stopping at ``limit`` bytes (by default the budget of its compressed size):
+    a decompression bomb is refused, not inflated."""
+    limit = Budget(len(raw)).inflated_bytes if limit is None else limit
     inflater = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
     try:
         out = inflater.decompress(raw, limit + 1)
     except zlib.error as exc:
         raise OtlpError(f"The gzip body is corrupt ({exc}).") from None
     if len(out) > limit or inflater.unconsumed_tail:
-        raise OtlpTooLarge(f"The body inflates past {limit // (1024 * 1024)} MiB.")
+        raise OtlpTooLarge(
+            f"The body inflates past {limit} bytes ({INFLATE_RATIO} times its compressed size, at least "
+            f"{INFLATE_FLOOR // (1024 * 1024)} MiB, at most {MAX_BODY_BYTES // (1024 * 1024)} MiB)."
+        )
     if not inflater.eof:
         raise OtlpError("The gzip body is truncated.")
     return out
 
 
-def parse_export(raw: bytes, content_type: str) -> ExportTraceServiceRequest:
-    """An ExportTraceServiceRequest from OTLP/protobuf or OTLP/JSON bytes."""
+def parse_export(raw: bytes, content_type: str, budget: Budget | None = None) -> ExportTraceServiceRequest:
+    """An ExportTraceServiceRequest from OTLP/protobuf or OTLP/JSON bytes, within the budget."""
+    budget = budget or Budget(len(raw))
     if content_type == "application/x-protobuf":
-        return parse_protobuf(raw)
+        return parse_protobuf(raw, budget)
     if content_type == "application/json":
-        return _parse_json(raw)
+        return _parse_json(raw, budget)
     raise OtlpError("Content-Type must be application/x-protobuf or application/json.")
 
 
-def parse_protobuf(raw: bytes) -> ExportTraceServiceRequest:
+def span_count(request: ExportTraceServiceRequest) -> int:
+    """Every span of a parsed export, decode spans or not (what the node's span rate limit counts)."""
+    return sum(len(scope.spans) for resource in request.resource_spans for scope in resource.scope_spans)
+
+
+def parse_protobuf(raw: bytes, budget: Budget | None = None) -> ExportTraceServiceRequest:
+    _WireCount(raw, (budget or Budget(len(raw))).fields).spans()  # refuses before protobuf builds it
     request = ExportTraceServiceRequest()
     try:
         request.ParseFromString(raw)
@@ -170,9 +215,34 @@ def parse_protobuf(raw: bytes) -> ExportTraceServiceRequest:
     return request
 
 
-def _parse_json(raw: bytes) -> ExportTraceServiceRequest:
+def _load_json(raw: bytes, budget: Budget) -> Any:
+    # Every object, array and key becomes Python objects, then protobuf fields: count them first.
+    fields = raw.count(b"{") + raw.count(b"[") + raw.count(b":")
+    if fields > budget.fields:
+        raise OtlpTooLarge(f"The export holds more than {budget.fields} JSON objects, arrays and keys.")
     try:
         data = json.loads(raw)
+    except (ValueError, RecursionError) as exc:
+        raise OtlpError(f"The body is not a valid OTLP/JSON trace export ({_short(exc)}).") from None
+    if not isinstance(data, dict):
+        raise OtlpError("The body is not a valid OTLP/JSON trace export (expected an object).")
+    return data
+
+
+def _json_span_count(data: Any) -> int:
+    try:
+        count = sum(1 for _ in _json_spans(data))
+    except ValueError as exc:
+        raise OtlpError(f"The body is not a valid OTLP/JSON trace export ({_short(exc)}).") from None
+    if count > MAX_SPANS:
+        raise OtlpTooLarge(f"An export may hold at most {MAX_SPANS} spans; split it.")
+    return count
+
+
+def _parse_json(raw: bytes, budget: Budget) -> ExportTraceServiceRequest:
+    data = _load_json(raw, budget)
+    _json_span_count(data)
+    try:
         _ids_hex_to_base64(data)
         request = ExportTraceServiceRequest()
         json_format.ParseDict(data, request, ignore_unknown_fields=True)
@@ -212,6 +282,69 @@ def _hex_to_base64(value: str, key: str) -> str:
         return base64.b64encode(bytes.fromhex(value)).decode()
     except ValueError:
         raise ValueError(f"{key} must be hex") from None
+
+
+class _WireCount:
+    """Walks protobuf wire format with the messages' descriptors, counting spans and fields.
+
+    Costs a few Python steps per field and allocates nothing per element, so an export that would
+    cost hundreds of MB to parse is refused after at most ``fields`` steps.
+    """
+
+    def __init__(self, raw: bytes, fields: int) -> None:
+        self.raw, self.budget, self.fields, self.count = raw, fields, 0, 0
+
+    def spans(self) -> int:
+        self._message(0, len(self.raw), ExportTraceServiceRequest.DESCRIPTOR, 0)
+        return self.count
+
+    def _message(self, pos: int, end: int, descriptor: Any, depth: int) -> None:
+        if depth > MAX_DEPTH:
+            raise OtlpError(f"The export nests messages more than {MAX_DEPTH} deep.")
+        while pos < end:
+            self.fields += 1
+            if self.fields > self.budget:
+                raise OtlpTooLarge(f"The export holds more than {self.budget} protobuf fields.")
+            tag, pos = self._varint(pos, end)
+            wire = tag & 7
+            if wire == 0:
+                pos = self._varint(pos, end)[1]
+            elif wire in (1, 5):
+                pos += 8 if wire == 1 else 4
+            elif wire == 2:
+                length, pos = self._varint(pos, end)
+                if pos + length > end:
+                    raise OtlpError(_NOT_PROTOBUF)
+                self._field(pos, pos + length, descriptor.fields_by_number.get(tag >> 3), depth)
+                pos += length
+            else:
+                raise OtlpError(_NOT_PROTOBUF)  # groups (3, 4) are not in OTLP; 6, 7 do not exist
+        if pos != end:
+            raise OtlpError(_NOT_PROTOBUF)
+
+    def _field(self, pos: int, end: int, field: Any, depth: int) -> None:
+        message = field.message_type if field is not None else None
+        if message is None:
+            return  # bytes, a string, packed scalars or an unknown field: its length bounds it
+        if message is Span.DESCRIPTOR:
+            self.count += 1
+            if self.count > MAX_SPANS:
+                raise OtlpTooLarge(f"An export may hold at most {MAX_SPANS} spans; split it.")
+        self._message(pos, end, message, depth + 1)
+
+    def _varint(self, pos: int, end: int) -> tuple[int, int]:
+        value = shift = 0
+        while pos < end and shift < 70:
+            byte = self.raw[pos]
+            pos += 1
+            value |= (byte & 0x7F) << shift
+            if byte < 0x80:
+                return value, pos
+            shift += 7
+        raise OtlpError(_NOT_PROTOBUF)
+
+
+_NOT_PROTOBUF = "The body is not a valid OTLP ExportTraceServiceRequest protobuf."
 
 
 def _short(exc: Exception) -> str:

@@ -197,16 +197,28 @@ class Timings(BaseModel):
         return self
 
     def implausible_keys(self) -> list[str]:
-        """Known keys whose value is outside plausible bounds, sorted: kept, flagged, not aggregated."""
+        """Known keys whose value is outside plausible bounds, or contradicts another counter, sorted:
+        kept, flagged, not aggregated."""
         values = self.model_dump(include=set(PLAUSIBLE))
-        return sorted(
-            key for key, value in values.items() if value is not None and not _plausible(key, value)
-        )
+        alone = {key for key, value in values.items() if value is not None and not _plausible(key, value)}
+        return sorted(alone | self._contradicted())
 
     def plausible(self, key: str) -> Any:
         """The value of a known key, or None when it is absent or implausible (what medians may use)."""
         value = getattr(self, key)
-        return value if value is not None and _plausible(key, value) else None
+        if value is None or not _plausible(key, value):
+            return None
+        return None if key in PAIRED_KEYS and key in self._contradicted() else value
+
+    def _contradicted(self) -> set[str]:
+        # An acceptance rate is accepted / proposed: more accepted than proposed, or accepted with no
+        # proposed count beside it, would show as "Acceptance rate 1e14 %". Both sides are flagged.
+        out: set[str] = set()
+        for accepted, proposed in ACCEPTED_OF:
+            took, offered = getattr(self, accepted), getattr(self, proposed)
+            if took is not None and (offered is None or took > offered):
+                out |= {accepted} if offered is None else {accepted, proposed}
+        return out
 
 
 _COUNT = (0.0, float(MAX_COUNT))
@@ -237,6 +249,11 @@ PLAUSIBLE: dict[str, tuple[float, float]] = {
     "verify_window_opened": _COUNT,
     "verify_window_max_in_flight": _COUNT,
 }
+
+
+# (accepted, proposed): counters that must agree, as the node derives one from the other.
+ACCEPTED_OF = (("speculative_accepted_n", "speculative_proposed_n"), ("draft_n_accepted", "draft_n"))
+PAIRED_KEYS = frozenset(key for pair in ACCEPTED_OF for key in pair)
 
 
 def _plausible(key: str, value: float) -> bool:
