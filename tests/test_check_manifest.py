@@ -48,9 +48,9 @@ def test_a_valid_v2_manifest_exits_0_with_exactly_the_documented_json(tmp_path: 
     assert doc["runtime"]["auto"] == {"outcome": "native-mtp", "why": doc["runtime"]["auto"]["why"]}
     assert {"auto", "mtp", "disabled"} <= set(doc["runtime"])
     assert all(set(r) == {"outcome", "why"} for r in doc["runtime"].values())
-    assert [set(a) for a in doc["compatibility"]] == [{"release", "admitted", "why"}] * len(
-        doc["compatibility"]
-    )
+    assert [set(a) for a in doc["compatibility"]] == [
+        {"release", "admitted", "why", "single_node", "split"}
+    ] * len(doc["compatibility"])
 
 
 def test_a_stale_package_id_exits_1_and_names_both_ids(tmp_path: Path) -> None:
@@ -111,4 +111,5 @@ def test_the_text_report_lists_problems_the_resolver_table_and_releases(tmp_path
     assert "  auto: native-mtp:" in out
     assert "(not pinned down) Whether a split package load" in out
     assert "  v0.76.2: refused: package-v2 native ABI 0.1.53" not in out
-    assert "after PR #1959: admitted" in out
+    assert "  v0.76.2: admitted" in out
+    assert "  v0.78.0: not pinned down" in out

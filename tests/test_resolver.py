@@ -159,21 +159,33 @@ def test_the_table_says_what_is_not_pinned_down() -> None:
 # --- releases ---------------------------------------------------------------------------------
 
 
-def matrix(result: ManifestResult) -> dict[str, tuple[bool | None, str]]:
-    return {a.release: (a.admitted, a.why) for a in compatibility(result)}
+# A release without PR #1959's ABI check, as the catch-all row used to stand for one: no row of the real table
+# is pinned down to it any more (rules.md section 7), so the rule is exercised on this row.
+AFTER_1959 = Release("after PR #1959", "any", "", False, True, True, "test")
 
 
-def test_the_release_file_lists_releases_before_and_after_pr_1959() -> None:
-    rules = {r.release: r.abi_rule for r in known_releases()}
+def matrix(
+    result: ManifestResult, releases: tuple[Release, ...] | None = None
+) -> dict[str, tuple[bool | None, str]]:
+    return {a.release: (a.admitted, a.why) for a in compatibility(result, releases)}
 
-    assert rules["v0.76.2"] == "equal" and rules["after PR #1959"] == "any"
+
+def with_after_1959(result: ManifestResult) -> dict[str, tuple[bool | None, str]]:
+    return matrix(result, (*known_releases(), AFTER_1959))
+
+
+def test_the_release_file_lists_the_releases_up_to_v0_78_0_and_no_catch_all_row() -> None:
+    rows = {r.release: r for r in known_releases()}
+
+    assert rows["v0.76.2"].abi_rule == "equal" and rows["v0.78.0"].runtime_abi == "0.1.66"
+    assert "after PR #1959" not in rows
 
 
 @pytest.mark.parametrize(
     ("abi", "admitted_by_0762"), [("0.1.53", True), ("0.1.54", False), ("0.1.57", False)]
 )
 def test_before_pr_1959_only_the_runtimes_own_abi_is_admitted(abi: str, admitted_by_0762: bool) -> None:
-    rows = matrix(judged(native_abi_version=abi))
+    rows = with_after_1959(judged(native_abi_version=abi))
 
     assert rows["v0.76.2"][0] is admitted_by_0762
     assert rows["after PR #1959"][0] is True
@@ -181,8 +193,14 @@ def test_before_pr_1959_only_the_runtimes_own_abi_is_admitted(abi: str, admitted
         assert f"native ABI {abi} differs from runtime ABI 0.1.53" in rows["v0.76.2"][1]
 
 
+def test_v0_78_0_admits_its_own_abi_and_says_other_abis_are_not_pinned_down() -> None:
+    assert matrix(judged(native_abi_version="0.1.66"))["v0.78.0"][0] is True
+    admitted, why = matrix(judged(native_abi_version="0.1.53"))["v0.78.0"]
+    assert admitted is None and "not pinned down" in why and "PR #1959" in why
+
+
 def test_request_defaults_are_refused_by_v0_76_1_and_unknown_for_v0_76_2() -> None:
-    rows = matrix(judged(generation={"request_defaults": _defaults()}))
+    rows = with_after_1959(judged(generation={"request_defaults": _defaults()}))
 
     assert rows["v0.76.1"][0] is False and "unknown field" in rows["v0.76.1"][1]
     assert rows["v0.76.2"][0] is None and "not pinned down" in rows["v0.76.2"][1]
@@ -200,7 +218,7 @@ def test_publisher_metadata_is_admitted_after_pr_1959() -> None:
     _publisher()(doc)
     doc["package_id"] = package_id_of(doc)
 
-    assert matrix(parse_manifest(json.dumps(doc).encode()))["after PR #1959"][0] is True
+    assert with_after_1959(parse_manifest(json.dumps(doc).encode()))["after PR #1959"][0] is True
 
 
 def test_adding_a_release_is_one_row() -> None:

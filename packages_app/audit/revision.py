@@ -72,7 +72,7 @@ def audit(
         suggested_generation=_suggest(verdict, manifest, detected) if trusted else None,
         auditable=not any(p.code == "weights_not_inspected" and p.severity == "error" for p in coverage),
         manifest=manifest,
-        compatibility=tuple(compatibility(parsed)),
+        compatibility=tuple(compatibility(parsed, architecture=detected.architecture)),
     )
 
 
