@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from django.test import Client
 
+from packages_app.devhub.generator import GLM51_REPO
 from packages_app.devnode import payloads
 from packages_app.devnode.server import DevNode
 from packages_app.models import NodeRun
@@ -75,7 +76,7 @@ def test_a_stage_object_over_4_kib_keeps_its_small_fields_and_names_what_it_drop
 
 def _uncertified_plan() -> payloads.RunPlan:
     return payloads.RunPlan(
-        repo="meshllm/GLM-5.1-UD-Q2_K_XL-layers",
+        repo=GLM51_REPO,
         ref=SHA,
         run_id="run-glm",
         stages=(

@@ -11,10 +11,12 @@ from typing import Any
 import pytest
 from django.core.management import call_command
 
+from packages_app import hub, ingest
 from packages_app.audit import certification
 from packages_app.audit.certification import Roster, RosterError, split_gate
 from packages_app.audit.check import check_manifest
 from packages_app.audit.releases import Admission, Release, compatibility, known_releases, parse_releases
+from packages_app.devhub.generator import DEMO_PACKAGES, GLM51_REPO
 from packages_app.manifest import parse_manifest
 from packages_app.manifest.identity import package_id_of
 from tests.audit_fixtures import QWEN35, build, mtp_generation
@@ -278,3 +280,23 @@ def test_import_roster_refuses_a_commit_that_is_not_a_sha(tmp_path: Path) -> Non
 
     assert code == 2 and "not a 40-hex" in err
     assert list(tmp_path.iterdir()) == []
+
+
+# --- the demo ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_the_demos_glm_dsa_package_is_refused_split_serving_where_the_roster_is_known(
+    hub_source: type[hub.HubSource],
+) -> None:
+    demo = next(p for p in DEMO_PACKAGES if p.repo_id == GLM51_REPO)
+    rev = ingest.ingest_revision(GLM51_REPO, demo.main_sha, source=hub_source(GLM51_REPO)).revision
+
+    assert demo.architecture == "glm-dsa" and rev.verdict == "consistent-mtp"
+    rows = {a["release"]: a for a in rev.audit["compatibility"]}
+    for release in ("mesh-llm@173b7cd6", "mesh-llm@00caec16"):
+        assert rows[release]["split"]["admitted"] is False
+        why = rows[release]["split"]["why"]
+        assert why.startswith(f"architecture glm-dsa is not certified for split serving by {release}")
+    assert rows["v0.78.0"]["single_node"]["admitted"] is True  # written by v0.78.0's packager at its ABI
+    assert rows["v0.78.0"]["split"]["admitted"] is None

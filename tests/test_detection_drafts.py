@@ -32,10 +32,10 @@ def _qwen4exp_components(index: int) -> tuple[str, ...]:
 
 
 GLM_DSA = Model(
-    package="meshllm/GLM-5.1-UD-Q2_K_XL-layers",
-    model_id="unsloth/GLM-5.1-GGUF:UD-Q2_K_XL",
+    package="meshllm/GLM-5.1-UD-Q4_K_XL-layers",
+    model_id="unsloth/GLM-5.1-GGUF:UD-Q4_K_XL",
     source_repo="unsloth/GLM-5.1-GGUF",
-    primary_file="GLM-5.1-UD-Q2_K_XL.gguf",
+    primary_file="GLM-5.1-UD-Q4_K_XL.gguf",
     arch="glm-dsa",
     block_count=79,
     nextn=1,

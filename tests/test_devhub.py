@@ -655,6 +655,7 @@ def test_v2_packages_carry_the_real_writer_versions_and_abis(demo_catalog: Path)
         ("0.76.0", "0.1.54"),
         ("0.76.1", "0.1.54"),
         ("0.76.1", "0.1.57"),
+        ("0.78.0", "0.1.66"),  # rules.md 6a: v0.78.0 is at Skippy ABI 0.1.66
     }
 
 
