@@ -150,7 +150,7 @@ def test_the_catalog_shows_and_filters_the_releases_that_refuse_a_package(client
 
     assert old_abi.name in body and admitted.name not in body
     assert '<code class="refused">v0.76.1</code> <code class="refused">v0.76.2</code>' in body
-    assert '<option value="after PR #1959">after PR #1959</option>' in body
+    assert '<option value="v0.78.0">v0.78.0</option>' in body
 
 
 def test_an_unknown_release_in_the_refused_by_filter_falls_back_with_a_message(client: Client) -> None:

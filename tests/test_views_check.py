@@ -57,7 +57,7 @@ def test_a_pasted_manifest_shows_the_verdict_the_resolver_table_and_the_releases
     assert response.status_code == 200
     assert "Valid as mesh-llm judges it" in body
     assert '<span class="outcome outcome-native-mtp">native-mtp</span>' in body
-    assert "<code>after PR #1959</code>" in body
+    assert "<code>v0.78.0</code>" in body
     assert "Not pinned down in mesh-llm's code" in body and "no local GGUF signal" in body
     assert "No problems" in body
 
