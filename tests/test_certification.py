@@ -149,6 +149,16 @@ def test_each_release_row_names_its_skippy_abi_and_its_roster_or_says_it_is_not_
     assert "after PR #1959" not in rows
 
 
+def test_a_package_with_no_source_bytes_is_refused_even_where_the_abi_rule_is_not_pinned_down() -> None:
+    doc = v2_base()
+    doc["source_model"]["files"][0]["byte_size"] = 0
+    doc["package_id"] = package_id_of(doc)
+
+    rows = {a.release: a for a in compatibility(parse_manifest(json.dumps(doc).encode()))}
+
+    assert rows["v0.78.0"].admitted is False and "source byte total" in rows["v0.78.0"].why
+
+
 _ROW = 'release = "v9.9.9"\nabi_rule = "any"\nruntime_abi = "{abi}"\nsplit_gate = true\nroster = "{roster}"\n'
 
 

@@ -182,14 +182,14 @@ def _package_verdict(parsed: ManifestResult | None, r: Release) -> tuple[Tristat
     if r.abi_rule == "equal" and manifest.abi_version != r.runtime_abi:
         abi = manifest.abi_version
         return False, f"package-v2 native ABI {abi} differs from runtime ABI {r.runtime_abi}."
+    if sum(f.size or 0 for f in manifest.source_model.files) <= 0:
+        return False, "the source byte total is not greater than 0."
     if r.abi_rule == "unknown" and manifest.abi_version != r.runtime_abi:
         own = r.runtime_abi or "unknown"
         return None, (
             f"not pinned down: whether {r.release} still requires the package's native ABI "
             f"({manifest.abi_version}) to equal its own ({own}) is not known (PR #1959)."
         )
-    if sum(f.size or 0 for f in manifest.source_model.files) <= 0:
-        return False, "the source byte total is not greater than 0."
     rule = "any ABI" if r.abi_rule == "any" else f"ABI {r.runtime_abi}"
     return True, f"admitted: schema v2, a matching package_id, {rule}."
 
