@@ -19,8 +19,7 @@ from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET
 
-from packages_app import queueing, ratelimit, reports
-from packages_app.audit.check import check_manifest
+from packages_app import access, queries, queueing, ratelimit, reports
 from packages_app.layout import MAX_MANIFEST_BYTES
 from packages_app.models import Node
 from packages_app.nodes import identity as nodes
@@ -217,7 +216,8 @@ def check_manifest_api(request: HttpRequest) -> HttpResponse:
     body = request.read(MAX_MANIFEST_BYTES + 1)  # the stream, not request.body: our cap, not Django's 2.5 MiB
     if len(body) > MAX_MANIFEST_BYTES:
         return error_response(413, limit)
-    return JsonResponse(check_manifest(body).to_json())
+    result, _ = queries.manifest_check(body, access.can_see_private(request.user))
+    return JsonResponse(result.to_json())
 
 
 @require_GET

@@ -205,13 +205,23 @@ def _audit_json(revision: Revision) -> dict[str, Any]:
         "runtime": audit.get("runtime"),
         "compatibility": queries.audit_compatibility(revision),
         "suggested_generation": audit.get("suggested_generation"),
+        "request_defaults": audit.get("request_defaults"),
         "throughput": _throughput_summary(throughput),
         "alerts": [alert] if alert else [],
     }
 
 
 def _empty_audit() -> dict[str, Any]:
-    keys = ("verdict", "detected", "declared", "provenance", "runtime", "suggested_generation", "throughput")
+    keys = (
+        "verdict",
+        "detected",
+        "declared",
+        "provenance",
+        "runtime",
+        "suggested_generation",
+        "request_defaults",
+        "throughput",
+    )
     return {**dict.fromkeys(keys), "problems": [], "alerts": [], "compatibility": []}
 
 
@@ -425,6 +435,10 @@ class PackageDetailOut(BaseModel):
         deprecated=True, description=DEPRECATED + " (assessment.servable)"
     )
     suggested_generation: dict[str, Any] | None
+    request_defaults: dict[str, Any] | None = Field(
+        description="What generation.request_defaults sets: each profile's values, which profile each "
+        "reasoning mode gets (default_profile: a request that says nothing), publisher dtype defaults."
+    )
     throughput: ThroughputSummaryOut | None
     alerts: list[AlertOut]
 

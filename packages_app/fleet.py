@@ -262,6 +262,7 @@ class NodeRow:
     devices: list[str]
     serving: list[NodeServing] = field(default_factory=list)
     hidden: int = 0  # what it served beyond the rows shown
+    certification: str = ""  # its newest run's split certification: certified | uncertified_override | ""
 
     @property
     def tps(self) -> float | None:
@@ -317,7 +318,8 @@ def node_rows(
 def _node_row(node: Node, run: NodeRun | None, served: NodeServed) -> NodeRow:
     devices = [_device_name(d) for d in run.devices] if run and isinstance(run.devices, list) else []
     version = run.version if run else ""
-    return NodeRow(node, version, [d for d in devices if d], served.rows, served.hidden)
+    certification = run.certification if run else ""
+    return NodeRow(node, version, [d for d in devices if d], served.rows, served.hidden, certification)
 
 
 def _device_name(device: Any) -> str:
@@ -360,7 +362,7 @@ def _serving(
     revisions = _revisions([g["revision_id"] for g in shown] + [r.revision_id or 0 for r in registered])
     figures = _group_figures(since, shown)
     topologies = _last_topologies(shown)
-    versions = _run_versions(shown)
+    run_facts = _run_facts(shown)
     result: dict[int, list[NodeServing]] = {}
     hidden: dict[int, int] = {}
     for group in shown:
@@ -371,7 +373,7 @@ def _serving(
             figures.get(key) or Figures(),
             topologies.get(key),
             names[key[0]],
-            versions.get(key[:2], ""),
+            run_facts.get(key[:2]) or RunFacts(),
         )
         result.setdefault(key[0], []).append(serving)
         hidden[key[0]] = max(0, group["groups"] - limit)
@@ -469,17 +471,28 @@ def _registered_only(
     ]
 
 
-def _run_versions(groups: list[dict[str, Any]]) -> dict[tuple[int, int], str]:
-    """Each shown (node, revision)'s mesh-llm version, from its agent's newest run (one query)."""
+@dataclass(frozen=True)
+class RunFacts:
+    """What a node's agent registered for its newest run of a revision."""
+
+    version: str = ""
+    certification: str = ""
+
+
+def _run_facts(groups: list[dict[str, Any]]) -> dict[tuple[int, int], RunFacts]:
+    """Each shown (node, revision)'s mesh-llm version and split certification, from its agent's newest
+    run (one query)."""
     pairs = {(g["node_key"], g["revision_id"]) for g in groups}
     if not pairs:
         return {}
     wanted = functools.reduce(operator.or_, (Q(node_id=n, revision_id=r) for n, r in pairs))
-    versions: dict[tuple[int, int], str] = {}
-    rows = NodeRun.objects.filter(wanted).exclude(version="").order_by("updated_at", "id")
-    for node_id, revision_id, version in rows.values_list("node_id", "revision_id", "version"):
-        versions[(node_id, revision_id)] = version  # the newest wins
-    return versions
+    facts: dict[tuple[int, int], RunFacts] = {}
+    rows = NodeRun.objects.filter(wanted).order_by("updated_at", "id")
+    for node_id, revision_id, version, certification in rows.values_list(
+        "node_id", "revision_id", "version", "certification"
+    ):
+        facts[(node_id, revision_id)] = RunFacts(version, certification)  # the newest wins
+    return facts
 
 
 @dataclass
@@ -554,11 +567,13 @@ def _node_serving(
     figures: Figures,
     topology: Any,
     node_name: str,
-    version: str,
+    run: RunFacts,
 ) -> NodeServing:
     requested, effective, used = figures.main_strategy
     alert = bool(group["unused_recently"]) and bool(group["revision__mtp_detected"])
-    facts = NodeFacts(node_name, version, requested, effective, used, unused=alert)
+    facts = NodeFacts(
+        node_name, run.version, requested, effective, used, unused=alert, certification=run.certification
+    )
     return NodeServing(
         revision_id=group["revision_id"],
         repo_id=revision["package__repo_id"],
@@ -573,7 +588,7 @@ def _node_serving(
         tps=_median(figures.bins),
         alert=alert,
         advice=advise(Assessment.from_json(revision["assessment"]), facts, _newer(revision)),
-        version=version,
+        version=run.version,
         requested=requested,
         effective=effective,
         first_at=group["first_at_min"],
@@ -584,7 +599,7 @@ def _node_serving(
 def _registered_row(run: NodeRun, revisions: Mapping[int, Mapping[str, Any]], node_name: str) -> NodeServing:
     """A run the node's agent registered with no report in the window: judged as registered only."""
     revision = revisions[run.revision_id or 0]
-    facts = NodeFacts(node_name, run.version, ran=False, certification=_certification(run))
+    facts = NodeFacts(node_name, run.version, ran=False, certification=run.certification)
     return NodeServing(
         revision_id=run.revision_id or 0,
         repo_id=revision["package__repo_id"],
@@ -624,10 +639,6 @@ def _with_moves(rows: list[NodeServing]) -> list[NodeServing]:
             row = replace(row, advice=moved_on(row.advice, Newer(newest.commit_sha, newest.status)))
         moved.append(row)
     return moved
-
-
-def _certification(run: NodeRun) -> str:
-    return str(getattr(run, "certification", "") or "")
 
 
 def _newer(revision: Mapping[str, Any]) -> Newer | None:
@@ -800,17 +811,24 @@ def plan_advice(
     """Each plan judged against its node's release: the package page's per-node column and its findings
     (contradictions name the node, its version, what was predicted and what it did). One query."""
     names = {p.node for p in plans}
-    versions: dict[str, str] = {}
-    rows = NodeRun.objects.filter(revision_id=revision_id, node__name__in=names).exclude(version="")
-    for name, version in rows.order_by("updated_at", "id").values_list("node__name", "version"):
-        versions[name] = version  # the newest wins
-    return [_plan_advice(p, versions.get(p.node, ""), assessment) for p in plans]
+    runs: dict[str, RunFacts] = {}
+    rows = NodeRun.objects.filter(revision_id=revision_id, node__name__in=names).order_by("updated_at", "id")
+    for name, version, certification in rows.values_list("node__name", "version", "certification"):
+        runs[name] = RunFacts(version, certification)  # the newest wins
+    return [_plan_advice(p, runs.get(p.node) or RunFacts(), assessment) for p in plans]
 
 
-def _plan_advice(plan: throughput.Plan, version: str, assessment: Assessment | None) -> PlanAdvice:
+def _plan_advice(plan: throughput.Plan, run: RunFacts, assessment: Assessment | None) -> PlanAdvice:
     used = plan.effective_strategy.startswith("native-mtp")
-    facts = NodeFacts(plan.node, version, plan.requested_strategy, plan.effective_strategy, used)
-    return PlanAdvice(plan, version, advise(assessment, facts))
+    facts = NodeFacts(
+        plan.node,
+        run.version,
+        plan.requested_strategy,
+        plan.effective_strategy,
+        used,
+        certification=run.certification,
+    )
+    return PlanAdvice(plan, run.version, advise(assessment, facts))
 
 
 # --- topologies ----------------------------------------------------------------------------------

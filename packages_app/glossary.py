@@ -6,6 +6,8 @@ packages_app.verdicts owns with their sentences); every badge links to its entry
 
 from __future__ import annotations
 
+from packages_app.audit import detection
+
 PROBLEMS: dict[str, str] = {
     "undeclared_mtp": "A block holds NextN tensors but generation.speculative_decoding declares no "
     "native-MTP strategy.",
@@ -24,6 +26,7 @@ PROBLEMS: dict[str, str] = {
     "build_host_source_path": "source_model.path is a path on the build machine; serving nodes cannot "
     "read it, so only the manifest can enable MTP.",
     "build_host_path": "source_model.path is a path on the build machine that serving nodes cannot read.",
+    **detection.GLOSSARY,
 }
 
 # What a node reports it did: effective strategies and MTP sources (node-report.md).

@@ -315,6 +315,13 @@ class NodeRun(models.Model):
     stage_splits = models.CharField(max_length=400, blank=True)
     stages = models.JSONField(default=list, blank=True, help_text="The stages as the console API lists them.")
     devices = models.JSONField(default=list, blank=True)
+    certification = models.CharField(
+        max_length=64,
+        blank=True,
+        db_index=True,
+        help_text="Split certification: uncertified_override when any stage serves with "
+        "--allow-uncertified-split, certified, or empty when the node does not say.",
+    )
     first_seen_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

@@ -7,17 +7,20 @@ reports exist, so pages stay fast at scale (tests pin the counts).
 from __future__ import annotations
 
 import difflib
+import hashlib
 import json
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from django.core.paginator import Page, Paginator
+from django.db import DatabaseError
 from django.db.models import Case, Count, F, IntegerField, Q, QuerySet, Value, When
 from django.db.models.functions import NullIf
 
 from packages_app import fleet, throughput
 from packages_app.audit.assessment import Assessment, Headline
+from packages_app.audit.check import ManifestCheck, check_manifest
 from packages_app.models import Package, PackageFile, Revision
 from packages_app.verdicts import INCONSISTENT_VERDICTS, NEEDS_ACTION, STATUSES, VERDICTS, Status, Verdict
 
@@ -449,6 +452,21 @@ def revision_require(package: Package, ref: str | None) -> Revision:
     if revision is None:
         raise LookupFailed(f"{package.repo_id} has no revision yet; its first ingest is still queued.")
     return revision
+
+
+def manifest_check(data: bytes, show_private: bool = False) -> tuple[ManifestCheck, Revision | None]:
+    """Judge manifest bytes alone (the check page and its API); when a stored revision holds the same
+    bytes, its carrier's architecture feeds the split-certification gate and ``audit_package`` is
+    pointed at it. A pasted manifest arrives with the browser's CRLF line ends: the LF bytes count too.
+    The lookup is best effort: without a database the check still answers."""
+    digests = {hashlib.sha256(d).hexdigest() for d in (data, data.replace(b"\r\n", b"\n"))}
+    try:
+        tracked = revision_with_manifest(digests, show_private)
+    except DatabaseError:
+        tracked = None
+    source = f"{tracked.package.repo_id} --revision {tracked.commit_sha}" if tracked else ""
+    architecture = (tracked.architecture or None) if tracked else None
+    return check_manifest(data, source=source, architecture=architecture), tracked
 
 
 def revision_with_manifest(digests: set[str], show_private: bool = False) -> Revision | None:

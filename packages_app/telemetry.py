@@ -210,6 +210,7 @@ def _run_upsert(node: Node, run: RunIn) -> RunOutcome:
         "stage_splits": run.stage_splits(),
         "stages": [stage.model_dump() for stage in run.stages],
         "devices": run.devices,
+        "certification": run.certification(),
     }
     NodeRun.objects.update_or_create(node=node, run_id=run.run_id, defaults=fields)
     linked = _link_span_reports(node, run.run_id, fields) if repo else 0

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 from collections.abc import Callable
 from dataclasses import asdict
@@ -12,7 +11,7 @@ from typing import Any
 from django.conf import settings
 from django.contrib import messages
 from django.core.exceptions import RequestDataTooBig
-from django.db import DatabaseError, transaction
+from django.db import transaction
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.utils.http import content_disposition_header
@@ -20,7 +19,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from packages_app import access, background, charts, fleet, queries, ratelimit, staticfinders
 from packages_app.audit.assessment import release_tables
-from packages_app.audit.check import ManifestCheck, check_manifest
+from packages_app.audit.check import ManifestCheck
 from packages_app.audit.model import UNCERTAIN as RESOLVER_UNCERTAIN
 from packages_app.forms import SORTS, CatalogFilterForm, CheckManifestForm, TrackPackageForm
 from packages_app.layout import MAX_MANIFEST_BYTES
@@ -115,15 +114,8 @@ def check_manifest_page(request: HttpRequest) -> HttpResponse:
         return _check_page(request, CheckManifestForm(), [too_big], 413)
     if not valid:
         return _check_page(request, form, form.error_sentences(), 400)
-    data = form.manifest_bytes()
-    # A pasted manifest arrives with the browser's CRLF line ends: look for the file's LF bytes too.
-    digests = {hashlib.sha256(d).hexdigest() for d in (data, data.replace(b"\r\n", b"\n"))}
-    try:
-        tracked = queries.revision_with_manifest(digests, access.can_see_private(request.user))
-    except DatabaseError:  # the check needs no database; only the link to a tracked revision does
-        tracked = None
-    source = f"{tracked.package.repo_id} --revision {tracked.commit_sha}" if tracked else ""
-    return _check_page(request, form, result=check_manifest(data, source=source), tracked=tracked)
+    result, tracked = queries.manifest_check(form.manifest_bytes(), access.can_see_private(request.user))
+    return _check_page(request, form, result=result, tracked=tracked)
 
 
 def _check_page(
@@ -205,6 +197,7 @@ def _revision_context(revision: Revision, files_page: str | None = None) -> dict
         "declared": queries.audit_section(revision, "declared"),
         "runtime_notes": RESOLVER_UNCERTAIN,
         "provenance": queries.audit_section(revision, "provenance"),
+        "request_defaults": queries.audit_section(revision, "request_defaults"),
         "suggested": suggested,
         "suggested_json": _pretty_json(suggested.get("generation")) if suggested else "",
         "files": queries.revision_files(revision, _page_param(files_page)),

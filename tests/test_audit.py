@@ -519,6 +519,7 @@ _TOP = {
     "runtime",
     "suggested_generation",
     "compatibility",
+    "request_defaults",
 }
 _DETECTED = {
     "architecture",
@@ -539,6 +540,7 @@ _DECLARED = {
     "prediction_depth",
     "strategies",
 }
+_ADMISSION = {"release", "admitted", "why", "single_node", "split"}
 _PROVENANCE = {"revision", "manifest_sha256", "source_model_path", "build_host_path", "files"}
 _FILE = {"path", "role", "manifest_size", "manifest_sha256", "hub_size", "hub_sha256", "status"}
 
@@ -555,7 +557,9 @@ def test_to_json_has_exactly_the_documented_shape(schema: int) -> None:
     assert all(set(f) == _FILE for f in doc["provenance"]["files"])
     assert list(doc["runtime"])[:5] == ["auto", "mtp", "disabled", "ngram-cache", "ngram-suffix"]
     assert all(set(r) == {"outcome", "why"} for r in doc["runtime"].values())
-    assert all(set(a) == {"release", "admitted", "why"} for a in doc["compatibility"])
+    assert all(set(a) == _ADMISSION for a in doc["compatibility"])
+    assert all(set(a["split"]) == {"admitted", "why", "gate"} for a in doc["compatibility"])
+    assert all(set(a["single_node"]) == {"admitted", "why"} for a in doc["compatibility"])
     assert set(doc["suggested_generation"]) == {"generation", "patched_manifest", "diff", "advice"}
     assert all(set(p) == {"code", "severity", "message", "evidence"} for p in doc["problems"])
     assert doc["detected"]["missing_nextn_tensors"] == {"40": ["enorm", "hnorm", "shared_head_norm"]}

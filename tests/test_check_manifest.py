@@ -51,9 +51,9 @@ def test_a_valid_v2_manifest_exits_0_with_exactly_the_documented_json(tmp_path: 
     assert doc["runtime"]["auto"] == {"outcome": "native-mtp", "why": doc["runtime"]["auto"]["why"]}
     assert {"auto", "mtp", "disabled"} <= set(doc["runtime"])
     assert all(set(r) == {"outcome", "why"} for r in doc["runtime"].values())
-    assert [set(a) for a in doc["compatibility"]] == [{"release", "admitted", "why"}] * len(
-        doc["compatibility"]
-    )
+    assert [set(a) for a in doc["compatibility"]] == [
+        {"release", "admitted", "why", "single_node", "split"}
+    ] * len(doc["compatibility"])
 
 
 def test_a_stale_package_id_exits_1_and_names_both_ids(tmp_path: Path) -> None:
@@ -122,3 +122,21 @@ def test_the_text_report_lists_problems_the_resolver_table_and_releases(tmp_path
     assert "  v0.76.2: refused: package-v2 native ABI 0.1.53" not in out
     assert "v0.78.0: admitted" in out
     assert "what this check cannot see:" in out
+
+
+def test_in_a_package_folder_the_carrier_beside_the_manifest_feeds_the_split_gate(
+    demo_catalog: Path, tmp_path: Path
+) -> None:
+    from packages_app.devhub import write_package_folder
+    from packages_app.devhub.generator import GLM51_REPO
+
+    folder = write_package_folder(GLM51_REPO, None, tmp_path / "glm51", root=demo_catalog)
+    code, out, _ = run(folder / "model-package.json", "--json")
+    headline = json.loads(out)["assessment"]["headline"]
+
+    assert code == 1
+    assert headline["status"] == "not-servable" and headline["action"]["kind"] == "split-override"
+    assert "architecture glm-dsa is not certified for split serving" in headline["sentence"]
+    (folder / "shared" / "metadata.gguf").unlink()  # control: without the carrier the gate cannot tell
+    code, out, _ = run(folder / "model-package.json", "--json")
+    assert json.loads(out)["assessment"]["headline"]["status"] == "weights-unread"

@@ -38,8 +38,12 @@ STAGE_STATUS_FIELDS = [
     "selected_device",
     "ctx_size",
     "lane_count",
+    # Newer StageStatusSnapshot (Mesh-LLM/mesh-llm@e1d0dbd7 stage/status.rs) has it before error.
+    "weight_quantization",
     "error",
     "shutdown_generation",
+    # The split-certification status (rules.md 6a; the JSON key is not pinned down, devnode uses the log's).
+    "split_certification",
 ]
 ALWAYS_TIMINGS = [
     "prompt_n",

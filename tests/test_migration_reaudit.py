@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from packages_app.audit.releases import known_releases
 from tests.audit_fixtures import QWEN35, build
 from tests.migrating import back_to_the_leaf, migrate  # noqa: F401 (a fixture)
 
@@ -51,7 +52,9 @@ def test_the_migration_recomputes_the_audit_and_keeps_every_input() -> None:
     assert after.verdict == "undeclared-mtp"
     # On a release that loads it auto runs no MTP; whether one does is the release matrix's answer.
     assert after.audit["runtime"]["auto"]["outcome"] == "no-mtp"
-    assert [a["admitted"] for a in after.audit["compatibility"]] == [True, False, False, False]
+    releases = [r.release for r in known_releases()]
+    assert [a["release"] for a in after.audit["compatibility"]] == releases
+    assert [a["release"] for a in after.audit["compatibility"] if a["admitted"] is not False] == ["v0.72.1"]
     assert bytes(after.manifest_bytes) == manifest
     assert apps.get_model("packages_app", "PackageFile").objects.filter(revision_id=rev.pk).count() == len(
         package.files
@@ -60,7 +63,8 @@ def test_the_migration_recomputes_the_audit_and_keeps_every_input() -> None:
     apps = migrate(REFUSED_BY)
 
     refused = apps.get_model("packages_app", "Revision").objects.get(pk=rev.pk).refused_by
-    assert refused == "|v0.76.1|v0.76.2|v0.78.0|"  # v1 is offline-only since PR #1693; v0.72.1 served it
+    refusing = "|".join(r for r in releases if r != "v0.72.1")  # v1 is offline-only since PR #1693
+    assert refused == f"|{refusing}|"
 
     apps = migrate(ASSESSED)
 

@@ -143,8 +143,9 @@ def test_a_v1_package_resolves_like_any_other_where_a_release_loads_it() -> None
     doc["generation"] = {"speculative_decoding": mtp()}
     table = resolve(parse_manifest(json.dumps(doc).encode()))
 
-    assert table.row("auto") is not None and table.row("auto").outcome == "native-mtp"
-    assert table.row("disabled").outcome == "no-mtp"
+    auto, disabled = table.row("auto"), table.row("disabled")
+    assert auto is not None and auto.outcome == "native-mtp"
+    assert disabled is not None and disabled.outcome == "no-mtp"
 
 
 def test_an_invalid_manifest_fails_every_load() -> None:
@@ -161,34 +162,59 @@ def test_the_table_says_what_is_not_pinned_down() -> None:
 # --- releases ---------------------------------------------------------------------------------
 
 
-def matrix(result: ManifestResult) -> dict[str, tuple[bool | None, str]]:
-    return {a.release: (a.admitted, a.why) for a in compatibility(result)}
+# A release without PR #1959's ABI check, as the catch-all row used to stand for one: no row of the real table
+# is pinned down to it any more (rules.md section 7), so the rule is exercised on this row.
+AFTER_1959 = Release("after PR #1959", "any", "", False, True, True, "test")
 
 
-def test_the_release_file_lists_releases_before_and_after_pr_1959() -> None:
-    rules = {r.release: r.abi_rule for r in known_releases()}
+def matrix(
+    result: ManifestResult, releases: tuple[Release, ...] | None = None
+) -> dict[str, tuple[bool | None, str]]:
+    return {a.release: (a.admitted, a.why) for a in compatibility(result, releases)}
 
-    assert rules["v0.76.2"] == "equal" and rules["v0.78.0"] == "any"
-    assert all(r.release.startswith("v") for r in known_releases()), "no catch-all row: a release is a tag"
+
+def with_after_1959(result: ManifestResult) -> dict[str, tuple[bool | None, str]]:
+    return matrix(result, (*known_releases(), AFTER_1959))
+
+
+def test_the_release_file_lists_the_releases_up_to_v0_78_0_and_no_catch_all_row() -> None:
+    rows = {r.release: r for r in known_releases()}
+
+    assert rows["v0.76.2"].abi_rule == "equal" and rows["v0.78.0"].runtime_abi == "0.1.66"
+    assert "after PR #1959" not in rows
 
 
 @pytest.mark.parametrize(
     ("abi", "admitted_by_0762"), [("0.1.53", True), ("0.1.54", False), ("0.1.57", False)]
 )
 def test_before_pr_1959_only_the_runtimes_own_abi_is_admitted(abi: str, admitted_by_0762: bool) -> None:
-    rows = matrix(judged(native_abi_version=abi))
+    rows = with_after_1959(judged(native_abi_version=abi))
 
     assert rows["v0.76.2"][0] is admitted_by_0762
-    assert rows["v0.78.0"][0] is True
+    assert rows["after PR #1959"][0] is True
     if not admitted_by_0762:
         assert f"native ABI {abi} differs from runtime ABI 0.1.53" in rows["v0.76.2"][1]
 
 
+def test_v0_78_0_admits_any_abi_and_says_the_rule_is_inferred() -> None:
+    for abi in ("0.1.53", "0.1.66", "99.0.0"):
+        admitted, why = matrix(judged(native_abi_version=abi))["v0.78.0"]
+        assert admitted is True and "any ABI" in why and "inferred" in why
+
+
+def test_a_build_whose_abi_rule_is_not_pinned_down_admits_only_its_own_abi() -> None:
+    rows = {a.release: a for a in compatibility(judged(native_abi_version="0.1.59"))}
+    assert rows["mesh-llm@173b7cd6"].admitted is True
+    admitted, why = matrix(judged(native_abi_version="0.1.53"))["mesh-llm@173b7cd6"]
+    assert admitted is None and "not pinned down" in why and "PR #1959" in why
+
+
 def test_request_defaults_are_refused_by_v0_76_1_and_unknown_for_v0_76_2() -> None:
-    rows = matrix(judged(generation={"request_defaults": _defaults()}))
+    rows = with_after_1959(judged(generation={"request_defaults": _defaults()}))
 
     assert rows["v0.76.1"][0] is False and "unknown field" in rows["v0.76.1"][1]
     assert rows["v0.76.2"][0] is None and "not pinned down" in rows["v0.76.2"][1]
+    assert rows["after PR #1959"][0] is True
     assert rows["v0.78.0"][0] is True
 
 
@@ -217,7 +243,8 @@ def test_publisher_metadata_is_admitted_after_pr_1959() -> None:
     _publisher()(doc)
     doc["package_id"] = package_id_of(doc)
 
-    assert matrix(parse_manifest(json.dumps(doc).encode()))["v0.78.0"][0] is True
+    rows = with_after_1959(parse_manifest(json.dumps(doc).encode()))
+    assert rows["after PR #1959"][0] is True and rows["v0.78.0"][0] is True
 
 
 def test_adding_a_release_is_one_row() -> None:
@@ -227,7 +254,7 @@ def test_adding_a_release_is_one_row() -> None:
     )
     releases = parse_releases("[[release]]\n" + text)
 
-    assert releases == (Release("v9.9.9", "equal", "0.1.57", False, True, True, True, "test"),)
+    assert releases == (Release("v9.9.9", "equal", "0.1.57", False, True, True, "test"),)
     admitted = compatibility(judged(native_abi_version="0.1.57"), releases)
     assert [(a.release, a.admitted) for a in admitted] == [("v9.9.9", True)]
 
@@ -235,3 +262,14 @@ def test_adding_a_release_is_one_row() -> None:
 def test_a_malformed_release_row_is_refused() -> None:
     with pytest.raises(ValueError, match="abi_rule"):
         parse_releases('[[release]]\nrelease = "x"\nabi_rule = "loose"\n')
+
+
+def test_the_refused_by_key_names_releases_that_refuse_to_load_or_to_split() -> None:
+    from packages_app.audit.releases import refused_key
+
+    matrix = [
+        {"release": "v1", "admitted": False, "why": "."},
+        {"release": "v2", "admitted": True, "why": ".", "split": {"admitted": False, "why": "gate"}},
+        {"release": "v3", "admitted": True, "why": ".", "split": {"admitted": None, "why": "?"}},
+    ]
+    assert refused_key(matrix) == "|v1|v2|"

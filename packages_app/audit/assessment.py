@@ -12,7 +12,7 @@ typed (``Assessment.from_json``), so pages and the API read attributes, never ke
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from packages_app.audit.model import Declared, Detected, Resolution, Runtime, Suggestion
@@ -134,21 +134,44 @@ class Mtp:
 
 @dataclass(frozen=True)
 class Servable:
-    """Whether one release loads it at all, and why (None: not pinned down)."""
+    """Whether one release loads it (on one node), and whether it split-serves it (the package verdict
+    and the release's split-certification gate); None: not pinned down."""
 
     release: str
     admitted: Tristate
     why: str
+    split: Tristate = None
+    split_why: str = ""
+    gate: Tristate = None  # the gate alone: the architecture on the release's roster (or no gate)
 
     def to_json(self) -> dict[str, Any]:
-        return {"release": self.release, "admitted": self.admitted, "why": self.why}
+        return {
+            "release": self.release,
+            "admitted": self.admitted,
+            "why": self.why,
+            "split": {"admitted": self.split, "why": self.split_why, "gate": self.gate},
+        }
 
     @classmethod
     def from_json(cls, doc: Any) -> Servable | None:
         if not isinstance(doc, Mapping) or not isinstance(doc.get("release"), str):
             return None
-        admitted = doc.get("admitted")
-        return cls(doc["release"], admitted if isinstance(admitted, bool) else None, _text(doc.get("why")))
+        found = doc.get("split")
+        split: Mapping[str, Any] = found if isinstance(found, Mapping) else {}
+        return cls(
+            doc["release"],
+            _tristate(doc.get("admitted")),
+            _text(doc.get("why")),
+            _tristate(split.get("admitted")),
+            _text(split.get("why")),
+            _tristate(split.get("gate")),
+        )
+
+    @classmethod
+    def of(cls, a: Admission) -> Servable:
+        split = a.split.admitted if a.split else a.admitted
+        split_why = a.split.why if a.split else a.why
+        return cls(a.release, a.admitted, a.why, split, split_why, a.gate.admitted if a.gate else None)
 
 
 @dataclass(frozen=True)
@@ -256,6 +279,8 @@ class ReleaseTable:
     admitted: Tristate
     why: str
     groups: tuple[OutcomeGroup, ...]
+    split: Tristate = None
+    split_why: str = ""
 
 
 def release_tables(assessment: Assessment) -> list[ReleaseTable]:
@@ -265,16 +290,14 @@ def release_tables(assessment: Assessment) -> list[ReleaseTable]:
     for servable in assessment.servable:
         outcomes = next((o for o in assessment.outcomes if o.release == servable.release), None)
         groups = _grouped(outcomes.rows if outcomes else ())
-        same = next(
-            (t for t in tables if (t.admitted, t.why, t.groups) == (servable.admitted, servable.why, groups)),
-            None,
+        table = ReleaseTable(
+            (servable.release,), servable.admitted, servable.why, groups, servable.split, servable.split_why
         )
+        same = next((t for t in tables if replace(t, releases=()) == replace(table, releases=())), None)
         if same is not None:
-            tables[tables.index(same)] = ReleaseTable(
-                (*same.releases, servable.release), same.admitted, same.why, groups
-            )
+            tables[tables.index(same)] = replace(same, releases=(*same.releases, servable.release))
         else:
-            tables.append(ReleaseTable((servable.release,), servable.admitted, servable.why, groups))
+            tables.append(table)
     return tables
 
 
@@ -307,7 +330,7 @@ class Facts:
 
 def assess(facts: Facts) -> Assessment:
     """The one answer for these facts: per-release admission and outcomes, and the headline."""
-    servable = tuple(Servable(a.release, a.admitted, a.why) for a in facts.compatibility)
+    servable = tuple(Servable.of(a) for a in facts.compatibility)
     outcomes = tuple(_outcomes(facts.runtime, s) for s in servable)
     unseen = (CANNOT_SEE_WITHOUT_WEIGHTS if facts.verdict is None else ()) + facts.extra_unseen
     return Assessment(
@@ -348,6 +371,9 @@ def headline(facts: Facts, servable: Sequence[Servable], outcomes: Sequence[Rele
     newest, table = servable[-1], outcomes[-1]
     if newest.admitted is False:
         return _not_servable(facts, newest, servable)
+    gated = _refused_split(servable)
+    if gated is not None:
+        return _not_servable_split(newest, gated)
     caveat = "" if newest.admitted else f" ({newest.why})"
     if facts.verdict is None:
         return _weights_unread(facts, newest.release, caveat)
@@ -416,6 +442,33 @@ def _not_servable(facts: Facts, newest: Servable, servable: Sequence[Servable]) 
         return Headline(Status.NOT_SERVABLE, sentence, Action(ActionKind.REPUBLISH_V2, text), newest.release)
     text = f"Republish it in a form {newest.release} admits: {newest.why}"
     return Headline(Status.NOT_SERVABLE, sentence, Action(ActionKind.FIX_MANIFEST, text), newest.release)
+
+
+def _refused_split(servable: Sequence[Servable]) -> Servable | None:
+    """The release whose split-certification gate decides: the newest if its gate is known, else the
+    newest whose roster is known; that release, if its gate refuses the architecture."""
+    decided = [s for s in servable if s.gate is not None]
+    if not decided:
+        return None
+    judge = servable[-1] if servable[-1].gate is not None else decided[-1]
+    return judge if judge.gate is False else None
+
+
+def _not_servable_split(newest: Servable, gated: Servable) -> Headline:
+    why = gated.split_why.rstrip(".")
+    if gated is newest:
+        sentence = f"Not servable split by {newest.release}: {why}. On one node it is admitted."
+    else:
+        sentence = (
+            f"Not servable split by the newest release whose roster is known, {gated.release}: {why}. "
+            f"Which roster {newest.release} carries is not pinned down; on one node {newest.release} "
+            f"{'admits it' if newest.admitted else 'may admit it'}."
+        )
+    text = (
+        "Serve it on one node, or split it with `--split --allow-uncertified-split` (its stages then report "
+        "uncertified_override); a certified split waits for a release whose roster lists the architecture."
+    )
+    return Headline(Status.NOT_SERVABLE, sentence, Action(ActionKind.SPLIT_OVERRIDE, text), newest.release)
 
 
 def _weights_unread(facts: Facts, release: str, caveat: str) -> Headline:
@@ -508,6 +561,10 @@ def _text(value: Any) -> str:
     return value if isinstance(value, str) else ""
 
 
+def _tristate(value: Any) -> Tristate:
+    return value if isinstance(value, bool) else None
+
+
 def _ints(value: Any) -> tuple[int, ...]:
     items = value if isinstance(value, list) else []
     return tuple(i for i in items if isinstance(i, int) and not isinstance(i, bool))
@@ -543,9 +600,10 @@ def synthetic(
     v1 = schema == 1 and status is not Status.INVALID_MANIFEST
     if v1:
         status, kind = Status.NOT_SERVABLE, ActionKind.REPUBLISH_V2
+    admitted = [(i == 0) if v1 else (status is not Status.INVALID_MANIFEST) for i in range(len(releases))]
     servable = tuple(
-        Servable(r, (i == 0) if v1 else (status is not Status.INVALID_MANIFEST), "Synthetic.")
-        for i, r in enumerate(releases)
+        Servable(r, ok, "Synthetic.", ok, "Synthetic.", None)
+        for r, ok in zip(releases, admitted, strict=True)
     )
     rows = tuple(
         Resolution(s, auto if s == "auto" else "no-mtp", f"Synthetic {s} row.") for s in _SYNTHETIC_SETTINGS

@@ -17,6 +17,7 @@ from packages_app.audit.model import Runtime
 from packages_app.audit.releases import Admission, compatibility
 from packages_app.audit.runtime import resolve
 from packages_app.manifest import ManifestResult, Problem, parse_manifest
+from packages_app.verdicts import Status
 
 
 @dataclass(frozen=True)
@@ -36,10 +37,13 @@ class ManifestCheck:
 
     @property
     def passes(self) -> bool:
-        """Exit 0 of check_manifest: valid, admitted by the newest known release, no error finding."""
+        """Exit 0 of check_manifest: valid, admitted by the newest known release, not refused split by a
+        known roster (the headline is not "not servable"), and no error finding."""
         newest = self.compatibility[-1] if self.compatibility else None
         errors = any(p.severity == "error" for p in self.problems)
-        return self.valid and newest is not None and newest.admitted is True and not errors
+        servable = newest is not None and newest.admitted is True
+        refused = self.assessment.status in (Status.INVALID_MANIFEST, Status.NOT_SERVABLE)
+        return self.valid and servable and not refused and not errors
 
     @property
     def problems(self) -> list[Problem]:
@@ -70,16 +74,18 @@ class ManifestCheck:
         }
 
 
-def check_manifest(data: bytes, source: str = "") -> ManifestCheck:
+def check_manifest(data: bytes, source: str = "", architecture: str | None = None) -> ManifestCheck:
     """Judge manifest bytes; never raises on bad input. ``source`` is what ``audit_package`` would read
-    to see the weights (a folder or owner/name), when the caller knows it."""
+    to see the weights (a folder or owner/name), when the caller knows it; ``architecture`` is the
+    metadata carrier's ``general.architecture`` when the caller could read it (a folder holding the
+    carrier, or a tracked revision with the same bytes), which the split-certification gate needs."""
     parsed = parse_manifest(data)
     manifest = parsed.manifest
     raw = parsed.raw or {}
     schema = manifest.schema_version if manifest is not None else _int(raw.get("schema_version"))
     declared = raw.get("package_id") if schema != 1 else None
     runtime = resolve(parsed)
-    admissions = tuple(compatibility(parsed))
+    admissions = tuple(compatibility(parsed, architecture=architecture))
     facts = Facts(parsed, runtime, admissions, declare(manifest), scope="manifest", source=source)
     return ManifestCheck(
         schema=schema,

@@ -14,10 +14,13 @@ from packages_app.audit.model import (
     MAX_BLOCKS,
     Block,
     Detected,
+    _problem,
 )
 from packages_app.layout import LAYER_FILE_RE, METADATA_ONLY_KEY
 from packages_app.manifest import (
     Manifest,
+    Problem,
+    describe_layers,
 )
 
 _NEXTN_SUFFIX = {
@@ -41,16 +44,85 @@ _DOCUMENTED_NEXTN = {
     # DeepSeek-V4 projects with nextn.e_proj + nextn.h_proj instead of eh_proj, and its head carries its
     # own hyper-connection mixer (nextn.hc_head_*) (domain.md, real catalog). Only the pair is required.
     "deepseek4": ("e_proj", "h_proj"),
+    # gguf 0.19 has no cohere2moe. llama.cpp's loader (ggml-org/llama.cpp@00487aad
+    # src/models/cohere2moe.cpp, load_block_mtp) creates these six for the MTP block.
+    "cohere2moe": ("eh_proj", "embed_tokens", "enorm", "hnorm", "shared_head_head", "shared_head_norm"),
+    # gguf 0.19 has no qwen4exp (llama.cpp PR #27742). Its loader (ggml-org/llama.cpp@001d906a
+    # src/models/qwen4exp.cpp) creates enorm, hnorm, eh_proj (conversion/qwen4exp.py fuses the checkpoint's
+    # fc_embedding + fc_hidden into it) and the head's own mixer hc_head_{norm,down,up}; embed_tokens and
+    # shared_head_head are optional (qwen4exp reuses the trunk's), and there is no shared_head_norm.
+    "qwen4exp": ("eh_proj", "enorm", "hc_head_down", "hc_head_norm", "hc_head_up", "hnorm"),
+}
+# What a NextN head cannot load without, where llama.cpp's loader says so (the others are created with
+# TENSOR_NOT_REQUIRED); an architecture not listed here needs every expected tensor. For glm-dsa gguf 0.19's
+# MODEL_TENSORS lists six NextN tensors, but the loader (ggml-org/llama.cpp@06e514f6 src/models/glm-dsa.cpp)
+# marks embed_tokens, shared_head_head and shared_head_norm optional, so a head without them is complete.
+# qwen4exp's hc_head_* are required only when the head is loaded, and the converter has written them in
+# more than one place across PR #27742's revisions, so only the three every revision writes are required.
+_REQUIRED_NEXTN = {
+    "glm-dsa": ("eh_proj", "enorm", "hnorm"),
+    "cohere2moe": ("eh_proj", "enorm", "hnorm"),
+    "qwen4exp": ("eh_proj", "enorm", "hnorm"),
+}
+# Draft-MTP architectures whose loader reads <arch>.nextn_predict_layers as optional, so NextN tensors can
+# come without the key (rules.md section 6a: step35, cohere2moe, glm-dsa #25980, qwen4exp #28610; the
+# cohere2moe, glm-dsa and qwen4exp loaders above read it with get_key(..., false)).
+OPTIONAL_NEXTN_KEY = frozenset({"step35", "cohere2moe", "glm-dsa", "qwen4exp"})
+NEXTN_KEY_ABSENT = "nextn_key_absent"
+# The glossary entry of the problem code this module adds (packages_app/glossary.py lists it).
+GLOSSARY = {
+    NEXTN_KEY_ABSENT: "The weights hold NextN (MTP) tensors and the GGUF has no nextn_predict_layers key, "
+    "which llama.cpp reads as optional for this architecture (cohere2moe, glm-dsa, qwen4exp, step35): "
+    "a shape the converter writes, not a key/tensor disagreement, but the header then marks no block "
+    "as MTP, so only the manifest's declaration points the runtime at the head.",
 }
 
 
 def expected_nextn_tensors(architecture: str | None) -> tuple[str, ...]:
-    """NextN tensor suffixes (e.g. "eh_proj") an architecture's MTP block holds, per gguf.constants."""
+    """NextN tensor suffixes (e.g. "eh_proj") an architecture's MTP block holds, per gguf.constants (else
+    per llama.cpp's loader, sourced in _DOCUMENTED_NEXTN)."""
     arch = _ARCH_BY_NAME.get(architecture or "")
     listed = (
         sorted(_NEXTN_SUFFIX[t] for t in MODEL_TENSORS.get(arch, ()) if t in _NEXTN_SUFFIX) if arch else []
     )
     return tuple(listed) or _DOCUMENTED_NEXTN.get(architecture or "", ())
+
+
+def required_nextn_tensors(architecture: str | None) -> tuple[str, ...]:
+    """The expected NextN tensors a head cannot be loaded without (an incomplete head lacks one of them)."""
+    return _REQUIRED_NEXTN.get(architecture or "") or expected_nextn_tensors(architecture)
+
+
+def nextn_key_is_optional(architecture: str | None) -> bool:
+    return architecture in OPTIONAL_NEXTN_KEY
+
+
+def key_absent_blocks(d: Detected) -> tuple[int, ...]:
+    """Blocks holding NextN tensors in a GGUF without the (optional, for its architecture) nextn key."""
+    if d.nextn_predict_layers is not None or not nextn_key_is_optional(d.architecture):
+        return ()
+    return d.mtp_blocks
+
+
+def nextn_key_absent_problems(d: Detected) -> list[Problem]:
+    """NextN tensors present, key absent, for an architecture that reads the key as optional: its own
+    finding, not a key/tensor disagreement (judgement.py leaves these blocks out of nextn_key_mismatch)."""
+    blocks = key_absent_blocks(d)
+    if not blocks:
+        return []
+    first = blocks[0]
+    source = d.evidence.get(first) or d.file(first) or f"block {first}"
+    verb = "lists" if source == d.directory else "holds"
+    suffixes = d.nextn_found.get(first, ())
+    held = suffixes[0] if len(suffixes) == 1 else "{" + ",".join(suffixes) + "}"
+    key = Keys.LLM.NEXTN_PREDICT_LAYERS.format(arch=d.architecture)
+    message = (
+        f"{source} {verb} blk.{first}.nextn.{held} but {key} is absent. llama.cpp reads that key as "
+        f"optional for {d.architecture}, so this is a shape its converter writes, not a disagreement; "
+        f"without it the header marks no block as MTP (llama.cpp counts no NextN layer), so only "
+        f"generation.speculative_decoding can point the runtime at {describe_layers(list(blocks))}."
+    )
+    return [_problem(NEXTN_KEY_ABSENT, "warning", message, blocks=list(blocks))]
 
 
 def block_kind(component: str) -> str | None:
@@ -90,15 +162,18 @@ def detect(manifest: Manifest | None, headers: Mapping[str, Mapping[str, Any]]) 
     key_blocks = _key_blocks(w.block_count, w.nextn, found)
     inspected = _inspected_blocks(w, manifest, layer_files)
     expected = expected_nextn_tensors(w.architecture)
+    required = required_nextn_tensors(w.architecture)
     checked = sorted(b for b in set(key_blocks) | set(found) if b in inspected)
-    missing = {b: tuple(s for s in expected if s not in found.get(b, ())) for b in checked}
+    missing = {b: tuple(s for s in required if s not in found.get(b, ())) for b in checked}
+    # An absent key that the architecture reads as optional makes no claim to disagree with.
+    optional_absent = w.nextn is None and nextn_key_is_optional(w.architecture)
     blocks = _blocks(w, layer_files, found)
     return Detected(
         architecture=w.architecture,
         block_count=w.block_count,
         nextn_predict_layers=w.nextn,
         mtp_blocks=tuple(sorted(found)),
-        key_and_tensors_agree={b for b in key_blocks if b in inspected} == set(found),
+        key_and_tensors_agree=optional_absent or {b for b in key_blocks if b in inspected} == set(found),
         expected_nextn_tensors=expected,
         missing_nextn_tensors={b: m for b, m in missing.items() if m},
         blocks=blocks,

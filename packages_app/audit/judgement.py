@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 
 from gguf.constants import Keys
 
+from packages_app.audit.detection import key_absent_blocks, nextn_key_absent_problems
 from packages_app.audit.model import (
     Declared,
     Detected,
@@ -154,7 +155,9 @@ def _head_problems(d: Detected) -> list[Problem]:
             problems.append(
                 _problem("incomplete_mtp_head", "warning", message, block=block, missing=list(missing))
             )
-    stray = [b for b in d.mtp_blocks if b not in d.key_blocks]
+    absent = key_absent_blocks(d)  # the key is optional for the architecture: detection.py reports it
+    problems += nextn_key_absent_problems(d)
+    stray = [b for b in d.mtp_blocks if b not in d.key_blocks and b not in absent]
     if stray:
         message = (
             f"{_holds(d, stray[0])}, but {_key_text(d)}, which does not mark {describe_layers(stray)} "

@@ -37,6 +37,7 @@ from packages_app.audit.model import (
     verdict_is_consistent,
 )
 from packages_app.audit.releases import Admission, compatibility
+from packages_app.audit.request_defaults import RequestDefaults, request_defaults
 from packages_app.audit.runtime import resolve
 from packages_app.manifest import (
     MANIFEST_FILE,
@@ -65,6 +66,7 @@ class Audit:
     manifest: Manifest | None = None
     compatibility: tuple[Admission, ...] = ()
     assessment: Assessment | None = None  # always set by audit(); stored apart from to_json's document
+    request_defaults: RequestDefaults | None = None  # what generation.request_defaults sets (mesh-llm #1876)
 
     @property
     def consistent(self) -> bool:
@@ -85,6 +87,7 @@ class Audit:
             if self.suggested_generation
             else None,
             "compatibility": [a.to_json() for a in self.compatibility],
+            "request_defaults": self.request_defaults.to_json() if self.request_defaults else None,
         }
 
 
@@ -116,7 +119,7 @@ def audit(
     if not trusted:
         verdict = "invalid-manifest"
     runtime = resolve(parsed, detected)
-    admissions = tuple(compatibility(parsed))
+    admissions = tuple(compatibility(parsed, architecture=detected.architecture))
     suggestion = _suggest(verdict, manifest, detected) if trusted else None
     auditable = not any(p.code == "weights_not_inspected" and p.severity == "error" for p in coverage)
     facts = Facts(
@@ -143,6 +146,7 @@ def audit(
         manifest=manifest,
         compatibility=admissions,
         assessment=assess(facts),
+        request_defaults=request_defaults(manifest) if trusted else None,
     )
 
 

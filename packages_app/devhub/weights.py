@@ -583,47 +583,61 @@ def _ssm_hparams(conv: int, state: int, groups: int, rank: int, inner: int) -> l
     ]
 
 
+@dataclass(frozen=True)
+class _Mla:
+    """Multi-head latent attention (DeepSeek-V2's, as GLM-4.7-Flash and the glm-dsa GLM-5 models use it)."""
+
+    heads: int
+    q_lora: int
+    kv_lora: int
+    rope: int
+    nope: int
+    v_dim: int
+
+    def tensors(self, t: _Tensors, bid: int, h: int) -> list[TensorSpec]:
+        return [
+            t(MODEL_TENSOR.ATTN_NORM, (h,), _Q.F32, bid),
+            t(MODEL_TENSOR.ATTN_Q_A, (h, self.q_lora), _Q.Q8_0, bid),
+            t(MODEL_TENSOR.ATTN_Q_A_NORM, (self.q_lora,), _Q.F32, bid),
+            t(MODEL_TENSOR.ATTN_Q_B, (self.q_lora, self.heads * (self.nope + self.rope)), _Q.Q8_0, bid),
+            t(MODEL_TENSOR.ATTN_KV_A_MQA, (h, self.kv_lora + self.rope), _Q.Q8_0, bid),
+            t(MODEL_TENSOR.ATTN_KV_A_NORM, (self.kv_lora,), _Q.F32, bid),
+            t(MODEL_TENSOR.ATTN_K_B, (self.nope, self.kv_lora, self.heads), _Q.Q8_0, bid),
+            t(MODEL_TENSOR.ATTN_V_B, (self.kv_lora, self.v_dim, self.heads), _Q.Q8_0, bid),
+            t(MODEL_TENSOR.ATTN_OUT, (self.heads * self.v_dim, h), _Q.Q8_0, bid),
+        ]
+
+    def hparams(self, h: int, n_blocks: int) -> list[KV]:
+        return [
+            _hp(Keys.LLM.CONTEXT_LENGTH, 202752),
+            _hp(Keys.LLM.EMBEDDING_LENGTH, h),
+            _hp(Keys.LLM.BLOCK_COUNT, n_blocks),
+            _hp(Keys.LLM.FEED_FORWARD_LENGTH, 10240),
+            _hp(Keys.Attention.HEAD_COUNT, self.heads),
+            _hp(Keys.Attention.HEAD_COUNT_KV, 1),
+            _hp(Keys.Attention.KEY_LENGTH, self.kv_lora + self.rope),
+            _hp(Keys.Attention.VALUE_LENGTH, self.kv_lora),
+            _hp(Keys.Attention.KEY_LENGTH_MLA, self.nope + self.rope),
+            _hp(Keys.Attention.VALUE_LENGTH_MLA, self.v_dim),
+            _hp(Keys.Attention.Q_LORA_RANK, self.q_lora),
+            _hp(Keys.Attention.KV_LORA_RANK, self.kv_lora),
+            _hp(Keys.Rope.FREQ_BASE, 1000000.0, _F32),
+            _hp(Keys.Rope.DIMENSION_COUNT, self.rope),
+            _hp(Keys.Attention.LAYERNORM_RMS_EPS, 1e-5, _F32),
+        ]
+
+
 def glm47_flash_spec() -> ModelSpec:
     """GLM-4.7-Flash: GGUF architecture `deepseek2` (MLA attention), 47 trunk blocks + MTP block 47."""
     t, h, vocab, n_blocks, experts, eff = _Tensors(MODEL_ARCH.DEEPSEEK2), 2048, 151552, 48, 64, 1536
-    heads, q_lora, kv_lora, rope, nope, v_dim = 20, 768, 512, 64, 192, 256
-
-    def attention(bid: int) -> list[TensorSpec]:
-        return [
-            t(MODEL_TENSOR.ATTN_NORM, (h,), _Q.F32, bid),
-            t(MODEL_TENSOR.ATTN_Q_A, (h, q_lora), _Q.Q8_0, bid),
-            t(MODEL_TENSOR.ATTN_Q_A_NORM, (q_lora,), _Q.F32, bid),
-            t(MODEL_TENSOR.ATTN_Q_B, (q_lora, heads * (nope + rope)), _Q.Q8_0, bid),
-            t(MODEL_TENSOR.ATTN_KV_A_MQA, (h, kv_lora + rope), _Q.Q8_0, bid),
-            t(MODEL_TENSOR.ATTN_KV_A_NORM, (kv_lora,), _Q.F32, bid),
-            t(MODEL_TENSOR.ATTN_K_B, (nope, kv_lora, heads), _Q.Q8_0, bid),
-            t(MODEL_TENSOR.ATTN_V_B, (kv_lora, v_dim, heads), _Q.Q8_0, bid),
-            t(MODEL_TENSOR.ATTN_OUT, (heads * v_dim, h), _Q.Q8_0, bid),
-            t(MODEL_TENSOR.FFN_NORM, (h,), _Q.F32, bid),
-        ]
+    mla = _Mla(heads=20, q_lora=768, kv_lora=512, rope=64, nope=192, v_dim=256)
 
     def block(bid: int) -> list[TensorSpec]:
         mtp = _nextn(t, bid, h, vocab, full=True) if bid == n_blocks - 1 else []
-        return attention(bid) + _glm_ffn(t, bid, h, experts, eff) + mtp
+        attention = [*mla.tensors(t, bid, h), t(MODEL_TENSOR.FFN_NORM, (h,), _Q.F32, bid)]
+        return attention + _glm_ffn(t, bid, h, experts, eff) + mtp
 
-    hparams = [
-        _hp(Keys.LLM.CONTEXT_LENGTH, 202752),
-        _hp(Keys.LLM.EMBEDDING_LENGTH, h),
-        _hp(Keys.LLM.BLOCK_COUNT, n_blocks),
-        _hp(Keys.LLM.FEED_FORWARD_LENGTH, 10240),
-        _hp(Keys.Attention.HEAD_COUNT, heads),
-        _hp(Keys.Attention.HEAD_COUNT_KV, 1),
-        _hp(Keys.Attention.KEY_LENGTH, kv_lora + rope),
-        _hp(Keys.Attention.VALUE_LENGTH, kv_lora),
-        _hp(Keys.Attention.KEY_LENGTH_MLA, nope + rope),
-        _hp(Keys.Attention.VALUE_LENGTH_MLA, v_dim),
-        _hp(Keys.Attention.Q_LORA_RANK, q_lora),
-        _hp(Keys.Attention.KV_LORA_RANK, kv_lora),
-        _hp(Keys.Rope.FREQ_BASE, 1000000.0, _F32),
-        _hp(Keys.Rope.DIMENSION_COUNT, rope),
-        _hp(Keys.Attention.LAYERNORM_RMS_EPS, 1e-5, _F32),
-        *_glm_moe_hparams(experts, eff),
-    ]
+    hparams = [*mla.hparams(h, n_blocks), *_glm_moe_hparams(experts, eff)]
     emb, out = _globals(t, h, vocab)
     return _spec(
         MODEL_ARCH.DEEPSEEK2,
@@ -709,6 +723,50 @@ def glm4moe_spec(name: str = "GLM-5.3-Flash", nextn_tensors: bool = True) -> Mod
         MODEL_ARCH.GLM4_MOE,
         name,
         "30B-A3B",
+        "mit",
+        h,
+        hparams,
+        GLM_TOKENIZER,
+        emb,
+        out,
+        [block(b) for b in range(n_blocks)],
+    )
+
+
+def glm_dsa_spec() -> ModelSpec:
+    """A glm-dsa model shaped like GLM-5.1 (llama.cpp src/models/glm-dsa.cpp): MLA attention with the DSA
+    lightning indexer, 78 trunk blocks (block 0 dense) + MTP block 78 with the six nextn tensors. No known
+    split-certification roster lists glm-dsa (rules.md 6a), which is what the demo shows with it."""
+    t, h, vocab, n_blocks, experts, eff = _Tensors(MODEL_ARCH.GLM_DSA), 6144, 151552, 79, 256, 2048
+    mla = _Mla(heads=64, q_lora=2048, kv_lora=512, rope=64, nope=192, v_dim=256)
+    idx_heads, idx_dim = 32, 128
+
+    def indexer(bid: int) -> list[TensorSpec]:
+        return [
+            t(MODEL_TENSOR.INDEXER_K_NORM, (idx_dim,), _Q.F32, bid),
+            t(MODEL_TENSOR.INDEXER_K_NORM, (idx_dim,), _Q.F32, bid, suffix="bias"),
+            t(MODEL_TENSOR.INDEXER_PROJ, (h, idx_heads), _Q.F32, bid),
+            t(MODEL_TENSOR.INDEXER_ATTN_K, (h, idx_dim), _Q.Q8_0, bid),
+            t(MODEL_TENSOR.INDEXER_ATTN_Q_B, (mla.q_lora, idx_heads * idx_dim), _Q.Q8_0, bid),
+        ]
+
+    def block(bid: int) -> list[TensorSpec]:
+        mtp = _nextn(t, bid, h, vocab, full=True) if bid == n_blocks - 1 else []
+        attention = [*mla.tensors(t, bid, h), *indexer(bid), t(MODEL_TENSOR.FFN_NORM, (h,), _Q.F32, bid)]
+        return attention + _glm_ffn(t, bid, h, experts, eff) + mtp
+
+    hparams = [
+        *mla.hparams(h, n_blocks),
+        _hp(Keys.Attention.Indexer.HEAD_COUNT, idx_heads),
+        _hp(Keys.Attention.Indexer.KEY_LENGTH, idx_dim),
+        _hp(Keys.Attention.Indexer.TOP_K, 2048),
+        *_glm_moe_hparams(experts, eff),
+    ]
+    emb, out = _globals(t, h, vocab)
+    return _spec(
+        MODEL_ARCH.GLM_DSA,
+        "GLM-5.1",
+        "744B-A40B",
         "mit",
         h,
         hparams,

@@ -28,6 +28,10 @@ class StagePlan:
     layer_start: int
     layer_end: int
     device: str = "CUDA0"
+    # "certified", or "uncertified_override" for a split served with --allow-uncertified-split
+    # (rules.md 6a); None: the stage says nothing, as nodes before the gate do.
+    certification: str | None = "certified"
+    weight_quantization: str = "auto"  # StageWeightQuantization::Auto, the stage loader's default
 
 
 @dataclass(frozen=True)
@@ -115,9 +119,16 @@ def _stage_status(plan: RunPlan, index: int, stage: StagePlan) -> dict[str, Any]
         },
         "ctx_size": 8192,
         "lane_count": 4,
+        "weight_quantization": stage.weight_quantization,
         "error": plan.error,
         "shutdown_generation": 0,
-    }
+    } | _certification(stage)
+
+
+def _certification(stage: StagePlan) -> dict[str, Any]:
+    # Which key /api/runtime/stages uses is not pinned down (rules.md 6a); mesh-llm logs the status as the
+    # field `split_certification`, so devnode writes that one.
+    return {} if stage.certification is None else {"split_certification": stage.certification}
 
 
 def status_payload(plan: RunPlan) -> dict[str, Any]:

@@ -54,6 +54,18 @@ SHA = re.compile(r"^[0-9a-f]{40}$")
 DECIMAL = re.compile(r"[0-9]+")
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
 REF = re.compile(r"^(?:hf://)?(?P<repo>[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+)(?:@(?P<rev>[^\s@]+))?$")
+# A stage's split-certification status (rules.md 6a: "certified", or "uncertified_override" when the node
+# split-serves with --allow-uncertified-split). Which JSON key /api/runtime/stages uses is not pinned down,
+# so the spellings mesh-llm's own names suggest are all read (its log field is `split_certification`).
+CERTIFICATION_KEYS = (
+    "split_certification",
+    "certification",
+    "certification_status",
+    "split_certification_status",
+    "split_certification_admission",
+)
+CERTIFICATIONS = {"certified": "certified", "uncertifiedoverride": "uncertified_override"}
+MAX_RAW_STAGE_BYTES = 4 * 1024  # meshdash caps each stored stage object; a bigger one is trimmed, never lost
 
 
 class AgentError(Exception):
@@ -197,7 +209,40 @@ def _stage(stage: dict[str, Any]) -> dict[str, Any] | None:
         "device": _text(device.get("backend_device")) if isinstance(device, dict) else "",
         "ctx_size": stage.get("ctx_size") if isinstance(stage.get("ctx_size"), int) else None,
         "lane_count": stage.get("lane_count") if isinstance(stage.get("lane_count"), int) else None,
+        "certification": certification_of(stage),
+        "weight_quantization": _text(stage.get("weight_quantization"), 64),
+        "raw": raw_stage(stage),
     }
+
+
+def certification_of(stage: dict[str, Any]) -> str:
+    """``certified`` / ``uncertified_override`` under any of CERTIFICATION_KEYS (``UncertifiedOverride``,
+    ``uncertified-override`` and ``{"status": ...}`` too); another value is kept as the node wrote it."""
+    for key in CERTIFICATION_KEYS:
+        value = stage.get(key)
+        if isinstance(value, dict):
+            inner = (value.get(k) for k in ("status", "admission", "state"))
+            value = next((v for v in inner if isinstance(v, str)), "")
+        if isinstance(value, str) and value.strip():
+            return CERTIFICATIONS.get(re.sub(r"[^a-z]", "", value.lower()), value.strip()[:64])
+    return ""
+
+
+def raw_stage(stage: dict[str, Any]) -> dict[str, Any]:
+    """The stage object as the node sent it, so fields meshdash does not read yet are kept. Over
+    MAX_RAW_STAGE_BYTES, the largest values are dropped first and named in ``_trimmed``."""
+    if len(json.dumps(stage)) <= MAX_RAW_STAGE_BYTES:
+        return stage
+    sizes = sorted(((len(json.dumps(v)), k) for k, v in stage.items()), reverse=True)
+    kept = dict(stage)
+    trimmed: list[str] = []
+    for _, key in sizes:
+        if len(json.dumps(kept | {"_trimmed": trimmed})) <= MAX_RAW_STAGE_BYTES:
+            break
+        del kept[key]
+        trimmed.append(key[:64])
+    raw = kept | {"_trimmed": trimmed[:32]}
+    return raw if len(json.dumps(raw)) <= MAX_RAW_STAGE_BYTES else {"_trimmed": ["(every key)"]}
 
 
 def _text(value: Any, limit: int = 200) -> str:

@@ -41,6 +41,8 @@ MAX_TIMING_KEY_CHARS = 100
 MAX_TIMING_STRING = 200
 MAX_TIMING_ARRAY = 256
 MAX_HARDWARE_BYTES = 4 * 1024
+UNCERTIFIED_OVERRIDE = "uncertified_override"
+MAX_RAW_STAGE_BYTES = 4 * 1024  # one stage object as the console API lists it (about 1 KiB in practice)
 MAX_TIMING_KEYS = 512
 EARLIEST = datetime(2000, 1, 1, tzinfo=UTC)
 LATEST = datetime(2100, 1, 1, tzinfo=UTC)
@@ -294,6 +296,12 @@ def _check_devices(value: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return value
 
 
+def _check_raw_stage(value: dict[str, Any]) -> dict[str, Any]:
+    if _depth(value) > MAX_DEPTH // 2 or len(canonical_json(value)) > MAX_RAW_STAGE_BYTES:
+        raise PydanticCustomError("too_large", "raw should be at most 4 KiB and 8 levels deep")
+    return value
+
+
 def _depth(value: Any, level: int = 0) -> int:
     if level > MAX_DEPTH or not isinstance(value, dict | list):
         return level
@@ -342,6 +350,15 @@ class RunStage(_Strict):
     device: Text200 = ""
     ctx_size: Annotated[int, Strict(), Field(ge=0)] | None = None
     lane_count: Annotated[int, Strict(), Field(ge=0)] | None = None
+    certification: Annotated[str, Strict(), Field(max_length=64)] = Field(
+        default="",
+        description="The stage's split certification: certified, or uncertified_override when the node "
+        "split-serves with --allow-uncertified-split; empty when the node does not say.",
+    )
+    weight_quantization: Annotated[str, Strict(), Field(max_length=64)] = ""
+    raw: Annotated[dict[str, Any], AfterValidator(_check_raw_stage)] | None = Field(
+        default=None, description="The stage object as the node's console API listed it (at most 4 KiB)."
+    )
 
 
 class RunIn(_Strict):
@@ -361,6 +378,15 @@ class RunIn(_Strict):
     def stage_splits(self) -> str:
         ranges = sorted((s.layer_start, s.layer_end) for s in self.stages)
         return "|".join(f"{start}..{end}" for start, end in ranges)
+
+    def certification(self) -> str:
+        """The run's split certification: uncertified_override when any stage says so (the run then serves
+        a package its roster does not certify), certified when the stages that say say certified, else
+        what they say, or "" when none says anything."""
+        said = sorted({s.certification for s in self.stages if s.certification})
+        if UNCERTIFIED_OVERRIDE in said:
+            return UNCERTIFIED_OVERRIDE
+        return said[0] if said else ""
 
 
 class RunsIn(_Strict):

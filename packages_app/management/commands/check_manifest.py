@@ -1,8 +1,10 @@
 """`manage.py check_manifest PATH [--json]`: one model-package.json judged as mesh-llm judges it.
 
-No weights, no network, no database. It leads with the assessment's headline, which says what a manifest
-alone cannot see (the weights: run `audit_package` on the folder). Exit 0: valid, admitted by the newest
-known mesh-llm release, and no error finding; 1: otherwise (a file that is not JSON, or does not parse, is
+No weights, no network, no database; the metadata carrier's header is read when it sits beside the
+manifest (the split-certification gate needs its architecture). It leads with the assessment's headline,
+which says what a manifest alone cannot see (the weights: run `audit_package` on the folder). Exit 0:
+valid, admitted by the newest known mesh-llm release, not refused split by a known roster, and no error
+finding; 1: otherwise (a file that is not JSON, or does not parse, is
 invalid); 2: the file cannot be read. `--json` prints the same JSON as the check page's API, with the
 assessment under "assessment".
 """
@@ -15,7 +17,9 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandParser
 
 from packages_app.audit.check import ManifestCheck, check_manifest
+from packages_app.gguf_header import GGUFHeaderError, parse_file
 from packages_app.layout import MAX_MANIFEST_BYTES
+from packages_app.manifest import parse_manifest, unsafe_path_reason
 
 
 class Command(BaseCommand):
@@ -33,7 +37,8 @@ class Command(BaseCommand):
         except OSError as exc:
             self.stderr.write(f"error: cannot read {options['path']}: {exc.strerror or exc}")
             sys.exit(2)
-        result = check_manifest(data, source=str(Path(options["path"]).resolve().parent))
+        folder = Path(options["path"]).resolve().parent
+        result = check_manifest(data, source=str(folder), architecture=carrier_architecture(data, folder))
         if options["json"]:
             self.stdout.write(json.dumps(result.to_json(), indent=2, ensure_ascii=False))
         else:
@@ -59,6 +64,21 @@ def render(path: str, result: ManifestCheck) -> str:
         lines.append("what this check cannot see:")
         lines += [f"  {item}" for item in result.assessment.cannot_see]
     return "\n".join(lines)
+
+
+def carrier_architecture(data: bytes, folder: Path) -> str | None:
+    """``general.architecture`` of the metadata carrier the manifest names, when it sits beside it in the
+    folder (a package folder before publishing): one local header, which the split-certification gate
+    needs. None when there is no such file or it does not parse (the gate then says it is not pinned down)."""
+    parsed = parse_manifest(data)
+    relative = parsed.manifest.metadata_path if parsed.manifest else None
+    if not relative or unsafe_path_reason(relative):
+        return None
+    try:
+        architecture = parse_file(folder / relative).kv.get("general.architecture")
+    except (OSError, GGUFHeaderError):
+        return None
+    return architecture if isinstance(architecture, str) else None
 
 
 def _admitted(value: bool | None) -> str:

@@ -26,6 +26,13 @@ class Command(BaseCommand):
         parser.add_argument("--requested", default="auto", help="llama_stage.spec.requested_strategy")
         parser.add_argument("--effective", default="native-mtp", help="llama_stage.spec.effective_strategy")
         parser.add_argument("--tps", type=float, default=40.0, help="mean decode tokens/s")
+        parser.add_argument(
+            "--certification",
+            choices=("certified", "uncertified_override", "none"),
+            default="certified",
+            help="each stage's split certification (uncertified_override: served with "
+            "--allow-uncertified-split; none: the stages do not say)",
+        )
         parser.add_argument("--otlp", help="grpc://HOST:PORT or http://HOST:PORT (meshdash's /v1/traces)")
         parser.add_argument("--token", default="", help="node token sent as Authorization: Bearer")
         parser.add_argument("--gzip", action="store_true", help="gzip OTLP/HTTP bodies")
@@ -67,6 +74,7 @@ class Command(BaseCommand):
 
     def _node(self, options: dict[str, Any]) -> DevNode:
         half = options["layers"] // 2
+        certification = None if options["certification"] == "none" else options["certification"]
         plan = RunPlan(
             repo=options["repo"],
             ref=options["ref"],
@@ -74,8 +82,10 @@ class Command(BaseCommand):
             topology_id=f"topo-{options['run_id']}",
             node_id=options["node_id"],
             stages=(
-                StagePlan("stage-0", options["node_id"], 0, half, "CUDA0"),
-                StagePlan("stage-1", f"{options['node_id']}-peer", half, options["layers"], "Metal"),
+                StagePlan("stage-0", options["node_id"], 0, half, "CUDA0", certification),
+                StagePlan(
+                    "stage-1", f"{options['node_id']}-peer", half, options["layers"], "Metal", certification
+                ),
             ),
             requested_strategy=options["requested"],
             effective_strategy=options["effective"],
