@@ -46,6 +46,10 @@ from packages_app.models import Package, PackageFile, Report, Revision
 from packages_app.nodes import identity as nodes
 
 ROOT = Path(__file__).resolve().parent.parent
+# Workers, redis-servers and gunicorn: these tests run one after another on one xdist worker (--dist
+# loadgroup), beside the rest of the suite on the other, so no two of them compete for the cores at once.
+pytestmark = pytest.mark.xdist_group("processes")
+
 REDIS_SERVER = shutil.which("redis-server") or "/usr/bin/redis-server"
 QWEN_LAYERS = 41
 NON_GGUF_FILES = 3  # .gitattributes, README.md, model-package.json
