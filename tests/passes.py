@@ -57,22 +57,31 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         items[:] = keep
 
 
+CACHE_OPERATIONS = (
+    "add", "get", "set", "touch", "delete", "get_many", "has_key", "incr", "decr",
+    "set_many", "delete_many", "clear", "get_or_set",
+)  # fmt: skip
+
+
 @pytest.fixture(autouse=True)
 def refuse_the_cache(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """A test classed as touching no store must not use Django's cache either: in the second pass the cache
-    is Redis, and such a test would never run against it. It fails naming the marker to add."""
+    is Redis, and such a test would never run against it. It fails naming the marker to add. Only the
+    operations are refused: Django itself closes the caches after every request."""
     if touches_a_store(request.node):
         yield
         return
-    from django.core.cache import CacheHandler
+    from django.core.cache import caches
 
-    def refused(handler: CacheHandler, alias: str) -> None:
+    def refused(*args: object, **kwargs: object) -> None:
         raise AssertionError(
-            f"{request.node.nodeid} uses Django's cache ({alias!r}) but is not marked: add "
+            f"{request.node.nodeid} uses Django's cache but is not marked: add "
             "@pytest.mark.cache so that it also runs against Redis in the services pass"
         )
 
-    monkeypatch.setattr(CacheHandler, "__getitem__", refused)
+    for backend in {type(caches[alias]) for alias in caches}:
+        for name in CACHE_OPERATIONS:
+            monkeypatch.setattr(backend, name, refused)
     yield
 
 
