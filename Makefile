@@ -52,25 +52,30 @@ lint: install
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy packages_app meshdash
 
-# The suite runs in two passes, each on every core (pytest-xdist, TEST_WORKERS processes): on the
+# The suite runs in two passes, spread over every core (pytest-xdist, TEST_WORKERS processes): on the
 # zero-configuration default (SQLite, eager tasks, local-memory cache) every test; then against the machine's
 # real PostgreSQL and Redis only the tests that touch a database or the cache (tests/passes.py), where the
-# task tests also start a real Celery worker process. Each pass prints how many tests ran on its database.
-# Each xdist worker gets its own test database (test_<name>_gwN) and Redis database (REDIS_URL's plus N, or
-# the Nth of TEST_REDIS_DBS, e.g. "3,9"; tests/settings.py). Coverage (branch) is measured in both passes,
-# printed, and gated at 95 % branch coverage on the pure modules (tests/coverage_gate.py).
+# task tests also start a real Celery worker process. The `serial` tests (they start Celery workers, a
+# redis-server, gunicorn, with time limits of seconds) then run alone, so no other test competes with them
+# for the cores. Each run prints how many tests ran on its database. Each xdist worker gets its own test
+# database (test_<name>_gwN) and Redis database (REDIS_URL's plus N, or the Nth of TEST_REDIS_DBS, e.g.
+# "3,9"; tests/settings.py). Branch coverage is measured in the first pass, which runs every test, printed,
+# and gated at 95 % on each pure module (tests/coverage_gate.py).
 TEST_WORKERS ?= $(shell nproc)
 TEST_REDIS_DBS ?=
-PYTEST := $(VENV)/bin/pytest -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup --cov --cov-report=
+PYTEST := $(VENV)/bin/pytest -p no:cacheprovider
+SERVICES_ENV := DATABASE_URL=$(PG_URL) CELERY_BROKER_URL=$(REDIS_URL) REDIS_URL=$(REDIS_URL) \
+	MESHDASH_TEST_REDIS_DBS=$(TEST_REDIS_DBS)
 
 test-sqlite: install system-deps node-deps
-	env -u DATABASE_URL -u CELERY_BROKER_URL -u REDIS_URL -u CACHE_URL $(PYTEST)
+	env -u DATABASE_URL -u CELERY_BROKER_URL -u REDIS_URL -u CACHE_URL \
+		$(PYTEST) -n $(TEST_WORKERS) --dist loadgroup --cov --cov-report=
 
 test-services: install system-deps node-deps services
-	DATABASE_URL=$(PG_URL) CELERY_BROKER_URL=$(REDIS_URL) REDIS_URL=$(REDIS_URL) \
-		MESHDASH_TEST_REDIS_DBS=$(TEST_REDIS_DBS) $(PYTEST) --cov-append --store-tests-only
+	$(SERVICES_ENV) $(PYTEST) -n $(TEST_WORKERS) --store-tests-only -m "not serial"
+	$(SERVICES_ENV) $(PYTEST) --store-tests-only -m serial
 
-# The table of both passes together, then the gate.
+# The table of the first pass, then the gate.
 coverage: install
 	$(VENV)/bin/coverage report
 	$(VENV)/bin/coverage json -q -o var/coverage.json

@@ -49,6 +49,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     keep, drop = [], []
     for item in items:
+        if item.get_closest_marker("serial"):  # under xdist, one after another on one worker
+            item.add_marker(pytest.mark.xdist_group("serial"))
         store = touches_a_store(item)
         item.user_properties.append(("store", TOUCHES_A_STORE if store else TOUCHES_NONE))
         (keep if store or not config.getoption("store_tests_only") else drop).append(item)

@@ -46,9 +46,9 @@ from packages_app.models import Package, PackageFile, Report, Revision
 from packages_app.nodes import identity as nodes
 
 ROOT = Path(__file__).resolve().parent.parent
-# Workers, redis-servers and gunicorn: these tests run one after another on one xdist worker (--dist
-# loadgroup), beside the rest of the suite on the other, so no two of them compete for the cores at once.
-pytestmark = pytest.mark.xdist_group("processes")
+# Workers, redis-servers and gunicorn on time limits of seconds: one test at a time, and in the services pass
+# alone, after the others (make test-services), so that no other test competes with them for the cores.
+pytestmark = pytest.mark.serial
 
 REDIS_SERVER = shutil.which("redis-server") or "/usr/bin/redis-server"
 QWEN_LAYERS = 41

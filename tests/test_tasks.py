@@ -107,7 +107,7 @@ def wait_until(predicate: object, timeout: float = 180.0) -> bool:
 
 
 @pytest.mark.services
-@pytest.mark.xdist_group("processes")  # with the fault tests, one at a time on one xdist worker
+@pytest.mark.serial  # a real Celery worker, one at a time, alone in the services pass
 @needs_services
 def test_a_real_worker_syncs_and_ingests_a_package_from_redis(worker: subprocess.Popen[bytes]) -> None:
     tasks.sync_package.delay(QWEN35_REPO)
@@ -124,7 +124,7 @@ def test_a_real_worker_syncs_and_ingests_a_package_from_redis(worker: subprocess
 
 
 @pytest.mark.services
-@pytest.mark.xdist_group("processes")
+@pytest.mark.serial
 @needs_services
 def test_the_same_ingest_enqueued_twice_leaves_one_set_of_rows(worker: subprocess.Popen[bytes]) -> None:
     for _ in range(3):
