@@ -9,7 +9,7 @@ REDIS_URL ?= redis://127.0.0.1:6379/0
 DEVHUB_PORT ?= 8765
 PORT ?= 8000
 
-.PHONY: install system-deps node-deps node-deps-if-npm services lint test test-sqlite test-services run demo-data clean
+.PHONY: install system-deps node-deps node-deps-if-npm services lint test test-sqlite test-services coverage run demo-data clean
 
 $(STAMP): pyproject.toml requirements.lock
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -52,15 +52,36 @@ lint: install
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy packages_app meshdash
 
-# The suite runs twice: on the zero-configuration default (SQLite, eager tasks), then against the machine's real
-# PostgreSQL and Redis, where the task tests also start a real Celery worker process.
+# The suite runs in two passes, spread over every core (pytest-xdist, TEST_WORKERS processes): on the
+# zero-configuration default (SQLite, eager tasks, local-memory cache) every test; then against the machine's
+# real PostgreSQL and Redis only the tests that touch a database or the cache (tests/passes.py), where the
+# task tests also start a real Celery worker process. The `serial` tests (they start Celery workers, a
+# redis-server, gunicorn, with time limits of seconds) then run alone, so no other test competes with them
+# for the cores. Each run prints how many tests ran on its database. Each xdist worker gets its own test
+# database (test_<name>_gwN) and Redis database (REDIS_URL's plus N, or the Nth of TEST_REDIS_DBS, e.g.
+# "3,9"; tests/settings.py). Branch coverage is measured in the first pass, which runs every test, printed,
+# and gated at 95 % on each pure module (tests/coverage_gate.py).
+TEST_WORKERS ?= $(shell nproc)
+TEST_REDIS_DBS ?=
+PYTEST := $(VENV)/bin/pytest -p no:cacheprovider
+SERVICES_ENV := DATABASE_URL=$(PG_URL) CELERY_BROKER_URL=$(REDIS_URL) REDIS_URL=$(REDIS_URL) \
+	MESHDASH_TEST_REDIS_DBS=$(TEST_REDIS_DBS)
+
 test-sqlite: install system-deps node-deps
-	env -u DATABASE_URL -u CELERY_BROKER_URL $(VENV)/bin/pytest -p no:cacheprovider
+	env -u DATABASE_URL -u CELERY_BROKER_URL -u REDIS_URL -u CACHE_URL \
+		$(PYTEST) -n $(TEST_WORKERS) --dist loadgroup --cov --cov-report=
 
 test-services: install system-deps node-deps services
-	DATABASE_URL=$(PG_URL) CELERY_BROKER_URL=$(REDIS_URL) $(VENV)/bin/pytest -p no:cacheprovider
+	$(SERVICES_ENV) $(PYTEST) -n $(TEST_WORKERS) --store-tests-only -m "not serial"
+	$(SERVICES_ENV) $(PYTEST) --store-tests-only -m serial
 
-test: lint test-sqlite test-services
+# The table of the first pass, then the gate.
+coverage: install
+	$(VENV)/bin/coverage report
+	$(VENV)/bin/coverage json -q -o var/coverage.json
+	$(PY) -m tests.coverage_gate var/coverage.json
+
+test: lint test-sqlite test-services coverage
 
 # The demo: devhub serves generated packages, a Celery worker ingests them, runserver shows them. It needs
 # neither PostgreSQL nor Redis: SQLite, and Redis as the broker only when one answers (bin/run-demo).
@@ -72,4 +93,4 @@ run: install node-deps-if-npm
 	REDIS_URL=$(REDIS_URL) HF_ENDPOINT=http://127.0.0.1:$(DEVHUB_PORT) MESHDASH_HUB_DEV=1 bin/run-demo $(DEVHUB_PORT) $(PORT)
 
 clean:
-	rm -rf $(VENV) db.sqlite3* staticfiles artifacts node_modules
+	rm -rf $(VENV) db.sqlite3* staticfiles artifacts node_modules .coverage

@@ -3,11 +3,41 @@
 DEBUG is off unless explicitly set; the suite sets it here, before the settings are read, because
 pytest-django reads them before any conftest runs. Processes the tests start inherit DEBUG and read
 meshdash.settings itself.
+
+Under pytest-xdist each worker process gets its own Redis database, here, before the settings read the
+URLs (so the Celery workers and servers a test starts inherit it): the cache's clear() is FLUSHDB, which
+would empty the other worker's Celery queue and rate-limit counters. Worker gwN takes the Nth number of
+MESHDASH_TEST_REDIS_DBS (e.g. "3,9"), or else the URL's own database plus N. pytest-django gives each
+worker its own test database (test_<name>_gwN) itself.
 """
 
 import os
+import re
 
 os.environ.setdefault("DEBUG", "true")
 os.environ["DJANGO_SETTINGS_MODULE"] = "meshdash.settings"
 
-from meshdash.settings import *  # noqa: F403
+
+def worker_redis_url(url: str, worker: str, dbs: str) -> str:
+    """The Redis URL of xdist worker `gwN`: the same server, the worker's own database."""
+    match = re.fullmatch(r"(rediss?://[^/]*)(?:/(\d*))?", url)
+    if not worker or match is None:
+        return url
+    index = int(worker.removeprefix("gw"))
+    numbers = [int(n) for n in dbs.split(",") if n.strip()]
+    if numbers and index >= len(numbers):
+        raise RuntimeError(
+            f"MESHDASH_TEST_REDIS_DBS={dbs!r} names no Redis database for xdist worker {worker}"
+        )
+    return f"{match[1]}/{numbers[index] if numbers else int(match[2] or 0) + index}"
+
+
+for _name in ("CELERY_BROKER_URL", "REDIS_URL", "CACHE_URL"):
+    if os.environ.get(_name):
+        os.environ[_name] = worker_redis_url(
+            os.environ[_name],
+            os.environ.get("PYTEST_XDIST_WORKER", ""),
+            os.environ.get("MESHDASH_TEST_REDIS_DBS", ""),
+        )
+
+from meshdash.settings import *  # noqa: E402, F403

@@ -47,6 +47,10 @@ from packages_app.models import Package, PackageFile, Report, Revision
 from packages_app.nodes import identity as nodes
 
 ROOT = Path(__file__).resolve().parent.parent
+# Workers, redis-servers and gunicorn on time limits of seconds: one test at a time, and in the services pass
+# alone, after the others (make test-services), so that no other test competes with them for the cores.
+pytestmark = pytest.mark.serial
+
 REDIS_SERVER = shutil.which("redis-server") or "/usr/bin/redis-server"
 QWEN_LAYERS = 41
 NON_GGUF_FILES = 3  # .gitattributes, README.md, model-package.json

@@ -29,6 +29,7 @@ DEMO_TIMEOUT = 900  # seconds; the demo ingests the whole generated catalog firs
 
 pytestmark = [
     pytest.mark.slow,
+    pytest.mark.serial,  # starts the whole demo: workers and servers
     pytest.mark.skipif(
         bool(os.environ.get("DATABASE_URL")),
         reason="runs once per `make test`, in the zero-configuration pass (the demo ignores DATABASE_URL)",

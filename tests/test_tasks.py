@@ -78,7 +78,9 @@ def worker(devhub: DevHub, transactional_db: None) -> Iterator[subprocess.Popen[
 
     app.control.purge()
     env = {**os.environ, "DATABASE_URL": _database_url(), "HF_ENDPOINT": devhub.url}
-    log = open(ROOT / "var" / "test-worker.log", "wb")  # noqa: SIM115
+    xdist_worker = os.environ.get("PYTEST_XDIST_WORKER")  # one log per xdist worker
+    name = f"test-worker-{xdist_worker}.log" if xdist_worker else "test-worker.log"
+    log = open(ROOT / "var" / name, "wb")  # noqa: SIM115
     proc = subprocess.Popen(
         [sys.executable, "-m", "celery", "-A", "meshdash", "worker", "-c", "2", "--loglevel=INFO"],
         cwd=ROOT,
@@ -105,6 +107,7 @@ def wait_until(predicate: object, timeout: float = 180.0) -> bool:
 
 
 @pytest.mark.services
+@pytest.mark.serial  # a real Celery worker, one at a time, alone in the services pass
 @needs_services
 def test_a_real_worker_syncs_and_ingests_a_package_from_redis(worker: subprocess.Popen[bytes]) -> None:
     tasks.sync_package.delay(QWEN35_REPO)
@@ -121,6 +124,7 @@ def test_a_real_worker_syncs_and_ingests_a_package_from_redis(worker: subprocess
 
 
 @pytest.mark.services
+@pytest.mark.serial
 @needs_services
 def test_the_same_ingest_enqueued_twice_leaves_one_set_of_rows(worker: subprocess.Popen[bytes]) -> None:
     for _ in range(3):

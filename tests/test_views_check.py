@@ -17,6 +17,9 @@ from packages_app.layout import MAX_MANIFEST_BYTES
 from packages_app.manifest.identity import package_id_of
 from tests.test_rulebook import mtp_sd, v2_base
 
+# The rate limit counts in the cache, which is Redis in the services pass: these run in both passes.
+pytestmark = pytest.mark.cache
+
 PAGE = "/check/"
 API = "/api/v1/check-manifest"
 # The page looks for a tracked revision holding the same manifest bytes, to link it.

@@ -14,7 +14,7 @@ from packages_app.audit.model import (
     MAX_BLOCKS,
     Block,
     Detected,
-    _problem,
+    problem,
 )
 from packages_app.layout import LAYER_FILE_RE, METADATA_ONLY_KEY
 from packages_app.manifest import (
@@ -122,7 +122,7 @@ def nextn_key_absent_problems(d: Detected) -> list[Problem]:
         f"without it the header marks no block as MTP (llama.cpp counts no NextN layer), so only "
         f"generation.speculative_decoding can point the runtime at {describe_layers(list(blocks))}."
     )
-    return [_problem(NEXTN_KEY_ABSENT, "warning", message, blocks=list(blocks))]
+    return [problem(NEXTN_KEY_ABSENT, "warning", message, blocks=list(blocks))]
 
 
 def block_kind(component: str) -> str | None:

@@ -27,7 +27,7 @@ _WRITER_WINDOW = {"default": "fixed", "initial_window": 1, "min_window": 1, "max
 # --- the suggested fix ------------------------------------------------------------------------
 
 
-def _suggest(verdict: str, manifest: Manifest | None, d: Detected) -> Suggestion | None:
+def suggest(verdict: str, manifest: Manifest | None, d: Detected) -> Suggestion | None:
     if manifest is None:
         return None
     sd = manifest.speculative_decoding

@@ -14,7 +14,7 @@ from packages_app.audit.model import (
     FileCheck,
     FileInfo,
     Provenance,
-    _problem,
+    problem,
 )
 from packages_app.layout import HOUSEKEEPING_FILES, LAYER_FILE_RE
 from packages_app.manifest import (
@@ -58,7 +58,7 @@ def _lead_mtp_strategy(sd: SpeculativeDecoding) -> Strategy | None:
 # --- the verdict ------------------------------------------------------------------------------
 
 
-def _judge(manifest: Manifest | None, d: Detected, declared: Declared) -> tuple[str, list[Problem]]:
+def judge(manifest: Manifest | None, d: Detected, declared: Declared) -> tuple[str, list[Problem]]:
     if manifest is None:
         return "invalid-manifest", []
     problems = _head_problems(d)
@@ -112,7 +112,7 @@ def _undeclared(manifest: Manifest, d: Detected) -> Problem:
         f"{weights} and {_key_text(d)}, but {MANIFEST_FILE} {declared}, "
         f"so strategy auto resolves {resolved} and mtp is refused."
     )
-    return _problem(
+    return problem(
         "undeclared_mtp",
         "error",
         message,
@@ -135,7 +135,7 @@ def _declared_without_weights(manifest: Manifest, d: Detected, declared: Declare
         source = d.directory or "no layer header"
         gap = f"{claim}, but {source} lists no blk.N.nextn tensor and {_key_text(d)}"
     message = f"{gap}, so loading with native MTP fails."
-    return _problem(
+    return problem(
         "declared_without_weights",
         "error",
         message,
@@ -153,7 +153,7 @@ def _head_problems(d: Detected) -> list[Problem]:
                 f"which a {d.architecture} NextN head holds."
             )
             problems.append(
-                _problem("incomplete_mtp_head", "warning", message, block=block, missing=list(missing))
+                problem("incomplete_mtp_head", "warning", message, block=block, missing=list(missing))
             )
     absent = key_absent_blocks(d)  # the key is optional for the architecture: detection.py reports it
     problems += nextn_key_absent_problems(d)
@@ -163,7 +163,7 @@ def _head_problems(d: Detected) -> list[Problem]:
             f"{_holds(d, stray[0])}, but {_key_text(d)}, which does not mark {describe_layers(stray)} "
             "as MTP, so the loader does not load that head."
         )
-        problems.append(_problem("nextn_key_mismatch", "warning", message, blocks=stray))
+        problems.append(problem("nextn_key_mismatch", "warning", message, blocks=stray))
     return problems
 
 
@@ -177,7 +177,7 @@ def _missing_key_block_problems(d: Detected) -> list[Problem]:
         f"{_key_text(d)} marks {describe_layers(empty)} as MTP, but {where} holds no "
         f"blk.{empty[0]}.nextn tensors, so MTP cannot run from this package."
     )
-    return [_problem("nextn_tensors_missing", "warning", message, blocks=empty)]
+    return [problem("nextn_tensors_missing", "warning", message, blocks=empty)]
 
 
 def _declaration_mismatches(sd: SpeculativeDecoding, d: Detected) -> list[Problem]:
@@ -193,14 +193,14 @@ def _declaration_mismatches(sd: SpeculativeDecoding, d: Detected) -> list[Proble
             where = "; ".join(_holds(d, b) for b in d.mtp_blocks[:4])
             message = f"{who} declares layer_indices {list(layers)}, but {where}, so the runtime rejects it."
             evidence = {"strategies": names, "layer_indices": list(layers), "mtp_blocks": list(d.mtp_blocks)}
-            problems.append(_problem("mtp_layer_mismatch", "error", message, **evidence))
+            problems.append(problem("mtp_layer_mismatch", "error", message, **evidence))
         # The runtime runs depth 1 only, so fewer heads than blocks is fine; more is not.
         if depth > heads:
             message = (
                 f"{who} declares prediction_depth {depth}, but {_key_text(d)} and the weights hold "
                 f"{len(d.mtp_blocks)} MTP block(s), so there is no head for depth {depth}."
             )
-            problems.append(_problem("mtp_depth_mismatch", "error", message, strategies=names, depth=depth))
+            problems.append(problem("mtp_depth_mismatch", "error", message, strategies=names, depth=depth))
     return problems
 
 
@@ -213,15 +213,15 @@ def _not_default_problems(sd: SpeculativeDecoding) -> list[Problem]:
         f"{MANIFEST_FILE} declares native MTP in strategy {names}, but the default strategy is {sd.default}, "
         "so strategy auto does not run MTP."
     )
-    return [_problem("mtp_not_default", "warning", message, default=sd.default)]
+    return [problem("mtp_not_default", "warning", message, default=sd.default)]
 
 
 # --- headers, coverage, provenance ------------------------------------------------------------
 
 
-def _header_error_problems(errors: Mapping[str, str]) -> list[Problem]:
+def header_error_problems(errors: Mapping[str, str]) -> list[Problem]:
     return [
-        _problem(
+        problem(
             "header_unreadable",
             "warning",
             f"{path} header could not be read: {str(error)[:300]}",
@@ -232,14 +232,14 @@ def _header_error_problems(errors: Mapping[str, str]) -> list[Problem]:
     ]
 
 
-def _coverage_problems(d: Detected, errors: Mapping[str, str]) -> list[Problem]:
+def coverage_problems(d: Detected, errors: Mapping[str, str]) -> list[Problem]:
     if d.architecture is None:
         failed = f" ({len(errors)} failed)" if errors else ""
         message = (
             f"No readable GGUF header{failed} names general.architecture, so the weights could not be "
             "checked for MTP blocks."
         )
-        return [_problem("weights_not_inspected", "error", message)]
+        return [problem("weights_not_inspected", "error", message)]
     if not d.uninspected:
         return []
     gap = [b for b in d.uninspected if b in d.key_blocks]
@@ -249,11 +249,11 @@ def _coverage_problems(d: Detected, errors: Mapping[str, str]) -> list[Problem]:
         f"so {'the MTP block' if gap else 'those blocks'} could not be checked for nextn tensors."
     )
     return [
-        _problem("weights_not_inspected", "error" if gap else "warning", message, blocks=list(d.uninspected))
+        problem("weights_not_inspected", "error" if gap else "warning", message, blocks=list(d.uninspected))
     ]
 
 
-def _layer_count_problems(manifest: Manifest | None, d: Detected) -> list[Problem]:
+def layer_count_problems(manifest: Manifest | None, d: Detected) -> list[Problem]:
     if manifest is None or manifest.layer_count is None or d.block_count is None:
         return []
     # A block_count that leaves the MTP block out (ik_llama #2256) still describes layer_count blocks.
@@ -264,10 +264,10 @@ def _layer_count_problems(manifest: Manifest | None, d: Detected) -> list[Proble
     message = (
         f"{MANIFEST_FILE} layer_count is {manifest.layer_count}, but the headers say {key}={d.block_count}."
     )
-    return [_problem("layer_count_mismatch", "warning", message, layer_count=manifest.layer_count)]
+    return [problem("layer_count_mismatch", "warning", message, layer_count=manifest.layer_count)]
 
 
-def _check_files(
+def check_files(
     manifest: Manifest | None, files: Sequence[FileInfo]
 ) -> tuple[list[FileCheck], list[Problem]]:
     hub = {f.path: f for f in files}
@@ -310,23 +310,23 @@ def _status(size: int | None, sha256: str | None, f: FileInfo | None) -> str:
 def _file_problems(c: FileCheck) -> list[Problem]:
     if c.status == "missing_on_hub":
         message = f"{MANIFEST_FILE} names {c.path} ({c.role}), but the revision has no such file."
-        return [_problem("missing_artifact", "error", message, path=c.path)]
+        return [problem("missing_artifact", "error", message, path=c.path)]
     if c.status == "sha256_mismatch":
         message = (
             f"{c.path} on the Hub has sha256 {str(c.hub_sha256)[:12]}..., but {MANIFEST_FILE} "
             f"records {str(c.manifest_sha256)[:12]}..."
         )
-        return [_problem("artifact_sha256_mismatch", "error", message, path=c.path)]
+        return [problem("artifact_sha256_mismatch", "error", message, path=c.path)]
     if c.status == "size_mismatch":
         message = f"{c.path} is {c.hub_size} bytes on the Hub, but {MANIFEST_FILE} records {c.manifest_size}."
-        return [_problem("artifact_size_mismatch", "error", message, path=c.path)]
+        return [problem("artifact_size_mismatch", "error", message, path=c.path)]
     return []
 
 
 def _unlisted(path: str) -> Problem:
     severity: Severity = "warning" if path.endswith(".gguf") else "info"
     message = f"{path} is in the revision, but {MANIFEST_FILE} does not name it, so no node downloads it."
-    return _problem("unlisted_file", severity, message, path=path)
+    return problem("unlisted_file", severity, message, path=path)
 
 
 def _guess_role(path: str) -> str:
@@ -335,7 +335,7 @@ def _guess_role(path: str) -> str:
     return "metadata" if path.endswith("metadata.gguf") else "other"
 
 
-def _source_path_problems(manifest: Manifest | None) -> list[Problem]:
+def source_path_problems(manifest: Manifest | None) -> list[Problem]:
     if manifest is None or not manifest.source_model.is_build_host_path:
         return []
     path = manifest.source_model.path
@@ -343,10 +343,10 @@ def _source_path_problems(manifest: Manifest | None) -> list[Problem]:
         f"{MANIFEST_FILE} source_model.path is {path}, a build-host path serving nodes do not have, so the "
         "runtime's local-GGUF MTP signal never fires: generation.speculative_decoding is the only channel."
     )
-    return [_problem("build_host_source_path", "info", message, path=path)]
+    return [problem("build_host_source_path", "info", message, path=path)]
 
 
-def _provenance(
+def provenance_of(
     manifest: Manifest | None, data: bytes | None, revision: str | None, checks: list[FileCheck]
 ) -> Provenance:
     source = manifest.source_model if manifest else None

@@ -21,7 +21,7 @@ def verdict_is_consistent(verdict: str) -> bool:
     return is_consistent(verdict)
 
 
-def _problem(code: str, severity: Severity, message: str, **evidence: Any) -> Problem:
+def problem(code: str, severity: Severity, message: str, **evidence: Any) -> Problem:
     return Problem(code, severity, message, evidence)
 
 

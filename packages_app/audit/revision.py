@@ -15,17 +15,17 @@ from packages_app.audit.detection import (
     detect,
 )
 from packages_app.audit.fix import (
-    _suggest,
+    suggest,
 )
 from packages_app.audit.judgement import (
-    _check_files,
-    _coverage_problems,
-    _header_error_problems,
-    _judge,
-    _layer_count_problems,
-    _provenance,
-    _source_path_problems,
+    check_files,
+    coverage_problems,
     declare,
+    header_error_problems,
+    judge,
+    layer_count_problems,
+    provenance_of,
+    source_path_problems,
 )
 from packages_app.audit.model import (
     Declared,
@@ -109,18 +109,18 @@ def audit(
     problems = list(parsed.problems) if parsed else [_missing_manifest()]
     detected = detect(manifest, headers)
     declared = declare(manifest)
-    coverage = _coverage_problems(detected, header_errors)
-    problems += _header_error_problems(header_errors) + coverage + _layer_count_problems(manifest, detected)
-    verdict, findings = _judge(manifest, detected, declared)
+    coverage = coverage_problems(detected, header_errors)
+    problems += header_error_problems(header_errors) + coverage + layer_count_problems(manifest, detected)
+    verdict, findings = judge(manifest, detected, declared)
     problems += findings
-    checks, file_problems = _check_files(manifest, files)
-    problems += file_problems + _source_path_problems(manifest)
+    checks, file_problems = check_files(manifest, files)
+    problems += file_problems + source_path_problems(manifest)
     trusted = parsed is not None and parsed.trusted
     if not trusted:
         verdict = "invalid-manifest"
     runtime = resolve(parsed, detected)
     admissions = tuple(compatibility(parsed, architecture=detected.architecture))
-    suggestion = _suggest(verdict, manifest, detected) if trusted else None
+    suggestion = suggest(verdict, manifest, detected) if trusted else None
     auditable = not any(p.code == "weights_not_inspected" and p.severity == "error" for p in coverage)
     facts = Facts(
         parsed=parsed,
@@ -139,7 +139,7 @@ def audit(
         detected=detected,
         declared=declared,
         problems=problems,
-        provenance=_provenance(manifest, manifest_bytes, revision, checks),
+        provenance=provenance_of(manifest, manifest_bytes, revision, checks),
         runtime=runtime,
         suggested_generation=suggestion,
         auditable=auditable,
@@ -150,12 +150,12 @@ def audit(
     )
 
 
-def _problem(code: str, severity: Severity, message: str, **evidence: Any) -> Problem:
+def problem(code: str, severity: Severity, message: str, **evidence: Any) -> Problem:
     return Problem(code, severity, message, evidence)
 
 
 def _missing_manifest() -> Problem:
-    return _problem(
+    return problem(
         "missing_manifest",
         "error",
         f"The revision has no {MANIFEST_FILE}, so nothing declares how to serve it.",

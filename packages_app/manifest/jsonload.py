@@ -4,31 +4,34 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from typing import Any, NoReturn
 
 from packages_app.layout import MANIFEST_FILE, MAX_MANIFEST_BYTES
 from packages_app.manifest.model import (
-    _CONTAINER_TYPES,
-    _LONG_NUMBER,
     MAX_DEPTH,
     MAX_INT,
     MAX_PROBLEMS,
     Json,
-    ManifestResult,
-    Problem,
 )
+
+_LONG_NUMBER = re.compile(rb"[0-9]{19}|[eE][+-]?[0-9]{3}")
+_CONTAINER_TYPES = frozenset({dict, list})
 
 # --- JSON loading -----------------------------------------------------------------------------
 
 
-class _Rejected(Exception):
+class Rejected(Exception):
+    """Bytes the loader refuses: ``code`` is the Problem code, ``message`` the sentence naming why."""
+
     def __init__(self, code: str, message: str) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
 
 
-def _load_json(data: bytes) -> tuple[Any, list[str]]:
+def load_json_strict(data: bytes) -> tuple[Any, list[str]]:
+    """The JSON value and the keys repeated inside one object; raises Rejected past the parser's limits."""
     duplicates: list[str] = []
 
     def pairs(items: list[tuple[str, Any]]) -> Json:
@@ -52,18 +55,18 @@ def _load_json(data: bytes) -> tuple[Any, list[str]]:
             parse_constant=_reject_constant,
         )
     except UnicodeDecodeError as exc:
-        raise _Rejected(
+        raise Rejected(
             "invalid_json", f"{MANIFEST_FILE} is not UTF-8 (bad byte at offset {exc.start})."
         ) from None
     except RecursionError:
-        raise _Rejected("too_deeply_nested", _nesting_message()) from None
+        raise Rejected("too_deeply_nested", _nesting_message()) from None
     except json.JSONDecodeError as exc:
-        raise _Rejected(
+        raise Rejected(
             "invalid_json",
             f"{MANIFEST_FILE} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}.",
         ) from None
     if _nesting_exceeds(value, MAX_DEPTH):
-        raise _Rejected("too_deeply_nested", _nesting_message())
+        raise Rejected("too_deeply_nested", _nesting_message())
     return value, duplicates
 
 
@@ -78,8 +81,8 @@ def load_json(data: bytes) -> tuple[Any, str | None]:
     if len(data) > MAX_MANIFEST_BYTES:
         return None, f"{MANIFEST_FILE} is {len(data)} bytes, over the {MAX_MANIFEST_BYTES}-byte limit"
     try:
-        return _load_json(data)[0], None
-    except _Rejected as exc:
+        return load_json_strict(data)[0], None
+    except Rejected as exc:
         return None, exc.message
 
 
@@ -90,21 +93,19 @@ def _nesting_message() -> str:
 def _parse_int(text: str) -> int:
     # Checked on the digits first: int() of a 100,000-digit string is slow and may raise.
     if len(text.lstrip("-")) > 19 or abs(int(text)) > MAX_INT:
-        raise _Rejected(
-            "invalid_number", f"{MANIFEST_FILE} holds the integer {text[:24]}..., beyond 64 bits."
-        )
+        raise Rejected("invalid_number", f"{MANIFEST_FILE} holds the integer {text[:24]}..., beyond 64 bits.")
     return int(text)
 
 
 def _parse_float(text: str) -> float:
     value = float(text)
     if not math.isfinite(value):
-        raise _Rejected("invalid_number", f"{MANIFEST_FILE} holds the number {text[:24]}, which overflows.")
+        raise Rejected("invalid_number", f"{MANIFEST_FILE} holds the number {text[:24]}, which overflows.")
     return value
 
 
 def _reject_constant(name: str) -> NoReturn:
-    raise _Rejected("invalid_json", f"{MANIFEST_FILE} holds {name}, which is not JSON.")
+    raise Rejected("invalid_json", f"{MANIFEST_FILE} holds {name}, which is not JSON.")
 
 
 def _nesting_exceeds(value: Any, limit: int) -> bool:
@@ -122,7 +123,3 @@ def _nesting_exceeds(value: Any, limit: int) -> bool:
                 below.extend(c for c in filter(None, children) if type(c) in _CONTAINER_TYPES)
         level, depth = below, depth + 1
     return False
-
-
-def _rejected(code: str, message: str, **evidence: Any) -> ManifestResult:
-    return ManifestResult(None, [Problem(code, "error", message, evidence)])

@@ -22,9 +22,6 @@ NGRAM_TYPES = frozenset({"ngram-cache", "ngram-suffix"})
 MTP_NAME = "mtp"
 LEGACY_MTP_NAME = "native-mtp-n1"
 
-_DRIVE = re.compile(r"[A-Za-z]:")
-_LONG_NUMBER = re.compile(rb"[0-9]{19}|[eE][+-]?[0-9]{3}")
-_CONTAINER_TYPES = frozenset({dict, list})
 BUILD_HOST_PATH = re.compile(r"(?:/|[A-Za-z]:[\\/]|\\\\)")
 
 

@@ -8,17 +8,13 @@ from typing import Any
 
 from packages_app.layout import MANIFEST_FILE, MAX_MANIFEST_BYTES
 from packages_app.manifest.findings import extra_findings
-from packages_app.manifest.jsonload import _load_json, _Rejected, _rejected
+from packages_app.manifest.jsonload import Rejected, load_json_strict
 from packages_app.manifest.model import (
     MAX_PROBLEMS,
     ManifestResult,
     Problem,
 )
-from packages_app.manifest.reader import (
-    _is_int,
-    _json_type,
-    _show,
-)
+from packages_app.manifest.reader import is_int, json_type, show
 from packages_app.manifest.v1 import parse_v1
 from packages_app.manifest.v2 import parse_v2
 
@@ -38,31 +34,35 @@ def parse_manifest(data: bytes) -> ManifestResult:
             size=len(data),
         )
     try:
-        raw, duplicates = _load_json(data)
-    except _Rejected as exc:
+        raw, duplicates = load_json_strict(data)
+    except Rejected as exc:
         return _rejected(exc.code, exc.message)
     if not isinstance(raw, dict):
         return _rejected(
-            "invalid_manifest_json", f"{MANIFEST_FILE} must hold a JSON object, not {_json_type(raw)}."
+            "invalid_manifest_json", f"{MANIFEST_FILE} must hold a JSON object, not {json_type(raw)}."
         )
     # serde refuses a repeated struct field ("duplicate field"), so a repeated key is a parse error.
     problems = [
         Problem(
             "duplicate_key",
             "error",
-            f"{MANIFEST_FILE} repeats the key {_show(key)} inside one object.",
+            f"{MANIFEST_FILE} repeats the key {show(key)} inside one object.",
             {"key": key},
         )
         for key in duplicates
     ]
     version = raw.get("schema_version")
-    manifest, found = parse_v1(raw) if _is_int(version) and version == 1 else parse_v2(raw)
+    manifest, found = parse_v1(raw) if is_int(version) and version == 1 else parse_v2(raw)
     problems += found[:MAX_PROBLEMS]
     if len(found) > MAX_PROBLEMS:
         problems.append(_more(len(found) - MAX_PROBLEMS))
     if manifest is not None:
         problems += extra_findings(manifest)
     return ManifestResult(manifest, problems, raw)
+
+
+def _rejected(code: str, message: str, **evidence: Any) -> ManifestResult:
+    return ManifestResult(None, [Problem(code, "error", message, evidence)])
 
 
 def _more(count: int) -> Problem:

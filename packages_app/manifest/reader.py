@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
-from packages_app.manifest.model import (
-    _DRIVE,
-)
+_DRIVE = re.compile(r"[A-Za-z]:")
 
 # --- reporting and typed reads ----------------------------------------------------------------
 
 
-def _json_type(value: Any) -> str:
+def json_type(value: Any) -> str:
     if isinstance(value, bool):
         return "a boolean"
     if isinstance(value, int):
@@ -21,14 +20,14 @@ def _json_type(value: Any) -> str:
     return names.get(type(value), "a value")
 
 
-def _is_int(value: Any) -> bool:
+def is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _show(value: Any) -> str:
+def show(value: Any) -> str:
     """A short, ASCII-safe rendering of a hostile value for a message."""
     if isinstance(value, dict | list):
-        return _json_type(value)
+        return json_type(value)
     text = json.dumps(value)
     return text if len(text) <= 80 else text[:77] + "..."
 

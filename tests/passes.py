@@ -1,0 +1,127 @@
+"""The two passes of `make test`: which tests touch a store, and how many ran on each database.
+
+`make test` runs the suite on SQLite (every test) and then on PostgreSQL + Redis, where only the tests that
+touch a store run again: a test that reads or writes no database and no shared cache runs the same code
+either way, so running it twice costs minutes and proves nothing more. A test touches a store when it is
+marked `django_db`, `services` or `cache`, or needs one of pytest-django's database fixtures (directly or
+through its own fixtures). pytest-django refuses database access to any other test, so a test that needs
+a database cannot be missed; the cache is not guarded that way, hence the `cache` marker, and the check in
+`refuse_the_cache` below.
+
+`--store-tests-only` keeps the tests that touch a store. At the end of a run the terminal summary says how
+many tests ran on which database (under pytest-xdist, the controller counts its workers' reports).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+
+import pytest
+
+DATABASE_FIXTURES = frozenset(
+    {
+        "db",
+        "transactional_db",
+        "django_db_reset_sequences",
+        "django_db_serialized_rollback",
+        "django_db_setup",
+        "live_server",
+    }
+)
+STORE_MARKERS = ("django_db", "services", "cache")
+TOUCHES_A_STORE, TOUCHES_NONE = "touches a store", "touches none"
+
+
+def touches_a_store(item: pytest.Item) -> bool:
+    marked = any(item.get_closest_marker(name) for name in STORE_MARKERS)
+    return marked or not DATABASE_FIXTURES.isdisjoint(getattr(item, "fixturenames", ()))
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--store-tests-only",
+        action="store_true",
+        help="run only the tests that touch a database or the shared cache (make test's second pass)",
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    keep, drop = [], []
+    for item in items:
+        if item.get_closest_marker("serial"):  # under xdist, one after another on one worker
+            item.add_marker(pytest.mark.xdist_group("serial"))
+        store = touches_a_store(item)
+        item.user_properties.append(("store", TOUCHES_A_STORE if store else TOUCHES_NONE))
+        (keep if store or not config.getoption("store_tests_only") else drop).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
+CACHE_OPERATIONS = (
+    "add", "get", "set", "touch", "delete", "get_many", "has_key", "incr", "decr",
+    "set_many", "delete_many", "clear", "get_or_set",
+)  # fmt: skip
+
+
+@pytest.fixture(autouse=True)
+def refuse_the_cache(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """A test classed as touching no store must not use Django's cache either: in the second pass the cache
+    is Redis, and such a test would never run against it. It fails naming the marker to add. Only the
+    operations are refused: Django itself closes the caches after every request."""
+    if touches_a_store(request.node):
+        yield
+        return
+    from django.core.cache import caches
+
+    def refused(*args: object, **kwargs: object) -> None:
+        raise AssertionError(
+            f"{request.node.nodeid} uses Django's cache but is not marked: add "
+            "@pytest.mark.cache so that it also runs against Redis in the services pass"
+        )
+
+    for backend in {type(caches[alias]) for alias in caches}:
+        for name in CACHE_OPERATIONS:
+            monkeypatch.setattr(backend, name, refused)
+    yield
+
+
+class Tally:
+    """Outcomes per class of test, from the reports (a worker's reports reach the controller too)."""
+
+    def __init__(self) -> None:
+        self.outcomes: dict[str, Counter[str]] = {TOUCHES_A_STORE: Counter(), TOUCHES_NONE: Counter()}
+
+    @pytest.hookimpl
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.when == "call" or (report.when == "setup" and not report.passed):
+            store = dict(report.user_properties).get("store", TOUCHES_NONE)
+            self.outcomes[str(store)][report.outcome] += 1
+
+    @pytest.hookimpl
+    def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
+        database = database_name()
+        store, none = self.outcomes[TOUCHES_A_STORE], self.outcomes[TOUCHES_NONE]
+        line = f"{sum(store.values())} tests that touch a store ran on {database} ({_outcomes(store)})"
+        if none:
+            line += f"; {sum(none.values())} that touch none ran once, here ({_outcomes(none)})"
+        terminalreporter.write_sep("-", line)
+
+
+def _outcomes(counts: Counter[str]) -> str:
+    return ", ".join(f"{n} {outcome}" for outcome, n in sorted(counts.items())) or "none"
+
+
+def database_name() -> str:
+    from django.conf import settings
+
+    engine = settings.DATABASES["default"]["ENGINE"].rsplit(".", 1)[-1]
+    names = {"sqlite3": "SQLite", "postgresql": "PostgreSQL"}
+    cache = settings.CACHES["default"]["BACKEND"]
+    return names.get(engine, engine) + (" + Redis" if "redis" in cache.lower() else "")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if not hasattr(config, "workerinput"):  # the controller (or a run without xdist) counts
+        config.pluginmanager.register(Tally(), "meshdash-tally")

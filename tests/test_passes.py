@@ -1,0 +1,136 @@
+"""make test's machinery: which tests run in the services pass, per-worker Redis, the coverage gate."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.core.cache import cache
+
+from tests import coverage_gate
+from tests.passes import touches_a_store
+from tests.settings import worker_redis_url
+
+
+def test_a_test_needing_the_database_touches_a_store(request: pytest.FixtureRequest, db: None) -> None:
+    assert touches_a_store(request.node)
+
+
+def test_a_test_needing_the_database_through_its_fixtures_touches_a_store(
+    request: pytest.FixtureRequest, operator: Any
+) -> None:
+    assert touches_a_store(request.node)
+
+
+@pytest.mark.django_db
+def test_a_test_marked_django_db_touches_a_store(request: pytest.FixtureRequest) -> None:
+    assert touches_a_store(request.node)
+
+
+def test_a_test_without_a_database_touches_none_and_runs_once(request: pytest.FixtureRequest) -> None:
+    assert not touches_a_store(request.node)
+
+
+def test_a_test_that_touches_no_store_may_not_use_the_cache() -> None:
+    with pytest.raises(AssertionError, match=r"add @pytest.mark.cache"):
+        cache.get("anything")
+
+
+@pytest.mark.cache
+def test_a_test_marked_cache_touches_a_store_and_may_use_the_cache(request: pytest.FixtureRequest) -> None:
+    assert touches_a_store(request.node)
+    cache.set("tests.test_passes", 1)
+    assert cache.get("tests.test_passes") == 1
+    cache.delete("tests.test_passes")
+
+
+@pytest.mark.parametrize(
+    ("url", "worker", "dbs", "expected"),
+    [
+        ("redis://127.0.0.1:6379/3", "", "", "redis://127.0.0.1:6379/3"),  # no xdist: unchanged
+        ("redis://127.0.0.1:6379/3", "gw0", "", "redis://127.0.0.1:6379/3"),
+        ("redis://127.0.0.1:6379/3", "gw1", "", "redis://127.0.0.1:6379/4"),
+        ("redis://127.0.0.1:6379", "gw1", "", "redis://127.0.0.1:6379/1"),
+        ("redis://127.0.0.1:6379/3", "gw1", "3,9", "redis://127.0.0.1:6379/9"),
+        ("redis://:secret@cache:6380/0", "gw1", "", "redis://:secret@cache:6380/1"),
+        ("filesystem://", "gw1", "", "filesystem://"),
+    ],
+)
+def test_each_xdist_worker_gets_its_own_redis_database(
+    url: str, worker: str, dbs: str, expected: str
+) -> None:
+    assert worker_redis_url(url, worker, dbs) == expected
+
+
+def test_a_worker_past_the_listed_redis_databases_is_refused() -> None:
+    with pytest.raises(RuntimeError, match="names no Redis database for xdist worker gw2"):
+        worker_redis_url("redis://127.0.0.1:6379/3", "gw2", "3,9")
+
+
+def coverage_report(**files: tuple[int, int]) -> dict[str, Any]:
+    """coverage.py's JSON shape: path -> (covered branches, branches); every missed branch exits at line 1."""
+    report: dict[str, Any] = {"files": {}}
+    for path, (covered, branches) in files.items():
+        summary = {
+            "num_statements": 10,
+            "covered_lines": 10,
+            "num_branches": branches,
+            "covered_branches": covered,
+        }
+        missing = [[1, -1]] * (branches - covered)
+        report["files"][path.replace("__", "/") + ".py"] = {"summary": summary, "missing_branches": missing}
+    return report
+
+
+GOOD = {
+    "packages_app__manifest__parse": (96, 100),
+    "packages_app__manifest__v2": (100, 100),
+    "packages_app__audit__judgement": (95, 100),
+    "packages_app__gguf_header": (19, 20),
+    "packages_app__sketch": (0, 0),
+    "packages_app__layout": (10, 10),
+    "packages_app__verdicts": (4, 4),
+    "packages_app__views": (0, 50),  # not a pure module: never gated
+}
+
+
+def run_gate(tmp_path: Path, report: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    path = tmp_path / "coverage.json"
+    path.write_text(json.dumps(report))
+    status = coverage_gate.main([str(path)])
+    return status, capsys.readouterr().out
+
+
+def test_the_gate_passes_when_every_pure_module_has_95_percent_of_its_branches(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    status, out = run_gate(tmp_path, coverage_report(**GOOD), capsys)
+    assert status == 0 and "FAIL" not in out
+    assert "packages_app/manifest/" in out and "196/200" in out
+
+
+def test_the_gate_fails_a_pure_module_under_95_percent_and_names_the_branches(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    report = coverage_report(**{**GOOD, "packages_app__sketch": (18, 20)})
+    status, out = run_gate(tmp_path, report, capsys)
+    assert status == 1
+    assert "packages_app/sketch.py" in out and "90.0" in out and "FAIL" in out
+    assert "packages_app/sketch.py:1->exit" in out
+
+
+def test_a_package_is_judged_on_its_own_so_a_well_tested_one_cannot_carry_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    report = coverage_report(**{**GOOD, "packages_app__audit__judgement": (90, 100)})
+    assert run_gate(tmp_path, report, capsys)[0] == 1
+
+
+def test_a_pure_module_missing_from_the_report_fails_the_gate(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    report = coverage_report(**{k: v for k, v in GOOD.items() if k != "packages_app__layout"})
+    status, out = run_gate(tmp_path, report, capsys)
+    assert status == 1 and "FAIL: not measured" in out
