@@ -189,11 +189,12 @@ def test_the_demo_answers_the_four_questions_by_clicking_from_the_catalog(
         page.click("text=needing action")
         table = page.locator("table.nodes")
         expect(table).to_contain_text("demo-llama")
-        expect(table.locator("tbody", has_text="demo-llama")).to_contain_text(
-            "Refused by your release v0.76.2"
-        )
-        expect(table.locator("tbody", has_text="demo-llama")).to_contain_text("Upgrade mesh-llm to v0.78.0")
-        expect(table.locator("tbody", has_text="demo-glm")).to_contain_text("MTP weights unused")
+        llama, glm = (table.locator(f"tbody:has(a[href='/nodes/{n}/'])") for n in ("demo-llama", "demo-glm"))
+        expect(llama).to_contain_text("Refused by your release v0.76.2")
+        expect(llama).to_contain_text("Upgrade mesh-llm to v0.78.0")
+        expect(glm).to_contain_text("MTP weights unused")
+        glm51 = table.locator("tbody:has(a[href='/nodes/demo-glm51/'])")
+        expect(glm51).to_contain_text("uncertified split")  # it splits glm-dsa with the override
         assert "demo-qwen" not in table.inner_text()  # it moved on to the fix, which serves with MTP
         page.screenshot(path=str(shots / "demo-q2-nodes-needing-action.png"), full_page=True)
 

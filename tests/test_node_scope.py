@@ -348,6 +348,7 @@ def test_negative_control_without_the_cross_check_the_acceptance_rate_is_absurd(
         "no-mtp",
     ],
 )
+@pytest.mark.cache
 def test_accepted_counts_are_checked_against_what_was_proposed(
     timings: dict[str, int], flagged: list[str]
 ) -> None:

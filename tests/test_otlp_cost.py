@@ -220,6 +220,7 @@ def generated_receiver() -> Iterator[tuple[GeneratedServicer, grpc.Channel]]:
     server.stop(grace=None)
 
 
+@pytest.mark.cache
 def test_negative_control_the_generated_servicer_parses_a_million_spans_before_the_token_check(
     generated_receiver: tuple[GeneratedServicer, grpc.Channel],
 ) -> None:
@@ -236,6 +237,7 @@ def test_a_malformed_grpc_message_answers_invalid_argument(receiver: tuple[int, 
     assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
 
 
+@pytest.mark.cache
 def test_negative_control_the_generated_servicer_answers_internal_for_a_malformed_message(
     generated_receiver: tuple[GeneratedServicer, grpc.Channel],
 ) -> None:
