@@ -453,16 +453,18 @@ def stored_header_json(f: PackageFile) -> dict[str, object]:
     }
 
 
-def audit_revision(rev: Revision) -> auditing.Audit:
-    """(Re)compute a revision's audit from what is stored; no Hub access."""
-    rev.refresh_from_db()
+def audit_stored(rev: Revision, manifest: bytes | None) -> auditing.Audit:
+    """The audit of ``manifest`` against the revision's stored files and headers; stores nothing.
+
+    With the revision's own manifest it is the revision's audit; with a patched one, what the revision
+    would audit to if it carried that manifest (``fixes`` re-checks a fix with it before sending it).
+    """
     files = list(rev.files.all())
     listing = [auditing.FileInfo(path=f.path, size=f.size, lfs_sha256=f.lfs_sha256 or None) for f in files]
     parsed = [f for f in files if f.header_status == PackageFile.HeaderStatus.PARSED]
     headers = {f.path: stored_header_json(f) for f in parsed}
     errors = {f.path: f.header_error for f in files if f.header_status == PackageFile.HeaderStatus.FAILED}
-    manifest = bytes(rev.manifest_bytes) if rev.manifest_bytes is not None else None
-    result = auditing.audit(
+    return auditing.audit(
         manifest,
         listing,
         headers,
@@ -470,6 +472,13 @@ def audit_revision(rev: Revision) -> auditing.Audit:
         header_errors=errors,
         source=f"{rev.package.repo_id} --revision {rev.commit_sha}",
     )
+
+
+def audit_revision(rev: Revision) -> auditing.Audit:
+    """(Re)compute a revision's audit from what is stored; no Hub access."""
+    rev.refresh_from_db()
+    manifest = bytes(rev.manifest_bytes) if rev.manifest_bytes is not None else None
+    result = audit_stored(rev, manifest)
     doc = cap_audit(result.to_json())
     detected, declared = doc["detected"], doc["declared"]
     assessment = result.assessment
