@@ -202,3 +202,78 @@ def test_no_write_token_no_pull_request(writable: Any, settings: Any) -> None:
     settings.MESHDASH_HUB_WRITE_TOKEN = ""
     code, _, err = run("propose_fix", QWEN38_REPO)
     assert code == 2 and "MESHDASH_HUB_WRITE_TOKEN" in err and QWEN38_REPO not in devhub.discussions
+
+
+class _Recorder:
+    """Two loopback servers: ``evil`` answers every request with a 307 to ``sink``, which records them."""
+
+    def __init__(self) -> None:
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        self.seen: list[tuple[str, str, str | None]] = []
+        recorder = self
+
+        class Sink(BaseHTTPRequestHandler):
+            def do_any(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                self.rfile.read(length)
+                recorder.seen.append((self.command, self.path, self.headers.get("Authorization")))
+                body = json.dumps({"id": QWEN38_REPO, "sha": "a" * 40}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            do_GET = do_POST = do_any
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        class Evil(Sink):
+            def do_any(self) -> None:
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                self.send_response(307)
+                self.send_header("Location", f"{recorder.sink_url}{self.path}")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            do_GET = do_POST = do_any
+
+        self.servers = [ThreadingHTTPServer(("127.0.0.1", 0), h) for h in (Sink, Evil)]
+        for server in self.servers:
+            threading.Thread(target=server.serve_forever, daemon=True).start()
+        self.sink_url, self.evil_url = (f"http://127.0.0.1:{s.server_address[1]}" for s in self.servers)
+
+    def stop(self) -> None:
+        for server in self.servers:
+            server.shutdown()
+            server.server_close()
+
+
+@pytest.fixture
+def redirecting(settings: Any) -> Iterator[_Recorder]:
+    settings.MESHDASH_HUB_DEV = True
+    recorder = _Recorder()
+    yield recorder
+    recorder.stop()
+
+
+def test_the_write_token_never_leaves_the_endpoints_origin(redirecting: _Recorder) -> None:
+    writer = hub.HubWriter(QWEN38_REPO, BOT, endpoint=redirecting.evil_url)
+    with pytest.raises(hub.HubRefused, match="refused to follow a link"):
+        writer.head()
+    with pytest.raises(hub.HubRefused, match="refused to follow a link"):
+        writer.open_pull_request("b" * 40, MANIFEST_PATH, b"{}", "t", "d")
+    assert redirecting.seen == []  # neither the token nor the manifest reached the other origin
+    # control: the same client outside the guard follows the redirect to the other origin
+    writer.api.repo_info(QWEN38_REPO)
+    assert [(m, p) for m, p, _ in redirecting.seen] == [("GET", f"/api/models/{QWEN38_REPO}")]
+
+
+def test_the_write_client_refuses_plain_http_outside_development(settings: Any) -> None:
+    settings.MESHDASH_HUB_DEV = False
+    with pytest.raises(hub.HubRefused, match="only https"):
+        hub.HubWriter(QWEN38_REPO, BOT, endpoint="http://hub.example")
+    hub.HubWriter(QWEN38_REPO, BOT, endpoint="https://hub.example")  # control: https is fine
