@@ -4,7 +4,7 @@ A service (write path; it never enqueues). Three steps, each idempotent:
 
 - ``plan`` (no Hub, no writes): the revision's action must be "apply the patched manifest" on a
   package-v2 manifest; the patched manifest is re-audited against the revision's stored files and
-  headers (``ingest.audit_stored``) and must be admitted and improve the headline. It yields the diff,
+  headers (``stored_audit.audit_stored``) and must be admitted and improve the headline. It yields the diff,
   the title and the description written for the publisher, and the headline it promises.
 - ``request_fix`` records a ``FixProposal`` (status ``opening``); a second request for the same package
   and base revision returns the one already opening or open (a database constraint holds it too).
@@ -22,18 +22,21 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.urls import reverse
 from django.utils import timezone
 
-from packages_app import hub, ingest
+from packages_app import stored_audit
 from packages_app.audit import Assessment
 from packages_app.manifest import MANIFEST_FILE
 from packages_app.models import FixProposal, Package, Revision
 from packages_app.verdicts import ActionKind, Status, status_of
+
+if TYPE_CHECKING:  # the Hub client loads only where a PR is sent or read (workers, the command)
+    from packages_app import hub
 
 log = logging.getLogger(__name__)
 
@@ -107,7 +110,7 @@ def plan(package: Package, revision: Revision) -> Plan:
     patched, diff = suggested.get("patched_manifest"), suggested.get("diff")
     if not isinstance(patched, str) or not isinstance(diff, str) or not diff:
         raise FixRefused(f"The patched manifest of {revision.commit_sha[:12]} was not stored (too large?).")
-    result = ingest.audit_stored(revision, patched.encode())
+    result = stored_audit.audit_stored(revision, patched.encode())
     after = result.assessment.status if result.assessment else Status.NOT_ASSESSED
     before = assessment.status
     if result.verdict == "invalid-manifest" or not result.consistent:
@@ -246,6 +249,8 @@ def open_fix(
     proposal: FixProposal, *, writer: hub.HubWriter | None = None, source: hub.PackageSource | None = None
 ) -> FixProposal:
     """Send an ``opening`` proposal to the Hub (or find the head moved, re-audit and say so)."""
+    from packages_app import hub
+
     if proposal.status != FixProposal.Status.OPENING:
         return proposal
     package = proposal.package
@@ -273,6 +278,8 @@ def open_fix(
 
 
 def _stale(proposal: FixProposal, head: str, source: hub.PackageSource | None) -> FixProposal:
+    from packages_app import ingest
+
     repo_id = proposal.package.repo_id
     ingest.sync_package(repo_id, source)
     rev = ingest.ingest_revision(repo_id, head, source=source).revision
@@ -306,6 +313,8 @@ def refresh_fix(proposal: FixProposal, *, writer: hub.HubWriter | None = None) -
         FixProposal.Status.CLOSED,
     ):
         return settle_landed(proposal)
+    from packages_app import hub
+
     writer = writer or hub.HubWriter(proposal.package.repo_id, write_token())
     pr = writer.pull_request(proposal.pr_number)
     status = {"merged": FixProposal.Status.MERGED, "closed": FixProposal.Status.CLOSED}.get(
