@@ -580,5 +580,18 @@ class FixProposal(models.Model):
         ]
 
     def __str__(self) -> str:
-        number = f"PR #{self.pr_number}" if self.pr_number else "PR"
-        return f"{self.package.repo_id} {number} ({self.status})"
+        return f"{self.package.repo_id} {self.summary}"
+
+    @property
+    def summary(self) -> str:
+        """One line for the package page and the catalog row: "fix proposed: PR #3 (open)"."""
+        if self.status == self.Status.OPENING:
+            return "fix proposed: opening a pull request on the Hub"
+        if self.pr_number is None:
+            return f"fix not proposed ({self.status})"
+        line = f"fix proposed: PR #{self.pr_number} ({self.status})"
+        if self.landed_headline:
+            landed = verdicts.status_of(self.landed_headline).label
+            promised = verdicts.status_of(self.promised_headline).label
+            line += f", landed as {landed}" if not self.mismatch else f", landed as {landed}, not {promised}"
+        return line
