@@ -277,3 +277,48 @@ def test_the_write_client_refuses_plain_http_outside_development(settings: Any) 
     with pytest.raises(hub.HubRefused, match="only https"):
         hub.HubWriter(QWEN38_REPO, BOT, endpoint="http://hub.example")
     hub.HubWriter(QWEN38_REPO, BOT, endpoint="https://hub.example")  # control: https is fine
+
+
+def test_the_periodic_check_follows_a_merge_the_webhook_never_told(writable: Any, eager_tasks: None) -> None:
+    from packages_app import tasks
+
+    devhub, _ = writable
+    ingested(devhub)
+    assert run("propose_fix", QWEN38_REPO)[0] == 0
+    proposal = FixProposal.objects.get()
+    assert tasks.check_fix_proposals.delay().get() == 1  # open: read back, still open
+    proposal.refresh_from_db()
+    assert proposal.status == FixProposal.Status.OPEN
+    HfApi(endpoint=devhub.url, token=DEVHUB_TOKEN).merge_pull_request(QWEN38_REPO, 1)
+    tasks.check_fix_proposals.delay()
+    proposal.refresh_from_db()
+    assert proposal.status == FixProposal.Status.MERGED and proposal.landed_revision is None
+    ingested(devhub)  # the periodic sync brings the merge commit in; the next check settles it
+    tasks.check_fix_proposals.delay()
+    proposal.refresh_from_db()
+    assert (proposal.landed_headline, proposal.mismatch) == (Status.SERVES_MTP, False)
+    assert tasks.check_fix_proposals.delay().get() == 0  # settled: nothing left to check
+
+
+def test_two_requests_racing_for_one_base_revision_get_one_proposal(writable: Any, monkeypatch: Any) -> None:
+    devhub, _ = writable
+    package = ingested(devhub)
+    base = package.latest_revision
+    assert base is not None
+    first, created = fixes.request_fix(package, base)
+    assert created
+    # The second request checked before the first one was recorded: the constraint answers for it.
+    real, seen = fixes.active_proposal, []
+
+    def first_check_misses(*args: Any) -> FixProposal | None:
+        seen.append(args)
+        return None if len(seen) == 1 else real(*args)
+
+    monkeypatch.setattr(fixes, "active_proposal", first_check_misses)
+    second, created = fixes.request_fix(package, base)
+    assert (second.pk, created) == (first.pk, False) and FixProposal.objects.count() == 1
+    assert len(seen) == 2  # it missed, hit the constraint, and looked again
+    # control: once the first is no longer opening or open, a new one may be recorded
+    FixProposal.objects.filter(pk=first.pk).update(status=FixProposal.Status.CLOSED)
+    third, created = fixes.request_fix(package, base)
+    assert created and third.pk != first.pk

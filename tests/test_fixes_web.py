@@ -138,3 +138,14 @@ def test_a_v1_package_gets_no_button_but_the_sentence_to_republish(writable: Any
     code, _, err = run("propose_fix", QWEN35_REPO, "--revision", QWEN35_FIRST_SHA)
     assert code == 2 and "schema v1" in err
     assert QWEN35_REPO not in devhub.discussions and not FixProposal.objects.exists()
+
+
+def test_the_admin_lists_the_proposals(writable: Any, admin_client: Client) -> None:  # noqa: F811
+    devhub, _ = writable
+    assert run("propose_fix", QWEN38_REPO)[0] == 2  # nothing ingested yet: nothing to propose
+    ingested(devhub)
+    assert run("propose_fix", QWEN38_REPO)[0] == 0
+    proposal = FixProposal.objects.get()
+    listing = admin_client.get("/admin/packages_app/fixproposal/")
+    assert listing.status_code == 200 and QWEN38_REPO in listing.content.decode()
+    assert admin_client.get(f"/admin/packages_app/fixproposal/{proposal.pk}/change/").status_code == 200
