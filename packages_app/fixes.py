@@ -87,7 +87,7 @@ def v1_refusal(revision: Revision) -> str | None:
         return (
             "This package is layer-package schema v1, which every serving load refuses: a pull request "
             "with a generation block would not make it servable. Republish it as package-v2 "
-            "(`mesh-llm models package`, the writer since PR #1937 declares the MTP block)."
+            "with mesh-llm models package, whose writer (since PR #1937) declares the MTP block."
         )
     return None
 
