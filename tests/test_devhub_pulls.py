@@ -108,3 +108,40 @@ def test_a_merge_against_a_moved_main_keeps_the_other_change(writable: Any) -> N
     api.merge_pull_request(QWEN38_REPO, 1)
     files = {s.rfilename for s in api.repo_info(QWEN38_REPO).siblings or []}
     assert "NOTES.md" in files and MANIFEST_PATH in files
+
+
+def test_bad_commits_are_refused_with_the_hubs_codes(writable: Any) -> None:
+    from huggingface_hub.utils import get_session
+
+    hub, _ = writable
+    url = f"{hub.url}/api/models/{QWEN38_REPO}/commit/main"
+    auth = {"Authorization": f"Bearer {BOT}", "Content-Type": "application/x-ndjson"}
+    header = b'{"key": "header", "value": {"summary": "x"}}\n'
+    cases = {
+        b"not json\n": 400,
+        header: 400,  # no file
+        header + b'{"key": "lfsFile", "value": {"path": "a.gguf", "oid": "0", "size": 1}}\n': 400,
+        header + b'{"key": "file", "value": {"path": "../x", "content": "", "encoding": "base64"}}\n': 400,
+        header + b'{"key": "file", "value": {"path": "x", "content": "%%%", "encoding": "base64"}}\n': 400,
+        header + b'{"key": "deletedFile", "value": {"path": "nope"}}\n': 404,
+    }
+    for body, status in cases.items():
+        assert get_session().post(url, content=body, headers=auth).status_code == status, body
+    assert (
+        hub.repos[("model", QWEN38_REPO)].branches["main"]
+        == HfApi(endpoint=hub.url).repo_info(QWEN38_REPO).sha
+    )
+    ok = header + b'{"key": "file", "value": {"path": "x", "content": "eA==", "encoding": "base64"}}\n'
+    assert get_session().post(url, content=ok, headers=auth).status_code == 200  # control
+
+
+def test_a_merge_that_conflicts_is_refused(writable: Any) -> None:
+    hub, _ = writable
+    api = HfApi(endpoint=hub.url, token=BOT)
+    base = api.repo_info(QWEN38_REPO).sha
+    _propose(api, base, b'{"fix": 1}\n')
+    api.create_commit(QWEN38_REPO, [CommitOperationAdd(MANIFEST_PATH, b'{"other": 1}\n')], commit_message="x")
+    with pytest.raises(HfHubHTTPError) as caught:
+        api.merge_pull_request(QWEN38_REPO, 1)
+    assert caught.value.response.status_code == 409
+    assert api.get_discussion_details(QWEN38_REPO, 1).status == "open"

@@ -149,3 +149,41 @@ def test_the_admin_lists_the_proposals(writable: Any, admin_client: Client) -> N
     listing = admin_client.get("/admin/packages_app/fixproposal/")
     assert listing.status_code == 200 and QWEN38_REPO in listing.content.decode()
     assert admin_client.get(f"/admin/packages_app/fixproposal/{proposal.pk}/change/").status_code == 200
+
+
+def test_a_forged_discussion_event_only_makes_meshdash_ask_the_hub(
+    writable: Any,  # noqa: F811 - the fixture imported above
+    client: Client,
+    eager_tasks: None,
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    from tests.test_fixes import SECRET
+
+    devhub, _ = writable
+    ingested(devhub)
+    assert run("propose_fix", QWEN38_REPO)[0] == 0
+    forged = {
+        "event": {"action": "update", "scope": "discussion"},
+        "repo": {"type": "model", "name": QWEN38_REPO, "headSha": "f" * 40},
+        "discussion": {"num": 1, "isPullRequest": True, "status": "merged"},
+    }
+    headers = {"X-Webhook-Secret": SECRET}
+    with django_capture_on_commit_callbacks(execute=True):
+        response = client.post("/api/v1/hooks/hub", forged, content_type="application/json", headers=headers)
+    assert response.status_code == 202
+    proposal = FixProposal.objects.get()
+    assert proposal.status == FixProposal.Status.OPEN and proposal.checked_at is not None  # the Hub says open
+    # A PR meshdash did not open is acknowledged and ignored.
+    other = forged | {"discussion": {"num": 7, "isPullRequest": True}}
+    ignored = client.post("/api/v1/hooks/hub", other, content_type="application/json", headers=headers)
+    assert ignored.status_code == 200 and ignored.json()["queued"] is False
+    # control: when the Hub has merged it, the same event brings the merge in
+    from huggingface_hub import HfApi
+
+    from packages_app.devhub import DEVHUB_TOKEN
+
+    HfApi(endpoint=devhub.url, token=DEVHUB_TOKEN).merge_pull_request(QWEN38_REPO, 1)
+    with django_capture_on_commit_callbacks(execute=True):
+        client.post("/api/v1/hooks/hub", forged, content_type="application/json", headers=headers)
+    proposal.refresh_from_db()
+    assert proposal.status == FixProposal.Status.MERGED
