@@ -322,7 +322,8 @@ def refresh_fix(proposal: FixProposal, *, writer: hub.HubWriter | None = None) -
     )
     proposal.status, proposal.checked_at = status, timezone.now()
     proposal.merge_commit = pr.merge_commit or proposal.merge_commit
-    proposal.save(update_fields=["status", "checked_at", "merge_commit", "updated_at"])
+    proposal.author = (pr.author or proposal.author)[:150]  # the Hub's word on whose token it was
+    proposal.save(update_fields=["status", "checked_at", "merge_commit", "author", "updated_at"])
     return settle_landed(proposal)
 
 

@@ -322,3 +322,18 @@ def test_two_requests_racing_for_one_base_revision_get_one_proposal(writable: An
     FixProposal.objects.filter(pk=first.pk).update(status=FixProposal.Status.CLOSED)
     third, created = fixes.request_fix(package, base)
     assert created and third.pk != first.pk
+
+
+def test_a_refused_token_fails_the_proposal_and_a_later_one_may_go(writable: Any, settings: Any) -> None:
+    devhub, _ = writable
+    ingested(devhub)
+    settings.MESHDASH_HUB_WRITE_TOKEN = "hf_not_a_token_devhub_knows"
+    code, _, err = run("propose_fix", QWEN38_REPO)
+    assert code == 4 and "the Hub did not take the pull request" in err
+    failed = FixProposal.objects.get()
+    assert failed.status == FixProposal.Status.FAILED and "refused" in failed.message
+    assert QWEN38_REPO not in devhub.discussions
+    settings.MESHDASH_HUB_WRITE_TOKEN = BOT  # control: with the bot's token it goes, authored by the bot
+    assert run("propose_fix", QWEN38_REPO)[0] == 0
+    opened = FixProposal.objects.get(status=FixProposal.Status.OPEN)
+    assert fixes.refresh_fix(opened).author == "meshdash-bot"

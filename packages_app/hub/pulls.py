@@ -36,6 +36,7 @@ class PullRequest:
     head_sha: str | None = None
     merge_commit: str | None = None
     target: str = "refs/heads/main"
+    author: str = ""  # whose token opened it, as the Hub names them
 
 
 class HubWriter:
@@ -113,4 +114,5 @@ class HubWriter:
             head_sha=head if isinstance(head, str) else None,
             merge_commit=details.merge_commit_oid,
             target=details.target_branch or "refs/heads/main",
+            author=str(details.author or ""),
         )
