@@ -17,7 +17,16 @@ from django.forms import ModelForm
 from django.http import HttpRequest
 
 from packages_app import access
-from packages_app.models import ActionLog, Node, NodeRun, Package, PackageFile, Report, Revision
+from packages_app.models import (
+    ActionLog,
+    FixProposal,
+    Node,
+    NodeRun,
+    Package,
+    PackageFile,
+    Report,
+    Revision,
+)
 from packages_app.nodes import identity as nodes
 
 # What a change page shows of one JSON column; the rest is cut with a note (the data stays stored).
@@ -269,4 +278,35 @@ class ActionLogAdmin(ActionLogAdminBase):
         return False
 
     def has_delete_permission(self, request: HttpRequest, obj: ActionLog | None = None) -> bool:
+        return False
+
+
+if TYPE_CHECKING:
+    FixProposalAdminBase = admin.ModelAdmin[FixProposal]
+else:
+    FixProposalAdminBase = admin.ModelAdmin
+
+
+@admin.register(FixProposal)
+class FixProposalAdmin(FixProposalAdminBase):
+    """The pull requests meshdash opened with a patched manifest; read-only (the Hub holds the PR)."""
+
+    list_display = (
+        "created_at",
+        "package",
+        "pr_number",
+        "status",
+        "promised_headline",
+        "landed_headline",
+        "mismatch",
+    )
+    list_filter = ("status", "mismatch")
+    search_fields = ("package__repo_id", "base_sha")
+    list_select_related = ("package",)
+    raw_id_fields = ("package", "revision", "landed_revision", "proposed_by")
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: FixProposal | None = None) -> bool:
         return False
