@@ -18,7 +18,7 @@ from django.utils.http import content_disposition_header
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from packages_app import access, background, charts, fleet, queries, ratelimit, staticfinders
-from packages_app.audit.assessment import release_tables
+from packages_app.audit.assessment import release_tables, shared_outcomes
 from packages_app.audit.check import ManifestCheck
 from packages_app.audit.model import UNCERTAIN as RESOLVER_UNCERTAIN
 from packages_app.forms import SORTS, CatalogFilterForm, CheckManifestForm, TrackPackageForm
@@ -131,7 +131,8 @@ def _check_page(
         "errors": errors or [],
         "result": result,
         "tracked": tracked,
-        "release_tables": release_tables(result.assessment) if result else [],
+        "release_tables": (tables := release_tables(result.assessment) if result else []),
+        "release_shared": shared_outcomes(tables),
         "runtime_notes": RESOLVER_UNCERTAIN,
     }
     return render(request, "packages_app/check.html", context, status=status)
@@ -155,7 +156,9 @@ def package_detail(request: HttpRequest, owner: str, name: str) -> HttpResponse:
     history = queries.revision_history(package)
     context: dict[str, Any] = {"package": package, "revision": revision, "history": history}
     if revision is not None:
-        context.update(_revision_context(revision, request.GET.get("files_page")))
+        context.update(_revision_context(revision))
+        if "files_page" in request.GET or request.GET.get("files") == "all":
+            context["files"] = queries.revision_files(revision, _page_param(request.GET.get("files_page")))
         context["previous"] = _previous_in(history, revision)
     context["hub_url"] = hub_url(package, revision)
     context["plotly_guard_ids"] = staticfinders.installed_plotly_guard_ids()
@@ -178,38 +181,45 @@ def _page_param(value: str | None) -> int:
     return int(value) if value and value.isdigit() and len(value) < 9 else 1
 
 
-def _revision_context(revision: Revision, files_page: str | None = None) -> dict[str, Any]:
+def _revision_context(revision: Revision) -> dict[str, Any]:
     throughput = queries.revision_throughput_for(revision)
     splits = throughput.stage_splits if throughput else []
     suggested = queries.suggested_generation(revision)
     assessment = queries.revision_assessment(revision)
     plans = fleet.plan_advice(revision.pk, assessment, throughput.plans) if throughput else []
+    detected = queries.audit_section(revision, "detected")
     return {
         "assessment": assessment,
         "status": assessment.status if assessment else revision.headline_status,
-        "release_tables": release_tables(assessment) if assessment else [],
+        "release_tables": (tables := release_tables(assessment) if assessment else []),
+        "release_shared": shared_outcomes(tables),
         "plans": plans,
         "node_notes": [p for p in plans if p.advice.cause in NODE_NOTES],
         "hub_base": hub_url(revision.package, revision, path="/"),
         "problems": queries.audit_problems(revision),
         "truncated": queries.audit_truncated(revision),
-        "detected": queries.audit_section(revision, "detected"),
+        "detected": detected,
         "declared": queries.audit_section(revision, "declared"),
         "runtime_notes": RESOLVER_UNCERTAIN,
         "provenance": queries.audit_section(revision, "provenance"),
         "request_defaults": queries.audit_section(revision, "request_defaults"),
         "suggested": suggested,
         "suggested_json": _pretty_json(suggested.get("generation")) if suggested else "",
-        "files": queries.revision_files(revision, _page_param(files_page)),
+        "file_overview": queries.revision_file_overview(revision, _mtp_blocks(detected)),
         "throughput": throughput,
         "layout_chart": charts.layer_layout_figure(
             queries.audit_blocks(revision),
             splits,
-            queries.audit_section(revision, "detected").get("missing_nextn_tensors"),
+            detected.get("missing_nextn_tensors"),
         ),
         "throughput_charts": _throughput_charts(throughput),
         "stage_boundaries": charts.stage_boundaries(splits),
     }
+
+
+def _mtp_blocks(detected: dict[str, Any]) -> list[int]:
+    blocks = detected.get("mtp_blocks")
+    return [b for b in blocks if isinstance(b, int)] if isinstance(blocks, list) else []
 
 
 # What the package page's headline box lists of the nodes' plans: contradictions and the causes that

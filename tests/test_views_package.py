@@ -79,9 +79,81 @@ def test_the_file_table_flags_a_sha256_mismatch_between_manifest_and_hub(client:
     revision = f.make_revision(package, "consistent-mtp", files=True)
     revision.audit["provenance"]["files"] = f.provenance_files(41, mismatch=12)
     revision.save()
-    body = text(client.get("/packages/meshllm/m-layers/"))
+    body = text(client.get("/packages/meshllm/m-layers/?files=all"))
     assert body.count("sha-sha256_mismatch") == 1
     assert body.count('class="badge sha sha-match"') == 40
+
+
+def files_section(body: str) -> str:
+    start = body.index('<section id="files">')
+    return body[start : body.index("</section>", start)]
+
+
+def test_the_files_summary_groups_clean_layers_and_expands_the_mismatch_and_the_mtp_block(
+    client: Client,
+) -> None:
+    package = f.make_package("meshllm/m-layers")
+    revision = f.make_revision(package, "consistent-mtp", files=True)
+    revision.audit["provenance"]["files"] = f.provenance_files(41, mismatch=12)
+    revision.save()
+    files = files_section(text(client.get("/packages/meshllm/m-layers/")))
+    # Blocks 0-11 and 13-39 are ranges; block 12 (sha256 mismatch) and block 40 (MTP) keep their rows.
+    assert files.count('<tr class="file-range">') == 2
+    assert "layers 0\u201311" in files and "layers 13\u201339" in files
+    assert files.count("sha-sha256_mismatch") == 1
+    assert files.count('<span class="badge mtp">MTP</span>') == 1
+    assert "layer-012.gguf" in files and "layer-040.gguf" in files
+    # The range's size is the sum of its files, in decimal units with the exact bytes on hover.
+    assert 'title="13,149,000,000 bytes">13.1 GB</span>' in files
+    assert "All 42 files, one row each" in files
+
+
+def test_control_the_full_file_list_still_has_one_row_per_file(client: Client) -> None:
+    package = f.make_package("meshllm/m-layers")
+    revision = f.make_revision(package, "consistent-mtp", files=True)
+    revision.audit["provenance"]["files"] = f.provenance_files(41, mismatch=12)
+    revision.save()
+    files = files_section(text(client.get("/packages/meshllm/m-layers/?files=all")))
+    assert files.count('<tr class="file-range">') == 0
+    assert files.count('<td data-label="Path" class="path">') == 42
+
+
+def test_a_failed_header_breaks_the_range_and_shows_its_error(client: Client) -> None:
+    package = f.make_package("meshllm/m-layers")
+    revision = f.make_revision(package, "consistent-no-mtp", files=True)
+    PackageFile.objects.filter(revision=revision, layer_index=20).update(
+        header_status=PackageFile.HeaderStatus.FAILED, header_error="truncated <header>"
+    )
+    files = files_section(text(client.get("/packages/meshllm/m-layers/")))
+    assert "layers 0\u201319" in files and "layers 21\u2013" in files
+    assert 'title="truncated &lt;header&gt;">failed</span>' in files
+
+
+def test_the_page_leads_with_a_section_nav_that_reaches_every_section_by_anchor(
+    client: Client, qwen35: Package
+) -> None:
+    body = text(client.get(PAGE + f"?revision={f.QWEN35_SHA}"))
+    nav = body[
+        body.index('<nav class="section-nav"') : body.index("</nav>", body.index('<nav class="section-nav"'))
+    ]
+    anchors = [a.split('"')[0] for a in nav.split('href="#')[1:]]
+    assert anchors == ["fix", "audit", "throughput", "files", "history", "compare"]
+    for anchor in anchors:
+        assert f'id="{anchor}"' in body
+    # The headline and the action come before the nav; the nav before every section it names.
+    assert body.index('id="action"') < body.index('class="section-nav"') < body.index('id="fix"')
+
+
+def test_the_history_is_a_timeline_with_each_revision_its_status_and_a_diff_link(
+    client: Client, qwen35: Package
+) -> None:
+    body = text(client.get(PAGE))
+    start = body.index('<section id="history">')
+    history = body[start : body.index("</section>", start)]
+    assert history.count("<li") == 2
+    assert history.count("diff with previous") == 1
+    assert f.QWEN35_SHA[:8] in history and OLD_SHA[:8] in history
+    assert 'aria-current="true"' in history
 
 
 def test_another_revision_is_chosen_by_sha_prefix(client: Client, qwen35: Package) -> None:

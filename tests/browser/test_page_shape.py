@@ -1,0 +1,84 @@
+"""The package page and the catalog at the sizes operators use (issue 21): a laptop at 1366x900, a phone,
+light and dark. Sections are one click from the top, charts take the page's colours, nothing scrolls sideways.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from django.utils import timezone
+
+from tests import dashboard_factories as f
+from tests.browser.conftest import Tab
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+LAPTOP = {"width": 1366, "height": 900}
+QWEN = f"/packages/{f.QWEN35_REPO}/"
+BROKEN = f"{QWEN}?revision={f.QWEN35_SHA}"
+
+
+@pytest.fixture
+def open_tab(browser: Any, live_server: Any) -> Iterator[Any]:
+    contexts: list[Any] = []
+
+    def make(viewport: dict[str, int], scheme: str = "light") -> Tab:
+        context = browser.new_context(viewport=viewport, color_scheme=scheme)
+        contexts.append(context)
+        page = context.new_page()
+        tab = Tab(page, live_server.url)
+        page.on("console", lambda m: tab.console_errors.append(m.text) if m.type == "error" else None)
+        page.on("pageerror", lambda exc: tab.console_errors.append(str(exc)))
+        return tab
+
+    yield make
+    for context in contexts:
+        context.close()
+
+
+def in_view(tab: Tab, selector: str) -> bool:
+    """The element's top edge is on screen (not under the sticky nav) and its bottom fits the viewport."""
+    return bool(
+        tab.page.evaluate(
+            """(sel) => { const r = document.querySelector(sel).getBoundingClientRect();
+                const nav = document.querySelector('nav.section-nav').getBoundingClientRect();
+                return r.top >= nav.bottom - 1 && r.top < innerHeight && r.bottom <= innerHeight; }""",
+            selector,
+        )
+    )
+
+
+def test_at_1366_the_fix_and_the_history_are_one_click_from_the_top(open_tab: Any) -> None:
+    f.qwen35_fleet(timezone.now())
+    tab = open_tab(LAPTOP)
+    tab.open(BROKEN)
+    # The headline and its action lead; the nav is on the first screen.
+    assert tab.page.locator("#action").bounding_box()["y"] < LAPTOP["height"]
+    assert tab.page.locator("nav.section-nav").bounding_box()["y"] < LAPTOP["height"]
+
+    tab.page.click("nav.section-nav >> text=Fix")
+    tab.page.wait_for_url("**#fix")
+    assert in_view(tab, "#fix h2")
+
+    # From anywhere on the page the nav stays on screen (sticky), and History is one click away.
+    tab.page.click("nav.section-nav >> text=History")
+    tab.page.wait_for_url("**#history")
+    assert in_view(tab, "#history")
+    assert tab.page.locator("#history li.current").is_visible()
+    for name in ("Audit", "Throughput", "Files", "Compare"):
+        tab.page.click(f"nav.section-nav >> text={name}")
+        target = name.lower()
+        tab.page.wait_for_url(f"**#{target}")
+        top = tab.page.evaluate(f"() => document.getElementById('{target}').getBoundingClientRect().top")
+        assert 0 <= top < LAPTOP["height"], (name, top)
+    tab.assert_quiet()
+
+
+def test_control_without_the_nav_the_history_is_screens_below_the_top(open_tab: Any) -> None:
+    f.qwen35_fleet(timezone.now())
+    tab = open_tab(LAPTOP)
+    tab.open(BROKEN)
+    top = tab.page.evaluate("() => document.getElementById('history').getBoundingClientRect().top")
+    assert top > 2 * LAPTOP["height"]
