@@ -11,10 +11,17 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
+from packages_app.glossary import format_decimal_size
+
 Figure = dict[str, Any]
 
-MIB = 1024 * 1024
+# Sizes follow the site's one unit rule: decimal units (kB, MB, GB, 10^3 steps). Axes carry raw bytes
+# with d3's SI format ("15G" + "B"), hovers the same text as the tables (glossary.format_decimal_size).
+BYTES_AXIS = {"tickformat": "~s", "ticksuffix": "B"}
 MTP_COLOUR = "#d6336c"
+# The page's text colour: what is drawn in it (stage-split lines and labels, the tensor-count line, the
+# acceptance markers) is recoloured by static/packages_app/meshdash.js from the scheme's --fg.
+INK = "#212529"
 # Legend order and colour: a block is coloured by its first kind in this order.
 KIND_COLOURS = {
     "attention": "#1c7ed6",
@@ -84,7 +91,7 @@ def layer_layout_figure(
     layout = _layout(
         "Layer layout: tensor data and tensor count per block",
         "Block index",
-        "Tensor data (MiB)",
+        "Tensor data (bytes, decimal units)",
         yaxis2={
             "title": {"text": "Tensors (count)"},
             "overlaying": "y",
@@ -101,6 +108,7 @@ def layer_layout_figure(
         shapes=shapes,
         annotations=annotations,
     )
+    layout["yaxis"].update(BYTES_AXIS)
     return {"data": data, "layout": layout}
 
 
@@ -128,14 +136,14 @@ def category_colours(categories: list[str]) -> dict[str, str]:
 
 
 def _missing_mtp_trace(blocks: list[dict[str, Any]], missing: dict[Any, Any]) -> dict[str, Any]:
-    heights = {_as_int(b.get("index")): round(_as_int(b.get("bytes")) / MIB, 2) for b in blocks}
+    heights = {_as_int(b.get("index")): _as_int(b.get("bytes")) for b in blocks}
     indices = sorted(int(k) for k in missing if str(k).isdigit())
     return {
         "type": "scatter",
         "mode": "markers",
         "name": "MTP tensors missing",
         "x": indices,
-        "y": [heights.get(i, 0) * 1.04 for i in indices],
+        "y": [round(heights.get(i, 0) * 1.04) for i in indices],
         "customdata": [
             plain(", ".join(map(str, missing.get(str(i)) or missing.get(i) or []))) for i in indices
         ],
@@ -152,9 +160,12 @@ def _bar_trace(category: str, blocks: list[dict[str, Any]], colour: str) -> dict
         "width": 0.8,
         "name": "MTP (NextN) block" if mtp else plain(category),
         "x": [_as_int(b.get("index")) for b in blocks],
-        "y": [round(_as_int(b.get("bytes")) / MIB, 2) for b in blocks],
-        "customdata": [[plain(b.get("file") or ""), _as_int(b.get("tensor_count"))] for b in blocks],
-        "hovertemplate": "block %{x}<br>%{y:.1f} MiB, %{customdata[1]} tensors<br>%{customdata[0]}"
+        "y": [_as_int(b.get("bytes")) for b in blocks],
+        "customdata": [
+            [plain(b.get("file") or ""), _as_int(b.get("tensor_count")), _size_label(b.get("bytes"))]
+            for b in blocks
+        ],
+        "hovertemplate": "block %{x}<br>%{customdata[2]}, %{customdata[1]} tensors<br>%{customdata[0]}"
         "<extra>" + plain(category) + "</extra>",
         "marker": {
             "color": colour,
@@ -166,6 +177,11 @@ def _bar_trace(category: str, blocks: list[dict[str, Any]], colour: str) -> dict
     }
 
 
+def _size_label(value: Any) -> str:
+    size = _as_int(value)
+    return f"{format_decimal_size(size)} ({size:,} bytes)"
+
+
 def _tensor_count_trace(blocks: list[dict[str, Any]]) -> dict[str, Any]:
     return {
         "type": "scatter",
@@ -174,7 +190,7 @@ def _tensor_count_trace(blocks: list[dict[str, Any]]) -> dict[str, Any]:
         "yaxis": "y2",
         "x": [_as_int(b.get("index")) for b in blocks],
         "y": [_as_int(b.get("tensor_count")) for b in blocks],
-        "line": {"color": "#343a40", "width": 1},
+        "line": {"color": INK, "width": 1},
         "marker": {"size": 4},
         "hovertemplate": "block %{x}: %{y} tensors<extra></extra>",
     }
@@ -213,7 +229,7 @@ def _stage_boundaries(splits: Iterable[str]) -> tuple[list[dict[str, Any]], list
                 "x1": x,
                 "y0": 0,
                 "y1": 1,
-                "line": {"color": "#212529", "width": 2, "dash": "dash"},
+                "line": {"color": INK, "width": 2, "dash": "dash"},
             }
         )
         annotations.append(
@@ -306,7 +322,7 @@ def strategy_figure(by_strategy: list[dict[str, Any]]) -> Figure:
         "x": names,
         "y": [_percent(row.get("acceptance_rate")) for row in by_strategy],
         "yaxis": "y2",
-        "marker": {"color": "#212529", "size": 11, "symbol": "diamond"},
+        "marker": {"color": INK, "size": 11, "symbol": "diamond"},
         "hovertemplate": "%{x}: %{y:.1f}% of drafted tokens accepted<extra></extra>",
         "name": "acceptance rate (%)",
     }

@@ -11,7 +11,7 @@ import pytest
 from packages_app import charts
 from tests.dashboard_factories import block
 
-MIB = charts.MIB
+MIB = 1024 * 1024
 QWEN35_BLOCKS = [block(i, mtp=i == 40) for i in range(41)]
 
 
@@ -139,3 +139,20 @@ def test_a_timeline_line_with_few_points_shows_labelled_markers() -> None:
     ]
     trace = charts.throughput_timeline_figure(series)["data"][0]
     assert trace["mode"] == "markers+text" and trace["text"] == ["3.17"]
+
+
+def test_the_layer_chart_speaks_the_site_unit_rule_decimal_bytes_with_the_tables_text_on_hover() -> None:
+    figure = charts.layer_layout_figure(QWEN35_BLOCKS)
+    mtp = trace_named(figure, "MTP (NextN) block")
+    # Raw bytes on a decimal (SI) axis: 520 MB reads "520MB", never MiB.
+    assert mtp["y"] == [520_000_000]
+    assert figure["layout"]["yaxis"]["tickformat"] == "~s" and figure["layout"]["yaxis"]["ticksuffix"] == "B"
+    assert "MiB" not in str(figure)
+    assert mtp["customdata"][0][2] == "520 MB (520,000,000 bytes)"
+    assert "%{customdata[2]}" in mtp["hovertemplate"]
+
+
+def test_what_the_chart_draws_in_ink_is_marked_for_the_page_to_recolour() -> None:
+    figure = charts.layer_layout_figure(QWEN35_BLOCKS, ["0..20|20..41"])
+    assert trace_named(figure, "tensors")["line"]["color"] == charts.INK
+    assert figure["layout"]["shapes"][0]["line"]["color"] == charts.INK

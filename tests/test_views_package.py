@@ -222,6 +222,21 @@ def test_the_gguf_metadata_page_summarises_arrays_and_lists_tensors(client: Clie
     assert "<details><summary>" in body  # the long chat template is folded
 
 
+def test_a_size_reads_the_same_in_the_files_table_and_on_the_file_page(client: Client) -> None:
+    package = f.make_package("meshllm/u-layers")
+    revision = f.make_revision(package, "consistent-mtp", files=True)
+    PackageFile.objects.filter(revision=revision, layer_index=40).update(
+        size=537_961_472, header_bytes=8_080_000
+    )
+    shown = '<span class="size" title="537,961,472 bytes">538 MB</span>'
+    header = '<span class="size" title="8,080,000 bytes">8.1 MB</span>'
+    table = files_section(text(client.get("/packages/meshllm/u-layers/")))
+    page = text(client.get("/packages/meshllm/u-layers/files/layers/layer-040.gguf"))
+    for body in (table, page):
+        assert shown in body and header in body
+        assert "MiB" not in body and "513.0 MB" not in body
+
+
 def test_a_missing_file_is_a_404(client: Client, qwen35: Package) -> None:
     response = client.get(PAGE + "files/layers/layer-099.gguf")
     assert response.status_code == 404 and "has no file layers/layer-099.gguf" in text(response)
@@ -336,3 +351,12 @@ def test_the_page_renders_what_capability_audit_really_writes(
     if audit["suggested_generation"]:
         download = client.get("/packages/meshllm/real/manifest.patched.json")
         assert json.loads(download.content)["generation"] == audit["suggested_generation"]["generation"]
+
+
+def test_the_size_filter_shows_an_unknown_size_as_a_dash_and_never_a_zero() -> None:
+    from packages_app.templatetags.verdicts import bytes_size
+
+    for unknown in (None, 0, -1, True, "12"):
+        assert bytes_size(unknown) == '<span class="muted">\u2013</span>'  # type: ignore[arg-type]
+    assert bytes_size(999) == '<span class="size" title="999 bytes">999 bytes</span>'
+    assert bytes_size(1_500_000_000_000) == '<span class="size" title="1,500,000,000,000 bytes">1.5 TB</span>'

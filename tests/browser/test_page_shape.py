@@ -82,3 +82,57 @@ def test_control_without_the_nav_the_history_is_screens_below_the_top(open_tab: 
     tab.open(BROKEN)
     top = tab.page.evaluate("() => document.getElementById('history').getBoundingClientRect().top")
     assert top > 2 * LAPTOP["height"]
+
+
+def rgb(colour: str) -> str:
+    """``#e9ecef`` as the browser writes computed colours: ``rgb(233, 236, 239)``."""
+    if not colour.startswith("#"):
+        return colour
+    red, green, blue = (int(colour[i : i + 2], 16) for i in (1, 3, 5))
+    return f"rgb({red}, {green}, {blue})"
+
+
+def chart_and_page_backgrounds(tab: Tab, chart: str) -> tuple[str, str, str]:
+    """The plot area's fill, the paper's fill, and the background of the card the chart sits on."""
+    return tuple(
+        tab.page.evaluate(
+            """(sel) => { const el = document.querySelector(sel);
+                return [el.querySelector('.bg').style.fill, el.querySelector('.main-svg').style.background,
+                        getComputedStyle(el.closest('section')).backgroundColor]; }""",
+            chart,
+        )
+    )
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_charts_take_the_page_background_and_text_colour_in_both_schemes(open_tab: Any, scheme: str) -> None:
+    f.qwen35_fleet(timezone.now())
+    tab = open_tab(LAPTOP, scheme)
+    tab.open(BROKEN)
+    tab.page.wait_for_function(
+        "() => [...document.querySelectorAll('[data-chart]')].every(c => c.querySelector('.main-svg'))"
+    )
+    for chart in ("#layout-chart", "[data-chart=chart-timeline]", "[data-chart=chart-strategies]"):
+        plot, paper, card = chart_and_page_backgrounds(tab, chart)
+        assert plot == card, (chart, plot, card)
+        assert paper in (card, ""), (chart, paper, card)
+    body_colour = tab.page.evaluate("() => getComputedStyle(document.body).color")
+    # The stage-split label and the tensors line are drawn in the page's text colour, never a fixed dark ink.
+    label = tab.page.locator("#layout-chart .annotation-text").first
+    assert label.evaluate("el => el.style.fill") == body_colour
+    tensors = tab.page.evaluate(
+        "() => document.getElementById('layout-chart')._fullData.find(t => t.name === 'tensors').line.color"
+    )
+    assert rgb(tensors) == body_colour
+    if scheme == "dark":
+        # Control: the same figure drawn without the page's colours keeps plotly's white plot area.
+        raw = tab.page.evaluate(
+            """() => { const el = document.createElement('div');
+                document.getElementById('layout').appendChild(el);
+                const fig = JSON.parse(document.getElementById('chart-layout').textContent);
+                return Plotly.newPlot(el, fig.data, fig.layout)
+                    .then(() => el.querySelector('.bg').style.fill); }"""
+        )
+        assert raw == "rgb(255, 255, 255)" != plot
+    tab.screenshot(f"package-charts-{scheme}")
+    tab.assert_quiet()
