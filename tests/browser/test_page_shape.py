@@ -136,3 +136,27 @@ def test_charts_take_the_page_background_and_text_colour_in_both_schemes(open_ta
         assert raw == "rgb(255, 255, 255)" != plot
     tab.screenshot(f"package-charts-{scheme}")
     tab.assert_quiet()
+
+
+def test_the_catalog_fits_a_1366_laptop_with_fleet_notes_and_long_names(open_tab: Any) -> None:
+    f.qwen35_fleet(timezone.now())
+    for verdict in ("undeclared-mtp", "declared-without-weights", "invalid-manifest", "consistent-no-mtp"):
+        f.make_revision(f.make_package(f"meshllm/{verdict}-layers"), verdict)
+    f.make_revision(f.make_package("meshllm/" + "Very-Long-Model-Name-" * 6 + "layers"), "undeclared-mtp")
+    tab = open_tab(LAPTOP)
+    tab.open("/")
+    sizes = tab.page.evaluate(
+        """() => { const wrap = document.querySelector('table.catalog').closest('.table-wrap');
+            return [document.documentElement.scrollWidth, wrap.scrollWidth, wrap.clientWidth]; }"""
+    )
+    page_width, table_width, box_width = sizes
+    assert page_width <= LAPTOP["width"], sizes
+    assert table_width <= box_width, f"the catalog table is {table_width} px in a {box_width} px box"
+    # Every column a row has is on screen: the last header cell ends inside the box.
+    right = tab.page.evaluate(
+        "() => document.querySelector('table.catalog thead th:last-child').getBoundingClientRect().right"
+    )
+    assert right <= LAPTOP["width"]
+    assert tab.page.locator("table.catalog tr.row-notes").count() >= 3
+    tab.screenshot("catalog-1366")
+    tab.assert_quiet()
