@@ -250,16 +250,44 @@ def _stage_boundaries(splits: Iterable[str]) -> tuple[list[dict[str, Any]], list
 # --- throughput ----------------------------------------------------------------------------------
 
 
-def throughput_timeline_figure(series: list[dict[str, Any]]) -> Figure:
-    """Median decode tokens/s per time bucket, one line per (strategy, topology)."""
+def throughput_timeline_figure(series: list[dict[str, Any]], bucket: str = "hour") -> Figure:
+    """Median decode tokens/s per time bucket, one line per (strategy, topology).
+
+    When every report falls in one ``bucket`` (an hour, a day) there is no time axis to draw: plotly would
+    stretch one instant over a few milliseconds. That bucket is shown as one bar per line instead.
+    """
     lines: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for point in series:
         key = (str(point.get("strategy") or "unknown"), str(point.get("topology") or ""))
         lines.setdefault(key, []).append(point)
+    moments = sorted({plotly_time(p.get("bucket")) for p in series})
+    if len(moments) == 1:
+        return _one_bucket_figure(sorted(lines.items()), moments[0], bucket)
     data = [_timeline_trace(key, points, i) for i, (key, points) in enumerate(sorted(lines.items()))]
     layout = _layout("Decode throughput over time", "Time (UTC)", "Decode tokens/s (median)", showlegend=True)
     layout["xaxis"]["type"] = "date"
     return {"data": data, "layout": layout}
+
+
+def _one_bucket_figure(
+    lines: list[tuple[tuple[str, str], list[dict[str, Any]]]], moment: str, bucket: str
+) -> Figure:
+    names = [plain(f"{s} @ {t}" if t else s) for (s, t), _ in lines]
+    values = [_as_float(points[0].get("tps")) for _, points in lines]
+    bars = {
+        "type": "bar",
+        "x": names,
+        "y": values,
+        "text": [f"{v:.2f}" if v is not None else "" for v in values],
+        "textposition": "outside",
+        "customdata": [_as_int(points[0].get("reports")) for _, points in lines],
+        "marker": {"color": [SERIES_COLOURS[i % len(SERIES_COLOURS)] for i in range(len(names))]},
+        "hovertemplate": "%{x}: %{y:.2f} tok/s from %{customdata} reports<extra></extra>",
+        "name": "median decode tokens/s",
+    }
+    title = f"Decode throughput: every report in the {bucket} of {moment} UTC"
+    layout = _layout(title, "Strategy @ topology", "Decode tokens/s (median)", showlegend=False)
+    return {"data": [bars], "layout": layout}
 
 
 def _timeline_trace(key: tuple[str, str], points: list[dict[str, Any]], index: int) -> dict[str, Any]:
@@ -268,11 +296,11 @@ def _timeline_trace(key: tuple[str, str], points: list[dict[str, Any]], index: i
     few = len(points) < 4
     return {
         "type": "scatter",
-        # A line through one to three points reads as nothing: big markers, labelled with their value.
-        "mode": "markers+text" if few else "lines+markers",
+        # Lines with markers; a line of one to three points also labels each point with its value.
+        "mode": "lines+markers+text" if few else "lines+markers",
         "text": [f"{_as_float(p.get('tps')) or 0:.2f}" for p in points] if few else None,
         "textposition": "top center",
-        "marker": {"size": 11 if few else 6},
+        "marker": {"size": 9 if few else 6},
         "name": plain(f"{strategy} @ {topology}" if topology else strategy),
         "x": [plotly_time(p.get("bucket")) for p in points],
         "y": [_as_float(p.get("tps")) for p in points],

@@ -232,7 +232,9 @@ def _throughput_charts(throughput: RevisionThroughput | None) -> dict[str, Any]:
         return {}
     return {
         # vars, not asdict: the points' fields are plain values, and asdict deep-copies each one.
-        "timeline": charts.throughput_timeline_figure([dict(vars(point)) for point in throughput.series]),
+        "timeline": charts.throughput_timeline_figure(
+            [dict(vars(point)) for point in throughput.series], throughput.bucket
+        ),
         "strategies": charts.strategy_figure([asdict(row) for row in throughput.by_strategy]),
         "mtp": charts.mtp_comparison_figure(asdict(throughput.mtp_on), asdict(throughput.mtp_off)),
     }

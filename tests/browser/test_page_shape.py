@@ -160,3 +160,18 @@ def test_the_catalog_fits_a_1366_laptop_with_fleet_notes_and_long_names(open_tab
     assert tab.page.locator("table.catalog tr.row-notes").count() >= 3
     tab.screenshot("catalog-1366")
     tab.assert_quiet()
+
+
+def test_reports_in_one_hour_draw_a_bar_never_a_sub_second_time_axis(open_tab: Any) -> None:
+    package = f.qwen35_package()
+    f.qwen35_reports(package.revisions.get(commit_sha=f.QWEN35_SHA))
+    tab = open_tab(LAPTOP)
+    tab.open(BROKEN)
+    tab.page.wait_for_selector("[data-chart=chart-timeline] .main-svg")
+    timeline = "document.querySelector('[data-chart=chart-timeline]')"
+    axis = tab.page.evaluate(f"() => {timeline}._fullLayout.xaxis.type")
+    ticks = tab.page.locator("[data-chart=chart-timeline] .xtick text").all_text_contents()
+    assert axis == "category"
+    assert ticks == ["disabled @ 0..27|27..41"]
+    assert not any(":" in tick for tick in ticks)
+    tab.assert_quiet()
