@@ -280,6 +280,8 @@ def _one_bucket_figure(
         "y": values,
         "text": [f"{v:.2f}" if v is not None else "" for v in values],
         "textposition": "outside",
+        # Narrow bars: one or two values should not read as a wall of colour.
+        "width": [0.4] * len(names),
         "customdata": [_as_int(points[0].get("reports")) for _, points in lines],
         "marker": {"color": [SERIES_COLOURS[i % len(SERIES_COLOURS)] for i in range(len(names))]},
         "hovertemplate": "%{x}: %{y:.2f} tok/s from %{customdata} reports<extra></extra>",
