@@ -261,6 +261,9 @@ def throughput_timeline_figure(series: list[dict[str, Any]], bucket: str = "hour
         key = (str(point.get("strategy") or "unknown"), str(point.get("topology") or ""))
         lines.setdefault(key, []).append(point)
     moments = sorted({plotly_time(p.get("bucket")) for p in series})
+    if not moments:
+        title = "Decode throughput: no report in this time range"
+        return {"data": [], "layout": _layout(title, "Time (UTC)", "Decode tokens/s (median)")}
     if len(moments) == 1:
         return _one_bucket_figure(sorted(lines.items()), moments[0], bucket)
     data = [_timeline_trace(key, points, i) for i, (key, points) in enumerate(sorted(lines.items()))]

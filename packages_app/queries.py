@@ -12,6 +12,7 @@ import json
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from django.core.paginator import Page, Paginator
@@ -135,10 +136,13 @@ def catalog_throughput_for(revision_ids: list[int]) -> dict[int, throughput.Cata
     return throughput.catalog_throughput(revision_ids) if revision_ids else {}
 
 
-def revision_throughput_for(revision: Revision, page: bool = True) -> throughput.RevisionThroughput | None:
+def revision_throughput_for(
+    revision: Revision, page: bool = True, since: datetime | None = None
+) -> throughput.RevisionThroughput | None:
     """The revision's throughput figures (from the rollups: no cache needed), or None while no node
-    has reported running it; ``page=False`` without the series and recent reports (the JSON API)."""
-    return throughput.revision_throughput(revision.pk, page=page)
+    has reported running it; ``page=False`` without the series and recent reports (the JSON API);
+    ``since``: the time series from then on."""
+    return throughput.revision_throughput(revision.pk, page=page, since=since)
 
 
 # --- catalog -----------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ from django.core.exceptions import RequestDataTooBig
 from django.db import transaction
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.utils import timezone
 from django.utils.http import content_disposition_header
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
@@ -24,7 +25,7 @@ from packages_app.audit.model import UNCERTAIN as RESOLVER_UNCERTAIN
 from packages_app.forms import SORTS, CatalogFilterForm, CheckManifestForm, TrackPackageForm
 from packages_app.layout import MAX_MANIFEST_BYTES
 from packages_app.models import ActionLog, Package, Revision
-from packages_app.throughput import RevisionThroughput
+from packages_app.throughput import RANGES, RevisionThroughput
 from packages_app.verdicts import STATUSES_BY_RANK, VERDICTS_BY_RANK, Cause
 
 View = Callable[..., HttpResponse]
@@ -156,7 +157,11 @@ def package_detail(request: HttpRequest, owner: str, name: str) -> HttpResponse:
     history = queries.revision_history(package)
     context: dict[str, Any] = {"package": package, "revision": revision, "history": history}
     if revision is not None:
-        context.update(_revision_context(revision))
+        time_range = request.GET.get("range", "")
+        time_range = time_range if time_range in RANGES else ""
+        context.update(_revision_context(revision, time_range))
+        context["time_range"] = time_range
+        context["time_ranges"] = TIME_RANGE_LABELS
         if "files_page" in request.GET or request.GET.get("files") == "all":
             context["files"] = queries.revision_files(revision, _page_param(request.GET.get("files_page")))
         context["previous"] = _previous_in(history, revision)
@@ -181,8 +186,18 @@ def _page_param(value: str | None) -> int:
     return int(value) if value and value.isdigit() and len(value) < 9 else 1
 
 
-def _revision_context(revision: Revision) -> dict[str, Any]:
-    throughput = queries.revision_throughput_for(revision)
+# What the package page's range picker offers for its timeline, by its ``?range=`` value.
+TIME_RANGE_LABELS = {
+    "": "every report",
+    "24h": "the last 24 h",
+    "7d": "the last 7 days",
+    "30d": "the last 30 days",
+}
+
+
+def _revision_context(revision: Revision, time_range: str = "") -> dict[str, Any]:
+    since = timezone.now() - RANGES[time_range] if time_range else None
+    throughput = queries.revision_throughput_for(revision, since=since)
     splits = throughput.stage_splits if throughput else []
     suggested = queries.suggested_generation(revision)
     assessment = queries.revision_assessment(revision)

@@ -189,3 +189,9 @@ def test_what_the_chart_draws_in_ink_is_marked_for_the_page_to_recolour() -> Non
     figure = charts.layer_layout_figure(QWEN35_BLOCKS, ["0..20|20..41"])
     assert trace_named(figure, "tensors")["line"]["color"] == charts.INK
     assert figure["layout"]["shapes"][0]["line"]["color"] == charts.INK
+
+
+def test_a_time_range_without_reports_says_so_instead_of_drawing_an_empty_axis() -> None:
+    figure = charts.throughput_timeline_figure([])
+    assert figure["data"] == []
+    assert figure["layout"]["title"]["text"] == "Decode throughput: no report in this time range"

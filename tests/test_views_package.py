@@ -361,3 +361,12 @@ def test_the_size_filter_shows_an_unknown_size_as_a_dash_and_never_a_zero() -> N
         assert bytes_size(unknown) == '<span class="muted">\u2013</span>'  # type: ignore[arg-type]
     assert bytes_size(999) == '<span class="size" title="999 bytes">999 bytes</span>'
     assert bytes_size(1_500_000_000_000) == '<span class="size" title="1,500,000,000,000 bytes">1.5 TB</span>'
+
+
+def test_the_time_range_is_offered_kept_and_an_unknown_one_ignored(client: Client, qwen35: Package) -> None:
+    f.qwen35_reports(qwen35.revisions.get(commit_sha=f.QWEN35_SHA))
+    page = text(client.get(PAGE + f"?revision={f.QWEN35_SHA}&range=7d"))
+    assert '<option value="7d" selected>the last 7 days</option>' in page
+    unknown = client.get(PAGE + f"?revision={f.QWEN35_SHA}&range=1y")
+    assert unknown.status_code == 200
+    assert '<option value="" selected>every report</option>' in text(unknown)
