@@ -195,3 +195,9 @@ def test_a_time_range_without_reports_says_so_instead_of_drawing_an_empty_axis()
     figure = charts.throughput_timeline_figure([])
     assert figure["data"] == []
     assert figure["layout"]["title"]["text"] == "Decode throughput: no report in this time range"
+
+
+def test_a_one_bucket_line_without_a_median_has_an_empty_bar_not_a_zero() -> None:
+    series = [{"bucket": "2026-12-01 14:00:00", "strategy": "mtp", "tps": None, "reports": 0}]
+    bars = charts.throughput_timeline_figure(series, "day")["data"][0]
+    assert bars["y"] == [None] and bars["text"] == [""]
