@@ -11,10 +11,17 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
+from packages_app.glossary import format_decimal_size
+
 Figure = dict[str, Any]
 
-MIB = 1024 * 1024
+# Sizes follow the site's one unit rule: decimal units (kB, MB, GB, 10^3 steps). Axes carry raw bytes
+# with d3's SI format ("15G" + "B"), hovers the same text as the tables (glossary.format_decimal_size).
+BYTES_AXIS = {"tickformat": "~s", "ticksuffix": "B"}
 MTP_COLOUR = "#d6336c"
+# The page's text colour: what is drawn in it (stage-split lines and labels, the tensor-count line, the
+# acceptance markers) is recoloured by static/packages_app/meshdash.js from the scheme's --fg.
+INK = "#212529"
 # Legend order and colour: a block is coloured by its first kind in this order.
 KIND_COLOURS = {
     "attention": "#1c7ed6",
@@ -84,7 +91,7 @@ def layer_layout_figure(
     layout = _layout(
         "Layer layout: tensor data and tensor count per block",
         "Block index",
-        "Tensor data (MiB)",
+        "Tensor data (bytes, decimal units)",
         yaxis2={
             "title": {"text": "Tensors (count)"},
             "overlaying": "y",
@@ -101,6 +108,7 @@ def layer_layout_figure(
         shapes=shapes,
         annotations=annotations,
     )
+    layout["yaxis"].update(BYTES_AXIS)
     return {"data": data, "layout": layout}
 
 
@@ -128,14 +136,14 @@ def category_colours(categories: list[str]) -> dict[str, str]:
 
 
 def _missing_mtp_trace(blocks: list[dict[str, Any]], missing: dict[Any, Any]) -> dict[str, Any]:
-    heights = {_as_int(b.get("index")): round(_as_int(b.get("bytes")) / MIB, 2) for b in blocks}
+    heights = {_as_int(b.get("index")): _as_int(b.get("bytes")) for b in blocks}
     indices = sorted(int(k) for k in missing if str(k).isdigit())
     return {
         "type": "scatter",
         "mode": "markers",
         "name": "MTP tensors missing",
         "x": indices,
-        "y": [heights.get(i, 0) * 1.04 for i in indices],
+        "y": [round(heights.get(i, 0) * 1.04) for i in indices],
         "customdata": [
             plain(", ".join(map(str, missing.get(str(i)) or missing.get(i) or []))) for i in indices
         ],
@@ -152,9 +160,12 @@ def _bar_trace(category: str, blocks: list[dict[str, Any]], colour: str) -> dict
         "width": 0.8,
         "name": "MTP (NextN) block" if mtp else plain(category),
         "x": [_as_int(b.get("index")) for b in blocks],
-        "y": [round(_as_int(b.get("bytes")) / MIB, 2) for b in blocks],
-        "customdata": [[plain(b.get("file") or ""), _as_int(b.get("tensor_count"))] for b in blocks],
-        "hovertemplate": "block %{x}<br>%{y:.1f} MiB, %{customdata[1]} tensors<br>%{customdata[0]}"
+        "y": [_as_int(b.get("bytes")) for b in blocks],
+        "customdata": [
+            [plain(b.get("file") or ""), _as_int(b.get("tensor_count")), _size_label(b.get("bytes"))]
+            for b in blocks
+        ],
+        "hovertemplate": "block %{x}<br>%{customdata[2]}, %{customdata[1]} tensors<br>%{customdata[0]}"
         "<extra>" + plain(category) + "</extra>",
         "marker": {
             "color": colour,
@@ -166,6 +177,11 @@ def _bar_trace(category: str, blocks: list[dict[str, Any]], colour: str) -> dict
     }
 
 
+def _size_label(value: Any) -> str:
+    size = _as_int(value)
+    return f"{format_decimal_size(size)} ({size:,} bytes)"
+
+
 def _tensor_count_trace(blocks: list[dict[str, Any]]) -> dict[str, Any]:
     return {
         "type": "scatter",
@@ -174,7 +190,7 @@ def _tensor_count_trace(blocks: list[dict[str, Any]]) -> dict[str, Any]:
         "yaxis": "y2",
         "x": [_as_int(b.get("index")) for b in blocks],
         "y": [_as_int(b.get("tensor_count")) for b in blocks],
-        "line": {"color": "#343a40", "width": 1},
+        "line": {"color": INK, "width": 1},
         "marker": {"size": 4},
         "hovertemplate": "block %{x}: %{y} tensors<extra></extra>",
     }
@@ -213,7 +229,7 @@ def _stage_boundaries(splits: Iterable[str]) -> tuple[list[dict[str, Any]], list
                 "x1": x,
                 "y0": 0,
                 "y1": 1,
-                "line": {"color": "#212529", "width": 2, "dash": "dash"},
+                "line": {"color": INK, "width": 2, "dash": "dash"},
             }
         )
         annotations.append(
@@ -234,16 +250,49 @@ def _stage_boundaries(splits: Iterable[str]) -> tuple[list[dict[str, Any]], list
 # --- throughput ----------------------------------------------------------------------------------
 
 
-def throughput_timeline_figure(series: list[dict[str, Any]]) -> Figure:
-    """Median decode tokens/s per time bucket, one line per (strategy, topology)."""
+def throughput_timeline_figure(series: list[dict[str, Any]], bucket: str = "hour") -> Figure:
+    """Median decode tokens/s per time bucket, one line per (strategy, topology).
+
+    When every report falls in one ``bucket`` (an hour, a day) there is no time axis to draw: plotly would
+    stretch one instant over a few milliseconds. That bucket is shown as one bar per line instead.
+    """
     lines: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for point in series:
         key = (str(point.get("strategy") or "unknown"), str(point.get("topology") or ""))
         lines.setdefault(key, []).append(point)
+    moments = sorted({plotly_time(p.get("bucket")) for p in series})
+    if not moments:
+        title = "Decode throughput: no report in this time range"
+        return {"data": [], "layout": _layout(title, "Time (UTC)", "Decode tokens/s (median)")}
+    if len(moments) == 1:
+        return _one_bucket_figure(sorted(lines.items()), moments[0], bucket)
     data = [_timeline_trace(key, points, i) for i, (key, points) in enumerate(sorted(lines.items()))]
     layout = _layout("Decode throughput over time", "Time (UTC)", "Decode tokens/s (median)", showlegend=True)
     layout["xaxis"]["type"] = "date"
     return {"data": data, "layout": layout}
+
+
+def _one_bucket_figure(
+    lines: list[tuple[tuple[str, str], list[dict[str, Any]]]], moment: str, bucket: str
+) -> Figure:
+    names = [plain(f"{s} @ {t}" if t else s) for (s, t), _ in lines]
+    values = [_as_float(points[0].get("tps")) for _, points in lines]
+    bars = {
+        "type": "bar",
+        "x": names,
+        "y": values,
+        "text": [f"{v:.2f}" if v is not None else "" for v in values],
+        "textposition": "outside",
+        # Narrow bars: one or two values should not read as a wall of colour.
+        "width": [0.4] * len(names),
+        "customdata": [_as_int(points[0].get("reports")) for _, points in lines],
+        "marker": {"color": [SERIES_COLOURS[i % len(SERIES_COLOURS)] for i in range(len(names))]},
+        "hovertemplate": "%{x}: %{y:.2f} tok/s from %{customdata} reports<extra></extra>",
+        "name": "median decode tokens/s",
+    }
+    title = f"Decode throughput: every report in the {bucket} of {moment} UTC"
+    layout = _layout(title, "Strategy @ topology", "Decode tokens/s (median)", showlegend=False)
+    return {"data": [bars], "layout": layout}
 
 
 def _timeline_trace(key: tuple[str, str], points: list[dict[str, Any]], index: int) -> dict[str, Any]:
@@ -252,11 +301,11 @@ def _timeline_trace(key: tuple[str, str], points: list[dict[str, Any]], index: i
     few = len(points) < 4
     return {
         "type": "scatter",
-        # A line through one to three points reads as nothing: big markers, labelled with their value.
-        "mode": "markers+text" if few else "lines+markers",
+        # Lines with markers; a line of one to three points also labels each point with its value.
+        "mode": "lines+markers+text" if few else "lines+markers",
         "text": [f"{_as_float(p.get('tps')) or 0:.2f}" for p in points] if few else None,
         "textposition": "top center",
-        "marker": {"size": 11 if few else 6},
+        "marker": {"size": 9 if few else 6},
         "name": plain(f"{strategy} @ {topology}" if topology else strategy),
         "x": [plotly_time(p.get("bucket")) for p in points],
         "y": [_as_float(p.get("tps")) for p in points],
@@ -306,7 +355,7 @@ def strategy_figure(by_strategy: list[dict[str, Any]]) -> Figure:
         "x": names,
         "y": [_percent(row.get("acceptance_rate")) for row in by_strategy],
         "yaxis": "y2",
-        "marker": {"color": "#212529", "size": 11, "symbol": "diamond"},
+        "marker": {"color": INK, "size": 11, "symbol": "diamond"},
         "hovertemplate": "%{x}: %{y:.1f}% of drafted tokens accepted<extra></extra>",
         "name": "acceptance rate (%)",
     }

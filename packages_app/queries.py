@@ -10,7 +10,9 @@ import difflib
 import hashlib
 import json
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from django.core.paginator import Page, Paginator
@@ -21,6 +23,7 @@ from django.db.models.functions import NullIf
 from packages_app import fleet, throughput
 from packages_app.audit.assessment import Assessment, Headline
 from packages_app.audit.check import ManifestCheck, check_manifest
+from packages_app.layout import FileRole
 from packages_app.models import FixProposal, Package, PackageFile, Revision
 from packages_app.verdicts import INCONSISTENT_VERDICTS, NEEDS_ACTION, STATUSES, VERDICTS, Status, Verdict
 
@@ -133,10 +136,13 @@ def catalog_throughput_for(revision_ids: list[int]) -> dict[int, throughput.Cata
     return throughput.catalog_throughput(revision_ids) if revision_ids else {}
 
 
-def revision_throughput_for(revision: Revision, page: bool = True) -> throughput.RevisionThroughput | None:
+def revision_throughput_for(
+    revision: Revision, page: bool = True, since: datetime | None = None
+) -> throughput.RevisionThroughput | None:
     """The revision's throughput figures (from the rollups: no cache needed), or None while no node
-    has reported running it; ``page=False`` without the series and recent reports (the JSON API)."""
-    return throughput.revision_throughput(revision.pk, page=page)
+    has reported running it; ``page=False`` without the series and recent reports (the JSON API);
+    ``since``: the time series from then on."""
+    return throughput.revision_throughput(revision.pk, page=page, since=since)
 
 
 # --- catalog -----------------------------------------------------------------------------------
@@ -536,6 +542,115 @@ def revision_files(revision: Revision, page_number: int = 1, per_page: int = FIL
             file = PackageFile(revision=revision, path=str(entry["path"]), role=str(entry.get("role", "")))
             rows.append(_file_row(file, entry))
     return FilePage(rows, page)
+
+
+@dataclass(frozen=True)
+class FileRange:
+    """Consecutive layer files with nothing to look at (sha256 as the manifest says, no header error).
+
+    A split block's later parts carry no GGUF header: an unread header is not a finding, a failed one is."""
+
+    first: str
+    last: str
+    count: int
+    first_block: int | None
+    last_block: int | None
+    size: int
+    header_bytes: int
+    status: str  # the sha256 comparison every file of the range shares: "match", or "" (manifest names none)
+    is_range: bool = True
+
+
+@dataclass(frozen=True)
+class FileOverview:
+    """The files section by default: layer files as ranges, each file worth a look as its own row.
+
+    ``items`` hold ``FileRange`` and ``FileRow`` in path order; ``more_other_files`` counts the files that
+    are neither layers nor shown (a package with thousands of stray files lists them on the full pages).
+    """
+
+    items: list[FileRow | FileRange]
+    total: int
+    more_other_files: int
+
+
+# The overview lists at most this many non-layer files by name, and reads at most this many layer files.
+OVERVIEW_OTHER_FILES = 12
+OVERVIEW_LAYER_FILES = 5000
+_CLEAN_STATUSES = frozenset({"match", ""})
+_OVERVIEW_FIELDS = (
+    *("revision_id", "path", "role", "layer_index", "size", "lfs_sha256"),
+    *("header_status", "header_bytes", "header_error"),
+)
+
+
+def revision_file_overview(revision: Revision, mtp_blocks: Iterable[int] = ()) -> FileOverview:
+    """Layer files grouped into ranges, with mismatches, failed headers and MTP blocks kept as rows."""
+    files = revision.files.only(*_OVERVIEW_FIELDS)
+    provenance = _provenance_by_path(revision.audit)
+    layers = list(files.filter(role=FileRole.LAYER.value).order_by("path")[:OVERVIEW_LAYER_FILES])
+    others = list(files.exclude(role=FileRole.LAYER.value).order_by("path")[: OVERVIEW_OTHER_FILES + 1])
+    total = revision.files.count()
+    rows = [_file_row(f, provenance.get(f.path, {})) for f in others[:OVERVIEW_OTHER_FILES]]
+    items: list[FileRow | FileRange] = [*rows, *_layer_items(layers, provenance, frozenset(mtp_blocks))]
+    unlisted = (e for e in provenance.values() if e.get("status") == MISSING_ON_HUB)
+    for entry in sorted(unlisted, key=lambda e: str(e["path"])):
+        file = PackageFile(revision=revision, path=str(entry["path"]), role=str(entry.get("role", "")))
+        items.append(_file_row(file, entry))
+    shown_others = min(len(others), OVERVIEW_OTHER_FILES)
+    more = total - len(layers) - shown_others
+    return FileOverview(items, total, max(more, 0))
+
+
+def _layer_items(
+    layers: list[PackageFile], provenance: dict[str, dict[str, Any]], mtp_blocks: frozenset[int]
+) -> list[FileRow | FileRange]:
+    items: list[FileRow | FileRange] = []
+    run: list[PackageFile] = []
+    for file in layers:
+        row = _file_row(file, provenance.get(file.path, {}))
+        if _unremarkable(row, mtp_blocks) and (not run or _status(run[-1], provenance) == row.status):
+            run.append(file)
+            continue
+        if _unremarkable(row, mtp_blocks):
+            items.extend(_closed_run(run, provenance))
+            run = [file]
+            continue
+        items.extend(_closed_run(run, provenance))
+        run = []
+        items.append(row)
+    items.extend(_closed_run(run, provenance))
+    return items
+
+
+def _unremarkable(row: FileRow, mtp_blocks: frozenset[int]) -> bool:
+    file = row.file
+    return (
+        row.status in _CLEAN_STATUSES
+        and file.header_status != PackageFile.HeaderStatus.FAILED
+        and file.layer_index not in mtp_blocks
+    )
+
+
+def _status(file: PackageFile, provenance: dict[str, dict[str, Any]]) -> str:
+    return str(provenance.get(file.path, {}).get("status") or "")
+
+
+def _closed_run(run: list[PackageFile], provenance: dict[str, dict[str, Any]]) -> list[FileRow | FileRange]:
+    if len(run) < 3:
+        return [_file_row(f, provenance.get(f.path, {})) for f in run]
+    return [
+        FileRange(
+            first=run[0].path,
+            last=run[-1].path,
+            count=len(run),
+            first_block=run[0].layer_index,
+            last_block=run[-1].layer_index,
+            size=sum(f.size for f in run),
+            header_bytes=sum(f.header_bytes or 0 for f in run),
+            status=_status(run[0], provenance),
+        )
+    ]
 
 
 def _provenance_by_path(audit: Any) -> dict[str, dict[str, Any]]:

@@ -27,6 +27,8 @@ from packages_app.models import Node, Report, Revision, Rollup
 from packages_app.rollups import hourly_since
 
 BUCKETS = ("hour", "day", "week", "month")
+# The time ranges the package page offers for its timeline (``?range=``); no range = every report.
+RANGES = {"24h": timedelta(hours=24), "7d": timedelta(days=7), "30d": timedelta(days=30)}
 RECENT = 20
 A_MONDAY = datetime(2000, 1, 3, tzinfo=UTC)  # weeks start on Mondays, as date_trunc's do
 
@@ -118,14 +120,15 @@ def time_bucket(span: timedelta) -> str:
 
 
 def revision_throughput(
-    revision_id: int, *, bucket: str | None = None, page: bool = True
+    revision_id: int, *, bucket: str | None = None, page: bool = True, since: datetime | None = None
 ) -> RevisionThroughput | None:
     """The revision's figures, or None while no node has reported running it.
 
     ``bucket`` defaults to one that suits the span of the reports; hour buckets need hour rollups,
     which are kept MESHDASH_ROLLUP_HOURLY_DAYS: an older revision is shown by day instead.
     ``page=False`` leaves out what only the HTML page shows (the time series and the recent raw
-    reports): the JSON API does not pay for them.
+    reports): the JSON API does not pay for them. ``since`` limits the time series to the buckets from
+    then on, and picks the bucket from that range; the other figures stay over every report.
     """
     if bucket is not None and bucket not in BUCKETS:
         raise ValueError(f"bucket must be one of {', '.join(BUCKETS)}, not {bucket!r}")
@@ -137,8 +140,9 @@ def revision_throughput(
     if not totals:
         return None
     first_at, last_at = min(c["first_at"] for c in totals), max(c["last_at"] for c in totals)
-    bucket = bucket or time_bucket(last_at - first_at)
-    if bucket == "hour" and first_at < hourly_since():
+    start = max(first_at, since) if since is not None else first_at
+    bucket = bucket or time_bucket(last_at - start)
+    if bucket == "hour" and start < hourly_since():
         bucket = "day"
     sums = _add_up(totals)
     nodes = _node_totals(revision_id)
@@ -147,7 +151,7 @@ def revision_throughput(
         first_at=first_at,
         last_at=last_at,
         bucket=bucket,
-        series=_series(revision_id, bucket) if page else [],
+        series=_series(revision_id, bucket, since) if page else [],
         by_strategy=_by_strategy(totals),
         mtp_on=_mtp(totals, used=True),
         mtp_off=_mtp(totals, used=False),
@@ -241,13 +245,15 @@ def _strategy(name: str, cells: list[dict[str, Any]]) -> StrategyFigures:
     return StrategyFigures(strategy=name, reports=sums["reports"], tps=tps, **_rates(sums))
 
 
-def _series(revision_id: int, bucket: str) -> list[Point]:
-    """Median decode rate and reports per (bucket, strategy, topology), from hour or day cells."""
+def _series(revision_id: int, bucket: str, since: datetime | None = None) -> list[Point]:
+    """Median decode rate and reports per (bucket, strategy, topology), from hour or day cells; from the
+    cell that holds ``since`` on, when it is given."""
     grain = Rollup.Grain.HOUR if bucket == "hour" else Rollup.Grain.DAY
-    rows = (
-        _cells(revision_id, grain)
-        .annotate(tps=stored("tps_sketch"))
-        .values_list("bucket_start", "strategy", "stage_splits", "reports", "tps")
+    cells = _cells(revision_id, grain)
+    if since is not None:
+        cells = cells.filter(bucket_start__gte=bucket_start(since, grain.value))
+    rows = cells.annotate(tps=stored("tps_sketch")).values_list(
+        "bucket_start", "strategy", "stage_splits", "reports", "tps"
     )
     regroup = bucket != grain  # weeks and months gather day cells; an hour or a day is its cell's
     points: dict[tuple[datetime, str, str], tuple[int, list[str]]] = {}

@@ -15,17 +15,18 @@ from django.db import transaction
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
+from django.utils import timezone
 from django.utils.http import content_disposition_header
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from packages_app import access, background, charts, fixes, fleet, queries, queueing, ratelimit, staticfinders
-from packages_app.audit.assessment import release_tables
+from packages_app.audit.assessment import release_tables, shared_outcomes
 from packages_app.audit.check import ManifestCheck
 from packages_app.audit.model import UNCERTAIN as RESOLVER_UNCERTAIN
 from packages_app.forms import SORTS, CatalogFilterForm, CheckManifestForm, TrackPackageForm
 from packages_app.layout import MAX_MANIFEST_BYTES
 from packages_app.models import ActionLog, Package, Revision
-from packages_app.throughput import RevisionThroughput
+from packages_app.throughput import RANGES, RevisionThroughput
 from packages_app.verdicts import STATUSES_BY_RANK, VERDICTS_BY_RANK, ActionKind, Cause
 
 View = Callable[..., HttpResponse]
@@ -132,7 +133,8 @@ def _check_page(
         "errors": errors or [],
         "result": result,
         "tracked": tracked,
-        "release_tables": release_tables(result.assessment) if result else [],
+        "release_tables": (tables := release_tables(result.assessment) if result else []),
+        "release_shared": shared_outcomes(tables),
         "runtime_notes": RESOLVER_UNCERTAIN,
     }
     return render(request, "packages_app/check.html", context, status=status)
@@ -156,7 +158,13 @@ def package_detail(request: HttpRequest, owner: str, name: str) -> HttpResponse:
     history = queries.revision_history(package)
     context: dict[str, Any] = {"package": package, "revision": revision, "history": history}
     if revision is not None:
-        context.update(_revision_context(revision, request.GET.get("files_page")))
+        time_range = request.GET.get("range", "")
+        time_range = time_range if time_range in RANGES else ""
+        context.update(_revision_context(revision, time_range))
+        context["time_range"] = time_range
+        context["time_ranges"] = TIME_RANGE_LABELS
+        if "files_page" in request.GET or request.GET.get("files") == "all":
+            context["files"] = queries.revision_files(revision, _page_param(request.GET.get("files_page")))
         context["previous"] = _previous_in(history, revision)
         context.update(_fix_context(package, revision, context.get("assessment")))
     context["hub_url"] = hub_url(package, revision)
@@ -180,34 +188,46 @@ def _page_param(value: str | None) -> int:
     return int(value) if value and value.isdigit() and len(value) < 9 else 1
 
 
-def _revision_context(revision: Revision, files_page: str | None = None) -> dict[str, Any]:
-    throughput = queries.revision_throughput_for(revision)
+# What the package page's range picker offers for its timeline, by its ``?range=`` value.
+TIME_RANGE_LABELS = {
+    "": "every report",
+    "24h": "the last 24 h",
+    "7d": "the last 7 days",
+    "30d": "the last 30 days",
+}
+
+
+def _revision_context(revision: Revision, time_range: str = "") -> dict[str, Any]:
+    since = timezone.now() - RANGES[time_range] if time_range else None
+    throughput = queries.revision_throughput_for(revision, since=since)
     splits = throughput.stage_splits if throughput else []
     suggested = queries.suggested_generation(revision)
     assessment = queries.revision_assessment(revision)
     plans = fleet.plan_advice(revision.pk, assessment, throughput.plans) if throughput else []
+    detected = queries.audit_section(revision, "detected")
     return {
         "assessment": assessment,
         "status": assessment.status if assessment else revision.headline_status,
-        "release_tables": release_tables(assessment) if assessment else [],
+        "release_tables": (tables := release_tables(assessment) if assessment else []),
+        "release_shared": shared_outcomes(tables),
         "plans": plans,
         "node_notes": [p for p in plans if p.advice.cause in NODE_NOTES],
         "hub_base": hub_url(revision.package, revision, path="/"),
         "problems": queries.audit_problems(revision),
         "truncated": queries.audit_truncated(revision),
-        "detected": queries.audit_section(revision, "detected"),
+        "detected": detected,
         "declared": queries.audit_section(revision, "declared"),
         "runtime_notes": RESOLVER_UNCERTAIN,
         "provenance": queries.audit_section(revision, "provenance"),
         "request_defaults": queries.audit_section(revision, "request_defaults"),
         "suggested": suggested,
         "suggested_json": _pretty_json(suggested.get("generation")) if suggested else "",
-        "files": queries.revision_files(revision, _page_param(files_page)),
+        "file_overview": queries.revision_file_overview(revision, _mtp_blocks(detected)),
         "throughput": throughput,
         "layout_chart": charts.layer_layout_figure(
             queries.audit_blocks(revision),
             splits,
-            queries.audit_section(revision, "detected").get("missing_nextn_tensors"),
+            detected.get("missing_nextn_tensors"),
         ),
         "throughput_charts": _throughput_charts(throughput),
         "stage_boundaries": charts.stage_boundaries(splits),
@@ -226,6 +246,11 @@ def _fix_context(package: Package, revision: Revision, assessment: Any) -> dict[
     }
 
 
+def _mtp_blocks(detected: dict[str, Any]) -> list[int]:
+    blocks = detected.get("mtp_blocks")
+    return [b for b in blocks if isinstance(b, int)] if isinstance(blocks, list) else []
+
+
 # What the package page's headline box lists of the nodes' plans: contradictions and the causes that
 # concern the revision itself (the plans table lists every node).
 NODE_NOTES = (Cause.CONTRADICTION, Cause.MTP_UNUSED, Cause.UNKNOWN_RELEASE, Cause.UNCERTIFIED)
@@ -236,7 +261,9 @@ def _throughput_charts(throughput: RevisionThroughput | None) -> dict[str, Any]:
         return {}
     return {
         # vars, not asdict: the points' fields are plain values, and asdict deep-copies each one.
-        "timeline": charts.throughput_timeline_figure([dict(vars(point)) for point in throughput.series]),
+        "timeline": charts.throughput_timeline_figure(
+            [dict(vars(point)) for point in throughput.series], throughput.bucket
+        ),
         "strategies": charts.strategy_figure([asdict(row) for row in throughput.by_strategy]),
         "mtp": charts.mtp_comparison_figure(asdict(throughput.mtp_on), asdict(throughput.mtp_off)),
     }

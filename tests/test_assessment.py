@@ -11,7 +11,14 @@ from pathlib import Path
 import pytest
 
 from packages_app.audit import FileInfo
-from packages_app.audit.assessment import Assessment, Headline, release_tables
+from packages_app.audit.assessment import (
+    Assessment,
+    Headline,
+    OutcomeGroup,
+    ReleaseTable,
+    release_tables,
+    shared_outcomes,
+)
 from packages_app.audit.check import check_manifest
 from packages_app.audit.releases import known_releases, release_for
 from packages_app.verdicts import (
@@ -275,3 +282,39 @@ def test_releases_that_refuse_for_the_same_reason_share_one_row_with_every_setti
 def test_a_release_names_a_node_version_exactly() -> None:
     assert release_for("0.72.1") == "v0.72.1" == release_for("v0.72.1") == release_for(" mesh-llm 0.72.1")
     assert release_for("0.72.1-rc1") is None and release_for("") is None
+
+
+NGRAM_WHY = "no package strategy is named ngram-cache"
+
+
+def release_table(release: str, admitted: bool | None, *groups: OutcomeGroup) -> ReleaseTable:
+    return ReleaseTable((release,), admitted, "why", groups)
+
+
+def test_settings_with_one_outcome_share_a_line_and_keep_a_reason_only_when_they_share_it() -> None:
+    table = release_table(
+        "v0.78.0",
+        True,
+        OutcomeGroup(("auto", "mtp"), "native-mtp", "mtp is declared"),
+        OutcomeGroup(("ngram-cache",), "refused", NGRAM_WHY),
+        OutcomeGroup(("ngram-suffix",), "refused", "another reason"),
+    )
+    assert table.settings == 4
+    assert table.by_outcome == (
+        OutcomeGroup(("auto", "mtp"), "native-mtp", "mtp is declared"),
+        OutcomeGroup(("ngram-cache", "ngram-suffix"), "refused", ""),
+    )
+
+
+def test_outcomes_every_loading_release_agrees_on_are_shown_once() -> None:
+    same = (OutcomeGroup(("auto",), "no-mtp", "x"), OutcomeGroup(("mtp",), "refused", "y"))
+    tables = [release_table("v0.76.1", True, *same), release_table("v0.78.0", None, *same)]
+    refusing = release_table("v0.79.0", False)
+    assert shared_outcomes([*tables, refusing]) == same
+
+
+def test_control_releases_that_differ_or_a_single_release_have_no_shared_outcomes() -> None:
+    a = release_table("v0.76.1", True, OutcomeGroup(("auto",), "no-mtp", "x"))
+    b = release_table("v0.78.0", True, OutcomeGroup(("auto",), "native-mtp", "x"))
+    assert shared_outcomes([a, b]) == ()
+    assert shared_outcomes([a]) == ()

@@ -11,7 +11,7 @@ import pytest
 from packages_app import charts
 from tests.dashboard_factories import block
 
-MIB = charts.MIB
+MIB = 1024 * 1024
 QWEN35_BLOCKS = [block(i, mtp=i == 40) for i in range(41)]
 
 
@@ -57,8 +57,11 @@ def test_it_tolerates_malformed_blocks_instead_of_crashing() -> None:
 
 def test_labels_from_reports_and_manifests_are_entity_escaped_for_plotly() -> None:
     hostile = "<img src=x onerror=alert(1)>"
+    escaped = "&lt;img src=x onerror=alert(1)&gt;"
     figure = charts.throughput_timeline_figure([{"bucket": "2026-01-01", "strategy": hostile, "tps": 1.0}])
-    assert figure["data"][0]["name"] == "&lt;img src=x onerror=alert(1)&gt;"
+    assert figure["data"][0]["x"] == [escaped]
+    days = [{"bucket": f"2026-01-0{d}", "strategy": hostile, "tps": 1.0} for d in (1, 2)]
+    assert charts.throughput_timeline_figure(days)["data"][0]["name"] == escaped
     layout = charts.layer_layout_figure([block(0) | {"file": hostile}])
     assert "<img" not in str(layout)
 
@@ -133,9 +136,68 @@ def test_blocks_missing_mtp_tensors_are_marked_on_the_layer_chart() -> None:
     assert marker["customdata"] == ["eh_proj, &lt;b&gt;enorm&lt;/b&gt;"]
 
 
-def test_a_timeline_line_with_few_points_shows_labelled_markers() -> None:
+def test_a_timeline_line_with_few_points_is_a_line_with_labelled_markers() -> None:
     series = [
-        {"bucket": "2026-05-01 12:00:00", "strategy": "disabled", "topology": "", "tps": 3.171, "reports": 4}
+        {
+            "bucket": f"2026-05-01 1{h}:00:00",
+            "strategy": "disabled",
+            "topology": "",
+            "tps": 3.171 + h,
+            "reports": 4,
+        }
+        for h in range(2)
     ]
     trace = charts.throughput_timeline_figure(series)["data"][0]
-    assert trace["mode"] == "markers+text" and trace["text"] == ["3.17"]
+    assert trace["mode"] == "lines+markers+text" and trace["text"] == ["3.17", "4.17"]
+
+
+def test_reports_all_in_one_hour_are_bars_not_a_millisecond_time_axis() -> None:
+    t0 = datetime(2026, 12, 1, 14, tzinfo=UTC)
+    series = [
+        {"bucket": t0, "strategy": "disabled", "topology": "0..20|20..41", "tps": 3.19, "reports": 40},
+        {"bucket": t0, "strategy": "native-mtp", "topology": "", "tps": 9.5, "reports": 2},
+    ]
+    figure = charts.throughput_timeline_figure(series, "hour")
+    assert [t["type"] for t in figure["data"]] == ["bar"]
+    assert figure["layout"]["xaxis"].get("type") != "date"
+    assert figure["data"][0]["x"] == ["disabled @ 0..20|20..41", "native-mtp"]
+    assert figure["data"][0]["text"] == ["3.19", "9.50"]
+    assert figure["layout"]["title"]["text"] == (
+        "Decode throughput: every report in the hour of 2026-12-01 14:00:00 UTC"
+    )
+
+
+def test_control_two_hours_of_reports_keep_the_time_axis() -> None:
+    t0 = datetime(2026, 12, 1, 14, tzinfo=UTC)
+    series = [{"bucket": t0 + timedelta(hours=h), "strategy": "mtp", "tps": 9.0 + h} for h in range(2)]
+    figure = charts.throughput_timeline_figure(series)
+    assert figure["layout"]["xaxis"]["type"] == "date" and figure["data"][0]["type"] == "scatter"
+
+
+def test_the_layer_chart_speaks_the_site_unit_rule_decimal_bytes_with_the_tables_text_on_hover() -> None:
+    figure = charts.layer_layout_figure(QWEN35_BLOCKS)
+    mtp = trace_named(figure, "MTP (NextN) block")
+    # Raw bytes on a decimal (SI) axis: 520 MB reads "520MB", never MiB.
+    assert mtp["y"] == [520_000_000]
+    assert figure["layout"]["yaxis"]["tickformat"] == "~s" and figure["layout"]["yaxis"]["ticksuffix"] == "B"
+    assert "MiB" not in str(figure)
+    assert mtp["customdata"][0][2] == "520 MB (520,000,000 bytes)"
+    assert "%{customdata[2]}" in mtp["hovertemplate"]
+
+
+def test_what_the_chart_draws_in_ink_is_marked_for_the_page_to_recolour() -> None:
+    figure = charts.layer_layout_figure(QWEN35_BLOCKS, ["0..20|20..41"])
+    assert trace_named(figure, "tensors")["line"]["color"] == charts.INK
+    assert figure["layout"]["shapes"][0]["line"]["color"] == charts.INK
+
+
+def test_a_time_range_without_reports_says_so_instead_of_drawing_an_empty_axis() -> None:
+    figure = charts.throughput_timeline_figure([])
+    assert figure["data"] == []
+    assert figure["layout"]["title"]["text"] == "Decode throughput: no report in this time range"
+
+
+def test_a_one_bucket_line_without_a_median_has_an_empty_bar_not_a_zero() -> None:
+    series = [{"bucket": "2026-12-01 14:00:00", "strategy": "mtp", "tps": None, "reports": 0}]
+    bars = charts.throughput_timeline_figure(series, "day")["data"][0]
+    assert bars["y"] == [None] and bars["text"] == [""]

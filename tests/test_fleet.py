@@ -363,7 +363,10 @@ def test_hub_links_are_pinned_to_the_revision_sha(client: Client) -> None:
     f.qwen35_package()
     body = text(client.get(f"/packages/{f.QWEN35_REPO}/"))
     assert f"/{f.QWEN35_REPO}/tree/{f.QWEN35_SHA}" in body
-    assert f"/{f.QWEN35_REPO}/blob/{f.QWEN35_SHA}/layers/layer-000.gguf" in body
+    # Each file row links its file on the Hub (the summary folds clean layers into a range).
+    assert f"/{f.QWEN35_REPO}/blob/{f.QWEN35_SHA}/layers/layer-040.gguf" in body
+    every_file = text(client.get(f"/packages/{f.QWEN35_REPO}/?files=all"))
+    assert f"/{f.QWEN35_REPO}/blob/{f.QWEN35_SHA}/layers/layer-000.gguf" in every_file
 
 
 def test_the_nav_marks_the_needs_action_filter_as_the_current_page(client: Client) -> None:
@@ -386,10 +389,13 @@ def test_a_private_packages_fleet_stays_hidden_from_readers_who_may_not_see_it(c
 def test_ingest_status_badges_link_to_their_glossary_entry(client: Client) -> None:
     f.catalog_mix()
     glossary_page = text(client.get("/glossary/"))
+    # The catalog badges an ingest only while it is not done; the package page always does.
     catalog = text(client.get("/"))
-    for status in ("done", "running"):
+    package_page = text(client.get(f"/packages/{f.QWEN35_REPO}/"))
+    for status, page in (("done", package_page), ("running", catalog)):
         assert f'id="runtime-{status}"' in glossary_page
-        assert f"/glossary/#runtime-{status}" in catalog
+        assert f"/glossary/#runtime-{status}" in page
+    assert "/glossary/#runtime-done" not in catalog
 
 
 def test_a_problem_code_links_to_its_entry_or_to_the_section_on_manifest_codes() -> None:

@@ -111,7 +111,11 @@ def many_files() -> Revision:
 def test_a_package_with_20000_files_renders_one_small_page_of_them(
     client: Client, many_files: Revision
 ) -> None:
-    response = client.get("/packages/meshllm/wide-layers/")
+    summary = client.get("/packages/meshllm/wide-layers/").content.decode()
+    # The summary names a few stray files and counts the rest.
+    assert summary.count('<td data-label="Path" class="path">') == queries.OVERVIEW_OTHER_FILES
+    assert f"{MANY - queries.OVERVIEW_OTHER_FILES} other files not listed above" in summary
+    response = client.get("/packages/meshllm/wide-layers/?files=all")
     body = response.content.decode()
     assert response.status_code == 200
     # One row per file shown (each row names its path several times: text, file link, Hub link).
@@ -125,10 +129,10 @@ def test_a_package_with_20000_files_renders_one_small_page_of_them(
 def test_control_without_pagination_the_page_grows_with_the_files(
     client: Client, many_files: Revision, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    paged = len(client.get("/packages/meshllm/wide-layers/").content)
+    paged = len(client.get("/packages/meshllm/wide-layers/?files=all").content)
     monkeypatch.setattr(queries, "FILES_PER_PAGE", MANY)
     monkeypatch.setattr(queries.revision_files, "__defaults__", (1, MANY))
-    whole = len(client.get("/packages/meshllm/wide-layers/").content)
+    whole = len(client.get("/packages/meshllm/wide-layers/?files=all").content)
     assert whole > 20 * paged
 
 

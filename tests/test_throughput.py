@@ -109,6 +109,27 @@ def test_the_series_can_be_bucketed_by_day(first: Revision, node_a: Node) -> Non
     assert [p.reports for p in figures(first.pk, bucket="day").series] == [2]
 
 
+def test_a_time_range_keeps_the_series_from_its_start_and_the_totals_over_every_report(
+    first: Revision, node_a: Node
+) -> None:
+    add(node_a, first, tps=3.0)
+    add(node_a, first, tps=5.0, at=T0 + timedelta(days=10))
+    add(node_a, first, tps=6.0, at=T0 + timedelta(days=10, hours=2))
+    ranged = revision_throughput(first.pk, since=T0 + timedelta(days=9))
+    assert ranged is not None
+    # The range is a day and a few hours: hour buckets, and only the two recent hours.
+    assert ranged.bucket == "hour"
+    assert [(p.bucket.day, p.bucket.hour, p.reports) for p in ranged.series] == [(11, 10, 1), (11, 12, 1)]
+    assert ranged.reports == 3
+
+
+def test_control_without_a_range_the_series_starts_at_the_first_report(first: Revision, node_a: Node) -> None:
+    add(node_a, first, tps=3.0)
+    add(node_a, first, tps=5.0, at=T0 + timedelta(days=10))
+    series = figures(first.pk).series
+    assert series[0].bucket.date() == T0.date() and len(series) == 2
+
+
 def test_an_unknown_bucket_is_refused(first: Revision) -> None:
     with pytest.raises(ValueError, match="bucket must be one of"):
         revision_throughput(first.pk, bucket="fortnight")

@@ -25,7 +25,7 @@ def test_it_lists_every_package_with_its_audit_summary(client: Client) -> None:
     body = text(client.get("/"))
     for package in mix.values():
         assert f"/packages/{package.owner}/{package.name}/" in body
-    assert "69cbd9fc" in body and "qwen35moe" in body and 'title="19967000000 bytes">20.0 GB' in body
+    assert "69cbd9fc" in body and "qwen35moe" in body and 'title="19,967,000,000 bytes">20.0 GB' in body
     assert 'class="badge verdict verdict-undeclared-mtp ' in body
     assert "17/64" in body  # the running ingest shows its progress
 

@@ -65,7 +65,8 @@ def test_throughput_figures_and_the_alert_appear_once_nodes_report(client: Clien
     body = text(response)
     assert "MTP weights present but never used in 6 reports from 2 nodes" in body
     assert "stage0-a" in body and "auto → disabled" in body
-    assert chart(response, "chart-timeline")["data"][0]["name"] == "disabled @ 0..27|27..41"
+    # The reports fall in one hour: one bar per strategy and topology, not a time axis.
+    assert chart(response, "chart-timeline")["data"][0]["x"] == ["disabled @ 0..27|27..41"]
 
 
 def test_without_reports_the_page_says_so(client: Client, qwen35: Package) -> None:
@@ -79,9 +80,81 @@ def test_the_file_table_flags_a_sha256_mismatch_between_manifest_and_hub(client:
     revision = f.make_revision(package, "consistent-mtp", files=True)
     revision.audit["provenance"]["files"] = f.provenance_files(41, mismatch=12)
     revision.save()
-    body = text(client.get("/packages/meshllm/m-layers/"))
+    body = text(client.get("/packages/meshllm/m-layers/?files=all"))
     assert body.count("sha-sha256_mismatch") == 1
     assert body.count('class="badge sha sha-match"') == 40
+
+
+def files_section(body: str) -> str:
+    start = body.index('<section id="files">')
+    return body[start : body.index("</section>", start)]
+
+
+def test_the_files_summary_groups_clean_layers_and_expands_the_mismatch_and_the_mtp_block(
+    client: Client,
+) -> None:
+    package = f.make_package("meshllm/m-layers")
+    revision = f.make_revision(package, "consistent-mtp", files=True)
+    revision.audit["provenance"]["files"] = f.provenance_files(41, mismatch=12)
+    revision.save()
+    files = files_section(text(client.get("/packages/meshllm/m-layers/")))
+    # Blocks 0-11 and 13-39 are ranges; block 12 (sha256 mismatch) and block 40 (MTP) keep their rows.
+    assert files.count('<tr class="file-range">') == 2
+    assert "layers 0\u201311" in files and "layers 13\u201339" in files
+    assert files.count("sha-sha256_mismatch") == 1
+    assert files.count('<span class="badge mtp">MTP</span>') == 1
+    assert "layer-012.gguf" in files and "layer-040.gguf" in files
+    # The range's size is the sum of its files, in decimal units with the exact bytes on hover.
+    assert 'title="13,149,000,000 bytes">13.1 GB</span>' in files
+    assert "All 42 files, one row each" in files
+
+
+def test_control_the_full_file_list_still_has_one_row_per_file(client: Client) -> None:
+    package = f.make_package("meshllm/m-layers")
+    revision = f.make_revision(package, "consistent-mtp", files=True)
+    revision.audit["provenance"]["files"] = f.provenance_files(41, mismatch=12)
+    revision.save()
+    files = files_section(text(client.get("/packages/meshllm/m-layers/?files=all")))
+    assert files.count('<tr class="file-range">') == 0
+    assert files.count('<td data-label="Path" class="path">') == 42
+
+
+def test_a_failed_header_breaks_the_range_and_shows_its_error(client: Client) -> None:
+    package = f.make_package("meshllm/m-layers")
+    revision = f.make_revision(package, "consistent-no-mtp", files=True)
+    PackageFile.objects.filter(revision=revision, layer_index=20).update(
+        header_status=PackageFile.HeaderStatus.FAILED, header_error="truncated <header>"
+    )
+    files = files_section(text(client.get("/packages/meshllm/m-layers/")))
+    assert "layers 0\u201319" in files and "layers 21\u2013" in files
+    assert 'title="truncated &lt;header&gt;">failed</span>' in files
+
+
+def test_the_page_leads_with_a_section_nav_that_reaches_every_section_by_anchor(
+    client: Client, qwen35: Package
+) -> None:
+    body = text(client.get(PAGE + f"?revision={f.QWEN35_SHA}"))
+    nav = body[
+        body.index('<nav class="section-nav"') : body.index("</nav>", body.index('<nav class="section-nav"'))
+    ]
+    anchors = [a.split('"')[0] for a in nav.split('href="#')[1:]]
+    assert anchors == ["fix", "audit", "throughput", "files", "history", "compare"]
+    for anchor in anchors:
+        assert f'id="{anchor}"' in body
+    # The headline and the action come before the nav; the nav before every section it names.
+    assert body.index('id="action"') < body.index('class="section-nav"') < body.index('id="fix"')
+
+
+def test_the_history_is_a_timeline_with_each_revision_its_status_and_a_diff_link(
+    client: Client, qwen35: Package
+) -> None:
+    body = text(client.get(PAGE))
+    start = body.index('<section id="history">')
+    history = body[start : body.index("</section>", start)]
+    assert history.count("<li") == 2
+    assert history.count("diff with previous") == 1
+    assert f.QWEN35_SHA[:8] in history and OLD_SHA[:8] in history
+    assert 'aria-current="true"' in history
 
 
 def test_another_revision_is_chosen_by_sha_prefix(client: Client, qwen35: Package) -> None:
@@ -148,6 +221,21 @@ def test_the_gguf_metadata_page_summarises_arrays_and_lists_tensors(client: Clie
     assert "STRING[151936]" in body
     assert "blk.40.nextn.eh_proj.weight" in body and body.count('class="mtp-row"') == 4
     assert "<details><summary>" in body  # the long chat template is folded
+
+
+def test_a_size_reads_the_same_in_the_files_table_and_on_the_file_page(client: Client) -> None:
+    package = f.make_package("meshllm/u-layers")
+    revision = f.make_revision(package, "consistent-mtp", files=True)
+    PackageFile.objects.filter(revision=revision, layer_index=40).update(
+        size=537_961_472, header_bytes=8_080_000
+    )
+    shown = '<span class="size" title="537,961,472 bytes">538 MB</span>'
+    header = '<span class="size" title="8,080,000 bytes">8.1 MB</span>'
+    table = files_section(text(client.get("/packages/meshllm/u-layers/")))
+    page = text(client.get("/packages/meshllm/u-layers/files/layers/layer-040.gguf"))
+    for body in (table, page):
+        assert shown in body and header in body
+        assert "MiB" not in body and "513.0 MB" not in body
 
 
 def test_a_missing_file_is_a_404(client: Client, qwen35: Package) -> None:
@@ -264,3 +352,21 @@ def test_the_page_renders_what_capability_audit_really_writes(
     if audit["suggested_generation"]:
         download = client.get("/packages/meshllm/real/manifest.patched.json")
         assert json.loads(download.content)["generation"] == audit["suggested_generation"]["generation"]
+
+
+def test_the_size_filter_shows_an_unknown_size_as_a_dash_and_never_a_zero() -> None:
+    from packages_app.templatetags.verdicts import bytes_size
+
+    for unknown in (None, 0, -1, True, "12"):
+        assert bytes_size(unknown) == '<span class="muted">\u2013</span>'  # type: ignore[arg-type]
+    assert bytes_size(999) == '<span class="size" title="999 bytes">999 bytes</span>'
+    assert bytes_size(1_500_000_000_000) == '<span class="size" title="1,500,000,000,000 bytes">1.5 TB</span>'
+
+
+def test_the_time_range_is_offered_kept_and_an_unknown_one_ignored(client: Client, qwen35: Package) -> None:
+    f.qwen35_reports(qwen35.revisions.get(commit_sha=f.QWEN35_SHA))
+    page = text(client.get(PAGE + f"?revision={f.QWEN35_SHA}&range=7d"))
+    assert '<option value="7d" selected>the last 7 days</option>' in page
+    unknown = client.get(PAGE + f"?revision={f.QWEN35_SHA}&range=1y")
+    assert unknown.status_code == 200
+    assert '<option value="" selected>every report</option>' in text(unknown)

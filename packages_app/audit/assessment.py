@@ -282,6 +282,25 @@ class ReleaseTable:
     split: Tristate = None
     split_why: str = ""
 
+    @property
+    def settings(self) -> int:
+        return sum(len(g.settings) for g in self.groups)
+
+    @property
+    def by_outcome(self) -> tuple[OutcomeGroup, ...]:
+        """The settings per outcome, for a one-line summary: a reason only where the settings share it."""
+        merged: dict[str, list[OutcomeGroup]] = {}
+        for group in self.groups:
+            merged.setdefault(group.outcome, []).append(group)
+        return tuple(
+            OutcomeGroup(
+                tuple(name for g in groups for name in g.settings),
+                outcome,
+                groups[0].why if len(groups) == 1 else "",
+            )
+            for outcome, groups in merged.items()
+        )
+
 
 def release_tables(assessment: Assessment) -> list[ReleaseTable]:
     """The outcomes per release, for pages: releases with the same admission and rows merged, and
@@ -299,6 +318,15 @@ def release_tables(assessment: Assessment) -> list[ReleaseTable]:
         else:
             tables.append(table)
     return tables
+
+
+def shared_outcomes(tables: Sequence[ReleaseTable]) -> tuple[OutcomeGroup, ...]:
+    """The settings' outcomes when every release that may load the package agrees on them (shown once),
+    else ``()``; releases that refuse the package have no outcomes and do not count."""
+    loading = [t.by_outcome for t in tables if t.admitted is not False]
+    if len(loading) < 2 or any(o != loading[0] for o in loading[1:]):
+        return ()
+    return loading[0]
 
 
 def _grouped(rows: Sequence[Resolution]) -> tuple[OutcomeGroup, ...]:

@@ -12,7 +12,7 @@ from django.urls import get_script_prefix, reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString, mark_safe
 
-from packages_app.glossary import PROBLEMS, anchor, format_decimal_size
+from packages_app.glossary import PROBLEMS, UNKNOWN, anchor, format_decimal_size
 from packages_app.verdicts import Cause, Status, is_consistent, status_of, verdict_of
 
 register = template.Library()
@@ -31,9 +31,12 @@ def glossary_anchor(name: str | None, kind: str = "verdict") -> str:
 
 
 @register.filter
-def decimal_size(value: int | None) -> str:
-    """Bytes in decimal units as the Hub shows them (1 GB = 10^9 bytes); a dash for unknown."""
-    return format_decimal_size(value)
+def bytes_size(value: int | None) -> SafeString:
+    """The one way a size is shown: decimal units (kB, MB, GB: 10^3 steps), the exact bytes on hover."""
+    if value is None or isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        return format_html('<span class="muted">{}</span>', UNKNOWN)
+    exact = f"{value:,} bytes"
+    return format_html('<span class="size" title="{}">{}</span>', exact, format_decimal_size(value))
 
 
 @register.filter

@@ -13,7 +13,8 @@
       return;
     }
     var layout = fitLayout(figure.layout || {}, element);
-    window.Plotly.newPlot(element, figure.data, layout, {
+    themeFigure(figure.data, layout, theme(element));
+    window.Plotly.react(element, figure.data, layout, {
       responsive: true,
       displaylogo: false,
       // On a phone the toolbar covers the title; the chart stays zoomable by touch.
@@ -22,17 +23,64 @@
     });
   }
 
-  // Text in the page's own colours (dark mode too), and on a narrow screen smaller titles and margins.
-  function fitLayout(layout, element) {
+  // What charts.py draws in the page's text colour (charts.INK); recoloured to the scheme's --fg.
+  var INK = "#212529";
+
+  // The page's colours, from its CSS variables: they follow prefers-color-scheme (meshdash.css).
+  function theme(element) {
     var style = window.getComputedStyle(document.body);
-    var fg = style.color;
-    var line = style.getPropertyValue("--line").trim() || "#dee2e6";
-    layout.font = Object.assign({}, layout.font, { color: fg });
+    var holder = window.getComputedStyle(element.closest("section") || document.body);
+    function css(name, fallback) {
+      return style.getPropertyValue(name).trim() || fallback;
+    }
+    return {
+      fg: css("--fg", style.color),
+      muted: css("--muted", style.color),
+      line: css("--line", "#dee2e6"),
+      // The chart sits on its section's card: both backgrounds take the card's colour.
+      bg: holder.backgroundColor && holder.backgroundColor !== "rgba(0, 0, 0, 0)" ? holder.backgroundColor : css("--card", "#fff"),
+    };
+  }
+
+  function inked(colour, fg) {
+    return typeof colour === "string" && colour.toLowerCase() === INK ? fg : colour;
+  }
+
+  // Plot and paper backgrounds, grid, fonts, annotations, legend and the ink traces in the page's colours.
+  function themeFigure(data, layout, colours) {
+    layout.paper_bgcolor = colours.bg;
+    layout.plot_bgcolor = colours.bg;
+    layout.font = Object.assign({}, layout.font, { color: colours.fg });
+    layout.legend = Object.assign({}, layout.legend, { bgcolor: colours.bg, font: { color: colours.fg } });
+    layout.hoverlabel = Object.assign({ bgcolor: colours.bg, bordercolor: colours.line, font: { color: colours.fg } }, layout.hoverlabel);
     ["xaxis", "yaxis", "yaxis2"].forEach(function (axis) {
       if (layout[axis]) {
-        layout[axis] = Object.assign({ gridcolor: line, zerolinecolor: line, linecolor: line }, layout[axis]);
+        layout[axis] = Object.assign({}, layout[axis], { gridcolor: colours.line, zerolinecolor: colours.line, linecolor: colours.line });
       }
     });
+    (layout.annotations || []).forEach(function (note) {
+      note.font = Object.assign({}, note.font, { color: colours.fg });
+    });
+    (layout.shapes || []).forEach(function (shape) {
+      if (shape.line) {
+        shape.line.color = inked(shape.line.color, colours.fg);
+      }
+    });
+    data.forEach(function (trace) {
+      if (trace.line) {
+        trace.line.color = inked(trace.line.color, colours.fg);
+      }
+      if (trace.marker) {
+        trace.marker.color = inked(trace.marker.color, colours.fg);
+      }
+      if (trace.mode && trace.mode.indexOf("text") !== -1) {
+        trace.textfont = Object.assign({}, trace.textfont, { color: colours.fg });
+      }
+    });
+  }
+
+  // On a narrow screen smaller titles and margins.
+  function fitLayout(layout, element) {
     if (element.clientWidth < 600) {
       layout.margin = { l: 48, r: 40, t: 64, b: 80 };
       if (layout.title && layout.title.text) {
@@ -129,6 +177,16 @@
     document.querySelectorAll(".table-wrap").forEach(wireScrollable);
     document.querySelectorAll("select[data-autosubmit]").forEach(wireAutosubmit);
     drawInTurn(Array.prototype.slice.call(document.querySelectorAll("[data-chart]")));
+    // The scheme can change while the page is open (the system's dark mode at dusk): redraw in its colours.
+    if (window.matchMedia) {
+      var scheme = window.matchMedia("(prefers-color-scheme: dark)");
+      var redraw = function () {
+        drawInTurn(Array.prototype.slice.call(document.querySelectorAll("[data-chart]")));
+      };
+      if (scheme.addEventListener) {
+        scheme.addEventListener("change", redraw);
+      }
+    }
     document.querySelectorAll("button[data-copy-target]").forEach(wireCopy);
   });
 })();

@@ -148,10 +148,12 @@ def test_untrusted_strings_are_shown_literally_and_run_nothing(tab: Tab) -> None
     assert TEMPLATE in tab.page.locator("#findings").inner_text()
     assert XSS_IMG in tab.page.locator("#findings").inner_text()
     # Node payloads: in the reports table and, through plotly, in chart legends, as plain text.
-    # The last table of the section is the recent reports (the strategy plans come first).
+    # The last table of the section is the recent reports (the strategy plans come first), folded.
+    tab.page.click("#throughput details.recent-reports summary")
     assert XSS_SCRIPT in tab.page.locator("#throughput table").last.inner_text()
-    legends = tab.page.locator("[data-chart=chart-timeline] .legendtext").all_text_contents()
-    assert legends == [f"{XSS_IMG} @ 0..27|{XSS_IMG}"]
+    # One report, one hour: the timeline is one bar, labelled on its axis.
+    labels = tab.page.locator("[data-chart=chart-timeline] .xtick text").all_text_contents()
+    assert labels == [f"{XSS_IMG} @ 0..27|{XSS_IMG}"]
     assert tab.page.locator("#throughput img, #layout img").count() == 0
     tab.screenshot("xss-package")
     tab.assert_quiet()

@@ -1,0 +1,177 @@
+"""The package page and the catalog at the sizes operators use (issue 21): a laptop at 1366x900, a phone,
+light and dark. Sections are one click from the top, charts take the page's colours, nothing scrolls sideways.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from django.utils import timezone
+
+from tests import dashboard_factories as f
+from tests.browser.conftest import Tab
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+LAPTOP = {"width": 1366, "height": 900}
+QWEN = f"/packages/{f.QWEN35_REPO}/"
+BROKEN = f"{QWEN}?revision={f.QWEN35_SHA}"
+
+
+@pytest.fixture
+def open_tab(browser: Any, live_server: Any) -> Iterator[Any]:
+    contexts: list[Any] = []
+
+    def make(viewport: dict[str, int], scheme: str = "light") -> Tab:
+        context = browser.new_context(viewport=viewport, color_scheme=scheme)
+        contexts.append(context)
+        page = context.new_page()
+        tab = Tab(page, live_server.url)
+        page.on("console", lambda m: tab.console_errors.append(m.text) if m.type == "error" else None)
+        page.on("pageerror", lambda exc: tab.console_errors.append(str(exc)))
+        return tab
+
+    yield make
+    for context in contexts:
+        context.close()
+
+
+def in_view(tab: Tab, selector: str) -> bool:
+    """The element's top edge is on screen (not under the sticky nav) and its bottom fits the viewport."""
+    return bool(
+        tab.page.evaluate(
+            """(sel) => { const r = document.querySelector(sel).getBoundingClientRect();
+                const nav = document.querySelector('nav.section-nav').getBoundingClientRect();
+                return r.top >= nav.bottom - 1 && r.top < innerHeight && r.bottom <= innerHeight; }""",
+            selector,
+        )
+    )
+
+
+def test_at_1366_the_fix_and_the_history_are_one_click_from_the_top(open_tab: Any) -> None:
+    f.qwen35_fleet(timezone.now())
+    tab = open_tab(LAPTOP)
+    tab.open(BROKEN)
+    # The headline and its action lead; the nav is on the first screen.
+    assert tab.page.locator("#action").bounding_box()["y"] < LAPTOP["height"]
+    assert tab.page.locator("nav.section-nav").bounding_box()["y"] < LAPTOP["height"]
+
+    tab.page.click("nav.section-nav >> text=Fix")
+    tab.page.wait_for_url("**#fix")
+    assert in_view(tab, "#fix h2")
+
+    # From anywhere on the page the nav stays on screen (sticky), and History is one click away.
+    tab.page.click("nav.section-nav >> text=History")
+    tab.page.wait_for_url("**#history")
+    assert in_view(tab, "#history")
+    assert tab.page.locator("#history li.current").is_visible()
+    for name in ("Audit", "Throughput", "Files", "Compare"):
+        tab.page.click(f"nav.section-nav >> text={name}")
+        target = name.lower()
+        tab.page.wait_for_url(f"**#{target}")
+        top = tab.page.evaluate(f"() => document.getElementById('{target}').getBoundingClientRect().top")
+        assert 0 <= top < LAPTOP["height"], (name, top)
+    tab.assert_quiet()
+
+
+def test_control_without_the_nav_the_history_is_screens_below_the_top(open_tab: Any) -> None:
+    f.qwen35_fleet(timezone.now())
+    tab = open_tab(LAPTOP)
+    tab.open(BROKEN)
+    top = tab.page.evaluate("() => document.getElementById('history').getBoundingClientRect().top")
+    assert top > 2 * LAPTOP["height"]
+
+
+def rgb(colour: str) -> str:
+    """``#e9ecef`` as the browser writes computed colours: ``rgb(233, 236, 239)``."""
+    if not colour.startswith("#"):
+        return colour
+    red, green, blue = (int(colour[i : i + 2], 16) for i in (1, 3, 5))
+    return f"rgb({red}, {green}, {blue})"
+
+
+def chart_and_page_backgrounds(tab: Tab, chart: str) -> tuple[str, str, str]:
+    """The plot area's fill, the paper's fill, and the background of the card the chart sits on."""
+    return tuple(
+        tab.page.evaluate(
+            """(sel) => { const el = document.querySelector(sel);
+                return [el.querySelector('.bg').style.fill, el.querySelector('.main-svg').style.background,
+                        getComputedStyle(el.closest('section')).backgroundColor]; }""",
+            chart,
+        )
+    )
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_charts_take_the_page_background_and_text_colour_in_both_schemes(open_tab: Any, scheme: str) -> None:
+    f.qwen35_fleet(timezone.now())
+    tab = open_tab(LAPTOP, scheme)
+    tab.open(BROKEN)
+    tab.page.wait_for_function(
+        "() => [...document.querySelectorAll('[data-chart]')].every(c => c.querySelector('.main-svg'))"
+    )
+    for chart in ("#layout-chart", "[data-chart=chart-timeline]", "[data-chart=chart-strategies]"):
+        plot, paper, card = chart_and_page_backgrounds(tab, chart)
+        assert plot == card, (chart, plot, card)
+        assert paper in (card, ""), (chart, paper, card)
+    body_colour = tab.page.evaluate("() => getComputedStyle(document.body).color")
+    # The stage-split label and the tensors line are drawn in the page's text colour, never a fixed dark ink.
+    label = tab.page.locator("#layout-chart .annotation-text").first
+    assert label.evaluate("el => el.style.fill") == body_colour
+    tensors = tab.page.evaluate(
+        "() => document.getElementById('layout-chart')._fullData.find(t => t.name === 'tensors').line.color"
+    )
+    assert rgb(tensors) == body_colour
+    if scheme == "dark":
+        # Control: the same figure drawn without the page's colours keeps plotly's white plot area.
+        raw = tab.page.evaluate(
+            """() => { const el = document.createElement('div');
+                document.getElementById('layout').appendChild(el);
+                const fig = JSON.parse(document.getElementById('chart-layout').textContent);
+                return Plotly.newPlot(el, fig.data, fig.layout)
+                    .then(() => el.querySelector('.bg').style.fill); }"""
+        )
+        assert raw == "rgb(255, 255, 255)" != plot
+    tab.screenshot(f"package-charts-{scheme}")
+    tab.assert_quiet()
+
+
+def test_the_catalog_fits_a_1366_laptop_with_fleet_notes_and_long_names(open_tab: Any) -> None:
+    f.qwen35_fleet(timezone.now())
+    for verdict in ("undeclared-mtp", "declared-without-weights", "invalid-manifest", "consistent-no-mtp"):
+        f.make_revision(f.make_package(f"meshllm/{verdict}-layers"), verdict)
+    f.make_revision(f.make_package("meshllm/" + "Very-Long-Model-Name-" * 6 + "layers"), "undeclared-mtp")
+    tab = open_tab(LAPTOP)
+    tab.open("/")
+    sizes = tab.page.evaluate(
+        """() => { const wrap = document.querySelector('table.catalog').closest('.table-wrap');
+            return [document.documentElement.scrollWidth, wrap.scrollWidth, wrap.clientWidth]; }"""
+    )
+    page_width, table_width, box_width = sizes
+    assert page_width <= LAPTOP["width"], sizes
+    assert table_width <= box_width, f"the catalog table is {table_width} px in a {box_width} px box"
+    # Every column a row has is on screen: the last header cell ends inside the box.
+    right = tab.page.evaluate(
+        "() => document.querySelector('table.catalog thead th:last-child').getBoundingClientRect().right"
+    )
+    assert right <= LAPTOP["width"]
+    assert tab.page.locator("table.catalog tr.row-notes").count() >= 3
+    tab.screenshot("catalog-1366")
+    tab.assert_quiet()
+
+
+def test_reports_in_one_hour_draw_a_bar_never_a_sub_second_time_axis(open_tab: Any) -> None:
+    package = f.qwen35_package()
+    f.qwen35_reports(package.revisions.get(commit_sha=f.QWEN35_SHA))
+    tab = open_tab(LAPTOP)
+    tab.open(BROKEN)
+    tab.page.wait_for_selector("[data-chart=chart-timeline] .main-svg")
+    timeline = "document.querySelector('[data-chart=chart-timeline]')"
+    axis = tab.page.evaluate(f"() => {timeline}._fullLayout.xaxis.type")
+    ticks = tab.page.locator("[data-chart=chart-timeline] .xtick text").all_text_contents()
+    assert axis == "category"
+    assert ticks == ["disabled @ 0..27|27..41"]
+    assert not any(":" in tick for tick in ticks)
+    tab.assert_quiet()
