@@ -323,6 +323,12 @@ MESHDASH_REPORT_RETENTION_MONTHS = envint("MESHDASH_REPORT_RETENTION_MONTHS", 6)
 MESHDASH_ROLLUP_ON_STORE = envbool("MESHDASH_ROLLUP_ON_STORE", True)
 # "Check a manifest" page and POST /api/v1/check-manifest: checks/minute per client address; 0 = off
 MESHDASH_CHECK_RATE_LIMIT = envint("MESHDASH_CHECK_RATE_LIMIT", 30)
+# Site-wide bytes of manifest checks in flight at once, across web workers (check_budget.py); past it a
+# check answers 503 + Retry-After at once. 8 MiB: two anonymous checks of the largest size, or one 16 MiB
+# check alone (0 = off).
+MESHDASH_CHECK_BUDGET_BYTES = envint("MESHDASH_CHECK_BUDGET_BYTES", 8 * 1024 * 1024)
+# The largest manifest an anonymous visitor may have checked (signed in: the format's 16 MiB).
+MESHDASH_CHECK_ANON_MAX_BYTES = envint("MESHDASH_CHECK_ANON_MAX_BYTES", 4 * 1024 * 1024)
 
 # --- The Hub --------------------------------------------------------------------------------
 # HF_ENDPOINT and HF_TOKEN are read by huggingface_hub itself, from the environment, inside packages_app/hub/.
