@@ -121,6 +121,12 @@ def size_limit(authenticated: bool) -> int:
     return min(settings.MESHDASH_CHECK_ANON_MAX_BYTES, MAX_MANIFEST_BYTES)
 
 
+def upload_limit_text(authenticated: bool) -> str:
+    """How big an upload this visitor may check, for the page: "16 MiB", or "4.0 MiB; 16 MiB signed in"."""
+    limit = size_limit(authenticated)
+    return "16 MiB" if limit >= MAX_MANIFEST_BYTES else f"{_mib(limit)}; 16 MiB signed in"
+
+
 def too_big_message(limit: int, authenticated: bool) -> str:
     who = "" if authenticated or limit >= MAX_MANIFEST_BYTES else " without signing in (16 MiB signed in)"
     return f"The manifest must be at most {limit} bytes ({_mib(limit)}){who}."

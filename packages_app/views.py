@@ -98,7 +98,7 @@ def check_manifest_page(request: HttpRequest) -> HttpResponse:
     cap = check_budget.size_limit(signed_in)
     if _content_length(request) > cap + _UPLOAD_SLACK:
         check_budget.drain(request, _content_length(request))
-        too_big = check_budget.too_big_message(cap, signed_in) + " It was not checked."
+        too_big = check_budget.too_big_message(cap, signed_in)
         return _check_page(request, CheckManifestForm(), [too_big], 413)
     wait = ratelimit.retry_after(ratelimit.client_key(request, "check"), settings.MESHDASH_CHECK_RATE_LIMIT)
     if wait is not None:
@@ -145,6 +145,7 @@ def _check_page(
         "tracked": tracked,
         "release_tables": release_tables(result.assessment) if result else [],
         "runtime_notes": RESOLVER_UNCERTAIN,
+        "upload_limit": check_budget.upload_limit_text(bool(request.user.is_authenticated)),
     }
     return render(request, "packages_app/check.html", context, status=status)
 
