@@ -21,6 +21,7 @@ from packages_app import hub, ingest
 from packages_app.devhub import DEVHUB_TOKEN, PRIVATE_REPO, QWEN35_REPO
 from packages_app.models import NodeRun, Package
 from tests import dashboard_factories as f
+from tests.migrating import back_to_the_leaf, migrate  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.django_db
 
@@ -230,3 +231,34 @@ def test_an_operator_sees_the_nodes_newest_run_of_the_private_package(operator_c
     node_with_a_newer_private_run(True)
     body = text(operator_client.get("/nodes/mac-studio/"))
     assert "0.99.7-secret" in body and "H100-SECRET" in body
+
+
+# --- the migration -------------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("back_to_the_leaf")
+def test_the_migration_makes_a_public_no_sync_confirmed_unknown_and_going_back_hides_it() -> None:
+    apps = migrate([("packages_app", "0015_h20_noderun_certification")])
+    package, revision = apps.get_model("packages_app", "Package"), apps.get_model("packages_app", "Revision")
+    now = timezone.now()
+    package.objects.create(repo_id="meshllm/never-synced-layers")
+    package.objects.create(repo_id="meshllm/failing-layers", last_synced_at=now, sync_error="503")
+    package.objects.create(repo_id="meshllm/synced-empty-layers", last_synced_at=now)
+    failing_since = package.objects.create(
+        repo_id="meshllm/once-synced-layers", last_synced_at=now, sync_error="503"
+    )
+    revision.objects.create(package=failing_since, commit_sha="a" * 40)
+    package.objects.create(repo_id="meshllm/private-layers", private=True)
+    apps = migrate([("packages_app", "0016_h22web_privacy_unknown")])
+    after = dict(apps.get_model("packages_app", "Package").objects.values_list("repo_id", "private"))
+    assert after == {
+        "meshllm/never-synced-layers": None,
+        "meshllm/failing-layers": None,
+        "meshllm/synced-empty-layers": False,
+        "meshllm/once-synced-layers": False,
+        "meshllm/private-layers": True,
+    }
+    apps = migrate([("packages_app", "0015_h20_noderun_certification")])
+    back = dict(apps.get_model("packages_app", "Package").objects.values_list("repo_id", "private"))
+    assert back["meshllm/never-synced-layers"] is True and back["meshllm/synced-empty-layers"] is False

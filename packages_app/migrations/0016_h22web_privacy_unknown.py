@@ -15,6 +15,11 @@ def unconfirmed_to_unknown(apps, schema_editor):  # type: ignore[no-untyped-def]
     Package.objects.filter(pk__in=list(unconfirmed.values_list("pk", flat=True))).update(private=None)
 
 
+def unknown_to_private(apps, schema_editor):  # type: ignore[no-untyped-def]
+    # Going back to two values: what is unknown stays hidden.
+    apps.get_model("packages_app", "Package").objects.filter(private__isnull=True).update(private=True)
+
+
 class Migration(migrations.Migration):
     dependencies = [
         ("packages_app", "0015_h20_noderun_certification"),
@@ -31,5 +36,5 @@ class Migration(migrations.Migration):
                 null=True,
             ),
         ),
-        migrations.RunPython(unconfirmed_to_unknown, migrations.RunPython.noop),
+        migrations.RunPython(unconfirmed_to_unknown, unknown_to_private),
     ]
