@@ -198,3 +198,25 @@ def test_the_check_rate_limit_keys_on_the_client_behind_a_trusted_proxy(settings
 
     assert check("203.0.113.7") != 429 and check("203.0.113.7") == 429
     assert check("198.51.100.20") != 429  # another client behind the same proxy has its own minute
+
+
+def test_every_login_view_in_the_url_conf_uses_a_throttled_form() -> None:
+    from django.contrib.auth.views import LoginView
+    from django.urls import URLPattern, URLResolver, get_resolver
+
+    def views(patterns: list[Any]) -> list[Any]:
+        found = []
+        for p in patterns:
+            if isinstance(p, URLResolver):
+                found += views(p.url_patterns)
+            elif isinstance(p, URLPattern):
+                found.append(p.callback)
+        return found
+
+    login_views = [
+        v for v in views(get_resolver().url_patterns) if getattr(v, "view_class", None) is LoginView
+    ]
+    assert login_views, "the site's login view"
+    for view in login_views:
+        assert issubclass(view.view_initkwargs["authentication_form"], access.ThrottledLoginMixin)
+    assert issubclass(admin.site.login_form, access.ThrottledLoginMixin)
