@@ -5,6 +5,7 @@ folder and Celery tasks executed eagerly in-process. Production (DEBUG=false) mu
 SECRET_KEY and ALLOWED_HOSTS; a missing or malformed value stops the process at start-up.
 """
 
+import ipaddress
 import os
 import re
 from pathlib import Path
@@ -55,6 +56,21 @@ def proxy_ssl_header(value: str) -> tuple[str, str] | None:
         )
     meta = name.upper().replace("-", "_")
     return (meta if meta.startswith("HTTP_") else f"HTTP_{meta}", expected)
+
+
+def trusted_proxies(value: str) -> list[str]:
+    """``127.0.0.1, 10.0.0.0/8`` -> the networks as text; a value that is not an address or CIDR stops."""
+    networks = []
+    for item in (part.strip() for part in value.split(",")):
+        if not item:
+            continue
+        try:
+            networks.append(str(ipaddress.ip_network(item, strict=False)))
+        except ValueError:
+            raise ImproperlyConfigured(
+                f"MESHDASH_TRUSTED_PROXIES: {item!r} is not an IP address or CIDR (e.g. 10.0.0.0/8)"
+            ) from None
+    return networks
 
 
 # Off unless explicitly set: `make run`, the Dockerfile's build steps and the test suite set DEBUG=true.
@@ -141,6 +157,10 @@ LOGIN_REDIRECT_URL = "packages_app:catalog"
 LOGOUT_REDIRECT_URL = "packages_app:catalog"
 # Tracks per user per hour (superusers too: a typo loop must not flood the Hub); 0 = off.
 MESHDASH_TRACK_RATE_LIMIT = envint("MESHDASH_TRACK_RATE_LIMIT", 30)
+# The proxies (addresses or CIDRs, comma-separated) whose X-Forwarded-For is believed: when the peer is
+# one of them, rate limits and the login throttle key on the nearest address in the header that is not
+# a trusted proxy. Off (empty) by default: REMOTE_ADDR only, since anyone can send the header.
+MESHDASH_TRUSTED_PROXIES = trusted_proxies(envstr("MESHDASH_TRUSTED_PROXIES"))
 # Failed logins per username and per client address before the login form refuses for LOGIN_LOCKOUT s.
 MESHDASH_LOGIN_FAILURE_LIMIT = envint("MESHDASH_LOGIN_FAILURE_LIMIT", 5)
 MESHDASH_LOGIN_LOCKOUT = envint("MESHDASH_LOGIN_LOCKOUT", 900)
@@ -307,6 +327,12 @@ MESHDASH_REPORT_RETENTION_MONTHS = envint("MESHDASH_REPORT_RETENTION_MONTHS", 6)
 MESHDASH_ROLLUP_ON_STORE = envbool("MESHDASH_ROLLUP_ON_STORE", True)
 # "Check a manifest" page and POST /api/v1/check-manifest: checks/minute per client address; 0 = off
 MESHDASH_CHECK_RATE_LIMIT = envint("MESHDASH_CHECK_RATE_LIMIT", 30)
+# Site-wide bytes of manifest checks in flight at once, across web workers (check_budget.py); past it a
+# check answers 503 + Retry-After at once. 8 MiB: two anonymous checks of the largest size, or one 16 MiB
+# check alone (0 = off).
+MESHDASH_CHECK_BUDGET_BYTES = envint("MESHDASH_CHECK_BUDGET_BYTES", 8 * 1024 * 1024)
+# The largest manifest an anonymous visitor may have checked (signed in: the format's 16 MiB).
+MESHDASH_CHECK_ANON_MAX_BYTES = envint("MESHDASH_CHECK_ANON_MAX_BYTES", 4 * 1024 * 1024)
 
 # --- The Hub --------------------------------------------------------------------------------
 # HF_ENDPOINT and HF_TOKEN are read by huggingface_hub itself, from the environment, inside packages_app/hub/.

@@ -21,6 +21,8 @@ from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
+from django.contrib.admin.forms import AdminAuthenticationForm
+from django.contrib.auth import get_user_model
 from django.contrib.auth.forms import AuthenticationForm
 from django.contrib.auth.middleware import LoginRequiredMiddleware
 from django.contrib.auth.views import redirect_to_login
@@ -29,6 +31,7 @@ from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse
 from django.shortcuts import render
 
+from packages_app import ratelimit
 from packages_app.models import ActionLog
 
 log = logging.getLogger(__name__)
@@ -156,17 +159,29 @@ def record(user: User, action: str, target: str, detail: str = "") -> ActionLog:
 
 
 def client_address(request: HttpRequest) -> str:
-    # REMOTE_ADDR only: a forwarded header is the client's to forge unless a proxy we run sets it.
-    return str(request.META.get("REMOTE_ADDR", ""))
+    """REMOTE_ADDR, or the client behind a trusted proxy (ratelimit.client_address)."""
+    return ratelimit.client_address(request)
+
+
+def login_name(username: str) -> str:
+    """The name a failure counts against: what the user model would look up (Django's NFKC
+    normalisation: full-width or mathematical-bold letters spelling root are ``root``), case-folded
+    (a case-insensitive backend cannot be guessed past either; the default one only locks more)."""
+    return get_user_model().normalize_username(username).strip().casefold()
 
 
 def _failure_keys(request: HttpRequest, username: str) -> list[str]:
-    name = hashlib.sha256(username.strip().lower().encode()).hexdigest()[:32]
+    name = hashlib.sha256(login_name(username).encode()).hexdigest()[:32]
     return [f"meshdash:login-fail:user:{name}", f"meshdash:login-fail:addr:{client_address(request)}"]
 
 
-class ThrottledAuthenticationForm(AuthenticationForm):
-    """The login form, refusing after MESHDASH_LOGIN_FAILURE_LIMIT failures per username or address."""
+class ThrottledLoginMixin:
+    """Refuse after MESHDASH_LOGIN_FAILURE_LIMIT failures per normalised username or client address,
+    before the password backend is asked; count each failure. Mixed into every login form: the site's
+    and the admin's (admin.site.login_form), so no login path escapes the count."""
+
+    request: HttpRequest | None
+    data: Any
 
     def clean(self) -> dict[str, Any]:
         assert self.request is not None
@@ -179,8 +194,16 @@ class ThrottledAuthenticationForm(AuthenticationForm):
                 code="throttled",
             )
         try:
-            return super().clean()
+            return super().clean()  # type: ignore[misc, no-any-return]
         except ValidationError:
             for key in keys:
                 _count(key, settings.MESHDASH_LOGIN_LOCKOUT)
             raise
+
+
+class ThrottledAuthenticationForm(ThrottledLoginMixin, AuthenticationForm):
+    """The site's login form (/accounts/login/), throttled."""
+
+
+class ThrottledAdminAuthenticationForm(ThrottledLoginMixin, AdminAuthenticationForm):
+    """The admin's login form (staff only), throttled by the same counters."""

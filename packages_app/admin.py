@@ -29,6 +29,9 @@ from packages_app.models import (
 )
 from packages_app.nodes import identity as nodes
 
+# The admin's own login page counts failures against the same username and address as the site's.
+admin.site.login_form = access.ThrottledAdminAuthenticationForm
+
 # What a change page shows of one JSON column; the rest is cut with a note (the data stays stored).
 JSON_PREVIEW_CHARS = 20_000
 _REVISION_HEAVY = ("manifest_bytes", "manifest_json", "audit")

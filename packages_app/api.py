@@ -19,8 +19,7 @@ from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET
 
-from packages_app import access, queries, queueing, ratelimit, reports
-from packages_app.layout import MAX_MANIFEST_BYTES
+from packages_app import access, check_budget, queries, queueing, ratelimit, reports
 from packages_app.models import Node
 from packages_app.nodes import identity as nodes
 from packages_app.nodes.report_schema import BodyError, validate_batch, validate_report_body
@@ -206,17 +205,25 @@ def check_manifest_api(request: HttpRequest) -> HttpResponse:
     wait = ratelimit.retry_after(ratelimit.client_key(request, "check"), settings.MESHDASH_CHECK_RATE_LIMIT)
     if wait is not None:
         return error_response(429, "Too many checks from this address.", Retry_After=str(wait))
-    limit = f"The manifest must be at most {MAX_MANIFEST_BYTES} bytes (16 MiB)."
+    signed_in = bool(request.user.is_authenticated)
+    cap = check_budget.size_limit(signed_in)
+    limit = check_budget.too_big_message(cap, signed_in)
     try:
         declared = int(request.META.get("CONTENT_LENGTH") or 0)
     except ValueError:
         declared = 0
-    if declared > MAX_MANIFEST_BYTES:
+    if declared > cap:
+        check_budget.drain(request, declared)
         return error_response(413, limit)
-    body = request.read(MAX_MANIFEST_BYTES + 1)  # the stream, not request.body: our cap, not Django's 2.5 MiB
-    if len(body) > MAX_MANIFEST_BYTES:
-        return error_response(413, limit)
-    result, _ = queries.manifest_check(body, access.can_see_private(request.user))
+    try:
+        # Reserved on the declared length, before the body is read: a refusal costs the worker nothing.
+        with check_budget.reserve(declared):
+            body = request.read(cap + 1)  # the stream, not request.body: our cap, not Django's 2.5 MiB
+            if len(body) > cap:
+                return error_response(413, limit)
+            result, _ = queries.manifest_check(body, access.can_see_private(request.user))
+    except check_budget.Busy as busy:
+        return error_response(503, busy.message(), Retry_After=str(busy.retry_after))
     return JsonResponse(result.to_json())
 
 

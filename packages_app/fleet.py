@@ -308,7 +308,7 @@ def node_rows(
         nodes = nodes.filter(name=name)
     node_list = list(nodes)
     limit = limit or (NODE_PAGE_ROWS if name is not None else NODES_PAGE_ROWS)
-    runs = _latest_runs([n.pk for n in node_list])
+    runs = _latest_runs([n.pk for n in node_list], show_private)
     serving = _serving(since, {n.pk: n.name for n in node_list}, show_private, limit, runs)
     rows = [_node_row(n, runs.get(n.pk), serving.get(n.pk, _NOTHING_SERVED)) for n in node_list]
     rows.sort(key=lambda r: (not r.needs_action, r.advice.cause.rank if r.advice else 0, r.node.name))
@@ -328,9 +328,14 @@ def _device_name(device: Any) -> str:
     return str(device)
 
 
-def _latest_runs(node_ids: list[int]) -> dict[int, NodeRun]:
+def _latest_runs(node_ids: list[int], show_private: bool) -> dict[int, NodeRun]:
+    """Each node's newest registered run; without ``show_private``, its newest run of a public package
+    or of none (a run of a private package, of one whose privacy is unknown, or naming a repo no stored
+    revision confirms would show its version and devices beside it)."""
     runs: dict[int, NodeRun] = {}
     rows = NodeRun.objects.filter(node_id__in=node_ids).select_related("revision__package")
+    if not show_private:
+        rows = rows.filter(Q(revision__package__private=False) | Q(revision__isnull=True, repo_id=""))
     for run in rows.order_by("node_id", "-updated_at", "-id"):
         runs.setdefault(run.node_id, run)
     return runs
@@ -467,7 +472,7 @@ def _registered_only(
         for run in runs.values()
         if run.revision_id is not None
         and (run.node_id, run.revision_id) not in ran
-        and (show_private or (run.revision is not None and not run.revision.package.private))
+        and (show_private or (run.revision is not None and run.revision.package.is_public))
     ]
 
 

@@ -154,21 +154,27 @@ class CheckManifestForm(forms.Form):
     manifest = forms.CharField(required=False, strip=False, widget=forms.Textarea(attrs={"rows": 14}))
     file = forms.FileField(required=False, label="or upload model-package.json")
 
+    def __init__(self, *args: Any, max_bytes: int = MAX_MANIFEST_BYTES, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.max_bytes = max_bytes  # lower for anonymous visitors (check_budget.size_limit)
+
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
         pasted, uploaded = data.get("manifest"), data.get("file")
         if bool(pasted) == bool(uploaded):
             raise ValidationError("Paste a manifest or upload one (exactly one of the two).")
-        if uploaded is not None and uploaded.size > MAX_MANIFEST_BYTES:
+        if uploaded is not None and uploaded.size > self.max_bytes:
+            signed_in = "" if self.max_bytes >= MAX_MANIFEST_BYTES else ", 16 MiB signed in"
             raise ValidationError(
-                f"The file is {uploaded.size} bytes; the limit is {MAX_MANIFEST_BYTES} (16 MiB)."
+                f"The file is {uploaded.size} bytes; the limit is {self.max_bytes} "
+                f"({self.max_bytes / 2**20:.1f} MiB{signed_in})."
             )
         return data
 
     def manifest_bytes(self) -> bytes:
         uploaded = self.cleaned_data.get("file")
         if uploaded is not None:
-            return bytes(uploaded.read(MAX_MANIFEST_BYTES + 1))
+            return bytes(uploaded.read(self.max_bytes + 1))
         return str(self.cleaned_data["manifest"]).encode("utf-8", "surrogatepass")
 
     def error_sentences(self) -> list[str]:

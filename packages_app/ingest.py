@@ -43,13 +43,30 @@ STALE_CLAIM = timedelta(seconds=getattr(settings, "CELERY_TASK_TIME_LIMIT", 660)
 # --- packages and revisions ------------------------------------------------------------------
 
 
-def track_package(repo_id: str) -> Package:
-    """Start following a package and store it; the caller enqueues its sync."""
+def track_package(repo_id: str, private: bool | None = None) -> Package:
+    """Start following a package and store it; the caller enqueues its sync.
+
+    ``private`` is what a Hub listing said of the repo (discover); without it a new row's privacy is
+    unknown, and it is hidden like a private one until a sync asks the Hub.
+    """
     hub.validate_repo_id(repo_id)
-    package, _ = Package.objects.get_or_create(repo_id=repo_id, defaults={"tracked": True})
+    package, _ = Package.objects.get_or_create(
+        repo_id=repo_id, defaults={"tracked": True, "private": private}
+    )
     if not package.tracked:
         Package.objects.filter(pk=package.pk).update(tracked=True)
+    if private is not None:
+        _record_listed_privacy(package, private)
     return package
+
+
+def _record_listed_privacy(package: Package, private: bool) -> None:
+    """A listing's word: it may hide a package (private), or make an unknown one public; a package a
+    repo-info read found private is not made public by a listing."""
+    if package.private is private or (package.private is True and not private):
+        return
+    Package.objects.filter(pk=package.pk).update(private=private)
+    package.private = private
 
 
 def confirm_package(repo_id: str, source: hub.PackageSource | None = None) -> Package | None:
@@ -113,8 +130,10 @@ def discover_packages(
     """
     skip = on_skip or _log_skipped
     found: set[str] = set()
+    listed: dict[str, bool | None] = {}  # what the namespace listings said of each repo's privacy
     for namespace in namespaces:
-        found.update(hub.list_namespace_packages(namespace, on_skip=skip))
+        listed.update(hub.namespace_packages(namespace, on_skip=skip))
+    found.update(listed)
     if catalog_dataset:
         try:
             found.update(
@@ -124,10 +143,14 @@ def discover_packages(
             )
         except hub.HubNotFound:
             log.info("catalog dataset %s not found; skipped", catalog_dataset)
-    known = set(Package.objects.filter(repo_id__in=found).values_list("repo_id", flat=True))
-    new = sorted(found - known)
+    stored = {p.repo_id: p for p in Package.objects.filter(repo_id__in=found)}
+    new = sorted(found - set(stored))
     for repo_id in new:
-        track_package(repo_id)
+        track_package(repo_id, listed.get(repo_id))
+    for repo_id, package in stored.items():
+        said = listed.get(repo_id)
+        if said is not None:
+            _record_listed_privacy(package, said)
     return Discovery(found=sorted(found), tracked=new)
 
 
@@ -266,8 +289,10 @@ def record_privacy(package: Package, source: hub.PackageSource) -> None:
 
 
 def _learn_privacy(package: Package, source: hub.PackageSource) -> None:
-    # Read with a token, a repo may be private although no sync ran yet (ingest of a pinned sha): ask.
-    if getattr(source, "private", False) is None and getattr(source, "token", None):
+    # Read with a token, a repo may be private although no sync ran yet (ingest of a pinned sha); and a
+    # package whose privacy is still unknown stays hidden until someone asks: ask.
+    asked = getattr(source, "private", False) is not None
+    if not asked and (getattr(source, "token", None) or package.private is None):
         source.resolve_revision(None)
     record_privacy(package, source)
 

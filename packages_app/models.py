@@ -16,13 +16,28 @@ from packages_app.layout import FileRole
 FILE_ROLES = [(role.value, role.name.title()) for role in FileRole]
 
 
+class PackageQuerySet(models.QuerySet["Package"]):
+    def public(self) -> PackageQuerySet:
+        """Packages the Hub said are public; unknown privacy counts as private."""
+        return self.filter(private=False)
+
+    def visible(self, show_private: bool) -> PackageQuerySet:
+        """Every package this reader may see (access.can_see_private decides ``show_private``)."""
+        return self.all() if show_private else self.public()
+
+
 class Package(models.Model):
     """A layer-package repo on the Hub, e.g. ``meshllm/Qwen3.5-35B-A3B-UD-Q4_K_XL-layers``."""
 
     repo_id = models.CharField(max_length=96, unique=True)
     tracked = models.BooleanField(default=True, help_text="Synced by the periodic task.")
+    # Private until the Hub says public: None (not yet known: tracked, not synced, or every sync failed)
+    # is hidden like True; only False is shown to readers without the permission (PackageQuerySet.visible).
     private = models.BooleanField(
-        default=False, help_text="The Hub says the repo is private: shown only to users who may see it."
+        null=True,
+        default=None,
+        help_text="What the Hub says of the repo's visibility: private (yes), public (no), or unknown "
+        "(not yet synced). Only public packages are shown to users who may not see private ones.",
     )
     created_at = models.DateTimeField(auto_now_add=True)
     last_synced_at = models.DateTimeField(null=True, blank=True)
@@ -31,6 +46,8 @@ class Package(models.Model):
     latest_revision = models.ForeignKey(
         "Revision", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
+
+    objects = PackageQuerySet.as_manager()
 
     class Meta:
         ordering = ["repo_id"]
@@ -47,6 +64,10 @@ class Package(models.Model):
     @property
     def owner(self) -> str:
         return self.repo_id.split("/", 1)[0]
+
+    @property
+    def is_public(self) -> bool:
+        return self.private is False
 
     @property
     def name(self) -> str:

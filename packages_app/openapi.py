@@ -114,7 +114,8 @@ def _path_check_manifest() -> PathItem:
         "operationId": "check_manifest",
         "summary": "Judge one model-package.json as mesh-llm does (no login, rate-limited per address).",
         "description": (
-            "The body is the manifest file itself (any Content-Type, at most 16 MiB). The answer is 200 for "
+            "The body is the manifest file itself (any Content-Type, at most 16 MiB signed in, "
+            "MESHDASH_CHECK_ANON_MAX_BYTES (4 MiB) without login). The answer is 200 for "
             "every manifest, valid or not: `valid` is mesh-llm's verdict, `problems` carry its own codes "
             "(meshdash's own findings are warnings or info), `runtime` maps each speculative.strategy "
             "setting to native-mtp, no-mtp, load-fails or refused, `compatibility` lists the releases."
@@ -123,9 +124,13 @@ def _path_check_manifest() -> PathItem:
         "responses": {
             "200": {"description": "The judgement.", **json_content(ref("ManifestCheckOut"))},
             "405": error("Only POST is allowed."),
-            "413": error("The manifest is over 16 MiB."),
+            "413": error("The manifest is over the size cap (4 MiB anonymous, 16 MiB signed in)."),
             "429": error(
                 "Over the per-address rate limit.",
+                Retry_After={"description": "Seconds to wait.", "schema": {"type": "integer"}},
+            ),
+            "503": error(
+                "The site's budget of manifest checks in flight is spent; nothing was checked.",
                 Retry_After={"description": "Seconds to wait.", "schema": {"type": "integer"}},
             ),
         },

@@ -181,8 +181,9 @@ class CatalogResult:
 
 
 def visible_packages(show_private: bool) -> QuerySet[Package]:
-    """Every package this reader may see: private ones only for users allowed to (access.py decides)."""
-    return Package.objects.all() if show_private else Package.objects.filter(private=False)
+    """Every package this reader may see: private ones, and those whose privacy the Hub has not told
+    yet, only for users allowed to (access.py decides)."""
+    return Package.objects.visible(show_private)
 
 
 def catalog_queryset(filters: CatalogFilters, show_private: bool = False) -> QuerySet[Package]:

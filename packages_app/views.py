@@ -19,12 +19,22 @@ from django.utils import timezone
 from django.utils.http import content_disposition_header
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from packages_app import access, background, charts, fixes, fleet, queries, queueing, ratelimit, staticfinders
+from packages_app import (
+    access,
+    background,
+    charts,
+    check_budget,
+    fixes,
+    fleet,
+    queries,
+    queueing,
+    ratelimit,
+    staticfinders,
+)
 from packages_app.audit.assessment import release_tables, shared_outcomes
 from packages_app.audit.check import ManifestCheck
 from packages_app.audit.model import UNCERTAIN as RESOLVER_UNCERTAIN
 from packages_app.forms import SORTS, CatalogFilterForm, CheckManifestForm, TrackPackageForm
-from packages_app.layout import MAX_MANIFEST_BYTES
 from packages_app.models import ActionLog, Package, Revision
 from packages_app.throughput import RANGES, RevisionThroughput
 from packages_app.verdicts import STATUSES_BY_RANK, VERDICTS_BY_RANK, ActionKind, Cause
@@ -97,10 +107,12 @@ def check_manifest_page(request: HttpRequest) -> HttpResponse:
     """Paste or upload a model-package.json; see it judged as mesh-llm judges it. No login."""
     if request.method == "GET":
         return _check_page(request, CheckManifestForm())
-    if _content_length(request) > MAX_MANIFEST_BYTES + _UPLOAD_SLACK:
-        return _check_page(
-            request, CheckManifestForm(), ["The manifest is over 16 MiB; it was not read."], 413
-        )
+    signed_in = bool(request.user.is_authenticated)
+    cap = check_budget.size_limit(signed_in)
+    if _content_length(request) > cap + _UPLOAD_SLACK:
+        check_budget.drain(request, _content_length(request))
+        too_big = check_budget.too_big_message(cap, signed_in)
+        return _check_page(request, CheckManifestForm(), [too_big], 413)
     wait = ratelimit.retry_after(ratelimit.client_key(request, "check"), settings.MESHDASH_CHECK_RATE_LIMIT)
     if wait is not None:
         response = _check_page(
@@ -109,7 +121,18 @@ def check_manifest_page(request: HttpRequest) -> HttpResponse:
         response["Retry-After"] = str(wait)
         return response
     try:
-        form = CheckManifestForm(request.POST, request.FILES)
+        # Reserved on the declared length, before the form reads the body: a refusal costs little.
+        with check_budget.reserve(min(_content_length(request), cap)):
+            return _checked_page(request, cap)
+    except check_budget.Busy as busy:
+        response = _check_page(request, CheckManifestForm(), [busy.message()], 503)
+        response["Retry-After"] = str(busy.retry_after)
+        return response
+
+
+def _checked_page(request: HttpRequest, cap: int) -> HttpResponse:
+    try:
+        form = CheckManifestForm(request.POST, request.FILES, max_bytes=cap)
         valid = form.is_valid()
     except RequestDataTooBig:
         too_big = "A pasted manifest may be at most 2.5 MiB; upload the file instead (up to 16 MiB)."
@@ -136,6 +159,7 @@ def _check_page(
         "release_tables": (tables := release_tables(result.assessment) if result else []),
         "release_shared": shared_outcomes(tables),
         "runtime_notes": RESOLVER_UNCERTAIN,
+        "upload_limit": check_budget.upload_limit_text(bool(request.user.is_authenticated)),
     }
     return render(request, "packages_app/check.html", context, status=status)
 

@@ -232,7 +232,7 @@ def assessment(
 
 
 def make_package(repo_id: str) -> Package:
-    return Package.objects.create(repo_id=repo_id)
+    return Package.objects.create(repo_id=repo_id, private=False)
 
 
 def make_revision(

@@ -35,7 +35,7 @@ def tracked(monkeypatch: pytest.MonkeyPatch, settings: Any) -> list[str]:
 
     def fake_track(repo_id: str) -> Package:
         calls.append(repo_id)
-        return Package.objects.create(repo_id=repo_id)
+        return Package.objects.create(repo_id=repo_id, private=False)
 
     monkeypatch.setattr(ingest, "track_package", fake_track)
     return calls

@@ -325,7 +325,7 @@ def test_a_small_clock_difference_is_not_flagged(client: Client, token: str) -> 
 
 
 def test_a_report_for_an_ingested_revision_is_linked_at_once(client: Client, token: str) -> None:
-    package = Package.objects.create(repo_id=QWEN)
+    package = Package.objects.create(repo_id=QWEN, private=False)
     revision = Revision.objects.create(package=package, commit_sha=FIRST_SHA)
     post(client, make_report(), token)
     assert Report.objects.get().revision == revision
@@ -336,14 +336,14 @@ def test_a_report_for_an_unknown_revision_is_kept_and_linked_when_it_is_ingested
 ) -> None:
     post(client, make_report(), token)
     assert Report.objects.get().revision is None
-    package = Package.objects.create(repo_id=QWEN)
+    package = Package.objects.create(repo_id=QWEN, private=False)
     revision = Revision.objects.create(package=package, commit_sha=FIRST_SHA)
     assert reports.link_reports_to_revision(revision) == 1
     assert Report.objects.get().revision == revision
 
 
 def test_a_report_links_by_manifest_digest_when_the_commit_is_unknown(client: Client, token: str) -> None:
-    package = Package.objects.create(repo_id=QWEN)
+    package = Package.objects.create(repo_id=QWEN, private=False)
     revision = Revision.objects.create(package=package, commit_sha="a" * 40, manifest_sha256=MANIFEST)
     post(client, make_report(), token)
     assert Report.objects.get().revision == revision
@@ -381,7 +381,7 @@ def test_a_broker_failure_does_not_fail_the_report(client: Client, token: str, f
 
 
 def test_a_known_revision_enqueues_nothing(client: Client, token: str, fake_tasks: Any) -> None:
-    Revision.objects.create(package=Package.objects.create(repo_id=QWEN), commit_sha=FIRST_SHA)
+    Revision.objects.create(package=Package.objects.create(repo_id=QWEN, private=False), commit_sha=FIRST_SHA)
     post(client, make_report(), token)
     fake_tasks.ingest_revision.delay_on_commit.assert_not_called()
 
@@ -405,7 +405,9 @@ def test_a_batch_answers_one_result_per_item_in_order(client: Client, token: str
 
 
 def test_a_batch_links_reports_to_their_revisions(client: Client, token: str) -> None:
-    revision = Revision.objects.create(package=Package.objects.create(repo_id=QWEN), commit_sha=FIRST_SHA)
+    revision = Revision.objects.create(
+        package=Package.objects.create(repo_id=QWEN, private=False), commit_sha=FIRST_SHA
+    )
     other = make_report(package={"repo": "meshllm/Other-layers", "revision": "b" * 40})
     post(client, {"reports": [make_report(), other]}, token, url=BATCH_URL)
     assert Report.objects.filter(revision=revision).count() == 1

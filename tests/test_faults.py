@@ -141,7 +141,7 @@ def test_an_ingest_stopped_by_the_time_limit_every_time_is_failed_for_good(
 def test_a_message_whose_deliveries_died_three_times_is_quarantined_without_running(
     hub_settings: DevHub, eager_tasks: None
 ) -> None:
-    package = Package.objects.create(repo_id=QWEN35_REPO)
+    package = Package.objects.create(repo_id=QWEN35_REPO, private=False)
     Revision.objects.create(package=package, commit_sha=QWEN35_FIRST_SHA)
     task_id = str(uuid.uuid4())
     for _ in range(3):  # three deliveries that started and never finished (their worker died)
@@ -253,7 +253,7 @@ def test_the_reconciler_finishes_a_revision_whose_worker_died_past_its_lease(
 
 
 def stuck_revision(repo_id: str = QWEN35_REPO, sha: str = QWEN35_FIRST_SHA, *, started: datetime) -> Revision:
-    package, _ = Package.objects.get_or_create(repo_id=repo_id)
+    package, _ = Package.objects.get_or_create(repo_id=repo_id, defaults={"private": False})
     return Revision.objects.create(
         package=package, commit_sha=sha, status="running", claim_token="dead-worker", started_at=started
     )
@@ -830,7 +830,7 @@ def test_negative_control_retries_that_ignore_retry_after_come_too_early(
 
 
 def poison_scenario(make_worker: Callable[..., Worker], tmp_path: Path, **knobs: Any) -> tuple[Worker, Path]:
-    package = Package.objects.create(repo_id=QWEN35_REPO)
+    package = Package.objects.create(repo_id=QWEN35_REPO, private=False)
     Revision.objects.create(package=package, commit_sha=QWEN35_FIRST_SHA)
     deliveries = tmp_path / "poison-deliveries"
     deliveries.touch()
@@ -870,7 +870,7 @@ def test_a_message_that_hangs_past_the_hard_time_limit_is_quarantined_after_thre
     make_worker: Callable[..., Worker], tmp_path: Path
 ) -> None:
     started = time.monotonic()
-    package = Package.objects.create(repo_id=QWEN35_REPO)
+    package = Package.objects.create(repo_id=QWEN35_REPO, private=False)
     Revision.objects.create(package=package, commit_sha=QWEN35_FIRST_SHA)
     deliveries = tmp_path / "hang-deliveries"
     deliveries.touch()

@@ -178,21 +178,21 @@ def test_a_hub_outage_leaves_the_revision_queued_for_a_retry(devhub: DevHub) -> 
 
 
 def test_only_one_of_two_racing_workers_claims_a_revision() -> None:
-    package = Package.objects.create(repo_id=QWEN35_REPO)
+    package = Package.objects.create(repo_id=QWEN35_REPO, private=False)
     rev = Revision.objects.create(package=package, commit_sha=QWEN35_FIRST_SHA)
     assert ingest.claim_revision(rev.pk, "worker-a")
     assert not ingest.claim_revision(rev.pk, "worker-b")
 
 
 def test_a_redelivered_task_takes_over_the_revision_its_dead_worker_held() -> None:
-    package = Package.objects.create(repo_id=QWEN35_REPO)
+    package = Package.objects.create(repo_id=QWEN35_REPO, private=False)
     rev = Revision.objects.create(package=package, commit_sha=QWEN35_FIRST_SHA)
     assert ingest.claim_revision(rev.pk, "task-1")
     assert ingest.claim_revision(rev.pk, "task-1")
 
 
 def test_a_done_revision_cannot_be_claimed() -> None:
-    package = Package.objects.create(repo_id=QWEN35_REPO)
+    package = Package.objects.create(repo_id=QWEN35_REPO, private=False)
     rev = Revision.objects.create(package=package, commit_sha=QWEN35_FIRST_SHA, status=Revision.Status.DONE)
     assert not ingest.claim_revision(rev.pk, "task-1")
 

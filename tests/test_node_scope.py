@@ -48,7 +48,7 @@ def tokens(db: None) -> tuple[str, str]:
 
 @pytest.fixture
 def revisions(db: None) -> tuple[Revision, Revision]:
-    package = Package.objects.create(repo_id=REPO)
+    package = Package.objects.create(repo_id=REPO, private=False)
     return (
         Revision.objects.create(package=package, commit_sha=SHA),
         Revision.objects.create(package=package, commit_sha=OTHER_SHA),
@@ -210,7 +210,8 @@ def test_negative_control_trusting_the_report_creates_twenty_public_catalog_rows
     post_reports(client, tokens[1], MADE_UP)
     with mock.patch.object(ingest, "confirm_package", lambda repo_id: ingest.track_package(repo_id)):
         run_queued(worker_queue)
-    assert Package.objects.filter(private=False, tracked=True).count() == 20
+    # Stored and tracked; since privacy unknown is hidden (test_privacy_unknown.py) no longer public too.
+    assert Package.objects.filter(tracked=True).count() == 20
 
 
 def test_a_report_naming_a_real_layer_package_tracks_it_once_the_hub_confirms_it(
@@ -271,7 +272,8 @@ def test_negative_control_a_sync_that_trusts_the_webhook_leaves_a_tracked_public
     forged_webhook(client, "meshllm/Junk-layers")
     with mock.patch.object(ingest, "confirm_package", lambda repo_id: True):
         run_queued(worker_queue)  # the sync fails on the Hub's 404, after storing the row
-    assert Package.objects.filter(repo_id="meshllm/Junk-layers", tracked=True, private=False).exists()
+    # Stored and tracked (hidden until the Hub says public since test_privacy_unknown.py's rule).
+    assert Package.objects.filter(repo_id="meshllm/Junk-layers", tracked=True).exists()
 
 
 # --- acceptance poisoning -------------------------------------------------------------------------

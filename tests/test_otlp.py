@@ -35,7 +35,7 @@ def token(db: None) -> str:
 
 @pytest.fixture
 def revision(db: None) -> Revision:
-    package = Package.objects.create(repo_id=REPO)
+    package = Package.objects.create(repo_id=REPO, private=False)
     Revision.objects.create(package=package, commit_sha=OTHER_SHA)
     return Revision.objects.create(package=package, commit_sha=SHA)
 
@@ -266,7 +266,9 @@ def test_devnode_spans_over_otlp_grpc_are_stored_linked_to_the_revision(
     grpc_receiver: int, transactional_db: None
 ) -> None:
     token = identity.node_create("node-grpc").token
-    revision = Revision.objects.create(package=Package.objects.create(repo_id=REPO), commit_sha=SHA)
+    revision = Revision.objects.create(
+        package=Package.objects.create(repo_id=REPO, private=False), commit_sha=SHA
+    )
     register_run(Client(), token)
     target = OtlpTarget(url=f"grpc://127.0.0.1:{grpc_receiver}", token=token)
     with DevNode(PLAN, otlp=target, seed=3) as node:
@@ -291,7 +293,9 @@ def test_the_grpc_receiver_refuses_an_unknown_token(grpc_receiver: int) -> None:
 
 def test_devnode_spans_over_otlp_http_with_gzip_are_stored_linked_to_the_revision(live_server: Any) -> None:
     token = identity.node_create("node-http").token
-    revision = Revision.objects.create(package=Package.objects.create(repo_id=REPO), commit_sha=SHA)
+    revision = Revision.objects.create(
+        package=Package.objects.create(repo_id=REPO, private=False), commit_sha=SHA
+    )
     register_run(Client(), token)
     target = OtlpTarget(url=live_server.url, token=token, gzip=True)
     with DevNode(PLAN, otlp=target, seed=4) as node:

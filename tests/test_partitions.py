@@ -31,7 +31,7 @@ needs_postgres = pytest.mark.skipif(not POSTGRES, reason="SQLite keeps one repor
 
 @pytest.fixture
 def revision() -> Revision:
-    package = Package.objects.create(repo_id=REPO)
+    package = Package.objects.create(repo_id=REPO, private=False)
     return Revision.objects.create(package=package, commit_sha=SHA, mtp_detected=True)
 
 

@@ -196,3 +196,139 @@ def test_control_a_slow_body_holds_the_only_worker_of_gunicorn_alone(stack: tupl
             ping(tmp / "gunicorn.sock", timeout=3)  # the worker waits for the rest of the slow body
     finally:
         slow.close()
+
+
+# --- the real client behind nginx (MESHDASH_TRUSTED_PROXIES) -------------------------------------------
+
+NGINX_TCP_CONF = """
+daemon off;
+user {user};
+pid {tmp}/nginx.pid;
+error_log {tmp}/nginx-error.log warn;
+events {{ worker_connections 64; }}
+http {{
+  access_log off;
+  client_body_temp_path {tmp}/body; proxy_temp_path {tmp}/proxy; fastcgi_temp_path {tmp}/fcgi;
+  uwsgi_temp_path {tmp}/uwsgi; scgi_temp_path {tmp}/scgi;
+  server {{
+    listen 127.0.0.1:{trusted_port};
+    location / {{
+      proxy_pass http://127.0.0.1:{trusted_upstream};
+      proxy_set_header Host localhost;
+      proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;
+    }}
+  }}
+  server {{
+    listen 127.0.0.1:{plain_port};
+    location / {{
+      proxy_pass http://127.0.0.1:{plain_upstream};
+      proxy_set_header Host localhost;
+      proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;
+    }}
+  }}
+}}
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_for_port(port: int, proc: subprocess.Popen[bytes]) -> None:
+    for _ in range(600):
+        try:
+            if http_status(port, "127.0.0.1", "GET", "/api/v1/ping") == 200:
+                return
+        except OSError:
+            pass
+        assert proc.poll() is None, f"{proc.args[0]} exited"
+        proc_wait(proc, 0.1)
+    raise AssertionError(f"port {port} never answered")
+
+
+def http_status(port: int, source: str, method: str, path: str, headers: dict[str, str] | None = None) -> int:
+    """One request to nginx on loopback from the client address ``source`` (any 127.x address)."""
+    import http.client
+
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30, source_address=(source, 0))
+    try:
+        body = b"{}" if method == "POST" else None
+        conn.request(method, path, body=body, headers={"Content-Type": "application/json", **(headers or {})})
+        return conn.getresponse().status
+    finally:
+        conn.close()
+
+
+@pytest.fixture(scope="module")
+def tcp_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, int]]:
+    """nginx on two loopback ports: one in front of a gunicorn that trusts it (MESHDASH_TRUSTED_PROXIES=
+    127.0.0.1), one in front of a gunicorn with the setting off; a check limit of 2 a minute."""
+    tmp = tmp_path_factory.mktemp("tcp-proxy")
+    env = {k: v for k, v in os.environ.items() if k not in ("CELERY_BROKER_URL", "REDIS_URL", "CACHE_URL")}
+    env |= {"DEBUG": "true", "DATABASE_URL": f"sqlite:///{tmp}/db.sqlite3", "MESHDASH_CHECK_RATE_LIMIT": "2"}
+    manage(env, "migrate", "--noinput", "-v0")
+    ports = {name: free_port() for name in ("trusted", "trusted_upstream", "plain", "plain_upstream")}
+    procs = []
+    for name, trusted in (("trusted_upstream", "127.0.0.1"), ("plain_upstream", "")):
+        procs.append(
+            subprocess.Popen(
+                [
+                    str(Path(sys.executable).parent / "gunicorn"),
+                    "meshdash.wsgi",
+                    "--workers",
+                    "1",
+                    "--bind",
+                    f"127.0.0.1:{ports[name]}",
+                    "--timeout",
+                    "120",
+                ],
+                cwd=ROOT,
+                env=env | {"MESHDASH_TRUSTED_PROXIES": trusted},
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+        )
+    conf = NGINX_TCP_CONF.format(
+        tmp=tmp,
+        user=getpass.getuser(),
+        trusted_port=ports["trusted"],
+        trusted_upstream=ports["trusted_upstream"],
+        plain_port=ports["plain"],
+        plain_upstream=ports["plain_upstream"],
+    )
+    (tmp / "nginx.conf").write_text(conf)
+    procs.append(
+        subprocess.Popen([NGINX, "-c", str(tmp / "nginx.conf"), "-p", str(tmp)], stderr=subprocess.DEVNULL)
+    )
+    try:
+        wait_for_port(ports["trusted_upstream"], procs[0])
+        wait_for_port(ports["plain_upstream"], procs[1])
+        wait_for_port(ports["trusted"], procs[2])
+        yield ports
+    finally:
+        for proc in reversed(procs):
+            proc.terminate()
+            proc.wait(30)
+
+
+def checks(port: int, source: str, count: int, forged: str | None = None) -> list[int]:
+    headers = {"X-Forwarded-For": forged} if forged else {}
+    return [http_status(port, source, "POST", "/api/v1/check-manifest", headers) for _ in range(count)]
+
+
+def test_behind_a_trusted_nginx_each_client_has_its_own_rate_limit(tcp_stack: dict[str, int]) -> None:
+    port = tcp_stack["trusted"]
+    assert checks(port, "127.0.0.2", 3)[2] == 429  # the limit is 2 a minute
+    assert 429 not in checks(port, "127.0.0.3", 2)  # another client behind the same nginx: its own budget
+    # Forging the header does not buy a new budget: nginx appends the real address, which is counted.
+    assert checks(port, "127.0.0.2", 2, forged="198.51.100.7") == [429, 429]
+
+
+def test_control_with_the_setting_off_every_client_behind_nginx_shares_one_budget(
+    tcp_stack: dict[str, int],
+) -> None:
+    port = tcp_stack["plain"]
+    assert checks(port, "127.0.0.4", 3)[2] == 429
+    assert checks(port, "127.0.0.5", 1) == [429]  # locked out by someone else's requests

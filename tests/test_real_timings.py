@@ -55,7 +55,9 @@ def token(db: None) -> str:
 
 @pytest.fixture
 def revision(db: None) -> Revision:
-    return Revision.objects.create(package=Package.objects.create(repo_id=QWEN), commit_sha=SHA)
+    return Revision.objects.create(
+        package=Package.objects.create(repo_id=QWEN, private=False), commit_sha=SHA
+    )
 
 
 def post(client: Client, token: str, timings: dict[str, Any]) -> Any:

@@ -40,7 +40,7 @@ STRATEGIES = [("native-mtp", "Integrated"), ("disabled", "Disabled"), ("ngram-ca
 
 @pytest.fixture
 def revision() -> Revision:
-    package = Package.objects.create(repo_id=REPO)
+    package = Package.objects.create(repo_id=REPO, private=False)
     return Revision.objects.create(package=package, commit_sha=SHA, mtp_detected=True)
 
 
@@ -186,7 +186,7 @@ def test_reports_that_arrive_before_their_revision_are_rolled_up_when_it_is_link
     sender = node("node-a")
     reports.reports_store_batch(sender, [valid(body(rng)) for _ in range(25)], datetime.now(UTC))
     assert not Rollup.objects.exists()  # no revision yet
-    package = Package.objects.create(repo_id=REPO)
+    package = Package.objects.create(repo_id=REPO, private=False)
     revision = Revision.objects.create(package=package, commit_sha=SHA, mtp_detected=True)
     assert reports.link_reports_to_revision(revision) == 25
     assert reports.link_reports_to_revision(revision) == 0  # a second link adds nothing

@@ -36,7 +36,7 @@ def hourly_rollups_for_old_reports(settings: Any) -> None:
 
 @pytest.fixture
 def package() -> Package:
-    return Package.objects.create(repo_id="meshllm/Qwen3.5-35B-A3B-UD-Q4_K_XL-layers")
+    return Package.objects.create(repo_id="meshllm/Qwen3.5-35B-A3B-UD-Q4_K_XL-layers", private=False)
 
 
 @pytest.fixture

@@ -172,5 +172,5 @@ def test_the_openapi_document_describes_the_check(client: Client) -> None:
     document = client.get("/api/v1/openapi.json").json()
 
     operation = document["paths"]["/api/v1/check-manifest"]["post"]
-    assert set(operation["responses"]) == {"200", "405", "413", "429"}
+    assert set(operation["responses"]) == {"200", "405", "413", "429", "503"}
     assert "ManifestCheckOut" in document["components"]["schemas"]

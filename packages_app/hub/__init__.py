@@ -19,6 +19,7 @@ from packages_app.hub.client import (
     config_from_settings,
     default_endpoint,
     list_namespace_packages,
+    namespace_packages,
 )
 from packages_app.hub.errors import (
     RETRY_STATUS,
@@ -86,6 +87,7 @@ __all__ = [
     "config_from_settings",
     "default_endpoint",
     "list_namespace_packages",
+    "namespace_packages",
     "parse_hf_uri",
     "ranged_get",
     "read_header",

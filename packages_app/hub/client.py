@@ -159,7 +159,8 @@ class HubSource:
             what, lambda: self.api.repo_info(self.repo_id, revision=rev, repo_type=self.repo_type)
         )
         sha = getattr(info, "sha", None)
-        self.private = bool(getattr(info, "private", False))
+        private = getattr(info, "private", None)
+        self.private = private if isinstance(private, bool) else None  # not said: stays unknown
         if not isinstance(sha, str) or not SHA_RE.match(sha):
             raise HubError(f"{what}: the Hub did not return a commit sha")
         return sha
@@ -273,6 +274,14 @@ def list_namespace_packages(
     namespace: str, *, endpoint: str | None = None, on_skip: SkipFn = _ignore
 ) -> list[str]:
     """Model repos of ``namespace`` named like layer packages (``...-layers``); invalid ids skipped."""
+    return sorted(namespace_packages(namespace, endpoint=endpoint, on_skip=on_skip))
+
+
+def namespace_packages(
+    namespace: str, *, endpoint: str | None = None, on_skip: SkipFn = _ignore
+) -> dict[str, bool | None]:
+    """The ``-layers`` model repos of ``namespace``, each with what the listing says of its privacy
+    (None when it does not say); invalid ids skipped."""
     endpoint = endpoint or default_endpoint()
     config = config_from_settings()
     policy = Policy.for_endpoint(
@@ -286,8 +295,12 @@ def list_namespace_packages(
             models = list(api.list_models(author=namespace, search="-layers"))
         except EXPECTED_ERRORS as exc:
             raise translate(exc, what, max_retry_after=limits.max_retry_after) from exc
-    layer_ids = (m.id for m in models if isinstance(m.id, str) and m.id.endswith("-layers"))
-    return sorted(set(_valid_ids(layer_ids, on_skip)))
+    privacy: dict[str, bool | None] = {}
+    for m in models:
+        if isinstance(m.id, str) and m.id.endswith("-layers"):
+            private = getattr(m, "private", None)
+            privacy[m.id] = private if isinstance(private, bool) else None
+    return {repo_id: privacy.get(repo_id) for repo_id in _valid_ids(list(privacy), on_skip)}
 
 
 def catalog_package_repos(

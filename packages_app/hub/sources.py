@@ -39,6 +39,8 @@ class LocalFolderSource:
         if not self.root.is_dir():
             raise HubNotFound(f"{folder}: not a folder")
         self.hash_files = hash_files
+        # Not a Hub repo: nothing the Hub could keep private; an operator ingesting a folder shows it.
+        self.private: bool | None = False
         self.stats = FetchStats()
         self.label = str(self.root)
 

@@ -186,7 +186,7 @@ class Seeder:
     def create_packages(self) -> int:
         count = self.options["packages"]
         self.profiles = [PROFILES[i % len(PROFILES)] for i in range(count)]
-        rows = (Package(repo_id=self.repo_id(i, p)) for i, p in enumerate(self.profiles))
+        rows = (Package(repo_id=self.repo_id(i, p), private=False) for i, p in enumerate(self.profiles))
         for batch in batched(rows, self.batch):
             Package.objects.bulk_create(batch)
         self.packages = dict(
