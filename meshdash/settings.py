@@ -115,6 +115,9 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # /healthz and /readyz, answered before host validation and the HTTPS redirect (a container probe
+    # speaks plain HTTP to 127.0.0.1); packages_app/health.py.
+    "packages_app.health.ProbeMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "meshdash.middleware.ContentSecurityPolicyMiddleware",
