@@ -5,6 +5,7 @@ folder and Celery tasks executed eagerly in-process. Production (DEBUG=false) mu
 SECRET_KEY and ALLOWED_HOSTS; a missing or malformed value stops the process at start-up.
 """
 
+import ipaddress
 import os
 import re
 from pathlib import Path
@@ -339,6 +340,26 @@ MESHDASH_MAX_TENSORS_PER_FILE = envint("MESHDASH_MAX_TENSORS_PER_FILE", 8192)
 MESHDASH_WEBHOOK_SECRET = envstr("MESHDASH_WEBHOOK_SECRET")
 if MESHDASH_WEBHOOK_SECRET and len(MESHDASH_WEBHOOK_SECRET) < 16:
     raise ImproperlyConfigured("MESHDASH_WEBHOOK_SECRET must be at least 16 characters (or empty: off)")
+
+# --- Operating: /metrics (packages_app/metrics_view.py) and notifications ------------------------
+# Who may scrape /metrics: a request with "Authorization: Bearer <MESHDASH_METRICS_TOKEN>" (16+ characters;
+# empty = no token), or one from these addresses or networks (default: this machine only).
+MESHDASH_METRICS_TOKEN = envstr("MESHDASH_METRICS_TOKEN")
+if MESHDASH_METRICS_TOKEN and len(MESHDASH_METRICS_TOKEN) < 16:
+    raise ImproperlyConfigured("MESHDASH_METRICS_TOKEN must be at least 16 characters (or empty: off)")
+MESHDASH_METRICS_ALLOWED_ADDRESSES = envlist("MESHDASH_METRICS_ALLOWED_ADDRESSES") or ["127.0.0.1", "::1"]
+for _network in MESHDASH_METRICS_ALLOWED_ADDRESSES:
+    try:
+        ipaddress.ip_network(_network, strict=False)
+    except ValueError:
+        raise ImproperlyConfigured(
+            f"MESHDASH_METRICS_ALLOWED_ADDRESSES: {_network!r} is not an address or network (e.g. 10.0.0.0/8)"
+        ) from None
+# Multiprocess mode (gunicorn workers, Celery children): the folder every process writes its counters to.
+# prometheus_client and packages_app/metrics.py read it from the environment before any setting is read.
+PROMETHEUS_MULTIPROC_DIR = envstr("PROMETHEUS_MULTIPROC_DIR")
+# The database figures of /metrics are read at most once per this many seconds (shared cache); 0 = always.
+MESHDASH_METRICS_CACHE_SECONDS = envint("MESHDASH_METRICS_CACHE_SECONDS", 10)
 
 LOGGING = {
     "version": 1,

@@ -23,6 +23,8 @@ from django.db import DatabaseError, connection
 from django.db.migrations.executor import MigrationExecutor
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
+from packages_app.metrics_view import metrics_view
+
 log = logging.getLogger(__name__)
 
 GetResponse = Callable[[HttpRequest], HttpResponse]
@@ -129,11 +131,15 @@ def _no_store(response: HttpResponse) -> HttpResponse:
     return response
 
 
-PROBES: dict[str, Callable[[HttpRequest], HttpResponse]] = {"/healthz": healthz, "/readyz": readyz}
+PROBES: dict[str, Callable[[HttpRequest], HttpResponse]] = {
+    "/healthz": healthz,
+    "/readyz": readyz,
+    "/metrics": metrics_view,  # token- or address-protected, see metrics_view.py
+}
 
 
 class ProbeMiddleware:
-    """Answers GET/HEAD /healthz and /readyz itself; every other request goes down the stack."""
+    """Answers GET/HEAD /healthz, /readyz and /metrics itself; every other request goes down the stack."""
 
     def __init__(self, get_response: GetResponse) -> None:
         self.get_response = get_response

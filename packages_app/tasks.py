@@ -20,7 +20,7 @@ from django.conf import settings
 from django.core.cache import cache
 from django.db import InterfaceError, OperationalError
 
-from packages_app import hub, ingest, partitions, rollups
+from packages_app import hub, ingest, metrics, partitions, rollups
 
 log = logging.getLogger(__name__)
 
@@ -125,24 +125,27 @@ def _no_revision_state(*args: Any) -> None:
 @shared_task(bind=True, max_retries=MAX_RETRIES, acks_late=True)
 @quarantine_after_dead_deliveries(ingest.quarantine_revision)
 def ingest_revision(self: Task, repo_id: str, commit_sha: str) -> str:
+    count = metrics.count_ingest  # every way out is counted by outcome (/metrics: meshdash_ingests_total)
     try:
         # Nodes ask for revisions of repos they name: those stay unlinked unless the Hub confirms them.
         if ingest.confirm_package(repo_id) is None:
-            return UNCONFIRMED
+            return count(UNCONFIRMED)
         outcome = ingest.ingest_revision(repo_id, commit_sha, claim=self.request.id)
     except SoftTimeLimitExceeded:
         limit = int(self.soft_time_limit or settings.CELERY_TASK_SOFT_TIME_LIMIT)
         status = ingest.release_timed_out(repo_id, commit_sha, limit, give_up_after=MAX_DELIVERIES)
         log.warning("ingest of %s@%s hit the soft time limit; now %s", repo_id, commit_sha, status)
-        return "timed-out"
+        return count("timed-out")
     except hub.HubUnavailable as exc:
+        count("retry-hub")
         raise self.retry(exc=exc, countdown=retry_countdown(exc, self.request.retries)) from exc
     except hub.HubError as exc:
         log.warning("ingest of %s@%s failed: %s", repo_id, commit_sha, exc)
-        return "failed"
+        return count("failed")
     except DATABASE_ERRORS as exc:
+        count("retry-database")
         raise retry_on_database_error(self, exc) from exc
-    return outcome.revision.status if outcome.ran else "skipped"
+    return count(outcome.revision.status if outcome.ran else "skipped")
 
 
 @shared_task(bind=True, max_retries=MAX_RETRIES, acks_late=True)
