@@ -361,6 +361,17 @@ PROMETHEUS_MULTIPROC_DIR = envstr("PROMETHEUS_MULTIPROC_DIR")
 # The database figures of /metrics are read at most once per this many seconds (shared cache); 0 = always.
 MESHDASH_METRICS_CACHE_SECONDS = envint("MESHDASH_METRICS_CACHE_SECONDS", 10)
 
+# Links in notifications start with this (e.g. https://meshdash.example.org); empty = paths only.
+MESHDASH_PUBLIC_URL = envstr("MESHDASH_PUBLIC_URL")
+# Email notifications go through this SMTP server (Django's settings of the same names).
+EMAIL_HOST = envstr("EMAIL_HOST", "localhost")
+EMAIL_PORT = envint("EMAIL_PORT", 25)
+EMAIL_HOST_USER = envstr("EMAIL_HOST_USER")
+EMAIL_HOST_PASSWORD = envstr("EMAIL_HOST_PASSWORD")
+EMAIL_USE_TLS = envbool("EMAIL_USE_TLS", False)
+EMAIL_TIMEOUT = envint("EMAIL_TIMEOUT", 10)  # seconds: a mail server that hangs cannot hold a worker
+DEFAULT_FROM_EMAIL = envstr("DEFAULT_FROM_EMAIL", "meshdash@localhost")
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

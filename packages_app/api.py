@@ -168,6 +168,7 @@ def report_create(request: HttpRequest, node: Node, data: Any) -> HttpResponse:
     outcome = reports.report_store(node, item, timezone.now())
     count_outcomes([outcome])
     queueing.request_ingests(_unknown_revisions([outcome]))
+    queueing.request_node_check(node.pk)
     if outcome.result is Stored.CONFLICT:
         return _conflict_response()
     return JsonResponse(
@@ -193,6 +194,7 @@ def report_batch(request: HttpRequest, node: Node, data: Any) -> HttpResponse:
         outcomes = reports.reports_store_batch(node, [item for _, item in valid], timezone.now())
         count_outcomes(outcomes)
         queueing.request_ingests(_unknown_revisions(outcomes))
+        queueing.request_node_check(node.pk)
         for (index, _), outcome in zip(valid, outcomes, strict=True):
             results[index].update(_item_result(outcome))
     return JsonResponse({"results": results}, status=200)

@@ -64,6 +64,7 @@ def _traces(request: HttpRequest) -> HttpResponse:
         outcome = telemetry.traces_export(node, export, timezone.now())
     except telemetry.RunConflict as exc:
         return error_response(409, str(exc))
+    queueing.request_node_check(node.pk)
     return _otlp_response(outcome.response, request.content_type or "")
 
 

@@ -20,7 +20,8 @@ from django.conf import settings
 from django.core.cache import cache
 from django.db import InterfaceError, OperationalError
 
-from packages_app import hub, ingest, metrics, partitions, rollups
+from packages_app import hub, ingest, metrics, notifications, partitions, rollups
+from packages_app.hub.outbound import DeliveryFailed
 
 log = logging.getLogger(__name__)
 
@@ -145,6 +146,8 @@ def ingest_revision(self: Task, repo_id: str, commit_sha: str) -> str:
     except DATABASE_ERRORS as exc:
         count("retry-database")
         raise retry_on_database_error(self, exc) from exc
+    if outcome.ran and outcome.revision.status == "done":
+        notify_revision.delay_on_commit(outcome.revision.pk)
     return count(outcome.revision.status if outcome.ran else "skipped")
 
 
@@ -218,3 +221,57 @@ def maintain_report_partitions() -> dict[str, object]:
     if upkeep.created or upkeep.dropped:
         log.info("report partitions: created %s, dropped %s", upkeep.created, upkeep.dropped)
     return asdict(upkeep)
+
+
+# --- notifications (packages_app/notifications.py) ----------------------------------------------------
+
+NOTIFY_MAX_RETRIES = 8  # about 4 hours of backoff: 30 s, 1 min, 2 min, ... capped at NOTIFY_MAX_BACKOFF
+NOTIFY_MAX_BACKOFF = 3600
+
+
+@shared_task(acks_late=True)
+def notify_revision(revision_id: int) -> int:
+    """After an ingest: is the package's new latest revision worse than the one before? Sends once."""
+    return _enqueue_deliveries(notifications.revision_events(revision_id))
+
+
+@shared_task(acks_late=True)
+def notify_node_serving(node_id: int) -> int:
+    """After a node's reports: does it now serve a refused, uncertified or MTP-unused revision? Once each."""
+    return _enqueue_deliveries(notifications.node_serving_events(node_id))
+
+
+def _enqueue_deliveries(ids: list[int]) -> int:
+    for delivery_id in ids:
+        deliver_notification.delay_on_commit(delivery_id)
+    return len(ids)
+
+
+@shared_task(bind=True, max_retries=NOTIFY_MAX_RETRIES, acks_late=True)
+def deliver_notification(self: Task, delivery_id: int) -> str:
+    """One message to one channel, retried with exponential backoff while the receiver is down or slow."""
+    if self.request.is_eager:
+        return _deliver_eagerly(delivery_id)
+    try:
+        return notifications.deliver(delivery_id)
+    except DeliveryFailed as exc:
+        if self.request.retries >= NOTIFY_MAX_RETRIES:
+            notifications.give_up(delivery_id, str(exc))
+            return notifications.FAILED
+        countdown = min(30 * 2**self.request.retries, NOTIFY_MAX_BACKOFF)
+        raise self.retry(exc=exc, countdown=countdown) from exc
+    except DATABASE_ERRORS as exc:
+        raise retry_on_database_error(self, exc) from exc
+
+
+def _deliver_eagerly(delivery_id: int) -> str:
+    """No broker (one machine): the retries run at once, in-process (eager Celery raises a retry instead
+    of scheduling it); this runs on the background threads, never inside a request."""
+    error = ""
+    for _ in range(NOTIFY_MAX_RETRIES + 1):
+        try:
+            return notifications.deliver(delivery_id)
+        except DeliveryFailed as exc:
+            error = str(exc)
+    notifications.give_up(delivery_id, error)
+    return notifications.FAILED

@@ -61,6 +61,7 @@ LAYERS: Mapping[str, int] = {
     "packages_app.partitions": SERVICES,
     "packages_app.telemetry": SERVICES,
     "packages_app.monitoring": SERVICES,
+    "packages_app.notifications": SERVICES,
     # Celery tasks: ids in, one service call, follow-ups enqueued
     "packages_app.tasks": TASKS,
     # edges: HTTP, commands, admin, templates, and the door they enqueue through
