@@ -275,6 +275,10 @@ CELERY_BEAT_SCHEDULE = {
         "task": "packages_app.tasks.prune_hourly_rollups",
         "schedule": 3600,
     },
+    "notify-operations": {  # notifications of stuck ingests and silent nodes (packages_app/notifications.py)
+        "task": "packages_app.tasks.notify_operations",
+        "schedule": envint("MESHDASH_NOTIFY_INTERVAL", 300),
+    },
     "maintain-report-partitions": {
         "task": "packages_app.tasks.maintain_report_partitions",
         "schedule": 24 * 3600,

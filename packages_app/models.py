@@ -533,6 +533,8 @@ class NotificationChannel(models.Model):
     class Event(models.TextChoices):
         REVISION_WORSE = "revision-worse", "a tracked package gets a revision whose headline is worse"
         NODE_SERVING = "node-serving", "a node starts serving a refused, uncertified or MTP-unused revision"
+        INGEST_STUCK = "ingest-stuck", "a revision has waited over an hour for its ingest"
+        NODE_SILENT = "node-silent", "a node that reported in the last day stopped reporting"
 
     name = models.CharField(max_length=100, unique=True)
     kind = models.CharField(max_length=8, choices=Kind.choices, default=Kind.WEBHOOK)

@@ -21,14 +21,14 @@ import json
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.core.mail import send_mail
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from packages_app import fleet, metrics
+from packages_app import fleet, metrics, monitoring
 from packages_app.hub.outbound import DeliveryFailed, OutboundLimits, post
 from packages_app.models import Node, Notification, NotificationChannel, NotificationDelivery, Revision
 from packages_app.verdicts import Cause, Status
@@ -135,6 +135,58 @@ def node_serving_events(node_id: int) -> list[int]:
             }
             key = f"node-serving:{node.pk}:{serving.revision_id}:{cause.value}"
             deliveries += record(Found(key, Event.NODE_SERVING, title, details))
+    return deliveries
+
+
+STUCK_AFTER = timedelta(hours=1)
+
+
+def operations_events(now: datetime | None = None) -> list[int]:
+    """``ingest-stuck`` (once per oldest stuck revision) and ``node-silent`` (once per node per silence:
+    a node that reports again and falls silent again is a new event); run by beat every few minutes."""
+    now = now or timezone.now()
+    return _ingest_stuck(now) + _nodes_silent(now)
+
+
+def _ingest_stuck(now: datetime) -> list[int]:
+    stuck = Revision.objects.filter(status=Revision.Status.QUEUED, queued_at__lt=now - STUCK_AFTER)
+    oldest = stuck.select_related("package").order_by("queued_at").first()
+    if oldest is None or not channels_for(Event.INGEST_STUCK):
+        return []
+    waited = now - oldest.queued_at
+    title = (
+        f"{stuck.count()} revision(s) waited over an hour for their ingest; the oldest, "
+        f"{oldest.package.repo_id}@{oldest.commit_sha[:8]}, for {waited.total_seconds() / 3600:.1f} h"
+    )
+    details: dict[str, object] = {
+        "repo_id": oldest.package.repo_id,
+        "revision": oldest.commit_sha,
+        "waited_seconds": int(waited.total_seconds()),
+        "url": _link("/ingest/"),
+    }
+    return record(Found(f"ingest-stuck:{oldest.pk}", Event.INGEST_STUCK, title, details))
+
+
+def _nodes_silent(now: datetime) -> list[int]:
+    if not channels_for(Event.NODE_SILENT):
+        return []
+    silent = Node.objects.filter(
+        revoked_at__isnull=True,
+        last_seen_at__gte=now - monitoring.SILENT_WINDOW,
+        last_seen_at__lt=now - monitoring.SILENT_AFTER,
+    ).order_by("name")
+    deliveries: list[int] = []
+    for node in silent:
+        assert node.last_seen_at is not None  # the filter above
+        minutes = int((now - node.last_seen_at).total_seconds() // 60)
+        title = f"{node.name} stopped reporting {minutes} minutes ago"
+        details: dict[str, object] = {
+            "node": node.name,
+            "last_seen_at": node.last_seen_at.isoformat(),
+            "url": _link(f"/nodes/{node.name}/"),
+        }
+        key = f"node-silent:{node.pk}:{int(node.last_seen_at.timestamp())}"
+        deliveries += record(Found(key, Event.NODE_SILENT, title, details))
     return deliveries
 
 

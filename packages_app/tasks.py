@@ -241,6 +241,12 @@ def notify_node_serving(node_id: int) -> int:
     return _enqueue_deliveries(notifications.node_serving_events(node_id))
 
 
+@shared_task(acks_late=True)
+def notify_operations() -> int:
+    """Periodic: an ingest stuck for an hour, a node that stopped reporting (each sent once)."""
+    return _enqueue_deliveries(notifications.operations_events())
+
+
 def _enqueue_deliveries(ids: list[int]) -> int:
     for delivery_id in ids:
         deliver_notification.delay_on_commit(delivery_id)

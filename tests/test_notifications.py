@@ -357,3 +357,38 @@ def test_the_admin_form_asks_for_what_each_kind_needs(admin_client: Client) -> N
     )
     assert b"A webhook needs the URL to POST to." in answer.content
     assert not NotificationChannel.objects.exists()
+
+
+# --- ingest stuck, node silent (beat) ------------------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_ingest_stuck_for_an_hour_is_sent_once(eager_tasks: None, receiver: Receiver) -> None:
+    channel(receiver, NotificationChannel.Event.INGEST_STUCK)
+    package = Package.objects.create(repo_id="meshllm/Demo-layers")
+    waiting = Revision.objects.create(package=package, commit_sha="c" * 40)
+    assert tasks.notify_operations.apply().result == 0  # queued just now: not stuck
+    Revision.objects.filter(pk=waiting.pk).update(queued_at=datetime.now(UTC) - timedelta(hours=3))
+    assert tasks.notify_operations.apply().result == 1
+    assert tasks.notify_operations.apply().result == 0
+    (headers, body), *rest = receiver.received
+    assert not rest and verified(headers, body)
+    message = json.loads(body)
+    assert message["event"] == "ingest-stuck" and message["revision"] == "c" * 40
+    assert message["waited_seconds"] >= 3 * 3600
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_node_that_stops_reporting_is_sent_once_per_silence(eager_tasks: None, receiver: Receiver) -> None:
+    channel(receiver, NotificationChannel.Event.NODE_SILENT)
+    node = nodes.node_create("quiet-node").node
+    now = datetime.now(UTC)
+    node.last_seen_at = now - timedelta(minutes=5)
+    node.save()
+    assert tasks.notify_operations.apply().result == 0  # five minutes: not silent yet
+    for last_seen in (now - timedelta(minutes=30), now - timedelta(minutes=40)):
+        node.last_seen_at = last_seen  # reported again, then fell silent again: a new event
+        node.save()
+        assert tasks.notify_operations.apply().result == 1
+        assert tasks.notify_operations.apply().result == 0
+    assert [json.loads(body)["node"] for _, body in receiver.received] == ["quiet-node", "quiet-node"]
