@@ -283,6 +283,10 @@ CELERY_BEAT_SCHEDULE = {
         "task": "packages_app.tasks.maintain_report_partitions",
         "schedule": 24 * 3600,
     },
+    "check-fix-proposals": {
+        "task": "packages_app.tasks.check_fix_proposals",
+        "schedule": envint("MESHDASH_FIX_CHECK_INTERVAL", 900),
+    },
 }
 
 # --- Cache (the node rate limiter counts here, so it must be shared by all web workers) -------
@@ -340,6 +344,13 @@ MESHDASH_MAX_FILES = envint("MESHDASH_MAX_FILES", 10_000)
 MESHDASH_MAX_MANIFEST_ARTIFACTS = envint("MESHDASH_MAX_MANIFEST_ARTIFACTS", 4096)
 MESHDASH_MAX_HEADER_BYTES = envint("MESHDASH_MAX_HEADER_BYTES", 1024 * 1024 * 1024)  # all ranged reads
 MESHDASH_MAX_TENSORS_PER_FILE = envint("MESHDASH_MAX_TENSORS_PER_FILE", 8192)
+# Pull requests with a patched manifest (issue 23): the organisation bot's Hub *write* token (HF_TOKEN stays
+# read-only; this one is sent only to HF_ENDPOINT's origin), the name the page shows as the PR's author,
+# proposals per user per hour, and the public address of this dashboard for the PR's link back.
+MESHDASH_HUB_WRITE_TOKEN = envstr("MESHDASH_HUB_WRITE_TOKEN")
+MESHDASH_HUB_WRITE_AUTHOR = envstr("MESHDASH_HUB_WRITE_AUTHOR")
+MESHDASH_PROPOSE_RATE_LIMIT = envint("MESHDASH_PROPOSE_RATE_LIMIT", 10)
+MESHDASH_PUBLIC_URL = envstr("MESHDASH_PUBLIC_URL")
 # Hub webhooks (POST /api/v1/hooks/hub) carry this in X-Webhook-Secret; empty = endpoint disabled.
 MESHDASH_WEBHOOK_SECRET = envstr("MESHDASH_WEBHOOK_SECRET")
 if MESHDASH_WEBHOOK_SECRET and len(MESHDASH_WEBHOOK_SECRET) < 16:

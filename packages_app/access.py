@@ -104,6 +104,19 @@ def namespace_refusal(user: User, repo_id: str) -> str | None:
     return f"Only packages of {', '.join(allowed) or 'no namespace'} may be tracked here, not {namespace}/."
 
 
+def propose_rate_refusal(user: User) -> str | None:
+    """Count one fix pull request request; a sentence when over ``MESHDASH_PROPOSE_RATE_LIMIT`` per hour."""
+    limit = settings.MESHDASH_PROPOSE_RATE_LIMIT
+    if limit <= 0:
+        return None
+    window = int(time.time()) // TRACK_WINDOW
+    if _count(f"meshdash:propose-rate:{user.pk}:{window}", TRACK_WINDOW * 2) <= limit:
+        return None
+    wait = TRACK_WINDOW - int(time.time()) % TRACK_WINDOW
+    minutes = wait // 60 + 1
+    return f"You asked for {limit} pull requests this hour, the most allowed; try again in {minutes} minutes."
+
+
 def track_rate_refusal(user: User) -> str | None:
     """Count one track for this user; a sentence when over ``MESHDASH_TRACK_RATE_LIMIT`` per hour."""
     limit = settings.MESHDASH_TRACK_RATE_LIMIT

@@ -23,6 +23,7 @@ from django.urls import reverse
 from packages_app import access
 from packages_app.models import (
     ActionLog,
+    FixProposal,
     Node,
     NodeRun,
     Notification,
@@ -388,3 +389,34 @@ class NotificationAdmin(NotificationAdminBase):
         return "; ".join(
             f"{d.channel.name}: {d.status} after {d.attempts} attempt(s) {d.error}" for d in rows
         )
+
+
+if TYPE_CHECKING:
+    FixProposalAdminBase = admin.ModelAdmin[FixProposal]
+else:
+    FixProposalAdminBase = admin.ModelAdmin
+
+
+@admin.register(FixProposal)
+class FixProposalAdmin(FixProposalAdminBase):
+    """The pull requests meshdash opened with a patched manifest; read-only (the Hub holds the PR)."""
+
+    list_display = (
+        "created_at",
+        "package",
+        "pr_number",
+        "status",
+        "promised_headline",
+        "landed_headline",
+        "mismatch",
+    )
+    list_filter = ("status", "mismatch")
+    search_fields = ("package__repo_id", "base_sha")
+    list_select_related = ("package",)
+    raw_id_fields = ("package", "revision", "landed_revision", "proposed_by")
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: FixProposal | None = None) -> bool:
+        return False

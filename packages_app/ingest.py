@@ -29,6 +29,7 @@ from packages_app.layout import MANIFEST_FILE, classify_path
 from packages_app.models import Package, PackageFile, Revision
 from packages_app.repo_ids import within_tracking_rules
 from packages_app.reports import link_reports_to_revision
+from packages_app.stored_audit import audit_stored
 
 log = logging.getLogger(__name__)
 
@@ -441,35 +442,11 @@ def _small_int(value: object) -> int | None:
 # --- audit ------------------------------------------------------------------------------------
 
 
-def stored_header_json(f: PackageFile) -> dict[str, object]:
-    """The header JSON of design.md, rebuilt from a stored file row."""
-    kv = f.kv or {}
-    return {
-        "version": f.gguf_version,
-        "header_bytes": f.header_bytes,
-        "alignment": kv.get("general.alignment", 32) if isinstance(kv, dict) else 32,
-        "kv": kv,
-        "tensors": f.tensors or [],
-    }
-
-
 def audit_revision(rev: Revision) -> auditing.Audit:
     """(Re)compute a revision's audit from what is stored; no Hub access."""
     rev.refresh_from_db()
-    files = list(rev.files.all())
-    listing = [auditing.FileInfo(path=f.path, size=f.size, lfs_sha256=f.lfs_sha256 or None) for f in files]
-    parsed = [f for f in files if f.header_status == PackageFile.HeaderStatus.PARSED]
-    headers = {f.path: stored_header_json(f) for f in parsed}
-    errors = {f.path: f.header_error for f in files if f.header_status == PackageFile.HeaderStatus.FAILED}
     manifest = bytes(rev.manifest_bytes) if rev.manifest_bytes is not None else None
-    result = auditing.audit(
-        manifest,
-        listing,
-        headers,
-        revision=rev.commit_sha,
-        header_errors=errors,
-        source=f"{rev.package.repo_id} --revision {rev.commit_sha}",
-    )
+    result = audit_stored(rev, manifest)
     doc = cap_audit(result.to_json())
     detected, declared = doc["detected"], doc["declared"]
     assessment = result.assessment

@@ -38,6 +38,7 @@ class Package(models.Model):
             ("track_package", "Can track a package (start following a Hub repo)"),
             ("reingest_package", "Can re-ingest a package's revisions"),
             ("view_private_package", "Can see packages the Hub says are private"),
+            ("propose_fix", "Can open a pull request on the Hub with a revision's patched manifest"),
         ]
 
     def __str__(self) -> str:
@@ -503,6 +504,7 @@ class ActionLog(models.Model):
         NODE_CREATE = "node-create"
         NODE_REVOKE = "node-revoke"
         NODE_ROTATE = "node-rotate"
+        PROPOSE_FIX = "propose-fix"
 
     at = models.DateTimeField(auto_now_add=True, db_index=True)
     user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
@@ -594,3 +596,79 @@ class NotificationDelivery(models.Model):
 
     def __str__(self) -> str:
         return f"{self.notification_id}->{self.channel_id}:{self.status}"
+
+
+class FixProposal(models.Model):
+    """A pull request meshdash opens on the Hub with a revision's patched manifest, and what became of it.
+
+    At most one is opening or open per package and base revision (the constraint); a second attempt gets
+    that one back. ``promised_headline`` is what the patched manifest audits to on the base revision's
+    weights; once the PR is merged and its revision ingested, ``landed_headline`` is what it audited to
+    and ``mismatch`` says whether the two differ.
+    """
+
+    class Status(models.TextChoices):
+        OPENING = "opening"  # recorded; the task has not opened it on the Hub yet
+        OPEN = "open"
+        MERGED = "merged"
+        CLOSED = "closed"
+        STALE = "stale"  # the head moved before it was sent: re-audited, nothing sent
+        FAILED = "failed"  # the Hub refused it, or it would not validate: nothing open
+
+    ACTIVE = (Status.OPENING, Status.OPEN)
+
+    package = models.ForeignKey(Package, on_delete=models.CASCADE, related_name="fix_proposals")
+    revision = models.ForeignKey(Revision, on_delete=models.CASCADE, related_name="fix_proposals")
+    base_sha = models.CharField(max_length=40)
+    status = models.CharField(max_length=8, choices=Status.choices, default=Status.OPENING, db_index=True)
+    pr_number = models.PositiveIntegerField(null=True, blank=True)
+    pr_url = models.CharField(max_length=500, blank=True)
+    pr_head_sha = models.CharField(max_length=40, blank=True)
+    title = models.CharField(max_length=300)
+    description = models.TextField()
+    diff = models.TextField()
+    manifest = models.TextField(help_text="The patched model-package.json, as sent.")
+    package_id_before = models.CharField(max_length=200, blank=True)
+    package_id_after = models.CharField(max_length=200, blank=True)
+    promised_headline = models.CharField(max_length=32)
+    author = models.CharField(max_length=150, help_text="Whose token opens it (the Hub's PR author).")
+    proposed_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    message = models.TextField(blank=True, help_text="What happened last (a refusal, a re-audit).")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    checked_at = models.DateTimeField(null=True, blank=True)
+    merge_commit = models.CharField(max_length=40, blank=True)
+    landed_revision = models.ForeignKey(
+        Revision, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    landed_headline = models.CharField(max_length=32, blank=True)
+    mismatch = models.BooleanField(null=True, help_text="Landed headline differs from the promised one.")
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["package", "base_sha"],
+                condition=models.Q(status__in=["opening", "open"]),
+                name="one_active_fix_per_base",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.package.repo_id} {self.summary}"
+
+    @property
+    def summary(self) -> str:
+        """One line for the package page and the catalog row: "fix proposed: PR #3 (open)"."""
+        if self.status == self.Status.OPENING:
+            return "fix proposed: opening a pull request on the Hub"
+        if self.pr_number is None:
+            return f"fix not proposed ({self.status})"
+        line = f"fix proposed: PR #{self.pr_number} ({self.status})"
+        if self.landed_headline:
+            landed = verdicts.status_of(self.landed_headline).label
+            promised = verdicts.status_of(self.promised_headline).label
+            line += f", landed as {landed}" if not self.mismatch else f", landed as {landed}, not {promised}"
+        return line

@@ -21,7 +21,7 @@ from django.db.models.functions import NullIf
 from packages_app import fleet, throughput
 from packages_app.audit.assessment import Assessment, Headline
 from packages_app.audit.check import ManifestCheck, check_manifest
-from packages_app.models import Package, PackageFile, Revision
+from packages_app.models import FixProposal, Package, PackageFile, Revision
 from packages_app.verdicts import INCONSISTENT_VERDICTS, NEEDS_ACTION, STATUSES, VERDICTS, Status, Verdict
 
 # Catalog filter values beside the verdicts and statuses themselves.
@@ -150,6 +150,7 @@ class CatalogRow:
     # Revisions other than the latest that nodes ran in the window, broken ones first.
     served: list[fleet.ServedRevision] = field(default_factory=list)
     headline: Headline | None = None  # the latest revision's; None while it is not assessed
+    fix: FixProposal | None = None  # the pull request meshdash proposed with the patched manifest
 
     @property
     def status(self) -> Status:
@@ -393,6 +394,7 @@ def catalog_page(
     latest_ids = [p.latest_revision_id for p in packages if p.latest_revision_id]
     figures = catalog_throughput_for(latest_ids)
     served = fleet.served_revisions([p.pk for p in packages], fleet.window_start(filters.window_days))
+    fixes = latest_fix_proposals([p.pk for p in packages])
     rows = [
         CatalogRow(
             p,
@@ -400,10 +402,30 @@ def catalog_page(
             figures.get(p.latest_revision_id or 0),
             [s for s in served.get(p.pk, []) if not s.is_latest],
             Headline.from_json(getattr(p, "headline_doc", None)),
+            fixes.get(p.pk),
         )
         for p in packages
     ]
     return CatalogResult(page, rows, counts.facets, counts.architectures, counts.headlines)
+
+
+def latest_fix_proposals(package_ids: list[int]) -> dict[int, FixProposal]:
+    """Each package's newest fix pull request that was sent or is being sent (one query)."""
+    shown = [
+        FixProposal.Status.OPENING,
+        FixProposal.Status.OPEN,
+        FixProposal.Status.MERGED,
+        FixProposal.Status.CLOSED,
+    ]
+    found: dict[int, FixProposal] = {}
+    for proposal in FixProposal.objects.filter(package_id__in=package_ids, status__in=shown).order_by("-id"):
+        found.setdefault(proposal.package_id, proposal)
+    return found
+
+
+def fix_proposal_for(package: Package) -> FixProposal | None:
+    """The package's newest fix proposal, whatever became of it (a stale or refused one says why)."""
+    return package.fix_proposals.order_by("-id").first()
 
 
 # --- one package ---------------------------------------------------------------------------------

@@ -81,3 +81,17 @@ def request_node_check(node_id: int) -> bool:
         cache.delete(key)
         return False
     return True
+
+
+def enqueue_open_fix(proposal_id: int) -> None:
+    """Open a recorded fix proposal's pull request on the Hub (a worker does the Hub calls)."""
+    from packages_app import tasks
+
+    tasks.open_fix.delay_on_commit(proposal_id)
+
+
+def enqueue_check_fix(proposal_id: int) -> None:
+    """Read a fix proposal's pull request status back from the Hub."""
+    from packages_app import tasks
+
+    tasks.check_fix.delay_on_commit(proposal_id)

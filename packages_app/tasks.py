@@ -20,7 +20,7 @@ from django.conf import settings
 from django.core.cache import cache
 from django.db import InterfaceError, OperationalError
 
-from packages_app import hub, ingest, metrics, notifications, partitions, rollups
+from packages_app import fixes, hub, ingest, metrics, notifications, partitions, rollups
 from packages_app.hub.outbound import DeliveryFailed
 
 log = logging.getLogger(__name__)
@@ -132,6 +132,7 @@ def ingest_revision(self: Task, repo_id: str, commit_sha: str) -> str:
         if ingest.confirm_package(repo_id) is None:
             return count(UNCONFIRMED)
         outcome = ingest.ingest_revision(repo_id, commit_sha, claim=self.request.id)
+        fixes.settle_revision(outcome.revision.pk)  # a merged fix waiting for this revision's headline
     except SoftTimeLimitExceeded:
         limit = int(self.soft_time_limit or settings.CELERY_TASK_SOFT_TIME_LIMIT)
         status = ingest.release_timed_out(repo_id, commit_sha, limit, give_up_after=MAX_DELIVERIES)
@@ -266,6 +267,28 @@ def deliver_notification(self: Task, delivery_id: int) -> str:
             return notifications.FAILED
         countdown = min(30 * 2**self.request.retries, NOTIFY_MAX_BACKOFF)
         raise self.retry(exc=exc, countdown=countdown) from exc
+
+
+# --- pull requests with a patched manifest (fixes) ----------------------------------------------------
+
+
+@shared_task(bind=True, max_retries=MAX_RETRIES, acks_late=True)
+@quarantine_after_dead_deliveries(_no_revision_state)
+def open_fix(self: Task, proposal_id: int) -> str:
+    """Send a recorded proposal to the Hub: one PR, or a re-audit when the head moved."""
+    from packages_app.models import FixProposal
+
+    proposal = FixProposal.objects.filter(pk=proposal_id).first()
+    if proposal is None:
+        return "gone"
+    try:
+        return str(fixes.open_fix(proposal).status)
+    except hub.HubUnavailable as exc:
+        raise self.retry(exc=exc, countdown=retry_countdown(exc, self.request.retries)) from exc
+    except hub.HubError as exc:
+        log.warning("fix proposal %s failed: %s", proposal_id, exc)
+        fixes.record_failure(proposal, str(exc))
+        return "failed"
     except DATABASE_ERRORS as exc:
         raise retry_on_database_error(self, exc) from exc
 
@@ -281,3 +304,29 @@ def _deliver_eagerly(delivery_id: int) -> str:
             error = str(exc)
     notifications.give_up(delivery_id, error)
     return notifications.FAILED
+
+
+@shared_task(bind=True, max_retries=MAX_RETRIES, acks_late=True)
+def check_fix(self: Task, proposal_id: int) -> str:
+    """Read one PR's status back from the Hub (a webhook's discussion event, or the periodic check)."""
+    from packages_app.models import FixProposal
+
+    proposal = FixProposal.objects.filter(pk=proposal_id).first()
+    if proposal is None:
+        return "gone"
+    try:
+        return str(fixes.refresh_fix(proposal).status)
+    except hub.HubUnavailable as exc:
+        raise self.retry(exc=exc, countdown=retry_countdown(exc, self.request.retries)) from exc
+    except hub.HubError as exc:
+        log.warning("checking fix proposal %s failed: %s", proposal_id, exc)
+        return "failed"
+
+
+@shared_task
+def check_fix_proposals() -> int:
+    """Periodic: every open PR's status, and merged ones whose revision is not settled yet."""
+    ids = fixes.proposals_to_check()
+    for proposal_id in ids:
+        check_fix.delay(proposal_id)
+    return len(ids)

@@ -39,6 +39,9 @@ urlpatterns = [
     path("packages/<str:owner>/<str:name>/delete", views.package_delete, name="package_delete"),
     path("packages/<str:owner>/<str:name>/reingest", views.package_reingest, name="package_reingest"),
     path(
+        "packages/<str:owner>/<str:name>/propose-fix", views.package_propose_fix, name="package_propose_fix"
+    ),
+    path(
         "packages/<str:owner>/<str:name>/manifest.patched.json",
         views.patched_manifest,
         name="patched_manifest",

@@ -14,10 +14,11 @@ from django.core.exceptions import RequestDataTooBig
 from django.db import transaction
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.utils.http import content_disposition_header
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from packages_app import access, background, charts, fleet, queries, ratelimit, staticfinders
+from packages_app import access, background, charts, fixes, fleet, queries, queueing, ratelimit, staticfinders
 from packages_app.audit.assessment import release_tables
 from packages_app.audit.check import ManifestCheck
 from packages_app.audit.model import UNCERTAIN as RESOLVER_UNCERTAIN
@@ -25,7 +26,7 @@ from packages_app.forms import SORTS, CatalogFilterForm, CheckManifestForm, Trac
 from packages_app.layout import MAX_MANIFEST_BYTES
 from packages_app.models import ActionLog, Package, Revision
 from packages_app.throughput import RevisionThroughput
-from packages_app.verdicts import STATUSES_BY_RANK, VERDICTS_BY_RANK, Cause
+from packages_app.verdicts import STATUSES_BY_RANK, VERDICTS_BY_RANK, ActionKind, Cause
 
 View = Callable[..., HttpResponse]
 
@@ -157,6 +158,7 @@ def package_detail(request: HttpRequest, owner: str, name: str) -> HttpResponse:
     if revision is not None:
         context.update(_revision_context(revision, request.GET.get("files_page")))
         context["previous"] = _previous_in(history, revision)
+        context.update(_fix_context(package, revision, context.get("assessment")))
     context["hub_url"] = hub_url(package, revision)
     context["plotly_guard_ids"] = staticfinders.installed_plotly_guard_ids()
     return render(request, "packages_app/package_detail.html", context)
@@ -209,6 +211,18 @@ def _revision_context(revision: Revision, files_page: str | None = None) -> dict
         ),
         "throughput_charts": _throughput_charts(throughput),
         "stage_boundaries": charts.stage_boundaries(splits),
+    }
+
+
+def _fix_context(package: Package, revision: Revision, assessment: Any) -> dict[str, Any]:
+    """The pull request part of the fix section: what was proposed, and whether one may be."""
+    applies = assessment is not None and assessment.headline.action.kind == ActionKind.APPLY_PATCH
+    return {
+        "fix": queries.fix_proposal_for(package),
+        "fix_pr_v1": fixes.v1_refusal(revision) if queries.suggested_generation(revision) else None,
+        "fix_pr_offer": applies and revision.schema_version == 2,
+        "fix_author": fixes.author_label(),
+        "fix_token": bool(fixes.write_token()),
     }
 
 
@@ -405,3 +419,56 @@ def _ingest_each(repo_id: str, shas: list[str]) -> None:
 
     for sha in shas:
         tasks.ingest_revision.delay(repo_id, sha)
+
+
+# --- a pull request with the patched manifest ----------------------------------------------------------
+
+
+@require_http_methods(["GET", "POST"])
+@access.permission_required("packages_app.propose_fix")
+@lookup_errors
+def package_propose_fix(request: HttpRequest, owner: str, name: str) -> HttpResponse:
+    """GET: what the PR would carry (diff, title, description, author); POST: record it, a worker sends it."""
+    package = queries.package_get(owner, name, access.can_see_private(request.user))
+    ref = request.POST.get("revision") if request.method == "POST" else request.GET.get("revision")
+    revision = queries.revision_resolve(package, ref)
+    if revision is None:
+        raise queries.LookupFailed(f"{package.repo_id} has no ingested revision yet.")
+    existing = fixes.active_proposal(package, revision.commit_sha)
+    context: dict[str, Any] = {"package": package, "revision": revision, "existing": existing}
+    if existing is None:
+        try:
+            context["plan"] = fixes.plan(package, revision)
+        except fixes.FixRefused as exc:
+            context["refusal"] = str(exc)
+    context |= {"author": fixes.author_label(), "token": bool(fixes.write_token())}
+    if request.method == "POST" and existing is not None:
+        messages.info(request, f"A pull request for this revision is already proposed: {existing.summary}.")
+        return redirect("packages_app:package", owner, name)
+    if request.method == "GET" or "refusal" in context:
+        status = 409 if request.method == "POST" else 200
+        return render(request, "packages_app/propose_fix.html", context, status=status)
+    refusal = access.propose_rate_refusal(request.user)
+    if refusal:
+        messages.error(request, refusal)
+        return redirect("packages_app:package", owner, name)
+    try:
+        with transaction.atomic():
+            proposal, created = fixes.request_fix(package, revision, request.user)
+            if created:
+                background.hand_off(queueing.enqueue_open_fix, proposal.pk)
+    except fixes.FixRefused as exc:
+        messages.error(request, str(exc))
+        return redirect("packages_app:package", owner, name)
+    except background.Busy as exc:
+        messages.error(request, str(exc))
+        return redirect("packages_app:package", owner, name)
+    if created:
+        detail = f"{revision.short_sha}: {proposal.promised_headline} promised"
+        access.record(request.user, ActionLog.Action.PROPOSE_FIX, package.repo_id, detail)
+        messages.success(request, f"The pull request for {revision.short_sha} is being opened on the Hub.")
+    else:
+        messages.info(request, f"A pull request for this revision is already proposed: {proposal.summary}.")
+    return redirect(
+        f"{reverse('packages_app:package', args=[owner, name])}?revision={revision.commit_sha}#fix"
+    )

@@ -4,6 +4,10 @@ The Hub POSTs JSON such as ``{"event": {"action": "update", "scope": "repo.conte
 "model", "name": "meshllm/...-layers", "headSha": "..."}}`` with the webhook's secret in
 ``X-Webhook-Secret``. Only the secret is trusted; every field of the body is validated here, and the
 sync itself reads the Hub again, so a forged event can at most cause one extra sync.
+
+Discussion events (``"scope": "discussion"``, with ``"discussion": {"num": N, "isPullRequest": true}``)
+about a pull request meshdash opened (``fixes``) enqueue a check of that PR: its status is read back from
+the Hub, never taken from the payload.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ log = logging.getLogger(__name__)
 MAX_BODY_BYTES = 256 * 1024  # discussion events carry comment text; repo events are far smaller
 SECRET_HEADER = "X-Webhook-Secret"  # noqa: S105 - a header name, not a secret
 SYNC_EVENTS = {("repo", "create"), ("repo", "update"), ("repo.content", "update")}
+DISCUSSION_SCOPES = ("discussion", "discussion.comment")
 RETRY_AFTER_SECONDS = 30
 
 
@@ -42,6 +47,7 @@ class RepoEvent:
     repo_type: str
     repo_id: str
     head_sha: str | None
+    pull_request: int | None = None  # a discussion event's PR number
 
 
 def _error(status: int, message: str, **headers: str) -> JsonResponse:
@@ -95,12 +101,17 @@ def parse_event(data: Any) -> RepoEvent:
     except repo_ids.InvalidRepoId as exc:
         raise WebhookRejected(400, f"repo.name: {exc}") from None
     head = repo.get("headSha")
+    discussion = body.get("discussion")
+    number = (
+        discussion.get("num") if isinstance(discussion, dict) and discussion.get("isPullRequest") else None
+    )
     return RepoEvent(
         scope=_string(event.get("scope"), "event.scope"),
         action=_string(event.get("action"), "event.action"),
         repo_type=_string(repo.get("type"), "repo.type"),
         repo_id=repo_id,
         head_sha=head if repo_ids.is_commit_sha(head) else None,
+        pull_request=number if isinstance(number, int) and 0 < number < 10**9 else None,
     )
 
 
@@ -135,6 +146,8 @@ def _is_tracked(repo_id: str) -> bool:
 
 
 def _dispatch(event: RepoEvent) -> JsonResponse:
+    if event.scope in DISCUSSION_SCOPES:
+        return _dispatch_discussion(event)
     reason = _ignored_because(event)
     if reason is not None:
         return JsonResponse({"queued": False, "repo": event.repo_id, "reason": reason}, status=200)
@@ -150,3 +163,38 @@ def _dispatch(event: RepoEvent) -> JsonResponse:
         return _error(503, "The task queue is unavailable; try again later.", **retry_after)
     log.info("webhook: sync of %s queued (head %s)", event.repo_id, event.head_sha)
     return JsonResponse({"queued": True, "repo": event.repo_id, "head_sha": event.head_sha}, status=202)
+
+
+def _dispatch_discussion(event: RepoEvent) -> JsonResponse:
+    """A PR meshdash opened changed (merged, closed, commented): check its status on the Hub."""
+    from packages_app.models import FixProposal
+
+    ids: list[int] = []
+    if event.pull_request is not None and event.repo_type == "model":
+        ids = list(
+            FixProposal.objects.filter(
+                package__repo_id=event.repo_id, pr_number=event.pull_request
+            ).values_list("pk", flat=True)
+        )
+    if not ids:
+        reason = f"{event.scope}/{event.action} events matter only for a pull request meshdash opened"
+        return JsonResponse({"queued": False, "repo": event.repo_id, "reason": reason}, status=200)
+    from packages_app import background, queueing
+
+    try:
+        for proposal_id in ids:
+            background.hand_off(queueing.enqueue_check_fix, proposal_id)
+    except background.Busy as exc:
+        return _error(503, str(exc), **{"Retry-After": str(RETRY_AFTER_SECONDS)})
+    except Exception:
+        log.warning(
+            "could not enqueue the check of PR #%s of %s", event.pull_request, event.repo_id, exc_info=True
+        )
+        return _error(
+            503,
+            "The task queue is unavailable; try again later.",
+            **{"Retry-After": str(RETRY_AFTER_SECONDS)},
+        )
+    return JsonResponse(
+        {"queued": True, "repo": event.repo_id, "pull_request": event.pull_request}, status=202
+    )

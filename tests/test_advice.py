@@ -72,6 +72,35 @@ def test_a_registered_run_its_release_refuses_is_told_which_release_to_upgrade_t
     assert advice.text.endswith(f"Upgrade mesh-llm to {NEWEST}.")
 
 
+def test_a_release_that_refuses_a_revision_only_older_releases_admit_is_told_the_revisions_fix() -> None:
+    # v1 is admitted by v0.72.1 alone: a node on the newest release is not told to "upgrade" to it.
+    advice = advise(V1_UNDECLARED, NodeFacts("gpu-1", NEWEST_VERSION, ran=False))
+    assert advice.cause is Cause.REFUSED
+    assert "Upgrade mesh-llm" not in advice.text
+    assert advice.text.endswith(V1_UNDECLARED.headline.action.text)
+
+
+def test_a_registered_run_its_release_admits_and_runs_needs_nothing() -> None:
+    llama = assessment(build(LLAMA, 2))
+    advice = advise(llama, NodeFacts("demo-llama", NEWEST_VERSION, ran=False))
+    assert advice.cause is Cause.OK and not advice.needs_action
+    assert advice.text == f"Runs it as {NEWEST} with auto allows."
+
+
+def test_a_registered_run_whose_load_fails_is_told_the_revisions_fix() -> None:
+    declared_only = assessment(build(QWEN35, 2, mtp_generation(2, [40]), nextn=()))
+    advice = advise(declared_only, NodeFacts("gpu-1", NEWEST_VERSION, ran=False))
+    assert advice.cause is Cause.FAILS_AT_LOAD and advice.needs_action
+    assert advice.text.startswith(f"Fails at load on {NEWEST} with auto: ")
+    assert "no blk.N.nextn tensors" in advice.text
+    assert advice.text.endswith(declared_only.headline.action.text)
+
+
+def test_a_revision_not_assessed_yet_gets_no_advice() -> None:
+    advice = advise(None, NodeFacts("gpu-1", NEWEST_VERSION))
+    assert advice.cause is Cause.OK and advice.text == "The revision is not assessed yet."
+
+
 def test_a_requested_strategy_other_than_auto_on_a_package_whose_auto_runs_mtp_is_told_to_use_auto() -> None:
     facts = NodeFacts("demo-glm", NEWEST_VERSION, "ngram-cache", "ngram-cache", unused=True)
     advice = advise(V2_DECLARED, facts)

@@ -101,6 +101,12 @@ def test_where_the_roster_or_the_gate_is_not_pinned_down_the_gate_says_so() -> N
         assert "whether" in gate.why and "split-certification gate" in gate.why
 
 
+def test_a_gated_release_whose_abi_is_not_recorded_says_only_that_its_roster_is_unknown() -> None:
+    gate = split_gate("glm-dsa", "v9.9.9", True, None, skippy_abi="")
+    assert gate.outcome == "not-pinned-down"
+    assert gate.why == "not pinned down: which roster v9.9.9 carries is not known."
+
+
 def test_split_serving_needs_the_package_and_the_gate_single_node_only_the_package() -> None:
     parsed = parse_manifest(build(QWEN35, 2).manifest_bytes())
     qwen = compatibility(parsed, (KNOWN,), architecture="qwen35moe")[0]
@@ -221,7 +227,7 @@ def folder(tmp_path: Path) -> Path:
     return copy
 
 
-MALFORMED: dict[str, tuple[str, str]] = {
+MALFORMED: dict[str, tuple[str | bytes, str]] = {
     "not JSON": ('{"schema_version": 2,', "not JSON"),
     "a list": ("[]", "must be a JSON object"),
     "schema 1": (json.dumps(_bundled() | {"schema_version": 1}), "schema_version is 1"),
@@ -240,6 +246,29 @@ MALFORMED: dict[str, tuple[str, str]] = {
     "no architectures": (json.dumps(_bundled() | {"architectures": []}), "non-empty list"),
     "an unknown key": (json.dumps(_bundled() | {"models": []}), "keys mesh-llm's format does not: models"),
     "a repeated key": ('{"schema_version": 2, "schema_version": 2}', "appears twice"),
+    "a recipe that is a string": (json.dumps(_bundled() | {"native_recipe": "b8212c7"}), "must be an object"),
+    "a recipe without its ABI": (
+        json.dumps(
+            _bundled()
+            | {"native_recipe": {k: v for k, v in _recipe()["native_recipe"].items() if k != "skippy_abi"}}
+        ),
+        "native_recipe lacks skippy_abi",
+    ),
+    "a recipe with a key of its own": (json.dumps(_recipe(toolchain="gcc")), "native_recipe has keys"),
+    "a short patch-queue hash": (json.dumps(_recipe(patch_queue_sha256="abc")), "patch_queue_sha256"),
+    "an architecture that is no GGUF name": (
+        json.dumps(_bundled() | {"architectures": ["llama", "<script>"]}),
+        "architectures[1] '<script>' is not a GGUF architecture name",
+    ),
+    "thousands of architectures": (
+        json.dumps(_bundled() | {"architectures": [f"arch{i}" for i in range(5000)]}),
+        "over the limit of 4096",
+    ),
+    "a file over a megabyte": (
+        json.dumps(_bundled() | {"padding": "x" * (1 << 20)}),
+        "over the 1048576-byte limit",
+    ),
+    "Latin-1 bytes": (b'{"schema_version": "\xe9"}', "not UTF-8"),
 }
 
 
@@ -250,13 +279,61 @@ def test_import_roster_on_a_malformed_file_exits_2_and_changes_nothing(
     before = snapshot(folder)
     body, reason = MALFORMED[case]
     bad = tmp_path / "split-certified.json"
-    bad.write_text(body)
+    bad.write_bytes(body if isinstance(body, bytes) else body.encode())
 
     code, out, err = import_roster(folder, bad, "--commit", "a" * 40, "--name", "mesh-llm-aaaaaaaa")
 
     assert code == 2 and out == ""
     assert reason in err and "nothing was imported" in err
     assert snapshot(folder) == before
+
+
+BAD_SOURCES = {
+    "a repo that is a URL": (
+        ("https://github.com/Mesh-LLM/mesh-llm", "a" * 40, "split-certified.json"),
+        "owner/name",
+    ),
+    "a branch for a commit": (("Mesh-LLM/mesh-llm", "main", "split-certified.json"), "40-hex"),
+    "an absolute path": (("Mesh-LLM/mesh-llm", "a" * 40, "/etc/passwd"), "relative path"),
+    "a path out of the repository": (
+        ("Mesh-LLM/mesh-llm", "a" * 40, "../split-certified.json"),
+        "relative path",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", BAD_SOURCES, ids=list(BAD_SOURCES))
+def test_import_roster_refuses_a_source_that_names_no_file_at_a_commit(
+    tmp_path: Path, folder: Path, case: str
+) -> None:
+    (repo, commit, path), reason = BAD_SOURCES[case]
+    good = tmp_path / "split-certified.json"
+    good.write_text(json.dumps(_recipe(skippy_abi="0.1.99")))
+    before = snapshot(folder)
+
+    code, _, err = import_roster(folder, good, "--repo", repo, "--commit", commit, "--path", path)
+
+    assert code == 2 and reason in err
+    assert snapshot(folder) == before
+
+
+def test_a_source_record_with_keys_of_its_own_or_a_roster_with_a_bad_name_is_refused() -> None:
+    with pytest.raises(RosterError, match="unknown keys: branch"):
+        certification.parse_source(
+            json.dumps({"repo": "a/b", "commit": "a" * 40, "path": "x", "branch": "m"})
+        )
+    source = certification.parse_source(json.dumps({"repo": "a/b", "commit": "a" * 40, "path": "x.json"}))
+    body = json.dumps(_recipe(skippy_abi="0.1.99"))
+    for name in ("../escape", "roster.source", ""):
+        with pytest.raises(RosterError, match="roster name"):
+            certification.parse_roster(body, name, source)
+    assert certification.parse_roster(body, "mesh-llm-aaaaaaaa", source).recipe.skippy_abi == "0.1.99"
+
+
+def test_a_roster_file_that_fails_to_parse_is_named_when_the_folder_loads(folder: Path) -> None:
+    (folder / f"{NEW}.json").write_text("[]")
+    with pytest.raises(RosterError, match=f"^{NEW}.json: the roster must be a JSON object"):
+        certification.load_rosters(folder)
 
 
 def test_import_roster_on_a_valid_new_file_changes_the_folder(tmp_path: Path, folder: Path) -> None:
@@ -270,6 +347,16 @@ def test_import_roster_on_a_valid_new_file_changes_the_folder(tmp_path: Path, fo
     assert code == 0
     assert set(snapshot(folder)) - set(before) == {"mesh-llm-aaaaaaaa.json", "mesh-llm-aaaaaaaa.source.json"}
     assert certification.load_rosters(folder)["mesh-llm-aaaaaaaa"].recipe.skippy_abi == "0.1.99"
+
+
+def test_import_roster_of_a_roster_already_bundled_changes_nothing(folder: Path) -> None:
+    known = certification.known_rosters()[NEW]
+    before = snapshot(folder)
+
+    code, out, _ = import_roster(folder, ROSTERS / f"{NEW}.json", "--commit", known.source.commit)
+
+    assert code == 0 and out.strip() == f"roster {NEW} is already bundled, unchanged"
+    assert snapshot(folder) == before
 
 
 def test_import_roster_refuses_a_second_list_for_a_bundled_recipe(tmp_path: Path) -> None:

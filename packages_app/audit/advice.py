@@ -137,9 +137,13 @@ def _contradiction(row: Resolution, facts: NodeFacts) -> str:
 
 
 def _upgrade(assessment: Assessment, release: str) -> str:
-    newer = [s.release for s in assessment.servable if s.admitted and s.release != release]
-    if newer:
-        return f"Upgrade mesh-llm to {newer[-1]}."
+    """The newest later release that admits the revision; the revision's own fix when none does (an older
+    release that still admits it, like v0.72.1 for schema v1, is no upgrade)."""
+    names = [s.release for s in assessment.servable]
+    later = assessment.servable[names.index(release) + 1 :] if release in names else ()
+    admitting = [s.release for s in later if s.admitted]
+    if admitting:
+        return f"Upgrade mesh-llm to {admitting[-1]}."
     return assessment.headline.action.text
 
 

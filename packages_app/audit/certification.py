@@ -89,18 +89,6 @@ class Roster:
     def certifies(self, architecture: str) -> bool:
         return architecture in self.architectures
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "native_recipe": {
-                "llama_upstream_sha": self.recipe.llama_upstream_sha,
-                "skippy_abi": self.recipe.skippy_abi,
-                "patch_queue_sha256": self.recipe.patch_queue_sha256,
-            },
-            "architectures": sorted(self.architectures),
-            "source": {"repo": self.source.repo, "commit": self.source.commit, "path": self.source.path},
-        }
-
 
 # --- reading a roster file ------------------------------------------------------------------------
 

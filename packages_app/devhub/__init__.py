@@ -25,7 +25,7 @@ from .generator import (
     generate_catalog,
     write_package_folder,
 )
-from .server import Counters, DevHub, FaultPlan, HubError
+from .server import Counters, DevHub, Discussion, FaultPlan, HubError, webhook_poster
 
 __all__ = [
     "BENCH_PACKAGE",
@@ -50,9 +50,11 @@ __all__ = [
     "DemoPackage",
     "DemoRevision",
     "DevHub",
+    "Discussion",
     "FaultPlan",
     "HubError",
     "ensure_catalog",
     "generate_catalog",
+    "webhook_poster",
     "write_package_folder",
 ]

@@ -106,6 +106,7 @@ class RepoRecord:
     commits: list[Commit] = field(default_factory=list)
     branches: dict[str, str] = field(default_factory=dict)
     tag_refs: dict[str, str] = field(default_factory=dict)
+    pr_refs: dict[str, str] = field(default_factory=dict)  # "refs/pr/N" -> sha, written by devhub's PRs
 
     @property
     def author(self) -> str:
@@ -115,7 +116,9 @@ class RepoRecord:
         return next((c for c in self.commits if c.sha == sha), None)
 
     def resolve(self, revision: str) -> Commit | None:
-        """Branch, tag, `refs/heads/x`, `refs/tags/x` or a full 40-hex sha -> the commit."""
+        """Branch, tag, `refs/heads/x`, `refs/tags/x`, `refs/pr/N` or a full 40-hex sha -> the commit."""
+        if revision in self.pr_refs:
+            return self.commit(self.pr_refs[revision])
         for prefix, refs in (("refs/heads/", self.branches), ("refs/tags/", self.tag_refs)):
             name = revision.removeprefix(prefix)
             if name in refs:
@@ -145,7 +148,7 @@ class RepoRecord:
             "branches": self.branches,
             "tag_refs": self.tag_refs,
             "commits": [c.to_json() for c in self.commits],
-        }
+        } | ({"pr_refs": self.pr_refs} if self.pr_refs else {})
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> RepoRecord:
@@ -159,6 +162,7 @@ class RepoRecord:
             card_data=data["card_data"],
             branches=dict(data["branches"]),
             tag_refs=dict(data["tag_refs"]),
+            pr_refs=dict(data.get("pr_refs") or {}),
             commits=[Commit.from_json(c) for c in data["commits"]],
         )
 

@@ -1,6 +1,7 @@
 """The ONLY place that imports huggingface_hub or does outbound HTTP (the Hub, its CDN, plain URLs).
 
-Rooms: ``client`` (a Hub repo read through huggingface_hub, namespace and catalog listings), ``net``
+Rooms: ``client`` (a Hub repo read through huggingface_hub, namespace and catalog listings), ``pulls``
+(the one write: a pull request with one changed file, with the write token, and its status), ``net``
 (the bounded ranged GET), ``sources`` (a local package folder and a plain URL with the same
 interface), ``fetch`` (the GGUF header read loop and its thread pool, on any range reader),
 ``errors`` (our exception types; only expected Hub/network errors become them), ``records`` (plain
@@ -31,6 +32,7 @@ from packages_app.hub.errors import (
 from packages_app.hub.fetch import FIRST_READ, HeaderFetcher, HeaderResult, read_header
 from packages_app.hub.ids import validate_repo_id
 from packages_app.hub.net import install_session, ranged_get
+from packages_app.hub.pulls import PR_STATUSES, HubWriter, PullRequest
 from packages_app.hub.records import (
     MANIFEST_MAX_BYTES,
     MANIFEST_PATH,
@@ -56,6 +58,7 @@ __all__ = [
     "LOCAL_REVISION",
     "MANIFEST_MAX_BYTES",
     "MANIFEST_PATH",
+    "PR_STATUSES",
     "PUBLIC_ENDPOINT",
     "RETRY_STATUS",
     "SHA_RE",
@@ -70,9 +73,11 @@ __all__ = [
     "HubSource",
     "HubUnauthorized",
     "HubUnavailable",
+    "HubWriter",
     "InvalidRepoId",
     "LocalFolderSource",
     "PackageSource",
+    "PullRequest",
     "RangeReader",
     "RemoteFile",
     "SkipFn",

@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('packages_app', '0015_h20_noderun_certification'),
+        ('packages_app', '0016_h23_fix_proposals'),
     ]
 
     operations = [
