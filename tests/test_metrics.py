@@ -251,9 +251,12 @@ def database_url() -> str:
     return f"postgres://{s['USER'] or 'postgres'}@{s['HOST'] or '127.0.0.1'}:{s['PORT'] or 5432}/{s['NAME']}"
 
 
-@pytest.fixture
-def live(devhub: DevHub, transactional_db: None, tmp_path: Path) -> Iterator[dict[str, Any]]:
-    """gunicorn (3 workers) and a Celery worker (2 children) sharing one PROMETHEUS_MULTIPROC_DIR."""
+@pytest.fixture(params=[True], ids=["multiprocess"])
+def live(
+    request: pytest.FixtureRequest, devhub: DevHub, transactional_db: None, tmp_path: Path
+) -> Iterator[dict[str, Any]]:
+    """gunicorn (3 workers) and a Celery worker (2 children) sharing one PROMETHEUS_MULTIPROC_DIR (or,
+    with the parameter False, each process counting alone)."""
     from meshdash.celery import app
     from tests.test_faults import free_port, wait_until
 
@@ -264,7 +267,7 @@ def live(devhub: DevHub, transactional_db: None, tmp_path: Path) -> Iterator[dic
         **os.environ,
         "DATABASE_URL": database_url(),
         "HF_ENDPOINT": devhub.url,
-        "PROMETHEUS_MULTIPROC_DIR": str(folder),
+        "PROMETHEUS_MULTIPROC_DIR": str(folder) if request.param else "",
         "MESHDASH_METRICS_CACHE_SECONDS": "0",
     }
     log = (tmp_path / "live.log").open("wb")
@@ -346,3 +349,23 @@ def test_a_live_gunicorn_with_three_workers_and_a_celery_worker_expose_one_set_o
     assert all(value(s, "meshdash_served_revisions", status=headline) == 1 for s in scrapes)
     writers = {p.name.rsplit("_", 1)[-1] for p in live["folder"].glob("counter_*.db")}
     assert len(writers) >= 2  # web workers and worker children each wrote their own file
+
+
+@pytest.mark.services
+@pytest.mark.serial
+@needs_services
+@pytest.mark.parametrize("live", [False], ids=["no-folder"], indirect=True)
+def test_control_without_the_multiprocess_folder_the_workers_ingest_is_never_seen(
+    live: dict[str, Any],
+) -> None:
+    base, wait_until = live["base"], live["wait_until"]
+    tasks.ingest_revision.delay(QWEN35_REPO, QWEN35_FIRST_SHA)
+
+    def done() -> bool:
+        return Revision.objects.filter(commit_sha=QWEN35_FIRST_SHA, status="done").exists()
+
+    assert wait_until(done, 180)
+    scrapes = [parse(http_get(base + "/metrics")[1].decode()) for _ in range(6)]
+    # The Celery child counted its ingest in its own memory: no web worker can show it.
+    assert {value(s, "meshdash_ingests_total", outcome="done") for s in scrapes} == {0}
+    assert all(value(s, "meshdash_revisions", status=Status.NOT_ASSESSED.value) == 0 for s in scrapes)
