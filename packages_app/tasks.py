@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import functools
 import logging
+import threading
+import time
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import asdict
 from typing import Any, TypeVar
 
@@ -18,7 +21,7 @@ from celery import Task, shared_task
 from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
 from django.core.cache import cache
-from django.db import InterfaceError, OperationalError
+from django.db import InterfaceError, OperationalError, connection
 
 from packages_app import fixes, hub, ingest, metrics, notifications, partitions, rollups
 from packages_app.hub.outbound import DeliveryFailed
@@ -293,17 +296,51 @@ def open_fix(self: Task, proposal_id: int) -> str:
         raise retry_on_database_error(self, exc) from exc
 
 
+_eager_deliveries: ThreadPoolExecutor | None = None
+_eager_futures: set[Future[str]] = set()
+_eager_lock = threading.Lock()
+
+
 def _deliver_eagerly(delivery_id: int) -> str:
-    """No broker (one machine): the retries run at once, in-process (eager Celery raises a retry instead
-    of scheduling it); this runs on the background threads, never inside a request."""
+    """No broker (one machine): deliveries run on two threads of their own, so a receiver that hangs holds
+    up neither the ingest nor the report that found the event; the retries run there at once (eager
+    Celery raises a retry instead of scheduling it)."""
+    global _eager_deliveries
+    with _eager_lock:
+        if _eager_deliveries is None:
+            _eager_deliveries = ThreadPoolExecutor(max_workers=2, thread_name_prefix="meshdash-notify")
+        future = _eager_deliveries.submit(_deliver_with_retries, delivery_id)
+        _eager_futures.add(future)
+    future.add_done_callback(_eager_futures.discard)
+    return "queued"
+
+
+def _deliver_with_retries(delivery_id: int) -> str:
     error = ""
-    for _ in range(NOTIFY_MAX_RETRIES + 1):
-        try:
-            return notifications.deliver(delivery_id)
-        except DeliveryFailed as exc:
-            error = str(exc)
-    notifications.give_up(delivery_id, error)
-    return notifications.FAILED
+    try:
+        for attempt in range(NOTIFY_MAX_RETRIES + 1):
+            try:
+                return notifications.deliver(delivery_id)
+            except DeliveryFailed as exc:
+                error = str(exc)
+            except DATABASE_ERRORS as exc:  # SQLite busy with another thread's write: wait a little
+                error = str(exc)
+                connection.close()
+                time.sleep(min(0.25 * 2**attempt, 5))
+        notifications.give_up(delivery_id, error)
+        return notifications.FAILED
+    except Exception:  # no caller to raise to: the log and the delivery row say it
+        log.exception("delivery %s failed", delivery_id)
+        return notifications.FAILED
+    finally:
+        connection.close()
+
+
+def wait_eager_deliveries(timeout: float) -> bool:
+    """Block until the eager deliveries started so far have ended (tests, shutdown)."""
+    with _eager_lock:
+        pending = set(_eager_futures)
+    return not wait(pending, timeout).not_done
 
 
 @shared_task(bind=True, max_retries=MAX_RETRIES, acks_late=True)

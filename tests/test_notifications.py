@@ -98,7 +98,7 @@ def eager_background(settings: Any, eager_tasks: None) -> Iterator[None]:
     settings.CELERY_BROKER_URL = ""
     cache.clear()
     yield
-    assert background.wait_idle(90)
+    assert background.wait_idle(90) and tasks.wait_eager_deliveries(90)
 
 
 def channel(receiver: Receiver, *events: str, **fields: Any) -> NotificationChannel:
@@ -157,6 +157,7 @@ def test_a_node_starting_to_serve_69cbd9fc_posts_one_signed_message_to_the_recei
         cache.clear()
         assert post_reports(token).status_code == 200
         assert background.wait_idle(60)
+    assert tasks.wait_eager_deliveries(60)
     assert len(receiver.received) == 1
     headers, body = receiver.received[0]
     assert verified(headers, body) and not verified(headers, body, "another-secret")
@@ -197,9 +198,23 @@ def test_a_hanging_receiver_does_not_delay_a_nodes_reports(
     started = time.monotonic()
     assert post_reports(token).status_code == 200  # ...while the node's next report is answered
     second = time.monotonic() - started
-    assert not receiver.release.is_set()  # both answered while the receiver still held its request
-    print(f"report answered in {answered * 1000:.0f} ms and {second * 1000:.0f} ms with the receiver hanging")
+    # The task that follows an ingest finds a worse revision and hands its delivery off, not waiting either.
+    channel(receiver, NotificationChannel.Event.REVISION_WORSE)
+    started = time.monotonic()
+    assert (
+        tasks.notify_revision.apply(args=(two_revisions(Status.SERVES_MTP, Status.FAILS_AT_LOAD).pk,)).result
+        == 1
+    )
+    after_ingest = time.monotonic() - started
+    assert not receiver.release.is_set()  # all answered while the receiver still held its first request
+    print(
+        f"with the receiver hanging: reports answered in {answered * 1000:.0f} and {second * 1000:.0f} ms, "
+        f"the post-ingest check in {after_ingest * 1000:.0f} ms"
+    )
+    receiver.hold = False
     receiver.release.set()
+    assert tasks.wait_eager_deliveries(60)
+    assert set(NotificationDelivery.objects.values_list("status", flat=True)) == {"sent"}
 
 
 def test_a_hanging_receiver_is_cut_by_the_read_timeout_as_a_retryable_failure(receiver: Receiver) -> None:
@@ -254,6 +269,7 @@ def test_a_worse_latest_revision_is_sent_once_and_a_better_one_not_at_all(
     channel(receiver, NotificationChannel.Event.REVISION_WORSE)
     worse = two_revisions(Status.SERVES_MTP, Status.NOT_SERVABLE)
     assert tasks.notify_revision.apply(args=(worse.pk,)).result == 1
+    assert tasks.wait_eager_deliveries(60)
     assert tasks.notify_revision.apply(args=(worse.pk,)).result == 0  # the same event again: nothing
     (headers, body), *rest = receiver.received
     assert not rest and verified(headers, body)
@@ -262,6 +278,7 @@ def test_a_worse_latest_revision_is_sent_once_and_a_better_one_not_at_all(
     Package.objects.all().delete()
     better = two_revisions(Status.MTP_UNUSED, Status.SERVES_MTP)
     assert tasks.notify_revision.apply(args=(better.pk,)).result == 0
+    assert tasks.wait_eager_deliveries(60)
 
 
 @pytest.mark.django_db(transaction=True)  # the deliveries are enqueued on commit
@@ -272,6 +289,7 @@ def test_a_receiver_that_fails_is_retried_until_it_takes_the_message(
     receiver.statuses = [503, 500]
     worse = two_revisions(Status.SERVES_MTP, Status.FAILS_AT_LOAD)
     tasks.notify_revision.apply(args=(worse.pk,))
+    assert tasks.wait_eager_deliveries(60)
     delivery = NotificationDelivery.objects.get()
     assert (delivery.status, delivery.attempts) == ("sent", 3)
     assert len(receiver.received) == 3 and len({b for _, b in receiver.received}) == 1  # the same body
@@ -282,6 +300,7 @@ def test_a_receiver_that_refuses_with_4xx_is_not_retried(eager_tasks: None, rece
     channel(receiver, NotificationChannel.Event.REVISION_WORSE)
     receiver.statuses = [404]
     tasks.notify_revision.apply(args=(two_revisions(Status.SERVES_MTP, Status.FAILS_AT_LOAD).pk,))
+    assert tasks.wait_eager_deliveries(60)
     delivery = NotificationDelivery.objects.get()
     assert (delivery.status, delivery.attempts, delivery.error) == ("failed", 1, "the receiver answered 404")
 
@@ -298,6 +317,7 @@ def test_a_slack_channel_gets_the_text_shape_and_email_gets_a_mail(
         events=[NotificationChannel.Event.REVISION_WORSE],
     )
     tasks.notify_revision.apply(args=(two_revisions(Status.SERVES_MTP, Status.MTP_UNUSED).pk,))
+    assert tasks.wait_eager_deliveries(60)
     (_, body), *_ = receiver.received
     assert list(json.loads(body)) == ["text"] and "worse than aaaaaaaa" in json.loads(body)["text"]
     (sent,) = mail.outbox
@@ -370,6 +390,7 @@ def test_an_ingest_stuck_for_an_hour_is_sent_once(eager_tasks: None, receiver: R
     assert tasks.notify_operations.apply().result == 0  # queued just now: not stuck
     Revision.objects.filter(pk=waiting.pk).update(queued_at=datetime.now(UTC) - timedelta(hours=3))
     assert tasks.notify_operations.apply().result == 1
+    assert tasks.wait_eager_deliveries(60)
     assert tasks.notify_operations.apply().result == 0
     (headers, body), *rest = receiver.received
     assert not rest and verified(headers, body)
@@ -390,5 +411,6 @@ def test_a_node_that_stops_reporting_is_sent_once_per_silence(eager_tasks: None,
         node.last_seen_at = last_seen  # reported again, then fell silent again: a new event
         node.save()
         assert tasks.notify_operations.apply().result == 1
+        assert tasks.wait_eager_deliveries(60)
         assert tasks.notify_operations.apply().result == 0
     assert [json.loads(body)["node"] for _, body in receiver.received] == ["quiet-node", "quiet-node"]
