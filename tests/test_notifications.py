@@ -213,7 +213,7 @@ def test_a_hanging_receiver_does_not_delay_a_nodes_reports(
     )
     receiver.hold = False
     receiver.release.set()
-    assert tasks.wait_eager_deliveries(60)
+    assert background.wait_idle(60) and tasks.wait_eager_deliveries(60)
     assert set(NotificationDelivery.objects.values_list("status", flat=True)) == {"sent"}
 
 
