@@ -303,7 +303,11 @@ class NotificationChannelForm(forms.ModelForm):  # type: ignore[type-arg]
         choices=NotificationChannel.Event.choices, widget=forms.CheckboxSelectMultiple, required=False
     )
     url = forms.URLField(
-        max_length=500, required=False, assume_scheme="https", help_text="Webhooks: where to POST."
+        label="URL",
+        max_length=500,
+        required=False,
+        assume_scheme="https",
+        help_text="Webhooks: where to POST.",
     )
 
     class Meta:
