@@ -31,6 +31,9 @@ if MULTIPROCESS_DIR:
     values.ValueClass = values.MultiProcessValue(  # type: ignore[no-untyped-call]
         process_identifier=_process_identifier
     )
+elif "PROMETHEUS_MULTIPROC_DIR" in os.environ:
+    # Set but empty: prometheus_client would write its files into the working folder; count in memory.
+    values.ValueClass = values.MutexValue
 
 INGEST_OUTCOMES = (
     "done",

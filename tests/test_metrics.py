@@ -127,6 +127,18 @@ def test_bad_settings_stop_the_process_at_start() -> None:
         assert result.returncode != 0 and "ImproperlyConfigured" in result.stderr, env
 
 
+def test_an_empty_multiprocess_setting_counts_in_memory_not_in_files_in_the_working_folder(
+    tmp_path: Path,
+) -> None:
+    script = "from packages_app import metrics; metrics.count_ingest('done')"
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": "", "PYTHONPATH": str(ROOT)}
+    result = subprocess.run(
+        [sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    assert list(tmp_path.glob("*.db")) == []  # prometheus_client alone writes counter_<pid>.db here
+
+
 # --- counters and gauges ----------------------------------------------------------------------------
 
 
