@@ -8,7 +8,9 @@ COPY . .
 RUN pip install --no-cache-dir --no-deps -e . \
  && DEBUG=true python manage.py collect_plotly \
  && DEBUG=true python manage.py collectstatic --noinput
-RUN useradd --system --uid 1000 meshdash && chown -R meshdash /app
+# /var/lib/meshdash/metrics: PROMETHEUS_MULTIPROC_DIR; a new volume mounted there takes this owner.
+RUN useradd --system --uid 1000 meshdash && chown -R meshdash /app \
+    && mkdir -p /var/lib/meshdash/metrics && chown meshdash /var/lib/meshdash/metrics
 USER meshdash
 EXPOSE 8000
 CMD ["gunicorn", "meshdash.wsgi", "--bind", "0.0.0.0:8000", "--workers", "3", "--access-logfile", "-"]

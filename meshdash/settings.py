@@ -131,6 +131,9 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # /healthz and /readyz, answered before host validation and the HTTPS redirect (a container probe
+    # speaks plain HTTP to 127.0.0.1); packages_app/health.py.
+    "packages_app.health.ProbeMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "meshdash.middleware.ContentSecurityPolicyMiddleware",
@@ -291,6 +294,10 @@ CELERY_BEAT_SCHEDULE = {
         "task": "packages_app.tasks.prune_hourly_rollups",
         "schedule": 3600,
     },
+    "notify-operations": {  # notifications of stuck ingests and silent nodes (packages_app/notifications.py)
+        "task": "packages_app.tasks.notify_operations",
+        "schedule": envint("MESHDASH_NOTIFY_INTERVAL", 300),
+    },
     "maintain-report-partitions": {
         "task": "packages_app.tasks.maintain_report_partitions",
         "schedule": 24 * 3600,
@@ -373,6 +380,37 @@ MESHDASH_PUBLIC_URL = envstr("MESHDASH_PUBLIC_URL")
 MESHDASH_WEBHOOK_SECRET = envstr("MESHDASH_WEBHOOK_SECRET")
 if MESHDASH_WEBHOOK_SECRET and len(MESHDASH_WEBHOOK_SECRET) < 16:
     raise ImproperlyConfigured("MESHDASH_WEBHOOK_SECRET must be at least 16 characters (or empty: off)")
+
+# --- Operating: /metrics (packages_app/metrics_view.py) and notifications ------------------------
+# Who may scrape /metrics: a request with "Authorization: Bearer <MESHDASH_METRICS_TOKEN>" (16+ characters;
+# empty = no token), or one from these addresses or networks (default: this machine only).
+MESHDASH_METRICS_TOKEN = envstr("MESHDASH_METRICS_TOKEN")
+if MESHDASH_METRICS_TOKEN and len(MESHDASH_METRICS_TOKEN) < 16:
+    raise ImproperlyConfigured("MESHDASH_METRICS_TOKEN must be at least 16 characters (or empty: off)")
+MESHDASH_METRICS_ALLOWED_ADDRESSES = envlist("MESHDASH_METRICS_ALLOWED_ADDRESSES") or ["127.0.0.1", "::1"]
+for _network in MESHDASH_METRICS_ALLOWED_ADDRESSES:
+    try:
+        ipaddress.ip_network(_network, strict=False)
+    except ValueError:
+        raise ImproperlyConfigured(
+            f"MESHDASH_METRICS_ALLOWED_ADDRESSES: {_network!r} is not an address or network (e.g. 10.0.0.0/8)"
+        ) from None
+# Multiprocess mode (gunicorn workers, Celery children): the folder every process writes its counters to.
+# prometheus_client and packages_app/metrics.py read it from the environment before any setting is read.
+PROMETHEUS_MULTIPROC_DIR = envstr("PROMETHEUS_MULTIPROC_DIR")
+# The database figures of /metrics are read at most once per this many seconds (shared cache); 0 = always.
+MESHDASH_METRICS_CACHE_SECONDS = envint("MESHDASH_METRICS_CACHE_SECONDS", 10)
+
+# Links in notifications start with this (e.g. https://meshdash.example.org); empty = paths only.
+MESHDASH_PUBLIC_URL = envstr("MESHDASH_PUBLIC_URL")
+# Email notifications go through this SMTP server (Django's settings of the same names).
+EMAIL_HOST = envstr("EMAIL_HOST", "localhost")
+EMAIL_PORT = envint("EMAIL_PORT", 25)
+EMAIL_HOST_USER = envstr("EMAIL_HOST_USER")
+EMAIL_HOST_PASSWORD = envstr("EMAIL_HOST_PASSWORD")
+EMAIL_USE_TLS = envbool("EMAIL_USE_TLS", False)
+EMAIL_TIMEOUT = envint("EMAIL_TIMEOUT", 10)  # seconds: a mail server that hangs cannot hold a worker
+DEFAULT_FROM_EMAIL = envstr("DEFAULT_FROM_EMAIL", "meshdash@localhost")
 
 LOGGING = {
     "version": 1,

@@ -9,12 +9,16 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from django import forms
 from django.contrib import admin, messages
+from django.core.exceptions import ValidationError
+from django.core.validators import validate_email
 from django.db.models import QuerySet
 from django.forms import ModelForm
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.urls import reverse
 
 from packages_app import access
 from packages_app.models import (
@@ -22,6 +26,8 @@ from packages_app.models import (
     FixProposal,
     Node,
     NodeRun,
+    Notification,
+    NotificationChannel,
     Package,
     PackageFile,
     Report,
@@ -282,6 +288,114 @@ class ActionLogAdmin(ActionLogAdminBase):
 
     def has_delete_permission(self, request: HttpRequest, obj: ActionLog | None = None) -> bool:
         return False
+
+
+# --- Notifications ------------------------------------------------------------------------------------
+
+if TYPE_CHECKING:
+    ChannelAdminBase = admin.ModelAdmin[NotificationChannel]
+    NotificationAdminBase = admin.ModelAdmin[Notification]
+else:
+    ChannelAdminBase = NotificationAdminBase = admin.ModelAdmin
+
+TEST_SEND = "_test_send"  # the change page's "Save and send a test message" button
+
+
+class NotificationChannelForm(forms.ModelForm):  # type: ignore[type-arg]
+    events = forms.MultipleChoiceField(
+        choices=NotificationChannel.Event.choices, widget=forms.CheckboxSelectMultiple, required=False
+    )
+    url = forms.URLField(
+        label="URL",
+        max_length=500,
+        required=False,
+        assume_scheme="https",
+        help_text="Webhooks: where to POST.",
+    )
+
+    class Meta:
+        model = NotificationChannel
+        fields = ("name", "enabled", "kind", "events", "url", "secret", "allow_private", "emails")
+        widgets = {"secret": forms.PasswordInput(render_value=True)}
+
+    def clean(self) -> dict[str, Any]:
+        data: dict[str, Any] = super().clean() or {}
+        kind = data.get("kind")
+        if kind == NotificationChannel.Kind.EMAIL:
+            emails = [a.strip() for a in (data.get("emails") or "").split(",") if a.strip()]
+            if not emails:
+                self.add_error("emails", "Name at least one address.")
+            for address in emails:
+                try:
+                    validate_email(address)
+                except ValidationError:
+                    self.add_error("emails", f"{address!r} is not an email address.")
+        elif not data.get("url"):
+            self.add_error("url", "A webhook needs the URL to POST to.")
+        return data
+
+
+@admin.register(NotificationChannel)
+class NotificationChannelAdmin(ChannelAdminBase):
+    form = NotificationChannelForm
+    list_display = ("name", "kind", "enabled", "events", "url", "emails")
+    actions = ("send_test_message",)
+    change_form_template = "admin/packages_app/notificationchannel/change_form.html"
+
+    @admin.action(description="Send a test message")
+    def send_test_message(self, request: HttpRequest, queryset: QuerySet[NotificationChannel]) -> None:
+        for channel in queryset:
+            _test_send(request, channel)
+
+    def response_change(self, request: HttpRequest, obj: NotificationChannel) -> HttpResponse:
+        if TEST_SEND in request.POST:
+            _test_send(request, obj)
+            return HttpResponseRedirect(request.path)
+        return super().response_change(request, obj)
+
+    def response_add(
+        self, request: HttpRequest, obj: NotificationChannel, post_url_continue: str | None = None
+    ) -> HttpResponse:
+        if TEST_SEND in request.POST:
+            _test_send(request, obj)
+            return HttpResponseRedirect(
+                reverse("admin:packages_app_notificationchannel_change", args=[obj.pk])
+            )
+        return super().response_add(request, obj, post_url_continue)
+
+
+def _test_send(request: HttpRequest, channel: NotificationChannel) -> None:
+    """Send now, within the outbound timeouts, and say what happened (an operator is waiting for it)."""
+    # Imported here: the web process loads the outbound client (packages_app.hub) only when it sends.
+    from packages_app import notifications
+    from packages_app.hub.outbound import DeliveryFailed
+
+    try:
+        notifications.send(channel, notifications.test_notification(channel), "test")
+    except DeliveryFailed as exc:
+        messages.error(request, f"{channel.name}: the test message was not delivered: {exc}")
+        return
+    messages.success(request, f"{channel.name}: the test message was delivered.")
+
+
+@admin.register(Notification)
+class NotificationAdmin(NotificationAdminBase):
+    list_display = ("created_at", "event", "title")
+    list_filter = ("event",)
+    readonly_fields = ("key", "event", "title", "payload", "created_at", "delivery_states")
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Notification | None = None) -> bool:
+        return False
+
+    @admin.display(description="deliveries")
+    def delivery_states(self, obj: Notification) -> str:
+        rows = obj.deliveries.select_related("channel").order_by("pk")
+        return "; ".join(
+            f"{d.channel.name}: {d.status} after {d.attempts} attempt(s) {d.error}" for d in rows
+        )
 
 
 if TYPE_CHECKING:

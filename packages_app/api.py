@@ -19,7 +19,7 @@ from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET
 
-from packages_app import access, check_budget, queries, queueing, ratelimit, reports
+from packages_app import access, check_budget, metrics, queries, queueing, ratelimit, reports
 from packages_app.models import Node
 from packages_app.nodes import identity as nodes
 from packages_app.nodes.report_schema import BodyError, validate_batch, validate_report_body
@@ -54,7 +54,7 @@ def error_response(status: int, message: str, field: str | None = None, **header
     return response
 
 
-def node_json_endpoint(max_bytes: int) -> Callable[[NodeView], View]:
+def node_json_endpoint(max_bytes: int, source: str = "report") -> Callable[[NodeView], View]:
     """POST-only, CSRF-exempt, bearer-token, rate-limited, JSON-body endpoint for serving nodes."""
 
     def decorate(view: NodeView) -> View:
@@ -62,16 +62,35 @@ def node_json_endpoint(max_bytes: int) -> Callable[[NodeView], View]:
         @wraps(view)
         def wrapper(request: HttpRequest) -> HttpResponse:
             try:
-                return _guarded(request, view, max_bytes)
+                response = _guarded(request, view, max_bytes)
             except (OperationalError, InterfaceError):
                 raise  # the database is down: meshdash.middleware answers 503 + Retry-After
             except Exception:  # the last guard: never an HTML 500 page for a node
                 log.exception("report endpoint failed")
-                return error_response(500, "Internal error; the request was not fully processed.")
+                response = error_response(500, "Internal error; the request was not fully processed.")
+            count_refusal(source, response.status_code)
+            return response
 
         return wrapper
 
     return decorate
+
+
+REFUSAL_REASON = {
+    400: "invalid",
+    401: "unauthorized",
+    405: "method",
+    409: "conflict",
+    413: "too-large",
+    415: "not-json",
+    429: "rate-limited",
+}
+
+
+def count_refusal(source: str, status: int) -> None:
+    """A request answered 4xx/5xx as a whole (a batch's items are counted one by one, as reports)."""
+    if status >= 400:
+        metrics.count_refused(source, REFUSAL_REASON.get(status, "error"))
 
 
 def _guarded(request: HttpRequest, view: NodeView, max_bytes: int) -> HttpResponse:
@@ -146,7 +165,9 @@ def report_create(request: HttpRequest, node: Node, data: Any) -> HttpResponse:
     except BodyError as exc:
         return error_response(400, exc.message, exc.field)
     outcome = reports.report_store(node, item, timezone.now())
+    count_outcomes([outcome])
     queueing.request_ingests(_unknown_revisions([outcome]))
+    queueing.request_node_check(node.pk)
     if outcome.result is Stored.CONFLICT:
         return _conflict_response()
     return JsonResponse(
@@ -167,12 +188,20 @@ def report_batch(request: HttpRequest, node: Node, data: Any) -> HttpResponse:
             valid.append((index, _valid_report(body, f"reports.{index}")))
         except BodyError as exc:
             results[index].update(status=400, error=exc.message, field=exc.field)
+    metrics.count_reports("report", "invalid", len(bodies) - len(valid))
     if valid:
         outcomes = reports.reports_store_batch(node, [item for _, item in valid], timezone.now())
+        count_outcomes(outcomes)
         queueing.request_ingests(_unknown_revisions(outcomes))
+        queueing.request_node_check(node.pk)
         for (index, _), outcome in zip(valid, outcomes, strict=True):
             results[index].update(_item_result(outcome))
     return JsonResponse({"results": results}, status=200)
+
+
+def count_outcomes(outcomes: list[reports.StoreOutcome]) -> None:
+    for outcome in outcomes:
+        metrics.count_reports("report", outcome.result.value)
 
 
 def _valid_report(data: Any, prefix: str) -> reports.ValidReport:

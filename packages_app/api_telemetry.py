@@ -18,7 +18,7 @@ from google.protobuf import json_format
 from google.protobuf.message import Message
 
 from packages_app import queueing, telemetry
-from packages_app.api import authorized_node, error_response, node_json_endpoint
+from packages_app.api import authorized_node, count_refusal, error_response, node_json_endpoint
 from packages_app.models import Node
 from packages_app.nodes import identity, otlp
 from packages_app.nodes.report_schema import BodyError, validate_run, validate_runs
@@ -32,12 +32,14 @@ MAX_RUNS_BYTES = 256 * 1024
 def traces_export(request: HttpRequest) -> HttpResponse:
     """OTLP/HTTP trace export: the decode spans become reports; everything else is counted."""
     try:
-        return _traces(request)
+        response = _traces(request)
     except (OperationalError, InterfaceError):
         raise  # the database is down: meshdash.middleware answers 503 + Retry-After (OTLP retries it)
     except Exception:  # the last guard: never an HTML 500 page for an exporter
         log.exception("OTLP traces endpoint failed")
-        return error_response(500, "Internal error; the export was not fully processed.")
+        response = error_response(500, "Internal error; the export was not fully processed.")
+    count_refusal("otlp", response.status_code)
+    return response
 
 
 def _traces(request: HttpRequest) -> HttpResponse:
@@ -62,6 +64,7 @@ def _traces(request: HttpRequest) -> HttpResponse:
         outcome = telemetry.traces_export(node, export, timezone.now())
     except telemetry.RunConflict as exc:
         return error_response(409, str(exc))
+    queueing.request_node_check(node.pk)
     return _otlp_response(outcome.response, request.content_type or "")
 
 
@@ -89,7 +92,7 @@ def _otlp_response(message: Message, content_type: str) -> HttpResponse:
     return HttpResponse(message.SerializeToString(), status=200, content_type="application/x-protobuf")
 
 
-@node_json_endpoint(MAX_RUNS_BYTES)
+@node_json_endpoint(MAX_RUNS_BYTES, source="runs")
 def runs_register(request: HttpRequest, node: Node, data: Any) -> HttpResponse:
     """The agent's view of its node's runs; one result per run, in order (like the report batch)."""
     try:

@@ -542,6 +542,83 @@ class ActionLog(models.Model):
         return f"{self.username} {self.action} {self.target}"
 
 
+class NotificationChannel(models.Model):
+    """Where alerts go (admin-managed): a webhook (generic JSON, or the Slack/Discord "text" shape) or email.
+
+    Webhook bodies are signed: ``X-Meshdash-Signature: sha256=<hex HMAC of the body with the secret>``.
+    """
+
+    class Kind(models.TextChoices):
+        WEBHOOK = "webhook", "webhook (generic JSON)"
+        SLACK = "slack", "webhook (Slack / Discord-compatible)"
+        EMAIL = "email", "email"
+
+    class Event(models.TextChoices):
+        REVISION_WORSE = "revision-worse", "a tracked package gets a revision whose headline is worse"
+        NODE_SERVING = "node-serving", "a node starts serving a refused, uncertified or MTP-unused revision"
+        INGEST_STUCK = "ingest-stuck", "a revision has waited over an hour for its ingest"
+        NODE_SILENT = "node-silent", "a node that reported in the last day stopped reporting"
+
+    name = models.CharField(max_length=100, unique=True)
+    kind = models.CharField(max_length=8, choices=Kind.choices, default=Kind.WEBHOOK)
+    url = models.URLField(max_length=500, blank=True, help_text="Webhooks: where to POST.")
+    secret = models.CharField(
+        max_length=200, blank=True, help_text="Webhooks: the HMAC-SHA256 key of X-Meshdash-Signature."
+    )
+    emails = models.CharField(max_length=500, blank=True, help_text="Email: addresses, comma-separated.")
+    events = models.JSONField(default=list, help_text="The events sent here (see Event).")
+    allow_private = models.BooleanField(
+        default=False,
+        help_text="Let the webhook reach a loopback or private address (an in-house receiver).",
+    )
+    enabled = models.BooleanField(default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.kind})"
+
+
+class Notification(models.Model):
+    """One event, once: ``key`` names it (e.g. ``node-serving:<node>:<revision>:<cause>``), so a re-run,
+    a retry or two racing workers that see the same event record it once, and it is sent once."""
+
+    key = models.CharField(max_length=200, unique=True)
+    event = models.CharField(max_length=16, choices=NotificationChannel.Event.choices)
+    title = models.CharField(max_length=300)
+    payload = models.JSONField(help_text="The generic JSON body sent to webhooks.")
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    def __str__(self) -> str:
+        return self.key
+
+
+class NotificationDelivery(models.Model):
+    """One notification to one channel: sent at most once (the task claims it; a sent one is skipped)."""
+
+    class Status(models.TextChoices):
+        PENDING = "pending"
+        SENT = "sent"
+        FAILED = "failed"
+
+    notification = models.ForeignKey(Notification, on_delete=models.CASCADE, related_name="deliveries")
+    channel = models.ForeignKey(NotificationChannel, on_delete=models.CASCADE, related_name="deliveries")
+    status = models.CharField(max_length=8, choices=Status.choices, default=Status.PENDING)
+    attempts = models.PositiveIntegerField(default=0)
+    error = models.CharField(max_length=500, blank=True)
+    sent_at = models.DateTimeField(null=True, blank=True)
+    # Set while one worker sends it (no transaction is held open during the POST): another worker that
+    # gets the same message (a redelivery) leaves it alone until then.
+    claimed_until = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["notification", "channel"], name="delivery_natural_key"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.notification_id}->{self.channel_id}:{self.status}"
+
+
 class FixProposal(models.Model):
     """A pull request meshdash opens on the Hub with a revision's patched manifest, and what became of it.
 

@@ -27,7 +27,7 @@ from django.db import InterfaceError, OperationalError, close_old_connections, c
 from django.utils import timezone
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
-from packages_app import telemetry
+from packages_app import metrics, queueing, telemetry
 from packages_app.models import Node
 from packages_app.nodes import identity, otlp
 
@@ -63,7 +63,9 @@ class TraceReceiver:
             if retry_after is not None:
                 _abort(context, grpc.StatusCode.UNAVAILABLE, f"Too many spans; retry in {retry_after} s.")
             identity.node_touch(node)
-            return telemetry.traces_export(node, request, timezone.now()).response
+            response = telemetry.traces_export(node, request, timezone.now()).response
+            queueing.request_node_check(node.pk)
+            return response
         except telemetry.RunConflict as exc:
             # ALREADY_EXISTS: HTTP's 409, and not a code OTLP exporters retry.
             _abort(context, grpc.StatusCode.ALREADY_EXISTS, str(exc))
@@ -90,7 +92,17 @@ class TraceReceiver:
         return node
 
 
+GRPC_REFUSAL_REASON = {
+    grpc.StatusCode.INVALID_ARGUMENT: "invalid",
+    grpc.StatusCode.RESOURCE_EXHAUSTED: "too-large",
+    grpc.StatusCode.UNAUTHENTICATED: "unauthorized",
+    grpc.StatusCode.ALREADY_EXISTS: "conflict",
+}
+
+
 def _abort(context: grpc.ServicerContext, code: grpc.StatusCode, message: str) -> NoReturn:
+    reason = GRPC_REFUSAL_REASON.get(code, "rate-limited" if "Too many" in message else "error")
+    metrics.count_refused("otlp", reason)
     context.abort(code, message)
     raise AssertionError("unreachable: abort raises")
 

@@ -57,6 +57,32 @@ def request_ingest(repo_id: str, commit_sha: str) -> bool:
     return True
 
 
+NODE_CHECK_TTL = 60  # seconds; a node's reports ask for at most one notification check a minute
+
+
+def request_node_check(node_id: int) -> bool:
+    """Look, after the commit and outside the request, at what the node now serves (notifications).
+
+    Never delays or fails the report: the check (and any delivery) runs on a worker, or with no broker
+    on the background threads; at most once a minute per node; a broker error is logged and skipped.
+    """
+    key = f"meshdash:node-check:{node_id}"
+    if not cache.add(key, 1, NODE_CHECK_TTL):
+        return False
+    from packages_app import background, tasks
+
+    try:
+        if background.eager():
+            background.submit(tasks.notify_node_serving, node_id)
+        else:
+            tasks.notify_node_serving.delay_on_commit(node_id)
+    except Exception:  # the report is stored either way; its next report asks again
+        log.warning("could not enqueue the notification check of node %s", node_id, exc_info=True)
+        cache.delete(key)
+        return False
+    return True
+
+
 def enqueue_open_fix(proposal_id: int) -> None:
     """Open a recorded fix proposal's pull request on the Hub (a worker does the Hub calls)."""
     from packages_app import tasks

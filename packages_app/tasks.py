@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import functools
 import logging
+import threading
+import time
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import asdict
 from typing import Any, TypeVar
 
@@ -18,9 +21,10 @@ from celery import Task, shared_task
 from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
 from django.core.cache import cache
-from django.db import InterfaceError, OperationalError
+from django.db import InterfaceError, OperationalError, connection
 
-from packages_app import fixes, hub, ingest, partitions, rollups
+from packages_app import fixes, hub, ingest, metrics, notifications, partitions, rollups
+from packages_app.hub.outbound import DeliveryFailed
 
 log = logging.getLogger(__name__)
 
@@ -125,25 +129,30 @@ def _no_revision_state(*args: Any) -> None:
 @shared_task(bind=True, max_retries=MAX_RETRIES, acks_late=True)
 @quarantine_after_dead_deliveries(ingest.quarantine_revision)
 def ingest_revision(self: Task, repo_id: str, commit_sha: str) -> str:
+    count = metrics.count_ingest  # every way out is counted by outcome (/metrics: meshdash_ingests_total)
     try:
         # Nodes ask for revisions of repos they name: those stay unlinked unless the Hub confirms them.
         if ingest.confirm_package(repo_id) is None:
-            return UNCONFIRMED
+            return count(UNCONFIRMED)
         outcome = ingest.ingest_revision(repo_id, commit_sha, claim=self.request.id)
         fixes.settle_revision(outcome.revision.pk)  # a merged fix waiting for this revision's headline
     except SoftTimeLimitExceeded:
         limit = int(self.soft_time_limit or settings.CELERY_TASK_SOFT_TIME_LIMIT)
         status = ingest.release_timed_out(repo_id, commit_sha, limit, give_up_after=MAX_DELIVERIES)
         log.warning("ingest of %s@%s hit the soft time limit; now %s", repo_id, commit_sha, status)
-        return "timed-out"
+        return count("timed-out")
     except hub.HubUnavailable as exc:
+        count("retry-hub")
         raise self.retry(exc=exc, countdown=retry_countdown(exc, self.request.retries)) from exc
     except hub.HubError as exc:
         log.warning("ingest of %s@%s failed: %s", repo_id, commit_sha, exc)
-        return "failed"
+        return count("failed")
     except DATABASE_ERRORS as exc:
+        count("retry-database")
         raise retry_on_database_error(self, exc) from exc
-    return outcome.revision.status if outcome.ran else "skipped"
+    if outcome.ran and outcome.revision.status == "done":
+        notify_revision.delay_on_commit(outcome.revision.pk)
+    return count(outcome.revision.status if outcome.ran else "skipped")
 
 
 @shared_task(bind=True, max_retries=MAX_RETRIES, acks_late=True)
@@ -218,6 +227,51 @@ def maintain_report_partitions() -> dict[str, object]:
     return asdict(upkeep)
 
 
+# --- notifications (packages_app/notifications.py) ----------------------------------------------------
+
+NOTIFY_MAX_RETRIES = 8  # about 4 hours of backoff: 30 s, 1 min, 2 min, ... capped at NOTIFY_MAX_BACKOFF
+NOTIFY_MAX_BACKOFF = 3600
+
+
+@shared_task(acks_late=True)
+def notify_revision(revision_id: int) -> int:
+    """After an ingest: is the package's new latest revision worse than the one before? Sends once."""
+    return _enqueue_deliveries(notifications.revision_events(revision_id))
+
+
+@shared_task(acks_late=True)
+def notify_node_serving(node_id: int) -> int:
+    """After a node's reports: does it now serve a refused, uncertified or MTP-unused revision? Once each."""
+    return _enqueue_deliveries(notifications.node_serving_events(node_id))
+
+
+@shared_task(acks_late=True)
+def notify_operations() -> int:
+    """Periodic: an ingest stuck for an hour, a node that stopped reporting (each sent once)."""
+    return _enqueue_deliveries(notifications.operations_events())
+
+
+def _enqueue_deliveries(ids: list[int]) -> int:
+    for delivery_id in ids:
+        deliver_notification.delay_on_commit(delivery_id)
+    return len(ids)
+
+
+@shared_task(bind=True, max_retries=NOTIFY_MAX_RETRIES, acks_late=True)
+def deliver_notification(self: Task, delivery_id: int) -> str:
+    """One message to one channel, retried with exponential backoff while the receiver is down or slow."""
+    if self.request.is_eager:
+        return _deliver_eagerly(delivery_id)
+    try:
+        return notifications.deliver(delivery_id)
+    except DeliveryFailed as exc:
+        if self.request.retries >= NOTIFY_MAX_RETRIES:
+            notifications.give_up(delivery_id, str(exc))
+            return notifications.FAILED
+        countdown = min(30 * 2**self.request.retries, NOTIFY_MAX_BACKOFF)
+        raise self.retry(exc=exc, countdown=countdown) from exc
+
+
 # --- pull requests with a patched manifest (fixes) ----------------------------------------------------
 
 
@@ -240,6 +294,53 @@ def open_fix(self: Task, proposal_id: int) -> str:
         return "failed"
     except DATABASE_ERRORS as exc:
         raise retry_on_database_error(self, exc) from exc
+
+
+_eager_deliveries: ThreadPoolExecutor | None = None
+_eager_futures: set[Future[str]] = set()
+_eager_lock = threading.Lock()
+
+
+def _deliver_eagerly(delivery_id: int) -> str:
+    """No broker (one machine): deliveries run on two threads of their own, so a receiver that hangs holds
+    up neither the ingest nor the report that found the event; the retries run there at once (eager
+    Celery raises a retry instead of scheduling it)."""
+    global _eager_deliveries
+    with _eager_lock:
+        if _eager_deliveries is None:
+            _eager_deliveries = ThreadPoolExecutor(max_workers=2, thread_name_prefix="meshdash-notify")
+        future = _eager_deliveries.submit(_deliver_with_retries, delivery_id)
+        _eager_futures.add(future)
+    future.add_done_callback(_eager_futures.discard)
+    return "queued"
+
+
+def _deliver_with_retries(delivery_id: int) -> str:
+    error = ""
+    try:
+        for attempt in range(NOTIFY_MAX_RETRIES + 1):
+            try:
+                return notifications.deliver(delivery_id)
+            except DeliveryFailed as exc:
+                error = str(exc)
+            except DATABASE_ERRORS as exc:  # SQLite busy with another thread's write: wait a little
+                error = str(exc)
+                connection.close()
+                time.sleep(min(0.25 * 2**attempt, 5))
+        notifications.give_up(delivery_id, error)
+        return notifications.FAILED
+    except Exception:  # no caller to raise to: the log and the delivery row say it
+        log.exception("delivery %s failed", delivery_id)
+        return notifications.FAILED
+    finally:
+        connection.close()
+
+
+def wait_eager_deliveries(timeout: float) -> bool:
+    """Block until the eager deliveries started so far have ended (tests, shutdown)."""
+    with _eager_lock:
+        pending = set(_eager_futures)
+    return not wait(pending, timeout).not_done
 
 
 @shared_task(bind=True, max_retries=MAX_RETRIES, acks_late=True)

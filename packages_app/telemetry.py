@@ -25,7 +25,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 from pydantic import ValidationError
 
-from packages_app import reports, rollups
+from packages_app import metrics, reports, rollups
 from packages_app.models import Node, NodeRun, Report, Revision, RunClaim
 from packages_app.nodes import otlp
 from packages_app.nodes.report_schema import RunIn, Timings, canonical_json
@@ -83,6 +83,9 @@ def traces_export(node: Node, request: ExportTraceServiceRequest, received_at: d
     response = otlp.response_for(
         batch, rejected_extra=bad_counters, extra_reason=reason if bad_counters else ""
     )
+    metrics.count_reports("otlp", "created", created)
+    metrics.count_reports("otlp", "duplicate", len(rows) - created)
+    metrics.count_reports("otlp", "invalid", response.partial_success.rejected_spans)
     return ExportOutcome(created=created, duplicates=len(rows) - created, response=response)
 
 

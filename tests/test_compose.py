@@ -6,12 +6,14 @@ subcommands and their options, the Celery app and its CLI, gunicorn's module pat
 
 from __future__ import annotations
 
+import http.server
 import importlib
 import os
 import re
 import shlex
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -166,8 +168,63 @@ def test_web_migrates_collects_static_and_serves_with_gunicorn_on_its_published_
 
 def test_static_files_are_served_by_whitenoise_right_after_the_security_middleware() -> None:
     middleware = settings.MIDDLEWARE
-    assert middleware.index("whitenoise.middleware.WhiteNoiseMiddleware") == 1
-    assert middleware[0] == "django.middleware.security.SecurityMiddleware"
+    assert middleware.index("whitenoise.middleware.WhiteNoiseMiddleware") == 2
+    assert middleware[1] == "django.middleware.security.SecurityMiddleware"
+    # Only the probes come first: a container probe is plain HTTP to 127.0.0.1 (tests/test_health.py).
+    assert middleware[0] == "packages_app.health.ProbeMiddleware"
+
+
+def probe_url(service: dict[str, Any]) -> str:
+    """The URL a service's healthcheck fetches (``python -c "...urlopen('URL'...)"``)."""
+    test = service["healthcheck"]["test"]
+    assert test[:3] == ["CMD", "python", "-c"], test
+    (url,) = re.findall(r"urlopen\('([^']+)'", test[3])
+    return url
+
+
+def test_web_is_healthy_when_readyz_answers_on_the_port_gunicorn_binds(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    url = urlsplit(probe_url(services["web"]))
+    assert (url.hostname, url.path) == ("127.0.0.1", "/readyz")
+    assert url.port == check_gunicorn(shell_commands(services["web"])[-1])
+    check = services["web"]["healthcheck"]
+    assert check["start_period"] and check["timeout"] and check["retries"]
+
+
+def test_the_web_probe_fails_its_command_on_a_503(services: dict[str, dict[str, Any]]) -> None:
+    """urlopen raises on a 503, so the one-line probe exits non-zero: run it against a closed port and
+    against a server that answers 503."""
+    script = services["web"]["healthcheck"]["test"][3]
+
+    class Answer(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(int(self.path == "/readyz" and status))
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Answer)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    exits = {}
+    try:
+        for status in (200, 503):
+            probe = script.replace("127.0.0.1:8000", f"127.0.0.1:{server.server_port}")
+            run = subprocess.run([sys.executable, "-c", probe], capture_output=True, timeout=30)
+            exits[status] = run.returncode
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert exits[200] == 0 and exits[503] != 0
+
+
+def test_the_worker_is_healthy_when_it_answers_a_celery_ping(services: dict[str, dict[str, Any]]) -> None:
+    test = services["worker"]["healthcheck"]["test"]
+    assert test[:2] == ["CMD-SHELL", test[1]]
+    argv = shlex.split(test[1])
+    check_celery(argv[: argv.index("-d")])
+    assert argv[3:5] == ["inspect", "ping"] and argv[argv.index("-d") + 1] == "celery@$$HOSTNAME"
 
 
 @pytest.mark.parametrize(("name", "subcommand"), [("worker", "worker"), ("beat", "beat")])

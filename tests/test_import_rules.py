@@ -41,6 +41,7 @@ LAYERS: Mapping[str, int] = {
     "packages_app.devhub": PURE,
     "packages_app.devnode": PURE,
     "packages_app.sketch": PURE,
+    "packages_app.metrics": PURE,
     # the one door to the Hub and to outbound HTTP, and the read plans built on it
     "packages_app.hub": HUB,
     "packages_app.inspection": HUB,
@@ -61,6 +62,8 @@ LAYERS: Mapping[str, int] = {
     "packages_app.rollups": SERVICES,
     "packages_app.partitions": SERVICES,
     "packages_app.telemetry": SERVICES,
+    "packages_app.monitoring": SERVICES,
+    "packages_app.notifications": SERVICES,
     # Celery tasks: ids in, one service call, follow-ups enqueued
     "packages_app.tasks": TASKS,
     # edges: HTTP, commands, admin, templates, and the door they enqueue through

@@ -42,6 +42,7 @@ from huggingface_hub.utils import (  # type: ignore[attr-defined]  # public, but
 )
 from huggingface_hub.utils._http import hf_request_event_hook
 
+from packages_app import metrics
 from packages_app.hub.errors import (
     EXPECTED_ERRORS,
     RETRY_STATUS,
@@ -146,6 +147,7 @@ class Call:
 _CALL: contextvars.ContextVar[Call | None] = contextvars.ContextVar("hub_call", default=None)
 _DEADLINE: contextvars.ContextVar[float | None] = contextvars.ContextVar("hub_deadline", default=None)
 _DEFAULT_POLICY_LIMITS: list[Limits] = [DEFAULT_LIMITS]  # requests made outside any bounded call
+_SENT_AT: contextvars.ContextVar[float | None] = contextvars.ContextVar("hub_sent_at", default=None)
 
 
 @contextmanager
@@ -169,11 +171,18 @@ def bounded_call(
     try:
         yield call
     except HubError as exc:  # refusals from the socket layer do not know what was asked for: say it
+        metrics.HUB_ERRORS.labels(error_kind(exc)).inc()
         if str(exc).startswith(what):
             raise
         raise _naming(exc, what) from exc
     finally:
         _CALL.reset(token)
+
+
+def error_kind(exc: HubError) -> str:
+    """HubUnavailable -> "unavailable": the metric label of an error (a closed list: the error classes)."""
+    name = type(exc).__name__.removeprefix("Hub")
+    return "".join(f"-{c.lower()}" if c.isupper() else c for c in name).lstrip("-") or "error"
 
 
 def _naming(exc: HubError, what: str) -> HubError:
@@ -194,6 +203,7 @@ def _guard_request(request: httpx2.Request) -> None:
     """Every request and redirect hop: deadline, request cap, allowed origin, who gets the token."""
     hf_request_event_hook(request)
     request.headers["Accept-Encoding"] = "identity"  # counted bytes are the bytes kept
+    _SENT_AT.set(time.monotonic())
     call = _CALL.get()
     if call is None:
         _DEADLINE.set(time.monotonic() + DEFAULT_LIMITS.call_deadline)
@@ -218,6 +228,7 @@ def drop_credentials(request: httpx2.Request, origin: Origin, policy: Policy) ->
 
 def _guard_response(response: httpx2.Response) -> None:
     """Every response: no long sleeps on Retry-After, no unasked compression, a capped streamed body."""
+    _count_response(response)
     call = _CALL.get()
     limits = _limits()
     what = call.what if call is not None else str(response.request.url)
@@ -336,6 +347,15 @@ def permitted_address(host: str, port: int, development: bool) -> str:
         f"refused to connect to {host} ({', '.join(sorted(set(addresses)))}): a loopback, link-local "
         "or private address (allowed only for a development endpoint, MESHDASH_HUB_DEV=1)"
     )
+
+
+def _count_response(response: httpx2.Response) -> None:
+    request = response.request
+    kind = metrics.hub_kind(request.url.path, "Range" in request.headers)
+    metrics.HUB_REQUESTS.labels(kind, metrics.status_class(response.status_code)).inc()
+    sent_at = _SENT_AT.get()
+    if sent_at is not None:
+        metrics.HUB_SECONDS.labels(kind).observe(time.monotonic() - sent_at)
 
 
 class _GuardedBackend(httpcore2.SyncBackend):

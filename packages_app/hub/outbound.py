@@ -1,0 +1,112 @@
+"""Outbound POSTs to receivers that are not the Hub (notification webhooks), on the Hub client's rules.
+
+The same guards as every Hub request (net.py): the address is resolved once and checked before the
+socket connects to it (no loopback, link-local or private address unless the receiver is allowed one,
+so a DNS answer cannot switch it afterwards), no proxy from the environment, a connect timeout, a read
+timeout, a deadline over the whole exchange, a capped response body, and no redirects followed (a
+receiver cannot bounce the signed body to another host).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import httpcore2
+import httpx2
+
+from packages_app.hub.errors import HubRefused
+from packages_app.hub.net import permitted_address
+
+MAX_RESPONSE_BYTES = 64 * 1024
+
+
+@dataclass(frozen=True)
+class OutboundLimits:
+    connect_timeout: float = 5.0
+    read_timeout: float = 5.0
+    deadline: float = 15.0  # the whole exchange, however slowly the receiver drips its answer
+
+
+class DeliveryFailed(Exception):
+    """A POST that did not deliver; ``retryable`` when trying again later may succeed."""
+
+    def __init__(self, message: str, *, retryable: bool) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+
+
+class _CheckedBackend(httpcore2.SyncBackend):
+    def __init__(self, allow_private: bool) -> None:
+        self.allow_private = allow_private
+
+    def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Any = None,
+    ) -> httpcore2.NetworkStream:
+        address = permitted_address(host, port, self.allow_private)
+        return super().connect_tcp(address, port, timeout, local_address, socket_options)
+
+
+def _client(allow_private: bool, limits: OutboundLimits) -> httpx2.Client:
+    transport = httpx2.HTTPTransport(trust_env=False)
+    transport._pool = httpcore2.ConnectionPool(  # as net.make_client: the only way to set the backend
+        ssl_context=httpx2.create_ssl_context(), network_backend=_CheckedBackend(allow_private)
+    )
+    timeout = httpx2.Timeout(limits.read_timeout, connect=limits.connect_timeout)
+    return httpx2.Client(transport=transport, trust_env=False, follow_redirects=False, timeout=timeout)
+
+
+def post(
+    url: str,
+    body: bytes,
+    headers: dict[str, str],
+    *,
+    allow_private: bool = False,
+    limits: OutboundLimits | None = None,
+) -> int:
+    """POST ``body`` to ``url``; the status when it is 2xx, else DeliveryFailed."""
+    limits = limits or OutboundLimits()
+    if not url.startswith(("https://", "http://")):
+        raise DeliveryFailed("the URL must start with https:// or http://", retryable=False)
+    started = time.monotonic()
+    try:
+        with (
+            _client(allow_private, limits) as client,
+            client.stream("POST", url, content=body, headers=headers) as r,
+        ):
+            _drain(r, started, limits)
+            status = r.status_code
+    except HubRefused as exc:
+        raise DeliveryFailed(
+            str(exc).replace("a development endpoint, MESHDASH_HUB_DEV=1", "a channel that allows them"),
+            retryable=False,
+        ) from None
+    except (httpx2.TimeoutException, httpcore2.TimeoutException) as exc:
+        raise DeliveryFailed(f"no answer in time ({type(exc).__name__})", retryable=True) from None
+    except (httpx2.HTTPError, httpcore2.NetworkError, httpcore2.ProtocolError, OSError) as exc:
+        raise DeliveryFailed(f"could not deliver: {exc}", retryable=True) from None
+    return _judged(status)
+
+
+def _drain(response: httpx2.Response, started: float, limits: OutboundLimits) -> None:
+    read = 0
+    for chunk in response.iter_raw():
+        read += len(chunk)
+        if read > MAX_RESPONSE_BYTES or time.monotonic() - started > limits.deadline:
+            break  # the answer's body is not needed; its status is
+
+
+def _judged(status: int) -> int:
+    if 200 <= status < 300:
+        return status
+    if status == 429 or status >= 500:
+        raise DeliveryFailed(f"the receiver answered {status}", retryable=True)
+    if 300 <= status < 400:
+        raise DeliveryFailed(f"the receiver answered {status} (a redirect, not followed)", retryable=False)
+    raise DeliveryFailed(f"the receiver answered {status}", retryable=False)
