@@ -9,7 +9,7 @@ REDIS_URL ?= redis://127.0.0.1:6379/0
 DEVHUB_PORT ?= 8765
 PORT ?= 8000
 
-.PHONY: install system-deps node-deps node-deps-if-npm services lint test test-sqlite test-services coverage run demo-data clean
+.PHONY: install system-deps promtool node-deps node-deps-if-npm services lint test test-sqlite test-services coverage run demo-data clean
 
 $(STAMP): pyproject.toml requirements.lock
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -24,6 +24,18 @@ install: $(STAMP)
 system-deps:
 	@command -v chromium >/dev/null || { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; }
 	@test -x /usr/sbin/nginx || { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q nginx-light; }
+
+# promtool checks deploy/prometheus/alerts.yml and runs its unit tests (tests/test_alert_rules.py). Only the
+# binary is taken from Debian's prometheus package, unpacked under var/: installing the package would start a
+# Prometheus server. Without it (no package index) those two tests skip and say so.
+PROMTOOL := var/promtool/usr/bin/promtool
+$(PROMTOOL):
+	@mkdir -p var/promtool
+	@cd var/promtool && { apt-get download -q prometheus 2>/dev/null || { apt-get update -q && apt-get download -q prometheus; }; } \
+		&& dpkg-deb -x prometheus_*.deb . && rm -rf prometheus_*.deb usr/bin/prometheus usr/share \
+		|| echo "promtool not available: tests/test_alert_rules.py will skip its promtool checks"
+
+promtool: $(PROMTOOL)
 
 # axe-core (the accessibility rules the browser tests run), pinned in package-lock.json, from the npm registry.
 NODE_STAMP := node_modules/.installed-stamp
@@ -67,8 +79,8 @@ PYTEST := $(VENV)/bin/pytest -p no:cacheprovider
 SERVICES_ENV := DATABASE_URL=$(PG_URL) CELERY_BROKER_URL=$(REDIS_URL) REDIS_URL=$(REDIS_URL) \
 	MESHDASH_TEST_REDIS_DBS=$(TEST_REDIS_DBS)
 
-test-sqlite: install system-deps node-deps
-	env -u DATABASE_URL -u CELERY_BROKER_URL -u REDIS_URL -u CACHE_URL \
+test-sqlite: install system-deps node-deps promtool
+	env -u DATABASE_URL -u CELERY_BROKER_URL -u REDIS_URL -u CACHE_URL PROMTOOL=$(abspath $(PROMTOOL)) \
 		$(PYTEST) -n $(TEST_WORKERS) --dist loadgroup --cov --cov-report=
 
 test-services: install system-deps node-deps services
