@@ -122,7 +122,12 @@ _SHA_PREFIX = re.compile(r"[0-9a-fA-F]{4,40}")
 
 
 class LookupFailed(Exception):
-    """A package, revision or file the request named does not exist (HTTP 404)."""
+    """A package, revision or file the request named does not exist (HTTP 404). ``back`` names the list
+    the error page leads back to: ``catalog`` or ``nodes``."""
+
+    def __init__(self, message: str, back: str = "catalog") -> None:
+        super().__init__(message)
+        self.back = back
 
 
 class AmbiguousRevision(Exception):

@@ -50,15 +50,17 @@ def lookup_errors(view: View) -> View:
         try:
             return view(request, *args, **kwargs)
         except queries.LookupFailed as exc:
-            return _error_page(request, "Not found", str(exc), 404)
+            return _error_page(request, "Not found", str(exc), 404, exc.back)
         except queries.AmbiguousRevision as exc:
             return _error_page(request, "Ambiguous revision", str(exc), 400)
 
     return wrapper
 
 
-def _error_page(request: HttpRequest, title: str, message: str, status: int) -> HttpResponse:
-    context = {"title": title, "message": message}
+def _error_page(
+    request: HttpRequest, title: str, message: str, status: int, back: str = "catalog"
+) -> HttpResponse:
+    context = {"title": title, "message": message, "back": back}
     return render(request, "packages_app/error.html", context, status=status)
 
 
