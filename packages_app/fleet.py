@@ -641,7 +641,7 @@ def _node_serving(
         effective=effective,
         first_at=group["first_at_min"],
         last_at=group["last_at_max"],
-        stages=tuple(stages_of(topology) or run_stages(run.stages)),
+        stages=tuple(best_stages(run_stages(run.stages), stages_of(topology), group["stage_splits"])),
     )
 
 
@@ -962,7 +962,8 @@ def topology_runs(topology_id: str, since: datetime, show_private: bool = False)
     for g in shown:
         key = (g["revision_id"], g["stage_splits"])
         found = figures.get(key) or Figures()
-        stages = stages_of(bodies.get(key)) or registrations.get(g["revision_id"], [])
+        registered_stages = registrations.get(g["revision_id"], [])
+        stages = best_stages(registered_stages, stages_of(bodies.get(key)), g["stage_splits"])
         runs.append(_topology_run(g, found.reports, found.bins, stages))
     known = with_registration(r.stages for r in runs)
     runs = [replace(r, stages=list(mark_registered(r.stages, known))) for r in runs]
@@ -1044,6 +1045,15 @@ def run_stages(stages: Any) -> list[Stage]:
         )
         for s in rows
     ]
+
+
+def best_stages(registered: list[Stage], reported: list[Stage], splits: str) -> list[Stage]:
+    """The stages an agent registered (each with its device's backend and VRAM) when they are this split,
+    else those the newest report names, else the registered ones whatever their split."""
+    ranges = sorted((s.layer_start, s.layer_end) for s in registered)
+    if registered and "|".join(f"{a}..{b}" for a, b in ranges) == splits:
+        return registered
+    return reported or registered
 
 
 def with_registration(groups: Iterable[Iterable[Stage]]) -> set[str]:
