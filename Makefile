@@ -17,7 +17,16 @@ $(STAMP): pyproject.toml requirements.lock
 	$(PY) -m pip install -q -r requirements.lock
 	touch $@
 
-install: $(STAMP)
+# meshdash-agent on the venv's PATH. The agent is one module of the standard library only
+# (packages_app/nodes/agent.py), so the command is that file with the venv's Python on its first line:
+# no copy of the project in site-packages to shadow the working tree, nothing that points into a folder
+# that may go away. `pip install .` installs the same command from [project.scripts] where meshdash is
+# deployed. Remade when the agent changes.
+AGENT := $(VENV)/bin/meshdash-agent
+$(AGENT): packages_app/nodes/agent.py $(STAMP)
+	{ echo '#!$(realpath $(VENV))/bin/python'; cat $<; } >$@.tmp && chmod 755 $@.tmp && mv $@.tmp $@
+
+install: $(STAMP) $(AGENT)
 
 # Debian's Chromium drives the browser tests (Playwright's own browser download cannot work here); Debian's
 # nginx is the buffering proxy tests/test_proxy.py puts in front of gunicorn, as the README documents.

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import operator
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
@@ -245,6 +246,7 @@ class NodeServing(_Names):
     effective: str = ""
     first_at: datetime | None = None  # its first report (or the run's registration), ever
     last_at: datetime | None = None  # its last report (or the run's last update)
+    stages: tuple[Stage, ...] = ()  # who holds which layers: the newest report's topology, else the run's
 
     @property
     def outdated(self) -> bool:
@@ -316,16 +318,54 @@ def node_rows(
 
 
 def _node_row(node: Node, run: NodeRun | None, served: NodeServed) -> NodeRow:
-    devices = [_device_name(d) for d in run.devices] if run and isinstance(run.devices, list) else []
+    devices = node_devices(run.stages, run.devices, node.name) if run else []
     version = run.version if run else ""
     certification = run.certification if run else ""
-    return NodeRow(node, version, [d for d in devices if d], served.rows, served.hidden, certification)
+    return NodeRow(node, version, devices, served.rows, served.hidden, certification)
 
 
-def _device_name(device: Any) -> str:
-    if isinstance(device, dict):
-        return str(device.get("name") or device.get("id") or device.get("device") or "")
-    return str(device)
+def node_devices(stages: Any, devices: Any, node_name: str) -> list[str]:
+    """The devices a node's agent registered, each as ``name (backend, VRAM)``: those of the stages the
+    node holds itself when a stage names it, else every device the run lists (a node id that is not
+    the node's name says nothing of which stage is whose)."""
+    own = [s for s in stages if isinstance(s, dict) and s.get("node_id") == node_name] if stages else []
+    if own:
+        labels = [device_label(_stage_device(s)) for s in own]
+    else:
+        labels = [device_label(d) for d in devices] if isinstance(devices, list) else []
+    return list(dict.fromkeys(label for label in labels if label))
+
+
+def _stage_device(stage: Mapping[str, Any]) -> Any:
+    """A registered stage's ``selected_device`` as the node listed it (kept in ``raw``), else its name."""
+    raw = stage.get("raw")
+    selected = raw.get("selected_device") if isinstance(raw, dict) else None
+    return selected if isinstance(selected, dict) else stage.get("device", "")
+
+
+# mesh-llm's backend device names: the backend, then the device index (CUDA0, Vulkan1, ROCm0).
+BACKEND_DEVICE = re.compile(r"([A-Za-z]+)[_:-]?[0-9]+")
+
+
+def device_label(device: Any) -> str:
+    """``CUDA0 (CUDA, 24 GiB)`` from mesh-llm's ``selected_device`` (``backend_device``, ``vram_bytes``);
+    the backend is the device name without its index. A plain name stays as it is."""
+    if not isinstance(device, dict):
+        return str(device or "")[:80]
+    name = device.get("backend_device") or device.get("name") or device.get("id") or device.get("device")
+    if not isinstance(name, str) or not name:
+        return ""
+    backend = BACKEND_DEVICE.fullmatch(name)
+    details = [backend[1]] if backend else []
+    vram = device.get("vram_bytes")
+    if isinstance(vram, int) and not isinstance(vram, bool) and vram > 0:
+        details.append(_vram(vram))
+    return f"{name[:80]} ({', '.join(details)})" if details else name[:80]
+
+
+def _vram(size: int) -> str:
+    gib = size / 2**30
+    return f"{gib:.0f} GiB" if gib >= 10 else f"{gib:.1f} GiB" if gib >= 1 else f"{size // 2**20} MiB"
 
 
 def _latest_runs(node_ids: list[int], show_private: bool) -> dict[int, NodeRun]:
@@ -384,8 +424,9 @@ def _serving(
         hidden[key[0]] = max(0, group["groups"] - limit)
     for run in registered:
         result.setdefault(run.node_id, []).append(_registered_row(run, revisions, names[run.node_id]))
+    known = with_registration(s.stages for rows in result.values() for s in rows)
     for items in result.values():
-        items[:] = _with_moves(items)
+        items[:] = [replace(s, stages=mark_registered(s.stages, known)) for s in _with_moves(items)]
         items.sort(key=lambda s: (not s.broken, s.advice.cause.rank, s.is_latest, s.repo_id, s.commit_sha))
     return {node: NodeServed(rows, hidden.get(node, 0)) for node, rows in result.items()}
 
@@ -482,21 +523,23 @@ class RunFacts:
 
     version: str = ""
     certification: str = ""
+    topology_id: str = ""
+    stages: Any = None  # NodeRun.stages: node_id, layer_start, layer_end, device, raw per stage
 
 
 def _run_facts(groups: list[dict[str, Any]]) -> dict[tuple[int, int], RunFacts]:
-    """Each shown (node, revision)'s mesh-llm version and split certification, from its agent's newest
-    run (one query)."""
+    """Each shown (node, revision)'s mesh-llm version, split certification, topology and stages, from
+    its agent's newest run (one query)."""
     pairs = {(g["node_key"], g["revision_id"]) for g in groups}
     if not pairs:
         return {}
     wanted = functools.reduce(operator.or_, (Q(node_id=n, revision_id=r) for n, r in pairs))
     facts: dict[tuple[int, int], RunFacts] = {}
     rows = NodeRun.objects.filter(wanted).order_by("updated_at", "id")
-    for node_id, revision_id, version, certification in rows.values_list(
-        "node_id", "revision_id", "version", "certification"
+    for node_id, revision_id, *fields in rows.values_list(
+        "node_id", "revision_id", "version", "certification", "topology_id", "stages"
     ):
-        facts[(node_id, revision_id)] = RunFacts(version, certification)  # the newest wins
+        facts[(node_id, revision_id)] = RunFacts(*fields)  # the newest wins
     return facts
 
 
@@ -586,9 +629,9 @@ def _node_serving(
         verdict=revision["verdict"] or "",
         headline=revision["headline"] or "",
         is_latest=group["revision_id"] == revision["package__latest_revision_id"],
-        layer_range=_layer_range(topology, node_name),
+        layer_range=_layer_range(topology, node_name) or _layer_range({"stages": run.stages}, node_name),
         stage_splits=group["stage_splits"],
-        topology_id=str(topology.get("topology_id", "")) if isinstance(topology, dict) else "",
+        topology_id=_topology_id(topology) or run.topology_id,
         reports=figures.reports,
         tps=_median(figures.bins),
         alert=alert,
@@ -598,7 +641,13 @@ def _node_serving(
         effective=effective,
         first_at=group["first_at_min"],
         last_at=group["last_at_max"],
+        stages=tuple(best_stages(run_stages(run.stages), stages_of(topology), group["stage_splits"])),
     )
+
+
+def _topology_id(topology: Any) -> str:
+    value = topology.get("topology_id") if isinstance(topology, dict) else None
+    return value if isinstance(value, str) else ""
 
 
 def _registered_row(run: NodeRun, revisions: Mapping[int, Mapping[str, Any]], node_name: str) -> NodeServing:
@@ -622,6 +671,7 @@ def _registered_row(run: NodeRun, revisions: Mapping[int, Mapping[str, Any]], no
         version=run.version,
         first_at=run.first_seen_at,
         last_at=run.updated_at,
+        stages=tuple(run_stages(run.stages)),
     )
 
 
@@ -841,10 +891,14 @@ def _plan_advice(plan: throughput.Plan, run: RunFacts, assessment: Assessment | 
 
 @dataclass(frozen=True)
 class Stage:
+    """One stage of a split: the node holding it, its layers and device. ``registered``: a node of that
+    name is registered here (its page exists); set by ``with_registration``."""
+
     node: str
     layer_start: Any
     layer_end: Any
     device: str
+    registered: bool = False
 
 
 @dataclass(frozen=True)
@@ -872,9 +926,10 @@ class TopologyRuns:
 
 
 def topology_runs(topology_id: str, since: datetime, show_private: bool = False) -> TopologyRuns:
-    """What ran on one topology since ``since``, per revision and split (3 queries): which, from the
+    """What ran on one topology since ``since``, per revision and split (5 queries): which, from the
     every-node Serving rows (the TOPOLOGY_ROWS busiest over their life), their reports and medians
-    in the window from the topology's rollup cells, the stages from each one's newest report."""
+    in the window from the topology's rollup cells, the stages from each one's newest report, else
+    from the newest run an agent registered on it, and which stage nodes are registered here."""
     servings = Serving.objects.filter(topology_id=topology_id, node_key=Rollup.ALL_NODES, last_at__gte=since)
     if not show_private:
         servings = servings.filter(revision__package__private=False)
@@ -902,13 +957,32 @@ def topology_runs(topology_id: str, since: datetime, show_private: bool = False)
         for g in shown
     ]
     bodies = _newest_topologies(Q(topology_id=topology_id), newest, ("revision_id", "stage_splits"))
+    registrations = _topology_registrations(topology_id, [g["revision_id"] for g in shown])
     runs = []
     for g in shown:
         key = (g["revision_id"], g["stage_splits"])
         found = figures.get(key) or Figures()
-        runs.append(_topology_run(g, found.reports, found.bins, bodies.get(key)))
+        registered_stages = registrations.get(g["revision_id"], [])
+        stages = best_stages(registered_stages, stages_of(bodies.get(key)), g["stage_splits"])
+        runs.append(_topology_run(g, found.reports, found.bins, stages))
+    known = with_registration(r.stages for r in runs)
+    runs = [replace(r, stages=list(mark_registered(r.stages, known))) for r in runs]
     runs.sort(key=lambda r: (-r.reports, r.repo_id, r.commit_sha))
     return TopologyRuns(runs, max(0, shown[0]["groups"] - len(shown)))
+
+
+def _topology_registrations(topology_id: str, revision_ids: list[int]) -> dict[int, list[Stage]]:
+    """Per revision, the stages of the newest run an agent registered on this topology (one query):
+    OTLP spans name no stages, their run's registration does."""
+    rows = NodeRun.objects.filter(topology_id=topology_id, revision_id__in=revision_ids)
+    stages: dict[int, list[Stage]] = {}
+    for revision_id, registered_stages in rows.order_by("updated_at", "id").values_list(
+        "revision_id", "stages"
+    ):
+        found = run_stages(registered_stages)
+        if found:
+            stages[revision_id] = found  # the newest wins
+    return stages
 
 
 def _topology_figures(
@@ -927,7 +1001,9 @@ def _topology_figures(
     return _window_figures(since, conditions, ("revision_id", "stage_splits"))
 
 
-def _topology_run(group: Mapping[str, Any], reports: int, bins: list[str], topology: Any) -> TopologyRun:
+def _topology_run(
+    group: Mapping[str, Any], reports: int, bins: list[str], stages: list[Stage]
+) -> TopologyRun:
     return TopologyRun(
         revision_id=group["revision_id"],
         repo_id=group["revision__package__repo_id"],
@@ -937,17 +1013,54 @@ def _topology_run(group: Mapping[str, Any], reports: int, bins: list[str], topol
         stage_splits=group["stage_splits"],
         reports=reports,
         tps=_median(bins),
-        stages=stages_of(topology),
+        stages=stages,
         alert=bool(group["alert"]),
     )
 
 
 def stages_of(topology: Any) -> list[Stage]:
+    """The stages a report's ``topology`` names (node, layers, device)."""
     stages = topology.get("stages") if isinstance(topology, dict) else None
     if not isinstance(stages, list):
         return []
     return [
-        Stage(str(s.get("node", "")), s.get("layer_start"), s.get("layer_end"), str(s.get("device", "")))
+        Stage(str(s.get("node", "")), s.get("layer_start"), s.get("layer_end"), device_label(s.get("device")))
         for s in stages
         if isinstance(s, dict)
     ]
+
+
+def run_stages(stages: Any) -> list[Stage]:
+    """The stages an agent registered for a run (NodeRun.stages), in stage order, each with the node id
+    that holds it and its selected device."""
+    if not isinstance(stages, list):
+        return []
+    rows = sorted((s for s in stages if isinstance(s, dict)), key=lambda s: s.get("stage_index") or 0)
+    return [
+        Stage(
+            str(s.get("node_id") or ""),
+            s.get("layer_start"),
+            s.get("layer_end"),
+            device_label(_stage_device(s)),
+        )
+        for s in rows
+    ]
+
+
+def best_stages(registered: list[Stage], reported: list[Stage], splits: str) -> list[Stage]:
+    """The stages an agent registered (each with its device's backend and VRAM) when they are this split,
+    else those the newest report names, else the registered ones whatever their split."""
+    ranges = sorted((s.layer_start, s.layer_end) for s in registered)
+    if registered and "|".join(f"{a}..{b}" for a, b in ranges) == splits:
+        return registered
+    return reported or registered
+
+
+def with_registration(groups: Iterable[Iterable[Stage]]) -> set[str]:
+    """The node names among these stages that are registered nodes (one query)."""
+    names = {stage.node for stages in groups for stage in stages if stage.node}
+    return set(Node.objects.filter(name__in=names).values_list("name", flat=True)) if names else set()
+
+
+def mark_registered(stages: Iterable[Stage], known: set[str]) -> tuple[Stage, ...]:
+    return tuple(replace(stage, registered=stage.node in known) for stage in stages)

@@ -6,6 +6,7 @@ import re
 from typing import Any
 
 from django import forms
+from django.conf import settings
 from django.core.exceptions import ValidationError
 
 from packages_app import fleet, repo_ids
@@ -50,14 +51,26 @@ def validate_architecture(value: str) -> None:
         raise ValidationError("An architecture name is letters, digits, '.', '_' and '-' (e.g. qwen35moe).")
 
 
+def repo_reference(value: str) -> repo_ids.RepoReference:
+    """A repo id or a Hub URL of it (on HF_ENDPOINT or the public Hub), as a ValidationError when neither."""
+    try:
+        return repo_ids.parse_repo_reference(value, [settings.HF_ENDPOINT])
+    except repo_ids.InvalidRepoId as exc:
+        raise ValidationError(f"{exc}.") from None
+
+
 class TrackPackageForm(forms.Form):
     repo_id = forms.CharField(
-        label="Repo id",
-        max_length=200,
+        label="Repo id or Hub URL",
+        max_length=400,
         strip=True,
-        validators=[validate_repo_id],
         widget=forms.TextInput(attrs={"placeholder": "meshllm/Qwen3.5-35B-A3B-UD-Q4_K_XL-layers"}),
     )
+
+    def clean_repo_id(self) -> str:
+        """owner/name, from a Hub URL when one was pasted (a revision in it changes nothing: every
+        revision of a tracked package is ingested)."""
+        return repo_reference(self.cleaned_data["repo_id"]).repo_id
 
 
 class CatalogFilterForm(forms.Form):

@@ -26,7 +26,7 @@ from packages_app import manifest as manifests
 from packages_app.audit.releases import refused_key
 from packages_app.gguf_header import GGUFHeader
 from packages_app.layout import MANIFEST_FILE, classify_path
-from packages_app.models import Package, PackageFile, Revision
+from packages_app.models import Package, PackageFile, Revision, TrackRequest
 from packages_app.repo_ids import within_tracking_rules
 from packages_app.reports import link_reports_to_revision
 from packages_app.stored_audit import audit_stored
@@ -67,6 +67,67 @@ def _record_listed_privacy(package: Package, private: bool) -> None:
         return
     Package.objects.filter(pk=package.pk).update(private=private)
     package.private = private
+
+
+def request_track(repo_id: str) -> TrackRequest:
+    """An operator asked to track ``repo_id``: noted, no catalog row yet; the caller enqueues the Hub check
+    (``tasks.track_package``, which calls ``track_checked``). Asking again starts a new check."""
+    hub.validate_repo_id(repo_id)
+    request, _ = TrackRequest.objects.update_or_create(
+        repo_id=repo_id,
+        defaults={
+            "status": TrackRequest.Status.CHECKING,
+            "message": "",
+            "requested_at": timezone.now(),
+            "checked_at": None,
+        },
+    )
+    return request
+
+
+def track_checked(repo_id: str, source: hub.PackageSource | None = None) -> Package | None:
+    """Track ``repo_id`` once one Hub call (its head) shows the repo exists: the Package row is stored
+    only then, with what the Hub says about privacy, and the request is done (deleted). A repo the Hub
+    does not know is marked ``missing``, another refusal ``failed``, both with the Hub's sentence, and
+    None is returned; a retryable Hub failure raises, for the task to retry. A package already stored
+    is tracked again without asking."""
+    package = Package.objects.filter(repo_id=repo_id).first()
+    if package is None:
+        source = source or hub.HubSource(repo_id)
+        try:
+            source.resolve_revision(None)
+        except hub.HubNotFound as exc:
+            _track_request_ended(repo_id, TrackRequest.Status.MISSING, f"The Hub has no such repo: {exc}")
+            return None
+        except hub.HubError as exc:
+            if exc.retryable:
+                raise
+            _track_request_ended(repo_id, TrackRequest.Status.FAILED, str(exc))
+            return None
+    with transaction.atomic():
+        package = track_package(repo_id)
+        if source is not None:
+            record_privacy(package, source)
+        TrackRequest.objects.filter(repo_id=repo_id).delete()
+    return package
+
+
+def record_track_failure(repo_id: str, message: str) -> None:
+    """The Hub check of a track request gave up (retries spent, or quarantined): say so on the ingest page."""
+    _track_request_ended(repo_id, TrackRequest.Status.FAILED, message)
+
+
+def _track_request_ended(repo_id: str, status: str, message: str) -> None:
+    TrackRequest.objects.update_or_create(
+        repo_id=repo_id,
+        defaults={"status": status, "message": message[:500], "checked_at": timezone.now()},
+        create_defaults={
+            "status": status,
+            "message": message[:500],
+            "checked_at": timezone.now(),
+            "requested_at": timezone.now(),
+        },
+    )
 
 
 def confirm_package(repo_id: str, source: hub.PackageSource | None = None) -> Package | None:

@@ -514,6 +514,29 @@ class Serving(models.Model):
         return f"{self.revision_id}:{self.node_key}:{self.topology_id or '-'}:{self.stage_splits or '-'}"
 
 
+class TrackRequest(models.Model):
+    """An operator asked to track a repo no catalog row holds yet: the worker asks the Hub whether it
+    exists (one call) before a Package row is stored. Deleted once the package is tracked; a repo the
+    Hub does not know stays here as ``missing``, so the ingest page says so."""
+
+    class Status(models.TextChoices):
+        CHECKING = "checking"
+        MISSING = "missing"
+        FAILED = "failed"
+
+    repo_id = models.CharField(max_length=96, unique=True)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.CHECKING)
+    message = models.CharField(max_length=500, blank=True)
+    requested_at = models.DateTimeField()
+    checked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-requested_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.repo_id} ({self.status})"
+
+
 class ActionLog(models.Model):
     """Who did what: one row per operator action (track, untrack, delete, re-ingest, node changes)."""
 

@@ -24,7 +24,7 @@ from packages_app import fleet, throughput
 from packages_app.audit.assessment import Assessment, Headline
 from packages_app.audit.check import ManifestCheck, check_manifest
 from packages_app.layout import FileRole
-from packages_app.models import FixProposal, Package, PackageFile, Revision
+from packages_app.models import FixProposal, Package, PackageFile, Revision, TrackRequest
 from packages_app.verdicts import INCONSISTENT_VERDICTS, NEEDS_ACTION, STATUSES, VERDICTS, Status, Verdict
 
 # Catalog filter values beside the verdicts and statuses themselves.
@@ -122,7 +122,12 @@ _SHA_PREFIX = re.compile(r"[0-9a-fA-F]{4,40}")
 
 
 class LookupFailed(Exception):
-    """A package, revision or file the request named does not exist (HTTP 404)."""
+    """A package, revision or file the request named does not exist (HTTP 404). ``back`` names the list
+    the error page leads back to: ``catalog`` or ``nodes``."""
+
+    def __init__(self, message: str, back: str = "catalog") -> None:
+        super().__init__(message)
+        self.back = back
 
 
 class AmbiguousRevision(Exception):
@@ -872,10 +877,14 @@ class IngestOverview:
     failed: list[Revision]
     sync_errors: list[Package]
     counts: dict[str, int]
+    track_requests: list[TrackRequest] = field(default_factory=list)
 
 
-def ingest_overview(limit: int = 100, show_private: bool = False) -> IngestOverview:
-    """Queued and running ingests (oldest first), recent failures and packages whose sync failed."""
+def ingest_overview(
+    limit: int = 100, show_private: bool = False, show_track_requests: bool = False
+) -> IngestOverview:
+    """Queued and running ingests (oldest first), recent failures, packages whose sync failed, and (for
+    those who may track) the track requests the Hub has not confirmed: checking, missing or failed."""
     visible = Revision.objects.all() if show_private else Revision.objects.filter(package__private=False)
     revisions = visible.select_related("package").only(*_INGEST_FIELDS)
     unfinished = revisions.unfinished().order_by("queued_at", "id")[:limit]
@@ -888,4 +897,5 @@ def ingest_overview(limit: int = 100, show_private: bool = False) -> IngestOverv
     counts = {status: 0 for status in Revision.Status.values}
     for row in visible.values("status").annotate(n=Count("id")).order_by():
         counts[row["status"]] = row["n"]
-    return IngestOverview(list(unfinished), list(failed), list(sync_errors[:limit]), counts)
+    requests = list(TrackRequest.objects.all()[:limit]) if show_track_requests else []
+    return IngestOverview(list(unfinished), list(failed), list(sync_errors[:limit]), counts, requests)

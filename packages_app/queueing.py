@@ -25,6 +25,13 @@ def enqueue_sync(repo_id: str) -> None:
     tasks.sync_package.delay_on_commit(repo_id)
 
 
+def enqueue_track(repo_id: str) -> None:
+    """Ask the Hub whether an operator's repo exists, then track and sync it (tasks.track_package)."""
+    from packages_app import tasks
+
+    tasks.track_package.delay_on_commit(repo_id)
+
+
 def request_ingests(revisions: Iterable[tuple[str, str]]) -> int:
     """Ask for the ingest of revisions nodes run but we have not stored; returns how many were enqueued."""
     return sum(request_ingest(repo_id, sha) for repo_id, sha in set(revisions))

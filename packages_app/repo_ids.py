@@ -7,10 +7,17 @@ loading the Hub client. The hub package applies huggingface_hub's own validator 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from urllib.parse import unquote, urlsplit
 
 COMMIT_SHA_RE = re.compile(r"[0-9a-f]{40}")
 MAX_REPO_ID_LENGTH = 96
 _PART_RE = re.compile(r"[A-Za-z0-9._-]{1,96}")
+# A branch, tag or sha as a Hub URL names it after /tree/ (refs/pr/1 comes percent-encoded).
+_REVISION_RE = re.compile(r"[A-Za-z0-9._/-]{1,200}")
+# The public Hub: its URLs are what people copy, whichever Hub-compatible server HF_ENDPOINT names.
+PUBLIC_HUB = "https://huggingface.co"
 
 
 class InvalidRepoId(ValueError):
@@ -45,6 +52,53 @@ def validate_repo_id(repo_id: str) -> str:
             f"{repo_id!r} is {len(repo_id)} characters long; a repo id is at most {limit} characters"
         )
     return repo_id
+
+
+@dataclass(frozen=True)
+class RepoReference:
+    repo_id: str
+    revision: str | None = None  # from a URL's /tree/<rev>
+
+
+def parse_repo_reference(value: str, endpoints: Iterable[str] = ()) -> RepoReference:
+    """``owner/name``, or a Hub URL of it, ``<endpoint>/<owner>/<name>`` with an optional ``/tree/<rev>``
+    (and anything after the revision), on one of ``endpoints`` or the public Hub. A URL of another
+    host, of a dataset or a Space, or of a single file is refused with the reason; nothing is fetched."""
+    text = value.strip() if isinstance(value, str) else value
+    if not isinstance(text, str) or "://" not in text:
+        return RepoReference(validate_repo_id(text))
+    origin, path = _hub_path(text, [PUBLIC_HUB, *endpoints])
+    parts = [unquote(p) for p in path.split("/") if p]
+    if parts[:1] in (["datasets"], ["spaces"]):
+        raise InvalidRepoId(f"{text!r} is a {parts[0][:-1]}, not a model repo")
+    if len(parts) < 2:
+        raise InvalidRepoId(f"{text!r} names no repo: a Hub URL is {origin}/owner/name")
+    repo_id = validate_repo_id("/".join(parts[:2]))
+    rest = parts[2:]
+    if not rest:
+        return RepoReference(repo_id)
+    if rest[0] != "tree" or len(rest) < 2:
+        raise InvalidRepoId(f"{text!r}: after owner/name a Hub URL has only /tree/<revision>")
+    if not _REVISION_RE.fullmatch(rest[1]) or ".." in rest[1]:
+        raise InvalidRepoId(f"{text!r}: {rest[1]!r} is not a branch, tag or commit")
+    return RepoReference(repo_id, rest[1])
+
+
+def _hub_path(url: str, endpoints: list[str]) -> tuple[str, str]:
+    """(origin, path below it) when ``url`` is on one of the endpoints; else InvalidRepoId."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        raise InvalidRepoId(f"{url!r} is not a URL") from None
+    if parts.query or parts.fragment or parts.username or parts.password:
+        raise InvalidRepoId(f"{url!r}: a Hub URL has no query, fragment or credentials")
+    for endpoint in endpoints:
+        base = urlsplit(endpoint.rstrip("/"))
+        same = (parts.scheme, parts.netloc.lower()) == (base.scheme, base.netloc.lower())
+        if same and (parts.path + "/").startswith(base.path + "/"):
+            return f"{base.scheme}://{base.netloc}{base.path}", parts.path[len(base.path) :]
+    hubs = ", ".join(dict.fromkeys(e.rstrip("/") for e in endpoints))
+    raise InvalidRepoId(f"{url!r} is not a URL of the Hub ({hubs}); a repo id is owner/name")
 
 
 def within_tracking_rules(repo_id: str, namespaces: list[str]) -> bool:

@@ -177,6 +177,25 @@ def sync_package(self: Task, repo_id: str) -> int:
     return len(revisions)
 
 
+@shared_task(bind=True, max_retries=MAX_RETRIES, acks_late=True)
+@quarantine_after_dead_deliveries(ingest.record_track_failure)
+def track_package(self: Task, repo_id: str) -> str:
+    """An operator's track: the Hub must confirm the repo (one call) before it is stored and synced."""
+    try:
+        package = ingest.track_checked(repo_id)
+    except hub.HubUnavailable as exc:
+        if self.request.retries >= (self.max_retries or 0):
+            ingest.record_track_failure(repo_id, f"The Hub did not answer: {exc}")
+            return "failed"
+        raise self.retry(exc=exc, countdown=retry_countdown(exc, self.request.retries)) from exc
+    except DATABASE_ERRORS as exc:
+        raise retry_on_database_error(self, exc) from exc
+    if package is None:
+        return "not-tracked"
+    sync_package.delay_on_commit(repo_id)
+    return "tracked"
+
+
 @shared_task
 def sync_all_packages() -> int:
     """Periodic: re-read the commits of every tracked package."""

@@ -50,15 +50,17 @@ def lookup_errors(view: View) -> View:
         try:
             return view(request, *args, **kwargs)
         except queries.LookupFailed as exc:
-            return _error_page(request, "Not found", str(exc), 404)
+            return _error_page(request, "Not found", str(exc), 404, exc.back)
         except queries.AmbiguousRevision as exc:
             return _error_page(request, "Ambiguous revision", str(exc), 400)
 
     return wrapper
 
 
-def _error_page(request: HttpRequest, title: str, message: str, status: int) -> HttpResponse:
-    context = {"title": title, "message": message}
+def _error_page(
+    request: HttpRequest, title: str, message: str, status: int, back: str = "catalog"
+) -> HttpResponse:
+    context = {"title": title, "message": message, "back": back}
     return render(request, "packages_app/error.html", context, status=status)
 
 
@@ -374,7 +376,11 @@ def ingest_status(request: HttpRequest) -> HttpResponse:
 
 
 def _ingest_page(request: HttpRequest, form: TrackPackageForm, status: int = 200) -> HttpResponse:
-    overview = queries.ingest_overview(show_private=access.can_see_private(request.user))
+    overview = queries.ingest_overview(
+        show_private=access.can_see_private(request.user),
+        # A repo id an operator typed may name a private repo: only those who may track see the requests.
+        show_track_requests=request.user.has_perm("packages_app.track_package"),
+    )
     context = {"form": form, "overview": overview}
     return render(request, "packages_app/ingest.html", context, status=status)
 
@@ -397,17 +403,22 @@ def _track_post(request: HttpRequest) -> HttpResponse:
 def _track(request: HttpRequest, repo_id: str) -> HttpResponse:
     # Imported here: ingest.py pulls in the Hub client, which the read-only pages never need.
     from packages_app import queueing
-    from packages_app.ingest import track_package
+    from packages_app.ingest import request_track
 
     try:
         background.ensure_room()
     except background.Busy as exc:
         messages.error(request, f"{repo_id} is not tracked: {exc}")
         return redirect("packages_app:ingest")
-    package: Package = track_package(repo_id)
-    background.hand_off(queueing.enqueue_sync, package.repo_id)
-    access.record(request.user, ActionLog.Action.TRACK, package.repo_id)
-    messages.success(request, f"Tracking {package.repo_id}: its revisions are queued for ingest.")
+    # No catalog row yet: a worker asks the Hub whether the repo exists, and tracks it only then.
+    request_track(repo_id)
+    background.hand_off(queueing.enqueue_track, repo_id)
+    access.record(request.user, ActionLog.Action.TRACK, repo_id)
+    messages.success(
+        request,
+        f"Checking {repo_id} on the Hub: once it confirms the repo exists, it is tracked and its "
+        "revisions are queued for ingest.",
+    )
     return redirect("packages_app:ingest")
 
 

@@ -47,7 +47,7 @@ def node_detail(request: HttpRequest, name: str) -> HttpResponse:
     private = access.can_see_private(request.user)
     rows = fleet.node_rows(fleet.window_start(days), name=name, show_private=private)
     if not rows:
-        raise queries.LookupFailed(f"No node named {name} is registered.")
+        raise queries.LookupFailed(f"No node named {name} is registered.", back="nodes")
     row = rows[0]
     main = max(row.serving, key=lambda s: s.reports, default=None)
     context: dict[str, Any] = {"row": row, "days": days, "windows": WINDOW_DAYS, "main": main}
@@ -64,7 +64,9 @@ def topology_detail(request: HttpRequest, topology_id: str) -> HttpResponse:
     private = access.can_see_private(request.user)
     ran = fleet.topology_runs(topology_id, fleet.window_start(days), private)
     if not ran.runs:
-        raise queries.LookupFailed(f"No report in the last {days} days ran on topology {topology_id}.")
+        raise queries.LookupFailed(
+            f"No report in the last {days} days ran on topology {topology_id}.", back="nodes"
+        )
     main = ran.runs[0]
     context = {
         "topology_id": topology_id,

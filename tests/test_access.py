@@ -29,15 +29,17 @@ def fresh_cache() -> None:
 
 @pytest.fixture
 def tracked(monkeypatch: pytest.MonkeyPatch, settings: Any) -> list[str]:
-    """A broker is configured (so the view tracks in the request) and track_package only records."""
+    """A broker is configured (so the view enqueues in the request) and request_track records its calls."""
     settings.CELERY_BROKER_URL = "redis://broker.invalid:6379/0"
     calls: list[str] = []
 
-    def fake_track(repo_id: str) -> Package:
-        calls.append(repo_id)
-        return Package.objects.create(repo_id=repo_id, private=False)
+    real = ingest.request_track
 
-    monkeypatch.setattr(ingest, "track_package", fake_track)
+    def recording_track(repo_id: str) -> Any:
+        calls.append(repo_id)
+        return real(repo_id)
+
+    monkeypatch.setattr(ingest, "request_track", recording_track)
     return calls
 
 

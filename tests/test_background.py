@@ -35,7 +35,7 @@ def slow_track(monkeypatch: pytest.MonkeyPatch) -> Any:
         ran_on.append(threading.current_thread().name)
         release.wait(30)
 
-    monkeypatch.setattr(queueing, "enqueue_sync", slow_sync)
+    monkeypatch.setattr(queueing, "enqueue_track", slow_sync)
     yield release, ran_on
     release.set()
     assert background.wait_idle(30)

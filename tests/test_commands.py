@@ -118,11 +118,26 @@ def test_track_command_stores_the_package(hub_settings: DevHub) -> None:
 
 
 @pytest.mark.django_db
-def test_track_command_refuses_a_url() -> None:
+def test_track_command_refuses_a_url_of_another_host() -> None:
     from django.core.management import CommandError
 
-    with pytest.raises(CommandError, match="owner/name"):
-        call_command("track", "https://huggingface.co/meshllm/x")
+    with pytest.raises(CommandError, match="not a URL of the Hub"):
+        call_command("track", "https://elsewhere.example/meshllm/x")
+
+
+@pytest.mark.django_db
+def test_track_command_takes_a_hub_url(hub_settings: DevHub) -> None:
+    call_command("track", f"{hub_settings.url}/{QWEN35_REPO}/tree/main", stdout=StringIO())
+    assert Package.objects.filter(repo_id=QWEN35_REPO, tracked=True).exists()
+
+
+@pytest.mark.django_db
+def test_track_command_stores_nothing_for_a_repo_the_hub_does_not_have(hub_settings: DevHub) -> None:
+    from django.core.management import CommandError
+
+    with pytest.raises(CommandError, match="meshllm/does-not-exist-layers is not tracked: The Hub has no"):
+        call_command("track", "meshllm/does-not-exist-layers")
+    assert not Package.objects.exists()
 
 
 @pytest.mark.django_db

@@ -119,6 +119,33 @@ def wait_for_ready(process: subprocess.Popen[bytes], log: Path) -> None:
     pytest.fail("the demo did not start in time:\n" + log.read_text(errors="replace")[-4000:])
 
 
+def wait_for_text(log: Path, needle: str, seconds: float = 30) -> str:
+    deadline = time.monotonic() + seconds
+    while needle not in (text := log.read_text(errors="replace")):
+        assert time.monotonic() < deadline, f"{needle!r} never came:\n{text[-4000:]}"
+        time.sleep(0.5)
+    return text
+
+
+WARNING_LINE = re.compile(r"warn|traceback|error:", re.IGNORECASE)
+
+
+def assert_quiet(text: str, logs: Path, port: int) -> None:
+    """The terminal holds no warning line and ends with the pages to try; the noise went to var/log/."""
+    warnings = [line for line in text.splitlines() if WARNING_LINE.search(line)]
+    assert warnings == [], warnings
+    assert "Little Endian only" not in text and "W040" not in text
+    pages = text.split("meshdash is running on", 1)[1]
+    for path in ("/nodes/?action=1", "/nodes/demo-glm/", "/topologies/topo-run-glm/", "/check/"):
+        assert f"http://127.0.0.1:{port}{path}" in pages, path
+    assert '"GET /api/v1/ping HTTP/1.1" 200' in (logs / "web.log").read_text()  # request lines kept there
+    assert '"GET /' not in text  # and not in the terminal
+    assert "Little Endian only" not in (logs / "devhub.log").read_text()  # generated in this fresh copy
+    for agent_log in sorted(logs.glob("agent-*.log")):  # each agent waited for its devnode to listen
+        text = agent_log.read_text()
+        assert "does not answer" not in text and "did not answer" not in text, text[-2000:]
+
+
 def test_make_run_reaches_the_ingested_demo_without_postgresql_or_redis(
     demo: tuple[subprocess.Popen[bytes], int, Path, str, int],
 ) -> None:
@@ -126,8 +153,9 @@ def test_make_run_reaches_the_ingested_demo_without_postgresql_or_redis(
     assert shutil.which("redis-server", path=path) is None and shutil.which("pg_isready", path=path) is None
     assert shutil.which("make", path=path) and shutil.which("git", path=path)
     wait_for_ready(process, log)
-    text = log.read_text(errors="replace")
+    text = wait_for_text(log, "Logs (requests")
     assert "Celery broker filesystem://" in text
+    assert_quiet(text, log.parent / "meshdash" / "var" / "log", port)
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/packages?per_page=200", timeout=10) as r:
         packages = json.load(r)["results"]
     assert len(packages) >= 5

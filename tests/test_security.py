@@ -372,7 +372,13 @@ def test_a_malformed_admin_path_stops_the_process(path: str) -> None:
 # --- hostile repo ids at every entry point, refused before any request ---------------------------------
 
 BAD_REPO_IDS = [
-    "https://huggingface.co/meshllm/x-layers",
+    "https://evil.example/meshllm/x-layers",  # a Hub URL is taken only on the Hub's own origin
+    "https://huggingface.co.evil.example/meshllm/x-layers",
+    "https://user:pw@huggingface.co/meshllm/x-layers",
+    "https://huggingface.co/meshllm/x-layers?x=1",
+    "https://huggingface.co/datasets/meshllm/catalog",
+    "https://huggingface.co/meshllm/x-layers/blob/main/model-package.json",
+    "https://huggingface.co/meshllm/x-layers/tree/..%2F..%2Fetc",
     "http://127.0.0.1:6379/meshllm",
     "file:///etc/passwd",
     "../../etc/passwd",
@@ -401,8 +407,9 @@ def no_enqueue() -> Any:
     with (
         mock.patch.object(tasks.sync_package, "delay_on_commit") as sync,
         mock.patch.object(tasks.ingest_revision, "delay_on_commit") as ingest,
+        mock.patch.object(tasks.track_package, "delay_on_commit") as track,
     ):
-        yield lambda: sync.call_count + ingest.call_count
+        yield lambda: sync.call_count + ingest.call_count + track.call_count
 
 
 @pytest.mark.django_db

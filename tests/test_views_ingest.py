@@ -18,18 +18,20 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture
 def tracked(monkeypatch: pytest.MonkeyPatch, settings: Any) -> list[str]:
-    """Replaces ingest.track_package (which enqueues Hub work) and records what it was asked.
+    """Wraps ingest.request_track (the view's only write) and records what it was asked.
 
-    With a broker set, the view calls it in the request (it only writes a row and enqueues).
+    With a broker set, the view calls it in the request (it only writes a row and enqueues the Hub check).
     """
     settings.CELERY_BROKER_URL = "redis://broker.invalid:6379/0"
     calls: list[str] = []
 
-    def fake_track(repo_id: str) -> Package:
-        calls.append(repo_id)
-        return Package.objects.create(repo_id=repo_id, private=False)
+    real = ingest.request_track
 
-    monkeypatch.setattr(ingest, "track_package", fake_track)
+    def recording_track(repo_id: str) -> Any:
+        calls.append(repo_id)
+        return real(repo_id)
+
+    monkeypatch.setattr(ingest, "request_track", recording_track)
     return calls
 
 
@@ -63,13 +65,14 @@ def test_a_valid_repo_id_is_tracked_and_the_browser_is_redirected(
     response = client.post("/ingest/", {"repo_id": "  meshllm/Qwen3-235B-A22B-UD-Q4_K_XL-layers "})
     assert response.status_code == 302 and response["Location"] == "/ingest/"
     assert tracked == ["meshllm/Qwen3-235B-A22B-UD-Q4_K_XL-layers"]
-    assert "Tracking meshllm/Qwen3-235B-A22B-UD-Q4_K_XL-layers" in text(client.get("/ingest/"))
+    assert "Checking meshllm/Qwen3-235B-A22B-UD-Q4_K_XL-layers on the Hub" in text(client.get("/ingest/"))
 
 
 @pytest.mark.parametrize(
     ("repo_id", "message"),
     [
-        ("https://huggingface.co/meshllm/x-layers", "not a URL or a path"),
+        ("https://elsewhere.example/meshllm/x-layers", "is not a URL of the Hub"),
+        ("https://huggingface.co/datasets/meshllm/catalog", "is a dataset, not a model repo"),
         ("/srv/models/x-layers", "not a URL or a path"),
         ("..\\x", "not a URL or a path"),
         ("x-layers", "owner/name, with exactly one slash"),

@@ -1055,6 +1055,19 @@ def _write_header(tmp: Path, arch: str, kv: Sequence[KV], tensors: Sequence[Tens
     writer.close()
 
 
+class _NoEndianNote(logging.Filter):
+    """Drops GGUFWriter's "This GGUF file is for Little Endian only" note. Every GGUFWriter logs it at INFO
+    as it is built (devhub builds one per packed array too, outside _quiet_gguf); the GGUF format is
+    little-endian by default and devhub never writes anything else, so the line tells nobody anything.
+    Any other line of that logger passes."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "Little Endian only" not in record.getMessage()
+
+
+logging.getLogger(GGUFWriter.__module__).addFilter(_NoEndianNote())
+
+
 @contextlib.contextmanager
 def _quiet_gguf() -> Iterator[None]:
     # GGUFWriter logs its plan at INFO for every file; hundreds of files would flood the console.

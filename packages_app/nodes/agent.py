@@ -84,6 +84,9 @@ class Config:
     upstream_url: str = ""  # the node's OpenAI API; empty = node_url
     spool_max_bytes: int = SPOOL_MAX_BYTES
     spool_max_age: float = SPOOL_MAX_AGE  # seconds
+    # At start-up, how long to wait quietly for the node's console API to answer before the first poll:
+    # the agent usually starts with its node, which takes a while to listen (0 = poll at once).
+    node_wait: float = 120.0
 
     @classmethod
     def load(cls, path: str | None, overrides: dict[str, Any]) -> Config:
@@ -112,6 +115,9 @@ class Config:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
                 raise AgentError(f"{name} must be a positive number.")
+        wait = self.node_wait
+        if isinstance(wait, bool) or not isinstance(wait, int | float) or wait < 0:
+            raise AgentError("node_wait must be a number of seconds, 0 or more.")
 
     @property
     def spool(self) -> Path:
@@ -463,6 +469,29 @@ class Agent:
                 self._spooled_runs = self.runs
         return self.sender.flush()
 
+    def wait_for_node(self) -> bool:
+        """Wait, quietly, until the node's console API answers or ``node_wait`` seconds pass; True when it
+        answered. A node that is still starting is normal: only one that never answers is worth a line."""
+        deadline = time.monotonic() + self.config.node_wait
+        delay = 0.2
+        while not self._stop.is_set():
+            try:
+                if http("GET", self.config.node_url + "/api/status").status == 200:
+                    return True
+            except OSError:
+                pass
+            if time.monotonic() + delay > deadline:
+                break
+            self._stop.wait(delay)
+            delay = min(delay * 2, 5.0)
+        if self.config.node_wait:
+            log.warning(
+                "the node at %s did not answer in %g s; polling anyway",
+                self.config.node_url,
+                self.config.node_wait,
+            )
+        return False
+
     def run_forever(self) -> None:
         while not self._stop.is_set():
             self.cycle()
@@ -615,29 +644,84 @@ def _last_event_timings(tail: bytes) -> Any:
 # --- Command line -----------------------------------------------------------------------------
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="meshdash-agent", description=__doc__.split("\n\n")[0])
-    parser.add_argument(
-        "--config", help="JSON file with the keys of Config (node_url, meshdash_url, token, ...)"
+EPILOG = """\
+environment:
+  MESHDASH_TOKEN  the node's token (manage.py create_node NAME prints it), used when the config file has
+                  no "token"; prefer it (or a config file of mode 600) to a token on the command line
+
+A flag overrides the config file's key of the same name; the config file also takes interval,
+upstream_url, spool_max_bytes, spool_max_age and node_wait (see the README, "The agent")."""
+
+
+def parser() -> argparse.ArgumentParser:
+    defaults = Config()
+    cli = argparse.ArgumentParser(
+        prog="meshdash-agent",
+        description=__doc__.split("\n\n")[0],
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--node-url", dest="node_url")
-    parser.add_argument("--meshdash-url", dest="meshdash_url")
-    parser.add_argument("--hub-url", dest="hub_url")
-    parser.add_argument("--spool-dir", dest="spool_dir")
-    parser.add_argument("--proxy", dest="proxy_listen", help="host:port to serve the OpenAI proxy on")
-    parser.add_argument("--once", action="store_true", help="one poll and flush, then exit (1 if unsent)")
-    parser.add_argument("--dry-run", action="store_true", help="print what would be sent; send nothing")
-    args = parser.parse_args(argv)
+    cli.add_argument(
+        "--config",
+        metavar="FILE",
+        help="JSON file with the keys of the agent's config (node_url, meshdash_url, token, ...)",
+    )
+    cli.add_argument(
+        "--node-url",
+        dest="node_url",
+        metavar="URL",
+        help=f"the mesh-llm node's console API, read for its runs (default {defaults.node_url})",
+    )
+    cli.add_argument(
+        "--meshdash-url",
+        dest="meshdash_url",
+        metavar="URL",
+        help=f"meshdash, where runs and reports are posted (default {defaults.meshdash_url})",
+    )
+    cli.add_argument(
+        "--hub-url",
+        dest="hub_url",
+        metavar="URL",
+        help=f"the Hub that resolves a package ref's branch or tag to a commit (default {defaults.hub_url})",
+    )
+    cli.add_argument(
+        "--spool-dir",
+        dest="spool_dir",
+        metavar="DIR",
+        help="where bodies wait until meshdash has answered (default: meshdash-agent in the temp folder)",
+    )
+    cli.add_argument(
+        "--proxy",
+        dest="proxy_listen",
+        metavar="HOST:PORT",
+        help="serve an OpenAI-compatible proxy to the node there, reporting each completion's timings",
+    )
+    cli.add_argument(
+        "--node-wait",
+        dest="node_wait",
+        type=float,
+        metavar="SECONDS",
+        help=f"wait this long for the node to answer before the first poll (default {defaults.node_wait:g}; "
+        "with --once, 0)",
+    )
+    cli.add_argument("--once", action="store_true", help="one poll and flush, then exit (1 if unsent)")
+    cli.add_argument("--dry-run", action="store_true", help="print what would be sent; send nothing")
+    return cli
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    overrides = {
-        k: getattr(args, k) for k in ("node_url", "meshdash_url", "hub_url", "spool_dir", "proxy_listen")
-    }
+    keys = ("node_url", "meshdash_url", "hub_url", "spool_dir", "proxy_listen", "node_wait")
+    overrides = {k: getattr(args, k) for k in keys}
     try:
         config = Config.load(args.config, overrides)
     except (AgentError, TypeError) as exc:
         print(f"meshdash-agent: {exc}", file=sys.stderr)
         return 2
     agent = Agent(config, dry_run=args.dry_run)
+    if not args.once or args.node_wait is not None:  # --once polls at once unless told to wait
+        agent.wait_for_node()
     if args.once:
         return 0 if agent.cycle() else 1
     if config.proxy_listen:

@@ -13,10 +13,11 @@ import json
 import sys
 from typing import Any
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
 
 from packages_app import audit as auditing
-from packages_app import hub, inspection
+from packages_app import hub, inspection, repo_ids
 
 
 class Command(BaseCommand):
@@ -24,7 +25,9 @@ class Command(BaseCommand):
     requires_system_checks: list[str] = []
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("source", help="a local package folder or a Hub repo id (owner/name)")
+        parser.add_argument(
+            "source", help="a local package folder, a Hub repo id (owner/name) or its Hub URL (.../tree/REV)"
+        )
         parser.add_argument("--revision", help="branch, tag or commit sha (Hub only; default: main)")
         parser.add_argument("--json", action="store_true", help="print the audit as JSON")
         parser.add_argument(
@@ -34,12 +37,16 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
+        target, revision = options["source"], options["revision"]
         try:
-            source = inspection.open_package_source(options["source"])
+            if "://" in target:  # a Hub URL: https://<HF_ENDPOINT>/owner/name[/tree/REV]
+                reference = repo_ids.parse_repo_reference(target, [settings.HF_ENDPOINT])
+                target, revision = reference.repo_id, revision or reference.revision
+            source = inspection.open_package_source(target)
             result = inspection.audit_source(
-                source, options["revision"], verify=not options["no_verify"], progress=sys.stderr
+                source, revision, verify=not options["no_verify"], progress=sys.stderr
             )
-        except hub.HubError as exc:
+        except (hub.HubError, repo_ids.InvalidRepoId) as exc:
             self.stderr.write(f"error: could not audit {options['source']}: {exc}")
             sys.exit(2)
         if reason := unauditable_reason(result.audit):

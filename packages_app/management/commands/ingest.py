@@ -2,17 +2,18 @@
 
 from typing import Any
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from tqdm import tqdm
 
-from packages_app import hub, ingest
+from packages_app import hub, ingest, repo_ids
 
 
 class Command(BaseCommand):
     help = "Ingest one revision of a package (default: the head of main) and audit it."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("repo_id")
+        parser.add_argument("repo_id", help="owner/name, or its Hub URL (a /tree/REV in it is the revision)")
         parser.add_argument("--revision", help="branch, tag or commit sha (default: main)")
         parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
@@ -25,8 +26,10 @@ class Command(BaseCommand):
             bar.refresh()
 
         try:
-            outcome = ingest.ingest_revision(options["repo_id"], options["revision"], progress=progress)
-        except hub.HubError as exc:
+            reference = repo_ids.parse_repo_reference(options["repo_id"], [settings.HF_ENDPOINT])
+            revision = options["revision"] or reference.revision
+            outcome = ingest.ingest_revision(reference.repo_id, revision, progress=progress)
+        except (hub.HubError, repo_ids.InvalidRepoId) as exc:
             raise CommandError(str(exc)) from exc
         finally:
             bar.close()
