@@ -101,8 +101,30 @@ def compare(request: HttpRequest, owner: str, name: str) -> HttpResponse:
         old, new = by_id[pair[0]], by_id[pair[1]]
     else:
         old, new = queries.revision_require(package, old_ref), queries.revision_require(package, new_ref)
-    context = {"package": package, "history": history, "comparison": fleet.compare_revisions(old, new)}
+    comparison = fleet.compare_revisions(old, new)
+    context = {
+        "package": package,
+        "history": history,
+        "comparison": comparison,
+        "charts": comparison_charts(comparison),
+        "plotly_guard_ids": staticfinders.installed_plotly_guard_ids(),
+    }
     return render(request, "packages_app/compare.html", context)
+
+
+def comparison_charts(c: fleet.Comparison) -> dict[str, Any]:
+    """Both revisions on one timeline, and each one's spread from its sketch."""
+    sides = (("before", c.old), ("after", c.new))
+    labels = {figures.revision.pk: f"{side} {figures.revision.short_sha}" for side, figures in sides}
+    return {
+        "timeline": charts.comparison_timeline_figure(
+            [(labels[revision.pk], [dict(vars(p)) for p in points]) for revision, points in c.series],
+            c.bucket,
+        ),
+        "spread": charts.distribution_figure(
+            [(labels[f.revision.pk], f.spread, f.reports) for _, f in sides]
+        ),
+    }
 
 
 @require_GET

@@ -201,3 +201,47 @@ def test_a_one_bucket_line_without_a_median_has_an_empty_bar_not_a_zero() -> Non
     series = [{"bucket": "2026-12-01 14:00:00", "strategy": "mtp", "tps": None, "reports": 0}]
     bars = charts.throughput_timeline_figure(series, "day")["data"][0]
     assert bars["y"] == [None] and bars["text"] == [""]
+
+
+# --- before and after ------------------------------------------------------------------------------
+
+
+def test_the_comparison_charts_escape_what_they_are_given_as_names() -> None:
+    hostile = '<img src=x onerror="alert(1)">'
+    point = {"bucket": datetime(2026, 1, 1, 10, tzinfo=UTC), "tps": 3.0, "reports": 2}
+    later = {"bucket": datetime(2026, 1, 1, 11, tzinfo=UTC), "tps": 5.0, "reports": 4}
+    timeline = charts.comparison_timeline_figure([(hostile, [point]), ("after", [later])])
+    assert timeline["data"][0]["name"] == '&lt;img src=x onerror="alert(1)"&gt;'
+    spread = {"p5": 1.0, "p25": 2.0, "p50": 3.0, "p75": 4.0, "p95": 5.0}
+    box, median = charts.distribution_figure([(hostile, spread, 7), ("after", None, 0)])["data"]
+    assert "<img" not in box["name"] + median["name"] and box["name"].endswith("(7 reports)")
+    # The control: a name without markup is shown as given.
+    assert timeline["data"][1]["name"] == "after"
+    go.Figure(timeline)  # plotly accepts both figures as they are
+    go.Figure(charts.distribution_figure([(hostile, spread, 7)]))
+
+
+def test_a_comparison_in_one_bucket_is_one_bar_per_revision_not_a_sub_second_axis() -> None:
+    at = datetime(2026, 1, 1, 10, tzinfo=UTC)
+    figure = charts.comparison_timeline_figure(
+        [
+            ("before", [{"bucket": at, "tps": 3.0, "reports": 2}]),
+            ("after", [{"bucket": at, "tps": 5.0, "reports": 4}]),
+        ],
+        "hour",
+    )
+    (bars,) = figure["data"]
+    assert bars["type"] == "bar" and bars["x"] == ["before", "after"] and bars["y"] == [3.0, 5.0]
+    assert "date" not in str(figure["layout"]["xaxis"])
+    empty = charts.comparison_timeline_figure([("before", []), ("after", [])])
+    assert empty["data"] == []
+
+
+def test_the_spread_box_puts_whiskers_at_p5_and_p95_and_the_box_at_the_quartiles() -> None:
+    spread = {"p5": 1.0, "p25": 2.5, "p50": 3.0, "p75": 4.0, "p95": 7.0}
+    box, median = charts.distribution_figure([("before", spread, 9)])["data"]
+    assert box["type"] == "bar" and box["base"] == [2.5] and box["y"] == [1.5]  # p25 .. p75
+    assert median["y"] == [3.0]
+    whiskers = median["error_y"]
+    assert (median["y"][0] - whiskers["arrayminus"][0], median["y"][0] + whiskers["array"][0]) == (1.0, 7.0)
+    assert box["hovertext"] == ["p5 1.00 · p25 2.50 · median 3.00 · p75 4.00 · p95 7.00 tok/s"]
