@@ -8,7 +8,7 @@ from __future__ import annotations
 import html
 import math
 from collections.abc import Iterable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from packages_app.glossary import format_decimal_size
@@ -250,8 +250,12 @@ def _stage_boundaries(splits: Iterable[str]) -> tuple[list[dict[str, Any]], list
 # --- throughput ----------------------------------------------------------------------------------
 
 
-def throughput_timeline_figure(series: list[dict[str, Any]], bucket: str = "hour") -> Figure:
-    """Median decode tokens/s per time bucket, one line per (strategy, topology).
+def throughput_timeline_figure(
+    series: list[dict[str, Any]], bucket: str = "hour", served: Iterable[tuple[str, datetime]] = ()
+) -> Figure:
+    """Median decode tokens/s per time bucket, one line per (strategy, topology), each with a band from
+    its buckets' p25 to p75 (the points' ``p25``/``p75``, from the sketch), and a dashed vertical line
+    where each of ``served`` [(label, first served)] started being served, when that falls on the axis.
 
     When every report falls in one ``bucket`` (an hour, a day) there is no time axis to draw: plotly would
     stretch one instant over a few milliseconds. That bucket is shown as one bar per line instead.
@@ -266,10 +270,94 @@ def throughput_timeline_figure(series: list[dict[str, Any]], bucket: str = "hour
         return {"data": [], "layout": _layout(title, "Time (UTC)", "Decode tokens/s (median)")}
     if len(moments) == 1:
         return _one_bucket_figure(sorted(lines.items()), moments[0], bucket)
-    data = [_timeline_trace(key, points, i) for i, (key, points) in enumerate(sorted(lines.items()))]
-    layout = _layout("Decode throughput over time", "Time (UTC)", "Decode tokens/s (median)", showlegend=True)
+    data = []
+    for i, (key, points) in enumerate(sorted(lines.items())):
+        band = _band_trace(key, points, i)
+        data += [band, _timeline_trace(key, points, i)] if band else [_timeline_trace(key, points, i)]
+    shapes, annotations = _served_markers(served, moments[0], moments[-1], bucket)
+    layout = _layout(
+        "Decode throughput over time (band: p25 to p75)",
+        "Time (UTC)",
+        "Decode tokens/s (median)",
+        showlegend=True,
+        shapes=shapes,
+        annotations=annotations,
+    )
     layout["xaxis"]["type"] = "date"
     return {"data": data, "layout": layout}
+
+
+BUCKET_LENGTH = {"hour": timedelta(hours=1), "day": timedelta(days=1), "week": timedelta(days=7)}
+
+
+def _served_markers(
+    served: Iterable[tuple[str, datetime]], first: str, last: str, bucket: str
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """A dashed line and a label at each first-served time inside the axis (the last bucket included)."""
+    shapes: list[dict[str, Any]] = []
+    annotations: list[dict[str, Any]] = []
+    try:
+        end = datetime.fromisoformat(last) + BUCKET_LENGTH.get(bucket, timedelta(days=31))
+    except ValueError:  # not a time: no axis to mark
+        return shapes, annotations
+    for index, (label, at) in enumerate(sorted(served, key=lambda s: plotly_time(s[1]))):
+        moment = plotly_time(at)
+        if not first <= moment < plotly_time(end):
+            continue
+        shapes.append(
+            {
+                "type": "line",
+                "xref": "x",
+                "yref": "paper",
+                "x0": moment,
+                "x1": moment,
+                "y0": 0,
+                "y1": 1,
+                "line": {"color": INK, "width": 1, "dash": "dot"},
+            }
+        )
+        annotations.append(
+            {
+                "x": moment,
+                "y": 1.0 - 0.07 * (index % 3),  # a little lower each, so that close labels do not overlap
+                "xref": "x",
+                "yref": "paper",
+                "text": plain(f"{label} first served"),
+                "showarrow": False,
+                "xanchor": "left",
+                "font": {"size": 11},
+            }
+        )
+    return shapes, annotations
+
+
+def _band_trace(key: tuple[str, str], points: list[dict[str, Any]], index: int) -> dict[str, Any] | None:
+    """The p25..p75 band of a line as one filled polygon (p75 forwards, p25 back); None without quartiles."""
+    points = sorted(points, key=lambda p: plotly_time(p.get("bucket")))
+    quartiles = [(p, _as_float(p.get("p25")), _as_float(p.get("p75"))) for p in points]
+    kept = [
+        (plotly_time(p.get("bucket")), low, high)
+        for p, low, high in quartiles
+        if low is not None and high is not None
+    ]
+    if not kept:
+        return None
+    strategy, topology = key
+    colour = SERIES_COLOURS[index % len(SERIES_COLOURS)]
+    red, green, blue = (int(colour[i : i + 2], 16) for i in (1, 3, 5))
+    return {
+        "type": "scatter",
+        "mode": "lines",
+        "x": [x for x, _, _ in kept] + [x for x, _, _ in reversed(kept)],
+        "y": [high for _, _, high in kept] + [low for _, low, _ in reversed(kept)],
+        "fill": "toself",
+        "fillcolor": f"rgba({red}, {green}, {blue}, 0.18)",
+        "line": {"width": 0, "color": colour},
+        "hoverinfo": "skip",
+        "showlegend": False,
+        "legendgroup": plain(f"{strategy} @ {topology}" if topology else strategy),
+        "name": plain(f"{strategy} @ {topology} p25-p75" if topology else f"{strategy} p25-p75"),
+    }
 
 
 def _one_bucket_figure(
@@ -307,6 +395,7 @@ def _timeline_trace(key: tuple[str, str], points: list[dict[str, Any]], index: i
         "textposition": "top center",
         "marker": {"size": 9 if few else 6},
         "name": plain(f"{strategy} @ {topology}" if topology else strategy),
+        "legendgroup": plain(f"{strategy} @ {topology}" if topology else strategy),
         "x": [plotly_time(p.get("bucket")) for p in points],
         "y": [_as_float(p.get("tps")) for p in points],
         "customdata": [_as_int(p.get("reports")) for p in points],

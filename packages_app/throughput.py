@@ -42,6 +42,9 @@ class Point:
     topology: str
     tps: float | None
     reports: int
+    # The middle half of the bucket's decode rates (from the same sketch as the median, within 1 %).
+    p25: float | None = None
+    p75: float | None = None
 
 
 @dataclass(frozen=True)
@@ -262,16 +265,21 @@ def _series(revision_id: int, bucket: str, since: datetime | None = None) -> lis
         count, texts = points.get(key, (0, []))
         texts.append(bins)
         points[key] = (count + reports, texts)
-    return [
-        Point(
-            bucket=at,
-            strategy=strategy,
-            topology=splits,
-            tps=sketch.median(merged_stored(texts)),
-            reports=count,
+    series = []
+    for (at, strategy, splits), (count, texts) in sorted(points.items()):
+        bins = merged_stored(texts)
+        series.append(
+            Point(
+                bucket=at,
+                strategy=strategy,
+                topology=splits,
+                tps=sketch.median(bins),
+                reports=count,
+                p25=sketch.quantile(bins, 0.25),
+                p75=sketch.quantile(bins, 0.75),
+            )
         )
-        for (at, strategy, splits), (count, texts) in sorted(points.items())
-    ]
+    return series
 
 
 def bucket_start(at: datetime, bucket: str) -> datetime:

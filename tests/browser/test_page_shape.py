@@ -93,11 +93,15 @@ def rgb(colour: str) -> str:
 
 
 def chart_and_page_backgrounds(tab: Tab, chart: str) -> tuple[str, str, str]:
-    """The plot area's fill, the paper's fill, and the background of the card the chart sits on."""
+    """The plot area's fill, the paper's fill, and the background of the card the chart sits on.
+
+    plotly draws the plot area as its own ``rect.bg`` only for some charts (lines, overlaid axes); a chart
+    of bars alone (one bucket of reports) is drawn on the paper, whose fill is then the plot area's."""
     return tuple(
         tab.page.evaluate(
             """(sel) => { const el = document.querySelector(sel);
-                return [el.querySelector('.bg').style.fill, el.querySelector('.main-svg').style.background,
+                const paper = el.querySelector('.main-svg').style.background, bg = el.querySelector('.bg');
+                return [bg ? bg.style.fill : paper, paper,
                         getComputedStyle(el.closest('section')).backgroundColor]; }""",
             chart,
         )
