@@ -606,7 +606,7 @@ def distribution_figure(boxes: list[tuple[str, dict[str, float] | None, int]]) -
             }
         )
     layout = _layout(
-        "Spread of the decode rate: box p25 to p75, line at the median, whiskers p5 and p95",
+        "Decode rate spread: box p25-p75, whiskers p5-p95",
         "Revision",
         "Decode tokens/s",
         showlegend=False,
