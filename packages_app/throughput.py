@@ -22,7 +22,7 @@ from typing import Any
 from django.db.models import F, OuterRef, QuerySet, Subquery, TextField, Value
 from django.db.models.functions import Cast, Coalesce
 
-from packages_app import sketch
+from packages_app import report_metrics, sketch
 from packages_app.models import Node, Report, Revision, Rollup
 from packages_app.rollups import hourly_since
 
@@ -317,9 +317,7 @@ RECENT_FIELDS = (
     "mtp_source",
     "mtp_used",
     "stage_splits",
-    "predicted_per_second",
-    "prompt_per_second",
-    "predicted_n",
+    *report_metrics.shown_columns(),
     "timings_flagged",
     "source",
     "run_id",

@@ -14,7 +14,7 @@ from django.shortcuts import render
 from django.utils.http import content_disposition_header
 from django.views.decorators.http import require_GET
 
-from packages_app import access, charts, fleet, glossary, queries, staticfinders
+from packages_app import access, charts, fleet, glossary, queries, report_metrics, staticfinders
 from packages_app.forms import WINDOW_DAYS
 from packages_app.models import Report, Revision
 from packages_app.verdicts import STATUSES_BY_RANK, VERDICTS_BY_RANK, ActionKind, Cause
@@ -234,9 +234,7 @@ REPORT_COLUMNS = [
     "effective_strategy",
     "mtp_source",
     "mtp_used",
-    "predicted_per_second",
-    "prompt_per_second",
-    "predicted_n",
+    *report_metrics.shown_columns(),
     "source",
     "run_id",
 ]

@@ -41,6 +41,7 @@ LAYERS: Mapping[str, int] = {
     "packages_app.devhub": PURE,
     "packages_app.devnode": PURE,
     "packages_app.sketch": PURE,
+    "packages_app.report_metrics": PURE,
     # the one door to the Hub and to outbound HTTP, and the read plans built on it
     "packages_app.hub": HUB,
     "packages_app.inspection": HUB,
