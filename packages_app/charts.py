@@ -11,9 +11,12 @@ from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from packages_app import report_metrics
 from packages_app.glossary import format_decimal_size
 
 Figure = dict[str, Any]
+# Axis titles from the metrics table (packages_app.report_metrics).
+TPS_AXIS = report_metrics.axis_title("predicted_per_second")
 
 # Sizes follow the site's one unit rule: decimal units (kB, MB, GB, 10^3 steps). Axes carry raw bytes
 # with d3's SI format ("15G" + "B"), hovers the same text as the tables (glossary.format_decimal_size).
@@ -267,7 +270,7 @@ def throughput_timeline_figure(
     moments = sorted({plotly_time(p.get("bucket")) for p in series})
     if not moments:
         title = "Decode throughput: no report in this time range"
-        return {"data": [], "layout": _layout(title, "Time (UTC)", "Decode tokens/s (median)")}
+        return {"data": [], "layout": _layout(title, "Time (UTC)", TPS_AXIS)}
     if len(moments) == 1:
         return _one_bucket_figure(sorted(lines.items()), moments[0], bucket)
     data = []
@@ -278,7 +281,7 @@ def throughput_timeline_figure(
     layout = _layout(
         "Decode throughput over time (band: p25 to p75)",
         "Time (UTC)",
-        "Decode tokens/s (median)",
+        TPS_AXIS,
         showlegend=True,
         shapes=shapes,
         annotations=annotations,
@@ -379,7 +382,7 @@ def _one_bucket_figure(
         "name": "median decode tokens/s",
     }
     title = f"Decode throughput: every report in the {bucket} of {moment} UTC"
-    layout = _layout(title, "Strategy @ topology", "Decode tokens/s (median)", showlegend=False)
+    layout = _layout(title, "Strategy @ topology", TPS_AXIS, showlegend=False)
     return {"data": [bars], "layout": layout}
 
 
@@ -420,9 +423,7 @@ def mtp_comparison_figure(mtp_on: dict[str, Any] | None, mtp_off: dict[str, Any]
     ]
     return {
         "data": data,
-        "layout": _layout(
-            "MTP on vs off", "Speculative decoding", "Decode tokens/s (median)", showlegend=False
-        ),
+        "layout": _layout("MTP on vs off", "Speculative decoding", TPS_AXIS, showlegend=False),
     }
 
 
@@ -451,7 +452,7 @@ def strategy_figure(by_strategy: list[dict[str, Any]]) -> Figure:
     layout = _layout(
         "Throughput and acceptance by strategy",
         "Effective strategy",
-        "Decode tokens/s (median)",
+        TPS_AXIS,
         yaxis2={
             "title": {"text": "Acceptance rate (%)"},
             "overlaying": "y",
@@ -512,7 +513,7 @@ def comparison_timeline_figure(lines: list[tuple[str, list[dict[str, Any]]]], bu
     bucket is drawn as one bar per revision, never as a sub-second axis."""
     colours = [BEFORE_COLOUR, AFTER_COLOUR]
     moments = sorted({plotly_time(p.get("bucket")) for _, points in lines for p in points})
-    y_title = "Decode tokens/s (median)"
+    y_title = TPS_AXIS
     if not moments:
         return {"data": [], "layout": _layout("Decode throughput: no reports yet", "Time (UTC)", y_title)}
     if len(moments) == 1:
@@ -608,7 +609,7 @@ def distribution_figure(boxes: list[tuple[str, dict[str, float] | None, int]]) -
     layout = _layout(
         "Decode rate spread: box p25-p75, whiskers p5-p95",
         "Revision",
-        "Decode tokens/s",
+        report_metrics.BY_NAME["predicted_per_second"].label,
         showlegend=False,
     )
     return {"data": data, "layout": layout}

@@ -328,7 +328,12 @@ def _recent(revision_id: int) -> list[dict[str, Any]]:
     """The newest RECENT raw reports (the one raw read of a page, bounded by an index)."""
     rows = Report.objects.filter(revision_id=revision_id).order_by("-received_at", "-id")
     rows = rows.annotate(node_name=F("node__name"))
-    return [dict(row) for row in rows.values(*RECENT_FIELDS)[:RECENT]]
+    shown = [report_metrics.BY_NAME[name] for name in report_metrics.shown_columns()]
+    recent = [dict(row) for row in rows.values(*RECENT_FIELDS)[:RECENT]]
+    for row in recent:
+        # The metric cells in the table's order, for the page: (metric, value).
+        row["metrics"] = [(metric, row[metric.name]) for metric in shown]
+    return recent
 
 
 PLAN_ROWS = 50

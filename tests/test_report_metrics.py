@@ -84,3 +84,11 @@ def test_a_new_sketched_metric_reaches_every_surface_through_the_table_alone() -
 
 def test_axis_titles_come_from_the_table() -> None:
     assert report_metrics.axis_title("predicted_per_second") == "Decode tokens/s (median)"
+
+
+def test_the_charts_and_the_recent_reports_table_take_their_labels_from_the_table() -> None:
+    from packages_app import charts
+
+    figure = charts.throughput_timeline_figure([])
+    assert figure["layout"]["yaxis"]["title"]["text"] == "Decode tokens/s (median)"
+    assert charts.TPS_AXIS == f"{report_metrics.BY_NAME['predicted_per_second'].label} (median)"

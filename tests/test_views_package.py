@@ -396,3 +396,17 @@ def test_the_timeline_bands_the_middle_half_and_marks_where_each_revision_was_fi
     assert line["y"][0] == pytest.approx(4.0, rel=0.01)
     texts = [a["text"] for a in figure["layout"]["annotations"]]
     assert texts == [f"{old.short_sha} first served", f"{new.short_sha} first served"]
+
+
+def test_the_recent_reports_table_has_a_column_per_shown_metric_of_the_table(client: Client) -> None:
+    from packages_app import report_metrics
+
+    package = f.make_package("meshllm/recent-layers")
+    revision = f.make_revision(package, "undeclared-mtp")
+    f.make_report(f.make_node(), revision, 3.25, at=timezone.now())
+    body = text(client.get("/packages/meshllm/recent-layers/"))
+    table = body[body.index('class="recent-reports"') :]
+    table = table[: table.index("</table>")]
+    shown = [report_metrics.BY_NAME[n] for n in report_metrics.shown_columns()]
+    assert re.findall(r'<th scope="col" class="num">([^<]+)</th>', table) == [m.label for m in shown]
+    assert '<td data-label="Decode tokens/s" class="num">3.25</td>' in table
