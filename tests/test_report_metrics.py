@@ -91,4 +91,4 @@ def test_the_charts_and_the_recent_reports_table_take_their_labels_from_the_tabl
 
     figure = charts.throughput_timeline_figure([])
     assert figure["layout"]["yaxis"]["title"]["text"] == "Decode tokens/s (median)"
-    assert charts.TPS_AXIS == f"{report_metrics.BY_NAME['predicted_per_second'].label} (median)"
+    assert f"{report_metrics.BY_NAME['predicted_per_second'].label} (median)" == charts.TPS_AXIS
