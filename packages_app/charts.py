@@ -8,12 +8,15 @@ from __future__ import annotations
 import html
 import math
 from collections.abc import Iterable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from packages_app import report_metrics
 from packages_app.glossary import format_decimal_size
 
 Figure = dict[str, Any]
+# Axis titles from the metrics table (packages_app.report_metrics).
+TPS_AXIS = report_metrics.axis_title("predicted_per_second")
 
 # Sizes follow the site's one unit rule: decimal units (kB, MB, GB, 10^3 steps). Axes carry raw bytes
 # with d3's SI format ("15G" + "B"), hovers the same text as the tables (glossary.format_decimal_size).
@@ -250,8 +253,12 @@ def _stage_boundaries(splits: Iterable[str]) -> tuple[list[dict[str, Any]], list
 # --- throughput ----------------------------------------------------------------------------------
 
 
-def throughput_timeline_figure(series: list[dict[str, Any]], bucket: str = "hour") -> Figure:
-    """Median decode tokens/s per time bucket, one line per (strategy, topology).
+def throughput_timeline_figure(
+    series: list[dict[str, Any]], bucket: str = "hour", served: Iterable[tuple[str, datetime]] = ()
+) -> Figure:
+    """Median decode tokens/s per time bucket, one line per (strategy, topology), each with a band from
+    its buckets' p25 to p75 (the points' ``p25``/``p75``, from the sketch), and a dashed vertical line
+    where each of ``served`` [(label, first served)] started being served, when that falls on the axis.
 
     When every report falls in one ``bucket`` (an hour, a day) there is no time axis to draw: plotly would
     stretch one instant over a few milliseconds. That bucket is shown as one bar per line instead.
@@ -263,13 +270,97 @@ def throughput_timeline_figure(series: list[dict[str, Any]], bucket: str = "hour
     moments = sorted({plotly_time(p.get("bucket")) for p in series})
     if not moments:
         title = "Decode throughput: no report in this time range"
-        return {"data": [], "layout": _layout(title, "Time (UTC)", "Decode tokens/s (median)")}
+        return {"data": [], "layout": _layout(title, "Time (UTC)", TPS_AXIS)}
     if len(moments) == 1:
         return _one_bucket_figure(sorted(lines.items()), moments[0], bucket)
-    data = [_timeline_trace(key, points, i) for i, (key, points) in enumerate(sorted(lines.items()))]
-    layout = _layout("Decode throughput over time", "Time (UTC)", "Decode tokens/s (median)", showlegend=True)
+    data = []
+    for i, (key, points) in enumerate(sorted(lines.items())):
+        band = _band_trace(key, points, i)
+        data += [band, _timeline_trace(key, points, i)] if band else [_timeline_trace(key, points, i)]
+    shapes, annotations = _served_markers(served, moments[0], moments[-1], bucket)
+    layout = _layout(
+        "Decode throughput over time (band: p25 to p75)",
+        "Time (UTC)",
+        TPS_AXIS,
+        showlegend=True,
+        shapes=shapes,
+        annotations=annotations,
+    )
     layout["xaxis"]["type"] = "date"
     return {"data": data, "layout": layout}
+
+
+BUCKET_LENGTH = {"hour": timedelta(hours=1), "day": timedelta(days=1), "week": timedelta(days=7)}
+
+
+def _served_markers(
+    served: Iterable[tuple[str, datetime]], first: str, last: str, bucket: str
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """A dashed line and a label at each first-served time inside the axis (the last bucket included)."""
+    shapes: list[dict[str, Any]] = []
+    annotations: list[dict[str, Any]] = []
+    try:
+        end = datetime.fromisoformat(last) + BUCKET_LENGTH.get(bucket, timedelta(days=31))
+    except ValueError:  # not a time: no axis to mark
+        return shapes, annotations
+    for index, (label, at) in enumerate(sorted(served, key=lambda s: plotly_time(s[1]))):
+        moment = plotly_time(at)
+        if not first <= moment < plotly_time(end):
+            continue
+        shapes.append(
+            {
+                "type": "line",
+                "xref": "x",
+                "yref": "paper",
+                "x0": moment,
+                "x1": moment,
+                "y0": 0,
+                "y1": 1,
+                "line": {"color": INK, "width": 1, "dash": "dot"},
+            }
+        )
+        annotations.append(
+            {
+                "x": moment,
+                "y": 1.0 - 0.07 * (index % 3),  # a little lower each, so that close labels do not overlap
+                "xref": "x",
+                "yref": "paper",
+                "text": plain(f"{label} first served"),
+                "showarrow": False,
+                "xanchor": "left",
+                "font": {"size": 11},
+            }
+        )
+    return shapes, annotations
+
+
+def _band_trace(key: tuple[str, str], points: list[dict[str, Any]], index: int) -> dict[str, Any] | None:
+    """The p25..p75 band of a line as one filled polygon (p75 forwards, p25 back); None without quartiles."""
+    points = sorted(points, key=lambda p: plotly_time(p.get("bucket")))
+    quartiles = [(p, _as_float(p.get("p25")), _as_float(p.get("p75"))) for p in points]
+    kept = [
+        (plotly_time(p.get("bucket")), low, high)
+        for p, low, high in quartiles
+        if low is not None and high is not None
+    ]
+    if not kept:
+        return None
+    strategy, topology = key
+    colour = SERIES_COLOURS[index % len(SERIES_COLOURS)]
+    red, green, blue = (int(colour[i : i + 2], 16) for i in (1, 3, 5))
+    return {
+        "type": "scatter",
+        "mode": "lines",
+        "x": [x for x, _, _ in kept] + [x for x, _, _ in reversed(kept)],
+        "y": [high for _, _, high in kept] + [low for _, low, _ in reversed(kept)],
+        "fill": "toself",
+        "fillcolor": f"rgba({red}, {green}, {blue}, 0.18)",
+        "line": {"width": 0, "color": colour},
+        "hoverinfo": "skip",
+        "showlegend": False,
+        "legendgroup": plain(f"{strategy} @ {topology}" if topology else strategy),
+        "name": plain(f"{strategy} @ {topology} p25-p75" if topology else f"{strategy} p25-p75"),
+    }
 
 
 def _one_bucket_figure(
@@ -291,7 +382,7 @@ def _one_bucket_figure(
         "name": "median decode tokens/s",
     }
     title = f"Decode throughput: every report in the {bucket} of {moment} UTC"
-    layout = _layout(title, "Strategy @ topology", "Decode tokens/s (median)", showlegend=False)
+    layout = _layout(title, "Strategy @ topology", TPS_AXIS, showlegend=False)
     return {"data": [bars], "layout": layout}
 
 
@@ -307,6 +398,7 @@ def _timeline_trace(key: tuple[str, str], points: list[dict[str, Any]], index: i
         "textposition": "top center",
         "marker": {"size": 9 if few else 6},
         "name": plain(f"{strategy} @ {topology}" if topology else strategy),
+        "legendgroup": plain(f"{strategy} @ {topology}" if topology else strategy),
         "x": [plotly_time(p.get("bucket")) for p in points],
         "y": [_as_float(p.get("tps")) for p in points],
         "customdata": [_as_int(p.get("reports")) for p in points],
@@ -331,9 +423,7 @@ def mtp_comparison_figure(mtp_on: dict[str, Any] | None, mtp_off: dict[str, Any]
     ]
     return {
         "data": data,
-        "layout": _layout(
-            "MTP on vs off", "Speculative decoding", "Decode tokens/s (median)", showlegend=False
-        ),
+        "layout": _layout("MTP on vs off", "Speculative decoding", TPS_AXIS, showlegend=False),
     }
 
 
@@ -362,7 +452,7 @@ def strategy_figure(by_strategy: list[dict[str, Any]]) -> Figure:
     layout = _layout(
         "Throughput and acceptance by strategy",
         "Effective strategy",
-        "Decode tokens/s (median)",
+        TPS_AXIS,
         yaxis2={
             "title": {"text": "Acceptance rate (%)"},
             "overlaying": "y",
@@ -409,3 +499,117 @@ def _as_float(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
     return round(float(value), 3)
+
+
+# --- before and after ----------------------------------------------------------------------------
+
+BEFORE_COLOUR = "#868e96"
+AFTER_COLOUR = "#1c7ed6"
+
+
+def comparison_timeline_figure(lines: list[tuple[str, list[dict[str, Any]]]], bucket: str = "day") -> Figure:
+    """Both revisions' median decode rate per bucket on one time axis, a line each (before grey, after
+    blue). ``lines`` is [(label, points)], points as throughput.Point's fields. Everything in one
+    bucket is drawn as one bar per revision, never as a sub-second axis."""
+    colours = [BEFORE_COLOUR, AFTER_COLOUR]
+    moments = sorted({plotly_time(p.get("bucket")) for _, points in lines for p in points})
+    y_title = TPS_AXIS
+    if not moments:
+        return {"data": [], "layout": _layout("Decode throughput: no reports yet", "Time (UTC)", y_title)}
+    if len(moments) == 1:
+        labelled = [(label, points[0]) for label, points in lines if points]
+        values = [_as_float(point.get("tps")) for _, point in labelled]
+        bars = {
+            "type": "bar",
+            "x": [plain(label) for label, _ in labelled],
+            "y": values,
+            "text": [f"{v:.2f}" if v is not None else "" for v in values],
+            "textposition": "outside",
+            "width": [0.4] * len(labelled),
+            "customdata": [_as_int(point.get("reports")) for _, point in labelled],
+            "marker": {"color": [colours[i % 2] for i in range(len(labelled))]},
+            "hovertemplate": "%{x}: %{y:.2f} tok/s from %{customdata} reports<extra></extra>",
+            "name": "median decode tokens/s",
+        }
+        title = f"Decode throughput: every report in the {bucket} of {moments[0]} UTC"
+        return {"data": [bars], "layout": _layout(title, "Revision", y_title, showlegend=False)}
+    data = []
+    for index, (label, points) in enumerate(lines):
+        ordered = sorted(points, key=lambda p: plotly_time(p.get("bucket")))
+        data.append(
+            {
+                "type": "scatter",
+                "mode": "lines+markers",
+                "name": plain(label),
+                "x": [plotly_time(p.get("bucket")) for p in ordered],
+                "y": [_as_float(p.get("tps")) for p in ordered],
+                "customdata": [_as_int(p.get("reports")) for p in ordered],
+                "hovertemplate": "%{x}<br>%{y:.2f} tok/s from %{customdata} reports"
+                "<extra>%{fullData.name}</extra>",
+                "line": {"color": colours[index % 2]},
+                "marker": {"size": 7},
+            }
+        )
+    layout = _layout(
+        f"Decode throughput per {bucket}, both revisions", "Time (UTC)", y_title, showlegend=True
+    )
+    layout["xaxis"]["type"] = "date"
+    return {"data": data, "layout": layout}
+
+
+def distribution_figure(boxes: list[tuple[str, dict[str, float] | None, int]]) -> Figure:
+    """Each revision's decode-rate spread from its sketch, drawn as a box plot with the basic bundle's
+    traces: a floating bar from p25 to p75, the median as a bar across it, whiskers (error bars) to p5
+    and p95. ``boxes`` is [(label, sketch.summary(...), reports)]; a revision without reports is left
+    out."""
+    colours = [BEFORE_COLOUR, AFTER_COLOUR]
+    data = []
+    for index, (label, spread, reports) in enumerate(boxes):
+        if not spread:
+            continue
+        name = plain(f"{label} ({reports} reports)")
+        p5, p25, p50, p75, p95 = (round(spread[k], 3) for k in ("p5", "p25", "p50", "p75", "p95"))
+        hover = f"p5 {p5:.2f} · p25 {p25:.2f} · median {p50:.2f} · p75 {p75:.2f} · p95 {p95:.2f} tok/s"
+        colour = colours[index % 2]
+        data.append(
+            {
+                "type": "bar",
+                "name": name,
+                "x": [name],
+                "base": [p25],
+                "y": [round(p75 - p25, 3)],
+                "width": [0.45],
+                "marker": {"color": colour, "opacity": 0.45, "line": {"color": colour, "width": 2}},
+                "hovertext": [hover],
+                "hoverinfo": "text",
+            }
+        )
+        data.append(
+            {
+                "type": "scatter",
+                "mode": "markers",
+                "name": f"{name} median",
+                "x": [name],
+                "y": [p50],
+                "marker": {"symbol": "line-ew", "size": 44, "line": {"color": colour, "width": 3}},
+                "error_y": {
+                    "type": "data",
+                    "symmetric": False,
+                    "array": [round(p95 - p50, 3)],
+                    "arrayminus": [round(p50 - p5, 3)],
+                    "color": colour,
+                    "thickness": 2,
+                    "width": 14,
+                },
+                "hovertext": [hover],
+                "hoverinfo": "text",
+                "customdata": [[p5, p25, p50, p75, p95]],
+            }
+        )
+    layout = _layout(
+        "Decode rate spread: box p25-p75, whiskers p5-p95",
+        "Revision",
+        report_metrics.BY_NAME["predicted_per_second"].label,
+        showlegend=False,
+    )
+    return {"data": data, "layout": layout}

@@ -17,14 +17,14 @@ from typing import Any
 
 from django.core.paginator import Page, Paginator
 from django.db import DatabaseError
-from django.db.models import Case, Count, F, IntegerField, Q, QuerySet, Value, When
+from django.db.models import Case, Count, F, IntegerField, Min, Q, QuerySet, Value, When
 from django.db.models.functions import NullIf
 
 from packages_app import fleet, throughput
 from packages_app.audit.assessment import Assessment, Headline
 from packages_app.audit.check import ManifestCheck, check_manifest
 from packages_app.layout import FileRole
-from packages_app.models import FixProposal, Package, PackageFile, Revision, TrackRequest
+from packages_app.models import FixProposal, Package, PackageFile, Revision, Serving, TrackRequest
 from packages_app.verdicts import INCONSISTENT_VERDICTS, NEEDS_ACTION, STATUSES, VERDICTS, Status, Verdict
 
 # Catalog filter values beside the verdicts and statuses themselves.
@@ -148,6 +148,18 @@ def revision_throughput_for(
     has reported running it; ``page=False`` without the series and recent reports (the JSON API);
     ``since``: the time series from then on."""
     return throughput.revision_throughput(revision.pk, page=page, since=since)
+
+
+def first_served(revisions: list[Revision]) -> dict[int, datetime]:
+    """When nodes first reported running each of these revisions (one query over the every-node
+    serving rows; a revision no node ran is left out)."""
+    rows = (
+        Serving.objects.filter(revision_id__in=[r.pk for r in revisions], node_key=0)
+        .values("revision_id")
+        .annotate(first=Min("first_at"))
+        .values_list("revision_id", "first")
+    )
+    return dict(rows)
 
 
 # --- catalog -----------------------------------------------------------------------------------

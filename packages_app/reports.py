@@ -15,7 +15,7 @@ from uuid import UUID
 from django.db import connection, transaction
 from django.db.models import Q
 
-from packages_app import rollups
+from packages_app import report_metrics, rollups
 from packages_app.models import Node, Report, ReportKey, Revision
 from packages_app.nodes.report_schema import ReportIn
 
@@ -211,16 +211,8 @@ def _timing_fields(report: ReportIn) -> dict[str, float | int | None]:
     return {key: report.timings.plausible(key) for key in TIMING_COLUMNS}
 
 
-TIMING_COLUMNS = (
-    "predicted_per_second",
-    "prompt_per_second",
-    "predicted_n",
-    "draft_n",
-    "draft_n_accepted",
-    "speculative_proposed_n",
-    "speculative_accepted_n",
-    "speculative_windows",
-)
+# The Report columns filled from timings: the metrics table's stored metrics.
+TIMING_COLUMNS = report_metrics.stored_columns()
 
 
 MTP_COUNTERS = ("speculative_proposed_n", "speculative_windows", "draft_n", "native_mtp_verifications")

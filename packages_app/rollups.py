@@ -39,14 +39,16 @@ from django.conf import settings
 from django.db import connections, transaction
 from django.db.models import Count, F, OuterRef, Q, Subquery
 
-from packages_app import sketch
+from packages_app import report_metrics, sketch
 from packages_app.models import ROLLUP_KEY, Report, Revision, Rollup, Serving
 
 # A report "shows MTP unused" unless the operator chose a strategy without MTP: then the package
 # is not at fault, so such reports never raise the alert.
 NON_MTP_CHOICES = ("disabled", "ngram-cache", "ngram-suffix")
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)  # the one bucket of the total grain
-METRICS = ("tps", "prompt", "acceptance")
+# The sketched metrics, by their Rollup column prefix ("tps"), from the metrics table.
+SKETCHED = report_metrics.sketched()
+METRICS = tuple(m.rollup for m in SKETCHED)
 # The Report columns a rollup reads (the link paths fetch only these).
 SOURCE_FIELDS = (
     "id",
@@ -58,8 +60,7 @@ SOURCE_FIELDS = (
     "effective_strategy",
     "mtp_used",
     "source",
-    "predicted_per_second",
-    "prompt_per_second",
+    *(m.name for m in SKETCHED if not m.derived),
     "speculative_accepted_n",
     "draft_n_accepted",
     "speculative_proposed_n",
@@ -218,8 +219,8 @@ class Figures:
     def of(cls, row: Report) -> Figures:
         accepted = _first(row.speculative_accepted_n, row.draft_n_accepted)
         proposed = _first(row.speculative_proposed_n, row.draft_n)
-        acceptance = (accepted or 0) / proposed if proposed else None
-        values = (row.predicted_per_second, row.prompt_per_second, acceptance)
+        derived = {"acceptance": (accepted or 0) / proposed if proposed else None}
+        values = [derived[m.name] if m.derived else getattr(row, m.name) for m in SKETCHED]
         return cls(
             at=row.received_at,
             from_spans=int(row.source == Report.Source.OTLP),
@@ -537,7 +538,8 @@ _KEY_SQL = (
     "mtp_used",
     "topology_id",
 )
-_METRIC_SQL = {"tps": "predicted_per_second", "prompt": "prompt_per_second", "acceptance": "acceptance"}
+# Rollup prefix -> the src column the SQL rebuild reads (a Report column, or a derived one src computes).
+SQL_METRICS = {m.rollup: m.name for m in SKETCHED}
 
 
 def _rebuild_serving_in_sql(cursor: Any, revision_ids: list[int]) -> None:
@@ -569,24 +571,25 @@ def _rebuild_in_sql(cursor: Any, revision_ids: list[int]) -> int:
     non_mtp = ", ".join(f"'{choice}'" for choice in NON_MTP_CHOICES)
     totals = ", ".join(
         f"count({column}), COALESCE(sum({column}), 0), min({column}), max({column})"
-        for column in _METRIC_SQL.values()
+        for column in SQL_METRICS.values()
     )
     bins = " UNION ALL ".join(
         f"SELECT {keys}, '{metric}' AS metric, CASE WHEN {column} < %(min_positive)s THEN %(zero_bin)s"  # noqa: S608
         f" ELSE ceil(ln({column}) / %(log_gamma)s)::int END AS bin, count(*) AS n"
         f" FROM cells WHERE {column} IS NOT NULL GROUP BY {keys}, bin"
-        for metric, column in _METRIC_SQL.items()
+        for metric, column in SQL_METRICS.items()
     )
     sketches = ", ".join(
         f"COALESCE(jsonb_object_agg(bin::text, n) FILTER (WHERE metric = '{metric}'), '{{}}'::jsonb)"
-        for metric in _METRIC_SQL
+        for metric in SQL_METRICS
     )
     metric_columns = ", ".join(
         f"t.{metric}_n, t.{metric}_sum, t.{metric}_min, t.{metric}_max, COALESCE(s.{metric}_sketch, '{{}}')"
-        for metric in _METRIC_SQL
+        for metric in SQL_METRICS
     )
-    total_names = ", ".join(f"{m}_n, {m}_sum, {m}_min, {m}_max" for m in _METRIC_SQL)
-    sketch_names = ", ".join(f"{m}_sketch" for m in _METRIC_SQL)
+    total_names = ", ".join(f"{m}_n, {m}_sum, {m}_min, {m}_max" for m in SQL_METRICS)
+    sketch_names = ", ".join(f"{m}_sketch" for m in SQL_METRICS)
+    stored_metrics = ", ".join(m.name for m in SKETCHED if not m.derived)
     # Only column names and constants are formatted in; the revision and the numbers are parameters.
     sql = f"""
         WITH src AS (
@@ -595,7 +598,7 @@ def _rebuild_in_sql(cursor: Any, revision_ids: list[int]) -> int:
                    (NOT mtp_used AND requested_strategy NOT IN ({non_mtp}))::int AS unused,
                    {accepted} AS accepted, {proposed} AS proposed,
                    COALESCE(speculative_windows, 0) AS windows,
-                   predicted_per_second, prompt_per_second,
+                   {stored_metrics},
                    CASE WHEN {proposed} <> 0 THEN {accepted}::float8 / {proposed} END AS acceptance,
                    date_bin('1 hour', received_at, %(epoch)s) AS hour
             FROM {Report._meta.db_table} WHERE revision_id = ANY(%(revisions)s)

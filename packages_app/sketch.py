@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from statistics import NormalDist
 
 ALPHA = 0.01
 GAMMA = (1 + ALPHA) / (1 - ALPHA)
@@ -99,3 +101,88 @@ def to_json(sketch: Mapping[int, int]) -> dict[str, int]:
 
 def from_json(stored: Mapping[str, int] | None) -> Sketch:
     return {int(index): int(count) for index, count in (stored or {}).items()}
+
+
+# --- spread and the uncertainty of a median -------------------------------------------------------
+
+SUMMARY_QUANTILES = (0.05, 0.25, 0.5, 0.75, 0.95)
+
+
+def summary(sketch: Mapping[int, int]) -> dict[str, float] | None:
+    """p5, p25, p50, p75 and p95 (``{"p5": ..., ...}``), each within ALPHA; None for an empty sketch."""
+    if sum(sketch.values()) <= 0:
+        return None
+    return {f"p{round(q * 100)}": quantile(sketch, q) or 0.0 for q in SUMMARY_QUANTILES}
+
+
+def count(sketch: Mapping[int, int]) -> int:
+    return sum(sketch.values())
+
+
+def order_statistic(sketch: Mapping[int, int], rank: int) -> float:
+    """The value at 0-based ``rank`` in sorted order, within ALPHA."""
+    if not 0 <= rank < count(sketch):
+        raise ValueError(f"rank {rank} is outside a sketch of {count(sketch)} values")
+    return _order_statistics(sketch, rank, rank)[0]
+
+
+# Above this many values the binomial tail is read from the normal approximation (error well under one
+# rank at these sizes) instead of summing exact binomial coefficients.
+EXACT_BINOMIAL_UP_TO = 2000
+
+
+def median_ranks(n: int, confidence: float) -> tuple[int, int] | None:
+    """0-based ranks (low, high) whose values bracket the median of the population with at least
+    ``confidence``, whatever its distribution (order statistics: the count of values below the median
+    is Binomial(n, 1/2)); None when n values are too few for that confidence."""
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must be between 0 and 1, not {confidence}")
+    tail = (1 - confidence) / 2
+    if n > EXACT_BINOMIAL_UP_TO:
+        z = NormalDist().inv_cdf(1 - tail)
+        j = math.floor(n / 2 - z * math.sqrt(n) / 2)
+    else:
+        # The largest j with P(B <= j - 1) <= tail: then [x_(j), x_(n+1-j)] (1-based) covers the median.
+        j, below, total = 0, 0, 2**n
+        while (below + math.comb(n, j)) / total <= tail:
+            below += math.comb(n, j)
+            j += 1
+    if j < 1:
+        return None
+    return j - 1, n - j
+
+
+@dataclass(frozen=True)
+class Ratio:
+    """``after`` median / ``before`` median, and an interval that holds the population ratio with at
+    least ``confidence`` (None when either side has too few values for one)."""
+
+    ratio: float
+    low: float | None
+    high: float | None
+    confidence: float
+
+
+def ratio_of_medians(
+    before: Mapping[int, int], after: Mapping[int, int], confidence: float = 0.95
+) -> Ratio | None:
+    """The ratio of two sketches' medians with a conservative, distribution-free interval.
+
+    Each median gets an order-statistic interval at ``(1 + confidence) / 2`` (so both hold together
+    with at least ``confidence``, Bonferroni, whether or not the samples are independent); the ratio's
+    interval is low_after / high_before .. high_after / low_before, widened by the sketch's own
+    ALPHA on each side. None when either sketch is empty or the before median is 0.
+    """
+    old, new = median(before), median(after)
+    if old is None or new is None or old <= 0:
+        return None
+    each = (1 + confidence) / 2
+    old_ranks, new_ranks = median_ranks(count(before), each), median_ranks(count(after), each)
+    low = high = None
+    if old_ranks is not None and new_ranks is not None:
+        old_low, old_high = (order_statistic(before, r) for r in old_ranks)
+        new_low, new_high = (order_statistic(after, r) for r in new_ranks)
+        if old_low > 0:
+            slack = (1 + ALPHA) / (1 - ALPHA)
+            low, high = new_low / old_high / slack, new_high / old_low * slack
+    return Ratio(new / old, low, high, confidence)

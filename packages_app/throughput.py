@@ -22,7 +22,7 @@ from typing import Any
 from django.db.models import F, OuterRef, QuerySet, Subquery, TextField, Value
 from django.db.models.functions import Cast, Coalesce
 
-from packages_app import sketch
+from packages_app import report_metrics, sketch
 from packages_app.models import Node, Report, Revision, Rollup
 from packages_app.rollups import hourly_since
 
@@ -42,6 +42,9 @@ class Point:
     topology: str
     tps: float | None
     reports: int
+    # The middle half of the bucket's decode rates (from the same sketch as the median, within 1 %).
+    p25: float | None = None
+    p75: float | None = None
 
 
 @dataclass(frozen=True)
@@ -262,16 +265,21 @@ def _series(revision_id: int, bucket: str, since: datetime | None = None) -> lis
         count, texts = points.get(key, (0, []))
         texts.append(bins)
         points[key] = (count + reports, texts)
-    return [
-        Point(
-            bucket=at,
-            strategy=strategy,
-            topology=splits,
-            tps=sketch.median(merged_stored(texts)),
-            reports=count,
+    series = []
+    for (at, strategy, splits), (count, texts) in sorted(points.items()):
+        bins = merged_stored(texts)
+        series.append(
+            Point(
+                bucket=at,
+                strategy=strategy,
+                topology=splits,
+                tps=sketch.median(bins),
+                reports=count,
+                p25=sketch.quantile(bins, 0.25),
+                p75=sketch.quantile(bins, 0.75),
+            )
         )
-        for (at, strategy, splits), (count, texts) in sorted(points.items())
-    ]
+    return series
 
 
 def bucket_start(at: datetime, bucket: str) -> datetime:
@@ -309,9 +317,7 @@ RECENT_FIELDS = (
     "mtp_source",
     "mtp_used",
     "stage_splits",
-    "predicted_per_second",
-    "prompt_per_second",
-    "predicted_n",
+    *report_metrics.shown_columns(),
     "timings_flagged",
     "source",
     "run_id",
@@ -322,7 +328,12 @@ def _recent(revision_id: int) -> list[dict[str, Any]]:
     """The newest RECENT raw reports (the one raw read of a page, bounded by an index)."""
     rows = Report.objects.filter(revision_id=revision_id).order_by("-received_at", "-id")
     rows = rows.annotate(node_name=F("node__name"))
-    return [dict(row) for row in rows.values(*RECENT_FIELDS)[:RECENT]]
+    shown = [report_metrics.BY_NAME[name] for name in report_metrics.shown_columns()]
+    recent = [dict(row) for row in rows.values(*RECENT_FIELDS)[:RECENT]]
+    for row in recent:
+        # The metric cells in the table's order, for the page: (metric, value).
+        row["metrics"] = [(metric, row[metric.name]) for metric in shown]
+    return recent
 
 
 PLAN_ROWS = 50

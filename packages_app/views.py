@@ -6,6 +6,7 @@ import functools
 import json
 from collections.abc import Callable
 from dataclasses import asdict
+from datetime import datetime
 from typing import Any
 
 from django.conf import settings
@@ -186,7 +187,7 @@ def package_detail(request: HttpRequest, owner: str, name: str) -> HttpResponse:
     if revision is not None:
         time_range = request.GET.get("range", "")
         time_range = time_range if time_range in RANGES else ""
-        context.update(_revision_context(revision, time_range))
+        context.update(_revision_context(revision, time_range, history))
         context["time_range"] = time_range
         context["time_ranges"] = TIME_RANGE_LABELS
         if "files_page" in request.GET or request.GET.get("files") == "all":
@@ -223,9 +224,15 @@ TIME_RANGE_LABELS = {
 }
 
 
-def _revision_context(revision: Revision, time_range: str = "") -> dict[str, Any]:
+def _revision_context(
+    revision: Revision, time_range: str = "", history: list[Revision] | None = None
+) -> dict[str, Any]:
     since = timezone.now() - RANGES[time_range] if time_range else None
     throughput = queries.revision_throughput_for(revision, since=since)
+    revisions = history or [revision]
+    # Where each revision of the package started being served: the timeline marks those on its axis.
+    first = queries.first_served(revisions) if throughput else {}
+    served = [(r.short_sha, first[r.pk]) for r in revisions if r.pk in first]
     splits = throughput.stage_splits if throughput else []
     suggested = queries.suggested_generation(revision)
     assessment = queries.revision_assessment(revision)
@@ -255,7 +262,7 @@ def _revision_context(revision: Revision, time_range: str = "") -> dict[str, Any
             splits,
             detected.get("missing_nextn_tensors"),
         ),
-        "throughput_charts": _throughput_charts(throughput),
+        "throughput_charts": _throughput_charts(throughput, served),
         "stage_boundaries": charts.stage_boundaries(splits),
     }
 
@@ -282,13 +289,15 @@ def _mtp_blocks(detected: dict[str, Any]) -> list[int]:
 NODE_NOTES = (Cause.CONTRADICTION, Cause.MTP_UNUSED, Cause.UNKNOWN_RELEASE, Cause.UNCERTIFIED)
 
 
-def _throughput_charts(throughput: RevisionThroughput | None) -> dict[str, Any]:
+def _throughput_charts(
+    throughput: RevisionThroughput | None, served: list[tuple[str, datetime]] | None = None
+) -> dict[str, Any]:
     if not throughput:
         return {}
     return {
         # vars, not asdict: the points' fields are plain values, and asdict deep-copies each one.
         "timeline": charts.throughput_timeline_figure(
-            [dict(vars(point)) for point in throughput.series], throughput.bucket
+            [dict(vars(point)) for point in throughput.series], throughput.bucket, served or []
         ),
         "strategies": charts.strategy_figure([asdict(row) for row in throughput.by_strategy]),
         "mtp": charts.mtp_comparison_figure(asdict(throughput.mtp_on), asdict(throughput.mtp_off)),

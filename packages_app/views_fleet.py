@@ -14,7 +14,7 @@ from django.shortcuts import render
 from django.utils.http import content_disposition_header
 from django.views.decorators.http import require_GET
 
-from packages_app import access, charts, fleet, glossary, queries, staticfinders
+from packages_app import access, charts, fleet, glossary, queries, report_metrics, staticfinders
 from packages_app.forms import WINDOW_DAYS
 from packages_app.models import Report, Revision
 from packages_app.verdicts import STATUSES_BY_RANK, VERDICTS_BY_RANK, ActionKind, Cause
@@ -103,8 +103,30 @@ def compare(request: HttpRequest, owner: str, name: str) -> HttpResponse:
         old, new = by_id[pair[0]], by_id[pair[1]]
     else:
         old, new = queries.revision_require(package, old_ref), queries.revision_require(package, new_ref)
-    context = {"package": package, "history": history, "comparison": fleet.compare_revisions(old, new)}
+    comparison = fleet.compare_revisions(old, new)
+    context = {
+        "package": package,
+        "history": history,
+        "comparison": comparison,
+        "charts": comparison_charts(comparison),
+        "plotly_guard_ids": staticfinders.installed_plotly_guard_ids(),
+    }
     return render(request, "packages_app/compare.html", context)
+
+
+def comparison_charts(c: fleet.Comparison) -> dict[str, Any]:
+    """Both revisions on one timeline, and each one's spread from its sketch."""
+    sides = (("before", c.old), ("after", c.new))
+    labels = {figures.revision.pk: f"{side} {figures.revision.short_sha}" for side, figures in sides}
+    return {
+        "timeline": charts.comparison_timeline_figure(
+            [(labels[revision.pk], [dict(vars(p)) for p in points]) for revision, points in c.series],
+            c.bucket,
+        ),
+        "spread": charts.distribution_figure(
+            [(labels[f.revision.pk], f.spread, f.reports) for _, f in sides]
+        ),
+    }
 
 
 @require_GET
@@ -214,9 +236,7 @@ REPORT_COLUMNS = [
     "effective_strategy",
     "mtp_source",
     "mtp_used",
-    "predicted_per_second",
-    "prompt_per_second",
-    "predicted_n",
+    *report_metrics.shown_columns(),
     "source",
     "run_id",
 ]

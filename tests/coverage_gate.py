@@ -23,6 +23,7 @@ PURE = (
     "packages_app/audit/",
     "packages_app/gguf_header.py",
     "packages_app/sketch.py",
+    "packages_app/report_metrics.py",
     "packages_app/layout.py",
     "packages_app/verdicts.py",
 )

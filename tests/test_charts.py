@@ -201,3 +201,96 @@ def test_a_one_bucket_line_without_a_median_has_an_empty_bar_not_a_zero() -> Non
     series = [{"bucket": "2026-12-01 14:00:00", "strategy": "mtp", "tps": None, "reports": 0}]
     bars = charts.throughput_timeline_figure(series, "day")["data"][0]
     assert bars["y"] == [None] and bars["text"] == [""]
+
+
+# --- before and after ------------------------------------------------------------------------------
+
+
+def test_the_comparison_charts_escape_what_they_are_given_as_names() -> None:
+    hostile = '<img src=x onerror="alert(1)">'
+    point = {"bucket": datetime(2026, 1, 1, 10, tzinfo=UTC), "tps": 3.0, "reports": 2}
+    later = {"bucket": datetime(2026, 1, 1, 11, tzinfo=UTC), "tps": 5.0, "reports": 4}
+    timeline = charts.comparison_timeline_figure([(hostile, [point]), ("after", [later])])
+    assert timeline["data"][0]["name"] == '&lt;img src=x onerror="alert(1)"&gt;'
+    spread = {"p5": 1.0, "p25": 2.0, "p50": 3.0, "p75": 4.0, "p95": 5.0}
+    box, median = charts.distribution_figure([(hostile, spread, 7), ("after", None, 0)])["data"]
+    assert "<img" not in box["name"] + median["name"] and box["name"].endswith("(7 reports)")
+    # The control: a name without markup is shown as given.
+    assert timeline["data"][1]["name"] == "after"
+    go.Figure(timeline)  # plotly accepts both figures as they are
+    go.Figure(charts.distribution_figure([(hostile, spread, 7)]))
+
+
+def test_a_comparison_in_one_bucket_is_one_bar_per_revision_not_a_sub_second_axis() -> None:
+    at = datetime(2026, 1, 1, 10, tzinfo=UTC)
+    figure = charts.comparison_timeline_figure(
+        [
+            ("before", [{"bucket": at, "tps": 3.0, "reports": 2}]),
+            ("after", [{"bucket": at, "tps": 5.0, "reports": 4}]),
+        ],
+        "hour",
+    )
+    (bars,) = figure["data"]
+    assert bars["type"] == "bar" and bars["x"] == ["before", "after"] and bars["y"] == [3.0, 5.0]
+    assert "date" not in str(figure["layout"]["xaxis"])
+    empty = charts.comparison_timeline_figure([("before", []), ("after", [])])
+    assert empty["data"] == []
+
+
+def test_the_spread_box_puts_whiskers_at_p5_and_p95_and_the_box_at_the_quartiles() -> None:
+    spread = {"p5": 1.0, "p25": 2.5, "p50": 3.0, "p75": 4.0, "p95": 7.0}
+    box, median = charts.distribution_figure([("before", spread, 9)])["data"]
+    assert box["type"] == "bar" and box["base"] == [2.5] and box["y"] == [1.5]  # p25 .. p75
+    assert median["y"] == [3.0]
+    whiskers = median["error_y"]
+    assert (median["y"][0] - whiskers["arrayminus"][0], median["y"][0] + whiskers["array"][0]) == (1.0, 7.0)
+    assert box["hovertext"] == ["p5 1.00 · p25 2.50 · median 3.00 · p75 4.00 · p95 7.00 tok/s"]
+
+
+# --- the timeline's band and first-served markers ----------------------------------------------------
+
+
+def test_each_timeline_line_has_its_p25_to_p75_band_drawn_under_it() -> None:
+    t0 = datetime(2026, 5, 1, 12, tzinfo=UTC)
+    series = [
+        {"bucket": t0, "strategy": "disabled", "tps": 3.0, "p25": 2.5, "p75": 3.5, "reports": 3},
+        {"bucket": t0 + timedelta(hours=1), "strategy": "disabled", "tps": 4.0, "p25": 3.0, "p75": 5.0},
+    ]
+    band, line = charts.throughput_timeline_figure(series)["data"]
+    assert band["fill"] == "toself" and band["hoverinfo"] == "skip" and not band["showlegend"]
+    # Along p75 forwards, back along p25: one closed polygon around the median line.
+    assert band["x"] == [
+        "2026-05-01 12:00:00",
+        "2026-05-01 13:00:00",
+        "2026-05-01 13:00:00",
+        "2026-05-01 12:00:00",
+    ]
+    assert band["y"] == [3.5, 5.0, 3.0, 2.5]
+    assert band["legendgroup"] == line["legendgroup"] == "disabled"
+    assert line["y"] == [3.0, 4.0]
+    # Control: points without quartiles get the line alone.
+    bare = [{k: v for k, v in p.items() if k not in ("p25", "p75")} for p in series]
+    assert [t["name"] for t in charts.throughput_timeline_figure(bare)["data"]] == ["disabled"]
+
+
+def test_first_served_markers_fall_on_the_axis_or_are_left_out() -> None:
+    t0 = datetime(2026, 5, 1, 12, tzinfo=UTC)
+    series = [{"bucket": t0 + timedelta(hours=h), "strategy": "disabled", "tps": 3.0} for h in range(3)]
+    served = [
+        ("<b>aaaa</b>", t0 + timedelta(minutes=5)),  # inside
+        ("bbbbbbbb", t0 + timedelta(hours=2, minutes=30)),  # inside the last hour bucket
+        ("cccccccc", t0 + timedelta(hours=3)),  # after the last bucket: not on the axis
+        ("dddddddd", t0 - timedelta(minutes=1)),  # before the first
+    ]
+    layout = charts.throughput_timeline_figure(series, "hour", served)["layout"]
+    assert [s["x0"] for s in layout["shapes"]] == ["2026-05-01 12:05:00", "2026-05-01 14:30:00"]
+    assert [a["text"] for a in layout["annotations"]] == [
+        "&lt;b&gt;aaaa&lt;/b&gt; first served",
+        "bbbbbbbb first served",
+    ]
+    assert all(s["yref"] == "paper" and s["line"]["color"] == charts.INK for s in layout["shapes"])
+    # A one-bucket chart has no time axis, so no marker, and string buckets that are no time draw none.
+    one = charts.throughput_timeline_figure(series[:1], "hour", served)
+    assert "shapes" not in one["layout"]
+    words = [{"bucket": w, "strategy": "disabled", "tps": 1.0} for w in ("a", "b")]
+    assert charts.throughput_timeline_figure(words, "hour", served)["layout"]["shapes"] == []

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import re
 from datetime import timedelta
 from typing import Any
@@ -14,7 +15,7 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from packages_app import fleet, glossary
+from packages_app import fleet, glossary, sketch
 from packages_app.models import NodeRun
 from packages_app.verdicts import VERDICTS, Cause
 from tests import dashboard_factories as f
@@ -202,6 +203,55 @@ def test_the_comparison_states_the_measured_effect_of_the_fix(client: Client) ->
     # The exact medians are 3.15 and 5.32 (x1.69); the rollups' sketches hold them within 1 %.
     assert abs(old - 3.15) <= 0.0316 and abs(new - 5.32) <= 0.0532 and abs(ratio - 1.69) <= 0.035
     assert "too few" not in body
+
+
+def chart(body: str, element_id: str) -> dict[str, Any]:
+    found = re.search(rf'<script id="{element_id}" type="application/json">(.*?)</script>', body, re.S)
+    assert found, element_id
+    return json.loads(found.group(1))
+
+
+def test_the_comparison_page_charts_both_revisions_on_one_time_axis_and_the_spread_of_each(
+    client: Client,
+) -> None:
+    f.qwen35_fleet(timezone.now())
+    body = text(client.get(f"/packages/{f.QWEN35_REPO}/compare"))
+    timeline = chart(body, "chart-compare-timeline")
+    assert [t["name"] for t in timeline["data"]] == ["before 69cbd9fc", "after 964edc7e"]
+    assert timeline["layout"]["xaxis"]["type"] == "date"
+    before, after = timeline["data"]
+    assert sum(before["customdata"]) == 24 and sum(after["customdata"]) == 31
+    assert all(abs(y - 3.15) <= 0.06 for y in before["y"]) and all(abs(y - 5.32) <= 0.06 for y in after["y"])
+    spread = chart(body, "chart-compare-spread")
+    medians = {t["name"]: t for t in spread["data"] if t["type"] == "scatter"}
+    assert list(medians) == ["before 69cbd9fc (24 reports) median", "after 964edc7e (31 reports) median"]
+    # 3.10, 3.15, 3.20 eight times each: p5 3.10, p25 .. p75 around 3.15, p95 3.20 (within 1 %).
+    p5, p25, p50, p75, p95 = medians["before 69cbd9fc (24 reports) median"]["customdata"][0]
+    assert p5 == pytest.approx(3.10, rel=0.01) and p95 == pytest.approx(3.20, rel=0.01)
+    assert p50 == pytest.approx(3.15, rel=0.01) and p25 <= p50 <= p75
+
+
+def test_the_ratio_and_its_interval_are_those_of_the_compared_reports(client: Client) -> None:
+    broken, fixed = f.qwen35_fleet(timezone.now())
+    comparison = fleet.compare_revisions(broken, fixed)
+    expected = sketch.ratio_of_medians(
+        sketch.of_values([(3.10, 3.15, 3.20)[i % 3] for i in range(24)]),
+        sketch.of_values([(5.30, 5.32, 5.34)[i % 3] for i in range(31)]),
+    )
+    assert comparison.interval == expected
+    assert expected is not None and expected.low is not None and expected.high is not None
+    assert expected.low < 5.32 / 3.15 < expected.high
+    body = text(client.get(f"/packages/{f.QWEN35_REPO}/compare"))
+    assert f"<strong>&times;{expected.ratio:.2f}</strong>" in body
+    assert f"(95 % interval &times;{expected.low:.2f} to &times;{expected.high:.2f})" in body
+    assert "not a bootstrap" in body
+
+
+def test_a_comparison_with_too_few_reports_for_an_interval_says_so_on_the_page(client: Client) -> None:
+    f.qwen35_fleet(timezone.now(), old_reports=3, new_reports=4)
+    body = text(client.get(f"/packages/{f.QWEN35_REPO}/compare"))
+    assert "too few reports on a side for an interval" in body
+    assert "95 % interval" not in body
 
 
 def test_a_comparison_with_few_reports_says_so() -> None:

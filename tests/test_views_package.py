@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from datetime import timedelta
 from typing import Any
 
@@ -10,6 +11,7 @@ import pytest
 from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
 from packages_app.models import Package, PackageFile
 from tests import dashboard_factories as f
@@ -370,3 +372,41 @@ def test_the_time_range_is_offered_kept_and_an_unknown_one_ignored(client: Clien
     unknown = client.get(PAGE + f"?revision={f.QWEN35_SHA}&range=1y")
     assert unknown.status_code == 200
     assert '<option value="" selected>every report</option>' in text(unknown)
+
+
+def test_the_timeline_bands_the_middle_half_and_marks_where_each_revision_was_first_served(
+    client: Client,
+) -> None:
+    package = f.make_package("meshllm/band-layers")
+    node = f.make_node()
+    old = f.make_revision(package, "undeclared-mtp", committed_at=f.BASE_TIME)
+    new = f.make_revision(package, "consistent-mtp", committed_at=f.BASE_TIME + timedelta(days=1))
+    start = timezone.now().replace(minute=0, second=0, microsecond=0) - timedelta(hours=10)
+    for hour in range(4):
+        for tps in (2.0, 3.0, 4.0, 5.0, 6.0):
+            f.make_report(node, old, tps, at=start + timedelta(hours=hour, minutes=10))
+    f.make_report(node, new, 9.0, at=start + timedelta(hours=2, minutes=30))
+    body = text(client.get(f"/packages/meshllm/band-layers/?revision={old.commit_sha}"))
+    found = re.search(r'<script id="chart-timeline" type="application/json">(.*?)</script>', body, re.S)
+    assert found
+    figure = json.loads(found.group(1))
+    band, line = figure["data"]
+    # 2, 3, 4, 5, 6 each hour: p25 3, median 4, p75 5 (within the sketch's 1 %).
+    assert band["y"][0] == pytest.approx(5.0, rel=0.01) and band["y"][-1] == pytest.approx(3.0, rel=0.01)
+    assert line["y"][0] == pytest.approx(4.0, rel=0.01)
+    texts = [a["text"] for a in figure["layout"]["annotations"]]
+    assert texts == [f"{old.short_sha} first served", f"{new.short_sha} first served"]
+
+
+def test_the_recent_reports_table_has_a_column_per_shown_metric_of_the_table(client: Client) -> None:
+    from packages_app import report_metrics
+
+    package = f.make_package("meshllm/recent-layers")
+    revision = f.make_revision(package, "undeclared-mtp")
+    f.make_report(f.make_node(), revision, 3.25, at=timezone.now())
+    body = text(client.get("/packages/meshllm/recent-layers/"))
+    table = body[body.index('class="recent-reports"') :]
+    table = table[: table.index("</table>")]
+    shown = [report_metrics.BY_NAME[n] for n in report_metrics.shown_columns()]
+    assert re.findall(r'<th scope="col" class="num">([^<]+)</th>', table) == [m.label for m in shown]
+    assert '<td data-label="Decode tokens/s" class="num">3.25</td>' in table

@@ -26,15 +26,12 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from packages_app import report_metrics
+
 MAX_BATCH = 500
 MAX_DEPTH = 16  # real reports nest 4 deep; the cap keeps a hostile body from exhausting the stack
-# Plausibility bounds: a timings value outside them is stored and flagged, never refused.
-MAX_COUNT = 10**12  # fits a 64-bit column with room; no node serves a trillion tokens per request
-MAX_MS = 7 * 24 * 3600 * 1000.0  # a request longer than a week is a broken clock, not a measurement
-MAX_US = MAX_MS * 1000.0
-# tokens/s; far above any decode, so a unit mistake stands out. prompt_per_second divides cached
-# tokens by the uncached prefill time, so a prefix-cache hit legitimately exceeds it (it is flagged).
-MAX_RATE = 1_000_000.0
+# Plausibility bounds (a timings value outside them is stored and flagged, never refused): the
+# metrics table, packages_app.report_metrics.
 # Hard limits: a report past them is refused (400) naming the limit. Real timings are ~3 KiB.
 MAX_TIMINGS_BYTES = 16 * 1024
 MAX_TIMING_KEY_CHARS = 100
@@ -223,34 +220,7 @@ class Timings(BaseModel):
         return out
 
 
-_COUNT = (0.0, float(MAX_COUNT))
-_MS = (0.0, MAX_MS)
-_US = (0.0, MAX_US)
-_RATE = (0.0, MAX_RATE)
-PLAUSIBLE: dict[str, tuple[float, float]] = {
-    "prompt_n": _COUNT,
-    "prompt_ms": _MS,
-    "prompt_per_second": _RATE,
-    "predicted_n": _COUNT,
-    "predicted_ms": _MS,
-    "predicted_per_second": _RATE,
-    "draft_n": _COUNT,
-    "draft_n_accepted": _COUNT,
-    "speculative_windows": _COUNT,
-    "speculative_proposed_n": _COUNT,
-    "speculative_accepted_n": _COUNT,
-    "speculative_rejected_n": _COUNT,
-    "speculative_accept_rate": (0.0, 1.0),
-    "native_mtp_rejected": _COUNT,
-    "native_mtp_verifications": _COUNT,
-    "native_mtp_verify_window_verifications": _COUNT,
-    "native_mtp_proposal_compute_us": _US,
-    "native_mtp_verification_compute_us": _US,
-    "verify_window_depth": _COUNT,
-    "verify_window_target_depth": _COUNT,
-    "verify_window_opened": _COUNT,
-    "verify_window_max_in_flight": _COUNT,
-}
+PLAUSIBLE: dict[str, tuple[float, float]] = report_metrics.plausible_bounds()
 
 
 # (accepted, proposed): counters that must agree, as the node derives one from the other.

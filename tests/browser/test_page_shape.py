@@ -93,11 +93,15 @@ def rgb(colour: str) -> str:
 
 
 def chart_and_page_backgrounds(tab: Tab, chart: str) -> tuple[str, str, str]:
-    """The plot area's fill, the paper's fill, and the background of the card the chart sits on."""
+    """The plot area's fill, the paper's fill, and the background of the card the chart sits on.
+
+    plotly draws the plot area as its own ``rect.bg`` only for some charts (lines, overlaid axes); a chart
+    of bars alone (one bucket of reports) is drawn on the paper, whose fill is then the plot area's."""
     return tuple(
         tab.page.evaluate(
             """(sel) => { const el = document.querySelector(sel);
-                return [el.querySelector('.bg').style.fill, el.querySelector('.main-svg').style.background,
+                const paper = el.querySelector('.main-svg').style.background, bg = el.querySelector('.bg');
+                return [bg ? bg.style.fill : paper, paper,
                         getComputedStyle(el.closest('section')).backgroundColor]; }""",
             chart,
         )
@@ -174,4 +178,36 @@ def test_reports_in_one_hour_draw_a_bar_never_a_sub_second_time_axis(open_tab: A
     assert axis == "category"
     assert ticks == ["disabled @ 0..27|27..41"]
     assert not any(":" in tick for tick in ticks)
+    tab.assert_quiet()
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_the_compare_page_draws_both_revisions_and_their_spread_in_the_page_colours(
+    open_tab: Any, scheme: str
+) -> None:
+    f.qwen35_fleet(timezone.now())
+    tab = open_tab(LAPTOP, scheme)
+    tab.open(f"{QWEN}compare")
+    tab.page.wait_for_function(
+        "() => [...document.querySelectorAll('[data-chart]')].every(c => c.querySelector('.main-svg'))"
+    )
+    names = tab.page.evaluate(
+        "() => document.querySelector('[data-chart=chart-compare-timeline]')._fullData.map(t => t.name)"
+    )
+    assert names == [f"before {f.QWEN35_SHA[:8]}", f"after {f.QWEN35_FIXED_SHA[:8]}"]
+    spread = "document.querySelector('[data-chart=chart-compare-spread]')"
+    assert tab.page.evaluate(f"() => {spread}._fullData.map(t => t.type)") == ["bar", "scatter"] * 2
+    # Drawn, not only given: two boxes and two pairs of whiskers.
+    assert tab.page.locator("[data-chart=chart-compare-spread] .bars .point").count() == 2
+    assert tab.page.locator("[data-chart=chart-compare-spread] .errorbar").count() == 2
+    for chart in ("chart-compare-timeline", "chart-compare-spread"):
+        plot, card = tab.page.evaluate(
+            """(id) => { const el = document.querySelector(`[data-chart=${id}]`);
+                const card = getComputedStyle(el.closest('section')).backgroundColor;
+                return [el._fullLayout.plot_bgcolor, card]; }""",
+            chart,
+        )
+        assert rgb(plot) == card, (chart, plot, card)
+    assert "95 % interval" in tab.page.locator("#ratio").inner_text()
+    tab.screenshot(f"compare-{scheme}")
     tab.assert_quiet()

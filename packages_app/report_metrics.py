@@ -1,0 +1,118 @@
+"""The one table of report metrics (issue 21, item 6): every number a node report carries in ``timings``,
+and what the site does with it. Pure: no Django, no I/O.
+
+Each surface reads this table instead of keeping its own list:
+
+- the report schema's plausibility bounds (nodes/report_schema.PLAUSIBLE; the pydantic fields' types are
+  checked against ``type`` by tests/test_report_metrics.py);
+- the Report columns ingest fills (reports.TIMING_COLUMNS: ``stored``);
+- the rollups, both the Python path and the SQL rebuild (rollups.METRICS, ``rollup``: count, sum, min, max
+  and a quantile sketch per cell);
+- the recent reports table and the reports CSV (``shown``).
+
+A new charted metric is a row here with ``stored`` and ``rollup``, the Report and Rollup fields, and
+their migration.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+# Plausibility bounds: a value outside them is stored in the body and flagged, never refused.
+MAX_COUNT = 10**12  # fits a 64-bit column with room; no node serves a trillion tokens per request
+MAX_MS = 7 * 24 * 3600 * 1000.0  # a request longer than a week is a broken clock, not a measurement
+MAX_US = MAX_MS * 1000.0
+# tokens/s; far above any decode, so a unit mistake stands out. prompt_per_second divides cached
+# tokens by the uncached prefill time, so a prefix-cache hit legitimately exceeds it (it is flagged).
+MAX_RATE = 1_000_000.0
+
+COUNT = (0.0, float(MAX_COUNT))
+MS = (0.0, MAX_MS)
+US = (0.0, MAX_US)
+RATE = (0.0, MAX_RATE)
+RATIO = (0.0, 1.0)
+
+
+@dataclass(frozen=True)
+class ReportMetric:
+    """One metric. ``name`` is its key in the report's ``timings`` and, when ``stored``, its Report column.
+
+    ``aggregation``: ``sketch`` (rollups keep count, sum, min, max and a quantile sketch under the
+    ``rollup`` prefix), ``sum`` (rollups add it up), ``none`` (kept in the body only). ``derived``
+    metrics are not sent by nodes: the rollups work them out (``acceptance`` = accepted / proposed).
+    """
+
+    name: str
+    type: Literal["int", "float"]
+    unit: str
+    label: str
+    aggregation: Literal["sketch", "sum", "none"] = "none"
+    bound: tuple[float, float] | None = None
+    stored: bool = False
+    shown: bool = False  # a column of the recent reports table and the reports CSV
+    rollup: str = ""  # the Rollup column prefix of a sketched metric
+    derived: bool = False
+
+
+METRICS: tuple[ReportMetric, ...] = (
+    ReportMetric(
+        "predicted_per_second", "float", "tokens/s", "Decode tokens/s", "sketch", RATE, True, True, "tps"
+    ),
+    ReportMetric(
+        "prompt_per_second", "float", "tokens/s", "Prompt tokens/s", "sketch", RATE, True, True, "prompt"
+    ),
+    ReportMetric("predicted_n", "int", "tokens", "Tokens generated", "none", COUNT, True, True),
+    ReportMetric("draft_n", "int", "tokens", "Drafted tokens (llama-server)", "sum", COUNT, True),
+    ReportMetric("draft_n_accepted", "int", "tokens", "Accepted drafts (llama-server)", "sum", COUNT, True),
+    ReportMetric("speculative_proposed_n", "int", "tokens", "Proposed tokens", "sum", COUNT, True),
+    ReportMetric("speculative_accepted_n", "int", "tokens", "Accepted tokens", "sum", COUNT, True),
+    ReportMetric("speculative_windows", "int", "windows", "Draft windows", "sum", COUNT, True),
+    ReportMetric("prompt_n", "int", "tokens", "Prompt tokens", bound=COUNT),
+    ReportMetric("prompt_ms", "float", "ms", "Prompt time", bound=MS),
+    ReportMetric("predicted_ms", "float", "ms", "Decode time", bound=MS),
+    ReportMetric("speculative_rejected_n", "int", "tokens", "Rejected tokens", bound=COUNT),
+    ReportMetric("speculative_accept_rate", "float", "ratio", "Acceptance rate (node)", bound=RATIO),
+    ReportMetric("native_mtp_rejected", "int", "tokens", "MTP rejected", bound=COUNT),
+    ReportMetric("native_mtp_verifications", "int", "count", "MTP verifications", bound=COUNT),
+    ReportMetric(
+        "native_mtp_verify_window_verifications", "int", "count", "MTP window verifications", bound=COUNT
+    ),
+    ReportMetric("native_mtp_proposal_compute_us", "float", "µs", "MTP proposal compute", bound=US),
+    ReportMetric("native_mtp_verification_compute_us", "float", "µs", "MTP verification compute", bound=US),
+    ReportMetric("verify_window_depth", "int", "tokens", "Verify window depth", bound=COUNT),
+    ReportMetric("verify_window_target_depth", "int", "tokens", "Verify window target depth", bound=COUNT),
+    ReportMetric("verify_window_opened", "int", "count", "Verify windows opened", bound=COUNT),
+    ReportMetric("verify_window_max_in_flight", "int", "count", "Verify windows in flight", bound=COUNT),
+    ReportMetric(
+        "acceptance", "float", "ratio", "Acceptance rate", "sketch", RATIO, rollup="acceptance", derived=True
+    ),
+)
+
+BY_NAME = {metric.name: metric for metric in METRICS}
+
+
+def plausible_bounds() -> dict[str, tuple[float, float]]:
+    """What a node may send, with its plausibility bounds (the schema's PLAUSIBLE)."""
+    return {m.name: m.bound for m in METRICS if not m.derived and m.bound is not None}
+
+
+def stored_columns() -> tuple[str, ...]:
+    """The Report columns ingest fills from ``timings``."""
+    return tuple(m.name for m in METRICS if m.stored)
+
+
+def shown_columns() -> tuple[str, ...]:
+    """The metric columns of the recent reports table and the reports CSV."""
+    return tuple(m.name for m in METRICS if m.shown)
+
+
+def sketched() -> tuple[ReportMetric, ...]:
+    """The metrics the rollups keep count, sum, min, max and a sketch of, in their column order."""
+    return tuple(m for m in METRICS if m.aggregation == "sketch")
+
+
+def axis_title(name: str, aggregate: str = "median") -> str:
+    """A chart axis title from the table: ``Decode tokens/s (median)``."""
+    metric = BY_NAME[name]
+    return f"{metric.label} ({aggregate})"

@@ -1,0 +1,94 @@
+"""The one table of report metrics (issue 21, item 6): every surface lists exactly the table's metrics, so
+a new charted metric is a row of packages_app.report_metrics, its model fields and their migration."""
+
+from __future__ import annotations
+
+import typing
+
+import pytest
+
+from packages_app import report_metrics, reports, rollups, throughput, views_fleet
+from packages_app.models import Report, Rollup
+from packages_app.nodes.report_schema import PLAUSIBLE, StrictNumber, Timings
+from packages_app.report_metrics import METRICS, ReportMetric
+
+SENT = [m for m in METRICS if not m.derived]
+
+
+def test_names_are_unique_and_each_row_is_complete() -> None:
+    assert len({m.name for m in METRICS}) == len(METRICS)
+    for m in METRICS:
+        assert m.unit and m.label, m.name
+        assert m.type in ("int", "float"), m.name
+        assert m.aggregation in ("sketch", "sum", "none"), m.name
+        assert (m.aggregation == "sketch") == bool(m.rollup), m.name  # a sketch needs its column prefix
+        assert not (m.derived and m.stored), m.name  # a derived metric is no report column
+        assert not m.shown or m.stored, m.name  # tables and CSV read the column
+
+
+@pytest.mark.parametrize("metric", SENT, ids=lambda m: m.name)
+def test_the_report_schema_types_and_bounds_each_metric_nodes_send(metric: ReportMetric) -> None:
+    field = Timings.model_fields[metric.name]
+    # StrictInt | None or StrictNumber | None: the Annotated type other than None, then its base type.
+    (kind,) = [a for a in typing.get_args(field.annotation) if a is not type(None)]
+    assert typing.get_args(kind)[0] is (int if metric.type == "int" else float), (metric.name, kind)
+    assert metric.type != "float" or kind == StrictNumber
+    assert PLAUSIBLE[metric.name] == metric.bound
+
+
+def test_the_schema_bounds_exactly_the_table_metrics_nodes_send() -> None:
+    assert set(PLAUSIBLE) == {m.name for m in SENT}
+    # The pydantic model has no bounded timings field the table does not know.
+    numeric = {name for name, f in Timings.model_fields.items() if "Strict" in str(f.annotation)}
+    assert numeric <= {m.name for m in SENT} | {"stop"}, numeric - {m.name for m in SENT}
+
+
+def test_ingest_fills_exactly_the_stored_metrics_and_each_is_a_report_column() -> None:
+    assert tuple(m.name for m in METRICS if m.stored) == reports.TIMING_COLUMNS
+    columns = {f.name for f in Report._meta.get_fields()}
+    assert {m.name for m in METRICS if m.stored} <= columns
+
+
+def test_the_rollups_keep_every_sketched_metric_in_both_paths() -> None:
+    sketched = [m for m in METRICS if m.aggregation == "sketch"]
+    assert tuple(m.rollup for m in sketched) == rollups.METRICS
+    assert {m.rollup: m.name for m in sketched} == rollups.SQL_METRICS
+    columns = {f.name for f in Rollup._meta.get_fields()}
+    for m in sketched:
+        assert {f"{m.rollup}_{part}" for part in ("n", "sum", "min", "max", "sketch")} <= columns, m.name
+        if not m.derived:
+            assert m.name in rollups.SOURCE_FIELDS  # the Python path reads the column it sketches
+
+
+def test_recent_reports_and_the_csv_show_exactly_the_shown_metrics() -> None:
+    shown = [m.name for m in METRICS if m.shown]
+    assert [c for c in throughput.RECENT_FIELDS if c in report_metrics.BY_NAME] == shown
+    assert [c for c in views_fleet.REPORT_COLUMNS if c in report_metrics.BY_NAME] == shown
+
+
+def test_a_new_sketched_metric_reaches_every_surface_through_the_table_alone() -> None:
+    extra = ReportMetric(
+        "extra_per_second", "float", "tokens/s", "Extra tokens/s", "sketch", (0, 1), True, True, "extra"
+    )
+    table = (*METRICS, extra)
+    original = report_metrics.METRICS
+    try:
+        report_metrics.METRICS = table
+        assert "extra_per_second" in report_metrics.plausible_bounds()
+        assert "extra_per_second" in report_metrics.stored_columns()
+        assert "extra_per_second" in report_metrics.shown_columns()
+        assert extra in report_metrics.sketched()
+    finally:
+        report_metrics.METRICS = original
+
+
+def test_axis_titles_come_from_the_table() -> None:
+    assert report_metrics.axis_title("predicted_per_second") == "Decode tokens/s (median)"
+
+
+def test_the_charts_and_the_recent_reports_table_take_their_labels_from_the_table() -> None:
+    from packages_app import charts
+
+    figure = charts.throughput_timeline_figure([])
+    assert figure["layout"]["yaxis"]["title"]["text"] == "Decode tokens/s (median)"
+    assert f"{report_metrics.BY_NAME['predicted_per_second'].label} (median)" == charts.TPS_AXIS
