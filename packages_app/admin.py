@@ -32,6 +32,7 @@ from packages_app.models import (
     PackageFile,
     Report,
     Revision,
+    TrackRequest,
 )
 from packages_app.nodes import identity as nodes
 
@@ -426,4 +427,26 @@ class FixProposalAdmin(FixProposalAdminBase):
         return False
 
     def has_change_permission(self, request: HttpRequest, obj: FixProposal | None = None) -> bool:
+        return False
+
+
+if TYPE_CHECKING:
+    TrackRequestAdminBase = admin.ModelAdmin[TrackRequest]
+else:
+    TrackRequestAdminBase = admin.ModelAdmin
+
+
+@admin.register(TrackRequest)
+class TrackRequestAdmin(TrackRequestAdminBase):
+    """Repos asked to be tracked that the Hub has not confirmed (checking, missing, check failed); the worker
+    writes them. Deleting a ``missing`` one clears it from the Ingest page; nothing here is edited by hand."""
+
+    list_display = ("requested_at", "repo_id", "status", "message", "checked_at")
+    list_filter = ("status",)
+    search_fields = ("repo_id",)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: TrackRequest | None = None) -> bool:
         return False
