@@ -146,7 +146,8 @@ def test_the_catalog_fits_a_1366_laptop_with_fleet_notes_and_long_names(open_tab
     f.qwen35_fleet(timezone.now())
     for verdict in ("undeclared-mtp", "declared-without-weights", "invalid-manifest", "consistent-no-mtp"):
         f.make_revision(f.make_package(f"meshllm/{verdict}-layers"), verdict)
-    f.make_revision(f.make_package("meshllm/" + "Very-Long-Model-Name-" * 6 + "layers"), "undeclared-mtp")
+    longest = "meshllm/" + ("Very-Long-Model-Name-" * 5)[:81] + "-layers"  # 96 characters, the Hub's limit
+    f.make_revision(f.make_package(longest), "undeclared-mtp")
     tab = open_tab(LAPTOP)
     tab.open("/")
     sizes = tab.page.evaluate(
