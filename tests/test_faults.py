@@ -100,9 +100,9 @@ def test_other_database_errors_are_not_disguised_as_an_outage() -> None:
 
 @pytest.mark.django_db
 def test_the_report_api_answers_503_not_its_own_500_when_the_database_drops(client: Client) -> None:
-    token = nodes.node_create("node-a").token
+    token = nodes.create_node("node-a").token
     with mock.patch.object(
-        nodes, "node_authenticate", side_effect=OperationalError("terminating connection")
+        nodes, "authenticate_node", side_effect=OperationalError("terminating connection")
     ):
         response = client.post(
             "/api/v1/reports",
@@ -1117,7 +1117,7 @@ def outage_statuses(
 def test_with_postgresql_down_the_report_api_answers_503_and_recovers_without_losing_a_report(
     app_server: Callable[..., AppServer], db_proxy: CuttableProxy, mode: str, reports: int
 ) -> None:
-    token = nodes.node_create("node-fault").token
+    token = nodes.create_node("node-fault").token
     server = app_server()
     ids = [str(uuid.uuid4()) for _ in range(reports)]
     started = time.monotonic()
@@ -1149,7 +1149,7 @@ def test_with_postgresql_down_the_report_api_answers_503_and_recovers_without_lo
 def test_negative_control_without_the_middleware_a_database_outage_is_a_500(
     app_server: Callable[..., AppServer], db_proxy: CuttableProxy
 ) -> None:
-    token = nodes.node_create("node-fault").token
+    token = nodes.create_node("node-fault").token
     server = app_server(without_db_middleware=True)
     answers = outage_statuses(server, db_proxy, token, [str(uuid.uuid4()) for _ in range(3)])
     assert {status for status, _, _ in answers} == {500}

@@ -171,7 +171,7 @@ def test_a_report_batch_moves_the_report_counters_by_outcome_and_the_node_gauges
     hub_settings: DevHub, eager_tasks: None, scrape: Callable[[], Samples]
 ) -> None:
     tasks.ingest_revision.apply(args=(QWEN35_REPO, QWEN35_FIRST_SHA))
-    token = nodes.node_create("node-m").token
+    token = nodes.create_node("node-m").token
     before = scrape()
     first, second = report(0), report(1)
     answer = post_batch(Client(), token, [first, second, {"report_id": "not-a-uuid"}])
@@ -218,7 +218,7 @@ def test_labels_never_carry_repo_or_node_names(
 ) -> None:
     tasks.ingest_revision.apply(args=(QWEN35_REPO, QWEN35_FIRST_SHA))
     for n in range(3):
-        post_batch(Client(), nodes.node_create(f"node-{n}").token, [report(n)])
+        post_batch(Client(), nodes.create_node(f"node-{n}").token, [report(n)])
     label_values = {v for (_, labels) in scrape() for _, v in labels}
     assert not {v for v in label_values if "/" in v or v.startswith("node-") or QWEN35_FIRST_SHA in v}
 
@@ -346,7 +346,7 @@ def test_a_live_gunicorn_with_three_workers_and_a_celery_worker_expose_one_set_o
         )
 
     assert wait_until(ingested, 180)
-    token = nodes.node_create("node-live").token
+    token = nodes.create_node("node-live").token
     headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
     batches = 12  # spread over the three gunicorn workers
     for n in range(batches):
