@@ -476,7 +476,7 @@ def package_reingest(request: HttpRequest, owner: str, name: str) -> HttpRespons
                 background.submit(_ingest_each, package.repo_id, shas)
             else:
                 for sha in shas:
-                    tasks.ingest_revision.delay_on_commit(package.repo_id, sha)
+                    tasks.ingest_revision_task.delay_on_commit(package.repo_id, sha)
     except background.Busy as exc:
         messages.error(request, str(exc))
         return redirect("packages_app:package", owner, name)
@@ -489,7 +489,7 @@ def _ingest_each(repo_id: str, shas: list[str]) -> None:
     from packages_app import tasks
 
     for sha in shas:
-        tasks.ingest_revision.delay(repo_id, sha)
+        tasks.ingest_revision_task.delay(repo_id, sha)
 
 
 # --- a pull request with the patched manifest ----------------------------------------------------------

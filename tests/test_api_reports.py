@@ -39,8 +39,8 @@ def fake_tasks(settings: Any) -> Any:
     from packages_app import tasks
 
     settings.CELERY_TASK_ALWAYS_EAGER = False  # as with a broker; eager mode enqueues nothing
-    with mock.patch.object(tasks.ingest_revision, "delay_on_commit") as delay_on_commit:
-        yield mock.Mock(ingest_revision=mock.Mock(delay_on_commit=delay_on_commit))
+    with mock.patch.object(tasks.ingest_revision_task, "delay_on_commit") as delay_on_commit:
+        yield mock.Mock(ingest_revision_task=mock.Mock(delay_on_commit=delay_on_commit))
 
 
 @pytest.fixture
@@ -354,7 +354,7 @@ def test_an_unknown_revision_in_a_tracked_namespace_enqueues_its_ingest_once(
 ) -> None:
     for _ in range(3):
         post(client, make_report(), token)
-    fake_tasks.ingest_revision.delay_on_commit.assert_called_once_with(QWEN, FIRST_SHA)
+    fake_tasks.ingest_revision_task.delay_on_commit.assert_called_once_with(QWEN, FIRST_SHA)
 
 
 def test_an_unknown_revision_outside_tracked_namespaces_is_not_ingested(
@@ -362,7 +362,7 @@ def test_an_unknown_revision_outside_tracked_namespaces_is_not_ingested(
 ) -> None:
     post(client, make_report(package={"repo": "someone/Model-layers", "revision": FIRST_SHA}), token)
     assert Report.objects.get().repo_id == "someone/Model-layers"
-    fake_tasks.ingest_revision.delay_on_commit.assert_not_called()
+    fake_tasks.ingest_revision_task.delay_on_commit.assert_not_called()
 
 
 def test_without_a_broker_no_ingest_runs_inside_the_report_request(
@@ -370,20 +370,20 @@ def test_without_a_broker_no_ingest_runs_inside_the_report_request(
 ) -> None:
     settings.CELERY_TASK_ALWAYS_EAGER = True
     assert post(client, make_report(), token).status_code == 201
-    fake_tasks.ingest_revision.delay_on_commit.assert_not_called()
+    fake_tasks.ingest_revision_task.delay_on_commit.assert_not_called()
 
 
 def test_a_broker_failure_does_not_fail_the_report(client: Client, token: str, fake_tasks: Any) -> None:
-    fake_tasks.ingest_revision.delay_on_commit.side_effect = ConnectionError("broker down")
+    fake_tasks.ingest_revision_task.delay_on_commit.side_effect = ConnectionError("broker down")
     assert post(client, make_report(), token).status_code == 201
     assert post(client, make_report(), token).status_code == 201
-    assert fake_tasks.ingest_revision.delay_on_commit.call_count == 2  # asked again, not forgotten
+    assert fake_tasks.ingest_revision_task.delay_on_commit.call_count == 2  # asked again, not forgotten
 
 
 def test_a_known_revision_enqueues_nothing(client: Client, token: str, fake_tasks: Any) -> None:
     Revision.objects.create(package=Package.objects.create(repo_id=QWEN, private=False), commit_sha=FIRST_SHA)
     post(client, make_report(), token)
-    fake_tasks.ingest_revision.delay_on_commit.assert_not_called()
+    fake_tasks.ingest_revision_task.delay_on_commit.assert_not_called()
 
 
 def test_a_batch_answers_one_result_per_item_in_order(client: Client, token: str) -> None:

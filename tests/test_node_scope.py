@@ -163,14 +163,16 @@ def worker_queue(settings: Any, hub_settings: DevHub) -> Iterator[list[tuple[str
     settings.MESHDASH_NAMESPACES = ["meshllm"]
     queued: list[tuple[str, tuple[str, ...]]] = []
     with (
-        mock.patch.object(tasks.ingest_revision, "delay_on_commit", lambda *a: queued.append(("ingest", a))),
-        mock.patch.object(tasks.sync_package, "delay_on_commit", lambda *a: queued.append(("sync", a))),
+        mock.patch.object(
+            tasks.ingest_revision_task, "delay_on_commit", lambda *a: queued.append(("ingest", a))
+        ),
+        mock.patch.object(tasks.sync_package_task, "delay_on_commit", lambda *a: queued.append(("sync", a))),
     ):
         yield queued
 
 
 def run_queued(queued: list[tuple[str, tuple[str, ...]]]) -> list[Any]:
-    task = {"ingest": tasks.ingest_revision, "sync": tasks.sync_package}
+    task = {"ingest": tasks.ingest_revision_task, "sync": tasks.sync_package_task}
     return [task[name].apply(args=args).get() for name, args in queued]
 
 

@@ -148,7 +148,7 @@ def verified(headers: dict[str, str], body: bytes, secret: str = SECRET) -> bool
 def test_a_node_starting_to_serve_69cbd9fc_posts_one_signed_message_to_the_receiver(
     hub_settings: DevHub, eager_background: None, receiver: Receiver
 ) -> None:
-    tasks.ingest_revision.apply(args=(QWEN35_REPO, QWEN35_FIRST_SHA))
+    tasks.ingest_revision_task.apply(args=(QWEN35_REPO, QWEN35_FIRST_SHA))
     channel(receiver)
     token = nodes.create_node("qwen35-node").token
     assert post_reports(token, 2).status_code == 200
@@ -172,7 +172,7 @@ def test_a_node_starting_to_serve_69cbd9fc_posts_one_signed_message_to_the_recei
 
 @pytest.mark.django_db
 def test_no_channel_for_the_event_records_nothing(hub_settings: DevHub, eager_tasks: None) -> None:
-    tasks.ingest_revision.apply(args=(QWEN35_REPO, QWEN35_FIRST_SHA))
+    tasks.ingest_revision_task.apply(args=(QWEN35_REPO, QWEN35_FIRST_SHA))
     node = nodes.create_node("n").node
     post_reports(nodes.create_node("m").token)
     assert notifications.node_serving_events(node.pk) == []
@@ -186,7 +186,7 @@ def test_no_channel_for_the_event_records_nothing(hub_settings: DevHub, eager_ta
 def test_a_hanging_receiver_does_not_delay_a_nodes_reports(
     hub_settings: DevHub, eager_background: None, receiver: Receiver
 ) -> None:
-    tasks.ingest_revision.apply(args=(QWEN35_REPO, QWEN35_FIRST_SHA))
+    tasks.ingest_revision_task.apply(args=(QWEN35_REPO, QWEN35_FIRST_SHA))
     channel(receiver)
     receiver.hold = True
     token = nodes.create_node("qwen35-node").token

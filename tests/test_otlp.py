@@ -369,7 +369,7 @@ def test_a_run_on_a_revision_not_ingested_yet_asks_for_its_ingest(
 
     cache.clear()
     settings.CELERY_TASK_ALWAYS_EAGER = False  # as with a broker; eager mode enqueues nothing
-    with mock.patch.object(tasks.ingest_revision, "delay_on_commit") as delay_on_commit:
+    with mock.patch.object(tasks.ingest_revision_task, "delay_on_commit") as delay_on_commit:
         result = register_run(client, token).json()["results"][0]
     assert result["revision_linked"] is False
     delay_on_commit.assert_called_once_with(REPO, SHA)
