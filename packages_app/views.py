@@ -32,12 +32,12 @@ from packages_app import (
     ratelimit,
     staticfinders,
 )
-from packages_app.audit.assessment import release_tables, shared_outcomes
+from packages_app.audit.assessment import Assessment, release_tables, shared_outcomes
 from packages_app.audit.check import ManifestCheck
 from packages_app.audit.model import UNCERTAIN as RESOLVER_UNCERTAIN
 from packages_app.forms import SORTS, CatalogFilterForm, CheckManifestForm, TrackPackageForm
 from packages_app.models import ActionLog, Package, Revision
-from packages_app.throughput import RANGES, RevisionThroughput
+from packages_app.throughput import RANGES, RevisionThroughput, revision_throughput
 from packages_app.verdicts import STATUSES_BY_RANK, VERDICTS_BY_RANK, ActionKind, Cause
 
 View = Callable[..., HttpResponse]
@@ -228,14 +228,14 @@ def _revision_context(
     revision: Revision, time_range: str = "", history: list[Revision] | None = None
 ) -> dict[str, Any]:
     since = timezone.now() - RANGES[time_range] if time_range else None
-    throughput = queries.revision_throughput_for(revision, since=since)
+    throughput = revision_throughput(revision.pk, since=since)
     revisions = history or [revision]
     # Where each revision of the package started being served: the timeline marks those on its axis.
     first = queries.first_served(revisions) if throughput else {}
     served = [(r.short_sha, first[r.pk]) for r in revisions if r.pk in first]
     splits = throughput.stage_splits if throughput else []
     suggested = queries.suggested_generation(revision)
-    assessment = queries.revision_assessment(revision)
+    assessment = Assessment.from_json(revision.assessment)
     plans = fleet.plan_advice(revision.pk, assessment, throughput.plans) if throughput else []
     detected = queries.audit_section(revision, "detected")
     return {

@@ -184,16 +184,16 @@ def test_a_revisions_figures_follow_every_new_report_without_a_cache() -> None:
     node = f.make_node()
     for hour in range(3):
         f.make_report(node, revision, 3.0, at=f.BASE_TIME + timedelta(hours=hour))
-    assert (figures := queries.revision_throughput_for(revision)) and figures.mtp_off.reports == 3
+    assert (figures := throughput.revision_throughput(revision.pk)) and figures.mtp_off.reports == 3
     f.make_report(node, revision, 9.0, at=f.BASE_TIME - timedelta(days=1))  # an older report, linked late
-    figures = queries.revision_throughput_for(revision)
+    figures = throughput.revision_throughput(revision.pk)
     assert figures is not None and figures.mtp_off.reports == 4
 
 
 def test_a_revision_nobody_reported_on_costs_one_query(django_assert_num_queries: Any) -> None:
     revision = f.make_revision(f.make_package("meshllm/quiet-layers"))
     with django_assert_num_queries(1):
-        assert queries.revision_throughput_for(revision) is None
+        assert throughput.revision_throughput(revision.pk) is None
 
 
 @pytest.mark.parametrize(
