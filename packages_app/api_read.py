@@ -166,8 +166,8 @@ def _revision_summary(revision: Revision, headline: dict[str, Any] | None) -> di
 
 @read_only
 def package_detail(request: HttpRequest, owner: str, name: str) -> JsonResponse:
-    package = queries.package_get(owner, name, access.can_see_private(request.user))
-    revision = queries.revision_resolve(package, request.GET.get("revision"))
+    package = queries.get_package(owner, name, access.can_see_private(request.user))
+    revision = queries.resolve_revision(package, request.GET.get("revision"))
     history = queries.revision_history(package)
     assessment = Assessment.from_json(revision.assessment) if revision else None
     headline = assessment.headline.to_json() if assessment else None

@@ -436,7 +436,7 @@ def fix_proposal_for(package: Package) -> FixProposal | None:
 # --- one package ---------------------------------------------------------------------------------
 
 
-def package_get(owner: str, name: str, show_private: bool = False) -> Package:
+def get_package(owner: str, name: str, show_private: bool = False) -> Package:
     """The package, or LookupFailed; a private one the reader may not see is "not tracked" too."""
     repo_id = f"{owner}/{name}"
     package = Package.objects.visible(show_private).filter(repo_id=repo_id).first()
@@ -451,7 +451,7 @@ def package_counts(package: Package) -> dict[str, int]:
     return {"revisions": package.revisions.count(), "files": files}
 
 
-def revision_resolve(package: Package, ref: str | None) -> Revision | None:
+def resolve_revision(package: Package, ref: str | None) -> Revision | None:
     """The revision ``ref`` names (a full sha or a prefix of at least 4 hex digits), else the latest.
 
     None only when no ``ref`` was given and the package has no revision yet (first sync pending).
@@ -474,8 +474,8 @@ def _latest_revision(package: Package) -> Revision | None:
     return package.revisions.order_by(F("committed_at").desc(nulls_last=True), "-id").first()
 
 
-def revision_require(package: Package, ref: str | None) -> Revision:
-    revision = revision_resolve(package, ref)
+def require_revision(package: Package, ref: str | None) -> Revision:
+    revision = resolve_revision(package, ref)
     if revision is None:
         raise LookupFailed(f"{package.repo_id} has no revision yet; its first ingest is still queued.")
     return revision
@@ -669,7 +669,7 @@ def _file_row(file: PackageFile, entry: dict[str, Any]) -> FileRow:
     )
 
 
-def file_get(revision: Revision, path: str) -> PackageFile:
+def get_file(revision: Revision, path: str) -> PackageFile:
     file = revision.files.filter(path=path).first()
     if file is None:
         raise LookupFailed(f"{revision} has no file {path}.")
