@@ -250,7 +250,7 @@ def check_manifest_api(request: HttpRequest) -> HttpResponse:
             body = request.read(cap + 1)  # the stream, not request.body: our cap, not Django's 2.5 MiB
             if len(body) > cap:
                 return error_response(413, limit)
-            result, _ = queries.manifest_check(body, access.can_see_private(request.user))
+            result, _ = queries.judge_manifest(body, access.can_see_private(request.user))
     except check_budget.Busy as busy:
         return error_response(503, busy.message(), Retry_After=str(busy.retry_after))
     return JsonResponse(result.to_json())

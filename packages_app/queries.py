@@ -481,7 +481,7 @@ def require_revision(package: Package, ref: str | None) -> Revision:
     return revision
 
 
-def manifest_check(data: bytes, show_private: bool = False) -> tuple[ManifestCheck, Revision | None]:
+def judge_manifest(data: bytes, show_private: bool = False) -> tuple[ManifestCheck, Revision | None]:
     """Judge manifest bytes alone (the check page and its API); when a stored revision holds the same
     bytes, its carrier's architecture feeds the split-certification gate and ``audit_package`` is
     pointed at it. A pasted manifest arrives with the browser's CRLF line ends: the LF bytes count too.

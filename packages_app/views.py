@@ -142,7 +142,7 @@ def _checked_page(request: HttpRequest, cap: int) -> HttpResponse:
         return _check_page(request, CheckManifestForm(), [too_big], 413)
     if not valid:
         return _check_page(request, form, form.error_sentences(), 400)
-    result, tracked = queries.manifest_check(form.manifest_bytes(), access.can_see_private(request.user))
+    result, tracked = queries.judge_manifest(form.manifest_bytes(), access.can_see_private(request.user))
     return _check_page(request, form, result=result, tracked=tracked)
 
 
