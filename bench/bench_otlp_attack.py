@@ -280,7 +280,7 @@ def main() -> int:
     from packages_app.nodes import identity
     from tests.test_otlp import PLAN, spans
 
-    token = identity.node_create(f"bench-otlp-{os.getpid()}").token
+    token = identity.create_node(f"bench-otlp-{os.getpid()}").token
     web, receiver = Server("web", args.unguarded), Server("grpc", args.unguarded)
     try:
         wait_ready(f"http://127.0.0.1:{web.port}/api/v1/ping")

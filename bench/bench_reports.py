@@ -357,7 +357,7 @@ package = Package.objects.create(repo_id=sys.argv[1], tracked=False)
 Revision.objects.create(package=package, commit_sha=sys.argv[2], mtp_detected=True)
 tokens = []
 for index in range(int(sys.argv[3])):
-    issued = identity.node_create(f"bench-perf-{index:02d}")
+    issued = identity.create_node(f"bench-perf-{index:02d}")
     Node.objects.filter(pk=issued.node.pk).update(rate_limit_per_minute=10**9)
     tokens.append(issued.token)
 print(json.dumps(tokens))

@@ -131,7 +131,7 @@ def bench_nodes(count: int, prefix: str = "bench-load") -> list[str]:
     Revision.objects.get_or_create(package=package, commit_sha=BENCH_SHA, defaults={"mtp_detected": True})
     tokens = []
     for index in range(count):
-        issued = nodes.node_create(f"{prefix}-{index:02d}")
+        issued = nodes.create_node(f"{prefix}-{index:02d}")
         Node.objects.filter(pk=issued.node.pk).update(rate_limit_per_minute=10**9)
         tokens.append(issued.token)
     return tokens

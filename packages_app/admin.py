@@ -97,14 +97,14 @@ class NodeAdmin(NodeAdminBase):
     @admin.action(description="Revoke the selected nodes' tokens")
     def revoke_tokens(self, request: HttpRequest, queryset: QuerySet[Node]) -> None:
         for node in queryset:
-            nodes.node_revoke(node)
+            nodes.revoke_node(node)
             access.record(request.user, ActionLog.Action.NODE_REVOKE, node.name)
         self.message_user(request, f"Revoked {len(queryset)} node token(s).", messages.SUCCESS)
 
     @admin.action(description="Rotate the selected nodes' tokens (shows the new ones once)")
     def rotate_tokens(self, request: HttpRequest, queryset: QuerySet[Node]) -> None:
         for node in queryset:
-            _show_token(request, node, nodes.node_rotate_token(node).token)
+            _show_token(request, node, nodes.rotate_node_token(node).token)
             access.record(request.user, ActionLog.Action.NODE_ROTATE, node.name)
 
 

@@ -107,7 +107,7 @@ def _guarded(request: HttpRequest, view: NodeView, max_bytes: int) -> HttpRespon
         return error_response(413, f"The body must be at most {max_bytes // 1024} KiB.")
     except BodyError as exc:
         return error_response(400, exc.message, exc.field)
-    nodes.node_touch(node)
+    nodes.touch_node(node)
     return view(request, node, data)
 
 
@@ -118,7 +118,7 @@ def authorized_node(request: HttpRequest) -> Node | JsonResponse:
         return error_response(
             401, "A valid node token is required (Authorization: Bearer <token>).", WWW_Authenticate="Bearer"
         )
-    retry_after = nodes.node_rate_limit(node)
+    retry_after = nodes.count_node_request(node)
     if retry_after is not None:
         return error_response(429, "Too many requests from this node.", Retry_After=str(retry_after))
     return node
@@ -128,7 +128,7 @@ def _bearer_node(request: HttpRequest) -> Node | None:
     scheme, _, token = request.headers.get("Authorization", "").partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
         return None
-    return nodes.node_authenticate(token.strip())
+    return nodes.authenticate_node(token.strip())
 
 
 def read_json(request: HttpRequest, max_bytes: int) -> Any:
@@ -164,7 +164,7 @@ def report_create(request: HttpRequest, node: Node, data: Any) -> HttpResponse:
         item = _valid_report(data, "")
     except BodyError as exc:
         return error_response(400, exc.message, exc.field)
-    outcome = reports.report_store(node, item, timezone.now())
+    outcome = reports.store_report(node, item, timezone.now())
     count_outcomes([outcome])
     queueing.request_ingests(_unknown_revisions([outcome]))
     queueing.request_node_check(node.pk)
@@ -190,7 +190,7 @@ def report_batch(request: HttpRequest, node: Node, data: Any) -> HttpResponse:
             results[index].update(status=400, error=exc.message, field=exc.field)
     metrics.count_reports("report", "invalid", len(bodies) - len(valid))
     if valid:
-        outcomes = reports.reports_store_batch(node, [item for _, item in valid], timezone.now())
+        outcomes = reports.store_reports(node, [item for _, item in valid], timezone.now())
         count_outcomes(outcomes)
         queueing.request_ingests(_unknown_revisions(outcomes))
         queueing.request_node_check(node.pk)
@@ -250,7 +250,7 @@ def check_manifest_api(request: HttpRequest) -> HttpResponse:
             body = request.read(cap + 1)  # the stream, not request.body: our cap, not Django's 2.5 MiB
             if len(body) > cap:
                 return error_response(413, limit)
-            result, _ = queries.manifest_check(body, access.can_see_private(request.user))
+            result, _ = queries.judge_manifest(body, access.can_see_private(request.user))
     except check_budget.Busy as busy:
         return error_response(503, busy.message(), Retry_After=str(busy.retry_after))
     return JsonResponse(result.to_json())

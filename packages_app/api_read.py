@@ -18,9 +18,10 @@ from django.urls import reverse
 from pydantic import BaseModel, Field
 
 from packages_app import access, fleet, queries
+from packages_app.audit.assessment import Assessment
 from packages_app.forms import CatalogFilterForm
 from packages_app.models import Package, Revision
-from packages_app.throughput import Plan, RevisionThroughput
+from packages_app.throughput import Plan, RevisionThroughput, revision_throughput
 
 JsonView = Callable[..., JsonResponse]
 
@@ -165,10 +166,10 @@ def _revision_summary(revision: Revision, headline: dict[str, Any] | None) -> di
 
 @read_only
 def package_detail(request: HttpRequest, owner: str, name: str) -> JsonResponse:
-    package = queries.package_get(owner, name, access.can_see_private(request.user))
-    revision = queries.revision_resolve(package, request.GET.get("revision"))
+    package = queries.get_package(owner, name, access.can_see_private(request.user))
+    revision = queries.resolve_revision(package, request.GET.get("revision"))
     history = queries.revision_history(package)
-    assessment = queries.revision_assessment(revision) if revision else None
+    assessment = Assessment.from_json(revision.assessment) if revision else None
     headline = assessment.headline.to_json() if assessment else None
     body: dict[str, Any] = {
         "repo_id": package.repo_id,
@@ -194,7 +195,7 @@ def _history_entry(revision: Revision) -> dict[str, Any]:
 
 def _audit_json(revision: Revision) -> dict[str, Any]:
     audit = revision.audit if isinstance(revision.audit, dict) else {}
-    throughput = queries.revision_throughput_for(revision, page=False)
+    throughput = revision_throughput(revision.pk, page=False)
     alert = asdict(throughput.alert) if throughput and throughput.alert else None
     return {
         "verdict": revision.verdict or None,

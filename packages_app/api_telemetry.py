@@ -56,10 +56,10 @@ def _traces(request: HttpRequest) -> HttpResponse:
     except otlp.OtlpError as exc:
         status = 415 if "Content-" in str(exc) else 400
         return error_response(status, str(exc))
-    retry_after = identity.node_span_limit(node, otlp.span_count(export))
+    retry_after = identity.count_node_spans(node, otlp.span_count(export))
     if retry_after is not None:
         return error_response(429, "Too many spans from this node this minute.", Retry_After=str(retry_after))
-    identity.node_touch(node)
+    identity.touch_node(node)
     try:
         outcome = telemetry.traces_export(node, export, timezone.now())
     except telemetry.RunConflict as exc:

@@ -71,7 +71,7 @@ def _record_listed_privacy(package: Package, private: bool) -> None:
 
 def request_track(repo_id: str) -> TrackRequest:
     """An operator asked to track ``repo_id``: noted, no catalog row yet; the caller enqueues the Hub check
-    (``tasks.track_package``, which calls ``track_checked``). Asking again starts a new check."""
+    (``tasks.track_package_task``, which calls ``track_checked``). Asking again starts a new check."""
     hub.validate_repo_id(repo_id)
     request, _ = TrackRequest.objects.update_or_create(
         repo_id=repo_id,

@@ -59,10 +59,10 @@ class TraceReceiver:
                 _abort(context, grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc))
             except otlp.OtlpError as exc:
                 _abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-            retry_after = identity.node_span_limit(node, otlp.span_count(request))
+            retry_after = identity.count_node_spans(node, otlp.span_count(request))
             if retry_after is not None:
                 _abort(context, grpc.StatusCode.UNAVAILABLE, f"Too many spans; retry in {retry_after} s.")
-            identity.node_touch(node)
+            identity.touch_node(node)
             response = telemetry.traces_export(node, request, timezone.now()).response
             queueing.request_node_check(node.pk)
             return response
@@ -78,10 +78,10 @@ class TraceReceiver:
     def _node(self, context: grpc.ServicerContext) -> Node:
         metadata = {key: value for key, value in context.invocation_metadata() if isinstance(value, str)}
         token = otlp.bearer_token(metadata)
-        node = identity.node_authenticate(token) if token else None
+        node = identity.authenticate_node(token) if token else None
         if node is None:
             _abort(context, grpc.StatusCode.UNAUTHENTICATED, "A valid node token is required (Bearer).")
-        retry_after = identity.node_rate_limit(node)
+        retry_after = identity.count_node_request(node)
         if retry_after is not None:
             # UNAVAILABLE, which OTLP exporters retry with backoff: nothing the node measured is lost.
             _abort(

@@ -21,7 +21,7 @@ from django.db.models import Case, Count, F, IntegerField, Min, Q, QuerySet, Val
 from django.db.models.functions import NullIf
 
 from packages_app import fleet, throughput
-from packages_app.audit.assessment import Assessment, Headline
+from packages_app.audit.assessment import Headline
 from packages_app.audit.check import ManifestCheck, check_manifest
 from packages_app.layout import FileRole
 from packages_app.models import FixProposal, Package, PackageFile, Revision, Serving, TrackRequest
@@ -137,19 +137,6 @@ class AmbiguousRevision(Exception):
 # --- throughput (aggregated over node reports by throughput.py) ---------------------------------
 
 
-def catalog_throughput_for(revision_ids: list[int]) -> dict[int, throughput.CatalogThroughput]:
-    return throughput.catalog_throughput(revision_ids) if revision_ids else {}
-
-
-def revision_throughput_for(
-    revision: Revision, page: bool = True, since: datetime | None = None
-) -> throughput.RevisionThroughput | None:
-    """The revision's throughput figures (from the rollups: no cache needed), or None while no node
-    has reported running it; ``page=False`` without the series and recent reports (the JSON API);
-    ``since``: the time series from then on."""
-    return throughput.revision_throughput(revision.pk, page=page, since=since)
-
-
 def first_served(revisions: list[Revision]) -> dict[int, datetime]:
     """When nodes first reported running each of these revisions (one query over the every-node
     serving rows; a revision no node ran is left out)."""
@@ -197,15 +184,9 @@ class CatalogResult:
     headlines: dict[str, int] = field(default_factory=dict)  # per status (and "needs-action"), likewise
 
 
-def visible_packages(show_private: bool) -> QuerySet[Package]:
-    """Every package this reader may see: private ones, and those whose privacy the Hub has not told
-    yet, only for users allowed to (access.py decides)."""
-    return Package.objects.visible(show_private)
-
-
 def catalog_queryset(filters: CatalogFilters, show_private: bool = False) -> QuerySet[Package]:
     """Packages matching ``filters``, each with its latest revision joined, in the requested order."""
-    packages = visible_packages(show_private).select_related("latest_revision").only(*_CATALOG_FIELDS)
+    packages = Package.objects.visible(show_private).select_related("latest_revision").only(*_CATALOG_FIELDS)
     packages = packages.filter(_filters_q(filters), _verdict_q(filters), _headline_q(filters))
     packages = packages.annotate(headline_doc=F("latest_revision__assessment__headline"))
     return packages.order_by(*_SORT_ORDER.get(filters.sort, _SORT_ORDER["repo"]))
@@ -334,7 +315,7 @@ def catalog_counts(filters: CatalogFilters, show_private: bool = False) -> Catal
     under each value the facet filter would list it for, so a facet's count is what its filter shows.
     With any other filter, the architectures (which ignore every filter) take a third query."""
     others = _filters_q(filters)
-    visible = visible_packages(show_private).filter(others)
+    visible = Package.objects.visible(show_private).filter(others)
     latest = (
         visible.values(
             "latest_revision__verdict", "latest_revision__headline", "latest_revision__architecture"
@@ -388,7 +369,7 @@ def _served_facets(
 def catalog_architectures(show_private: bool = False) -> list[str]:
     """Architectures of the packages' latest revisions, for the filter's choices."""
     names = (
-        visible_packages(show_private)
+        Package.objects.visible(show_private)
         .exclude(latest_revision__architecture="")
         .filter(latest_revision__isnull=False)
         .values_list("latest_revision__architecture", flat=True)
@@ -416,7 +397,7 @@ def catalog_page(
     page = paginator.get_page(page_number) if clamp else paginator.page(page_number)
     packages = list(page.object_list)
     latest_ids = [p.latest_revision_id for p in packages if p.latest_revision_id]
-    figures = catalog_throughput_for(latest_ids)
+    figures = throughput.catalog_throughput(latest_ids) if latest_ids else {}
     served = fleet.served_revisions([p.pk for p in packages], fleet.window_start(filters.window_days))
     fixes = latest_fix_proposals([p.pk for p in packages])
     rows = [
@@ -455,10 +436,10 @@ def fix_proposal_for(package: Package) -> FixProposal | None:
 # --- one package ---------------------------------------------------------------------------------
 
 
-def package_get(owner: str, name: str, show_private: bool = False) -> Package:
+def get_package(owner: str, name: str, show_private: bool = False) -> Package:
     """The package, or LookupFailed; a private one the reader may not see is "not tracked" too."""
     repo_id = f"{owner}/{name}"
-    package = visible_packages(show_private).filter(repo_id=repo_id).first()
+    package = Package.objects.visible(show_private).filter(repo_id=repo_id).first()
     if package is None:
         raise LookupFailed(f"No package {repo_id} is tracked.")
     return package
@@ -470,7 +451,7 @@ def package_counts(package: Package) -> dict[str, int]:
     return {"revisions": package.revisions.count(), "files": files}
 
 
-def revision_resolve(package: Package, ref: str | None) -> Revision | None:
+def resolve_revision(package: Package, ref: str | None) -> Revision | None:
     """The revision ``ref`` names (a full sha or a prefix of at least 4 hex digits), else the latest.
 
     None only when no ``ref`` was given and the package has no revision yet (first sync pending).
@@ -493,14 +474,14 @@ def _latest_revision(package: Package) -> Revision | None:
     return package.revisions.order_by(F("committed_at").desc(nulls_last=True), "-id").first()
 
 
-def revision_require(package: Package, ref: str | None) -> Revision:
-    revision = revision_resolve(package, ref)
+def require_revision(package: Package, ref: str | None) -> Revision:
+    revision = resolve_revision(package, ref)
     if revision is None:
         raise LookupFailed(f"{package.repo_id} has no revision yet; its first ingest is still queued.")
     return revision
 
 
-def manifest_check(data: bytes, show_private: bool = False) -> tuple[ManifestCheck, Revision | None]:
+def judge_manifest(data: bytes, show_private: bool = False) -> tuple[ManifestCheck, Revision | None]:
     """Judge manifest bytes alone (the check page and its API); when a stored revision holds the same
     bytes, its carrier's architecture feeds the split-certification gate and ``audit_package`` is
     pointed at it. A pasted manifest arrives with the browser's CRLF line ends: the LF bytes count too.
@@ -688,7 +669,7 @@ def _file_row(file: PackageFile, entry: dict[str, Any]) -> FileRow:
     )
 
 
-def file_get(revision: Revision, path: str) -> PackageFile:
+def get_file(revision: Revision, path: str) -> PackageFile:
     file = revision.files.filter(path=path).first()
     if file is None:
         raise LookupFailed(f"{revision} has no file {path}.")
@@ -799,12 +780,6 @@ def _manifest_lines(manifest: Any) -> list[str]:
 # --- the audit, read defensively (it is JSON written by another module, possibly older) --------
 
 
-def revision_assessment(revision: Revision) -> Assessment | None:
-    """The revision's assessment, typed; None while it has none (not ingested yet, or stored before
-    assessments existed: ``manage.py reaudit`` writes them)."""
-    return Assessment.from_json(revision.assessment)
-
-
 def audit_section(revision: Revision, key: str) -> dict[str, Any]:
     value = _dig(revision.audit, key)
     return value if isinstance(value, dict) else {}
@@ -904,7 +879,9 @@ def ingest_overview(
         F("finished_at").desc(nulls_last=True), "-id"
     )[:limit]
     sync_errors = (
-        visible_packages(show_private).exclude(sync_error="").only("repo_id", "sync_error", "last_synced_at")
+        Package.objects.visible(show_private)
+        .exclude(sync_error="")
+        .only("repo_id", "sync_error", "last_synced_at")
     )
     counts = {status: 0 for status in Revision.Status.values}
     for row in visible.values("status").annotate(n=Count("id")).order_by():

@@ -22,14 +22,14 @@ def enqueue_sync(repo_id: str) -> None:
     """Sync a package's commits (and so ingest its new revisions) once the caller's transaction commits."""
     from packages_app import tasks
 
-    tasks.sync_package.delay_on_commit(repo_id)
+    tasks.sync_package_task.delay_on_commit(repo_id)
 
 
 def enqueue_track(repo_id: str) -> None:
-    """Ask the Hub whether an operator's repo exists, then track and sync it (tasks.track_package)."""
+    """Ask the Hub whether an operator's repo exists, then track and sync it (tasks.track_package_task)."""
     from packages_app import tasks
 
-    tasks.track_package.delay_on_commit(repo_id)
+    tasks.track_package_task.delay_on_commit(repo_id)
 
 
 def request_ingests(revisions: Iterable[tuple[str, str]]) -> int:
@@ -56,7 +56,7 @@ def request_ingest(repo_id: str, commit_sha: str) -> bool:
     try:
         from packages_app import tasks
 
-        tasks.ingest_revision.delay_on_commit(repo_id, commit_sha)
+        tasks.ingest_revision_task.delay_on_commit(repo_id, commit_sha)
     except Exception:  # the report is stored either way; a later report asks again
         log.warning("could not enqueue ingest of %s@%s", repo_id, commit_sha, exc_info=True)
         cache.delete(key)
@@ -94,7 +94,7 @@ def enqueue_open_fix(proposal_id: int) -> None:
     """Open a recorded fix proposal's pull request on the Hub (a worker does the Hub calls)."""
     from packages_app import tasks
 
-    tasks.open_fix.delay_on_commit(proposal_id)
+    tasks.open_fix_task.delay_on_commit(proposal_id)
 
 
 def enqueue_check_fix(proposal_id: int) -> None:

@@ -53,14 +53,12 @@ class ValidReport:
 PackageKey = tuple[str, str, str]  # (repo_id, commit_sha, manifest_sha256 or "")
 
 
-def report_store(node: Node, item: ValidReport, received_at: datetime) -> StoreOutcome:
+def store_report(node: Node, item: ValidReport, received_at: datetime) -> StoreOutcome:
     """Store one report: a batch of one."""
-    return reports_store_batch(node, [item], received_at)[0]
+    return store_reports(node, [item], received_at)[0]
 
 
-def reports_store_batch(
-    node: Node, items: Sequence[ValidReport], received_at: datetime
-) -> list[StoreOutcome]:
+def store_reports(node: Node, items: Sequence[ValidReport], received_at: datetime) -> list[StoreOutcome]:
     """Store many reports with one insert of keys, one of reports; a result per item, in order.
 
     An item is 201 when this call claimed its key, else a replay (200) or a conflict (409) by digest.

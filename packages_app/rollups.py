@@ -1,6 +1,6 @@
 """Services that keep the report rollups (models.Rollup): added to as reports are stored, pruned, rebuilt.
 
-Exactly once, without a task: the store paths (reports.report_store, reports.reports_store_batch,
+Exactly once, without a task: the store paths (reports.store_report, reports.store_reports,
 telemetry's span insert) and the paths that link stored reports to a revision call ``add_reports``
 with the rows *they* inserted or linked, inside the transaction that inserted or linked them. Either
 both the rows and their figures commit or neither does; a replay inserts nothing and adds nothing;

@@ -4,6 +4,9 @@ Hub failures that may pass (429, 5xx, network) are retried with backoff, honouri
 deterministic failures (a malformed manifest or header, a missing repo) are recorded and not retried.
 Messages are acknowledged late, so a worker that dies mid-task loses nothing; a message whose
 deliveries keep dying (it crashes or hangs its worker) is quarantined after MAX_DELIVERIES of them.
+
+A task is named for its service plus ``_task`` where it runs one of the same name (packages_app/README.md,
+Naming); a task renamed keeps its registered name (``name=``), so messages queued before an upgrade still run.
 """
 
 from __future__ import annotations
@@ -126,9 +129,9 @@ def _no_revision_state(*args: Any) -> None:
 # --- tasks ---------------------------------------------------------------------------------------
 
 
-@shared_task(bind=True, max_retries=MAX_RETRIES, acks_late=True)
+@shared_task(bind=True, max_retries=MAX_RETRIES, acks_late=True, name="packages_app.tasks.ingest_revision")
 @quarantine_after_dead_deliveries(ingest.quarantine_revision)
-def ingest_revision(self: Task, repo_id: str, commit_sha: str) -> str:
+def ingest_revision_task(self: Task, repo_id: str, commit_sha: str) -> str:
     count = metrics.count_ingest  # every way out is counted by outcome (/metrics: meshdash_ingests_total)
     try:
         # Nodes ask for revisions of repos they name: those stay unlinked unless the Hub confirms them.
@@ -155,9 +158,9 @@ def ingest_revision(self: Task, repo_id: str, commit_sha: str) -> str:
     return count(outcome.revision.status if outcome.ran else "skipped")
 
 
-@shared_task(bind=True, max_retries=MAX_RETRIES, acks_late=True)
+@shared_task(bind=True, max_retries=MAX_RETRIES, acks_late=True, name="packages_app.tasks.sync_package")
 @quarantine_after_dead_deliveries(ingest.record_sync_error)
-def sync_package(self: Task, repo_id: str) -> int:
+def sync_package_task(self: Task, repo_id: str) -> int:
     try:
         if ingest.confirm_package(repo_id) is None:  # a webhook named a repo we do not store
             return 0
@@ -173,13 +176,13 @@ def sync_package(self: Task, repo_id: str) -> int:
 
     for revision in revisions:
         if revision.status == Revision.Status.QUEUED:
-            ingest_revision.delay_on_commit(repo_id, revision.commit_sha)
+            ingest_revision_task.delay_on_commit(repo_id, revision.commit_sha)
     return len(revisions)
 
 
-@shared_task(bind=True, max_retries=MAX_RETRIES, acks_late=True)
+@shared_task(bind=True, max_retries=MAX_RETRIES, acks_late=True, name="packages_app.tasks.track_package")
 @quarantine_after_dead_deliveries(ingest.record_track_failure)
-def track_package(self: Task, repo_id: str) -> str:
+def track_package_task(self: Task, repo_id: str) -> str:
     """An operator's track: the Hub must confirm the repo (one call) before it is stored and synced."""
     try:
         package = ingest.track_checked(repo_id)
@@ -192,7 +195,7 @@ def track_package(self: Task, repo_id: str) -> str:
         raise retry_on_database_error(self, exc) from exc
     if package is None:
         return "not-tracked"
-    sync_package.delay_on_commit(repo_id)
+    sync_package_task.delay_on_commit(repo_id)
     return "tracked"
 
 
@@ -203,20 +206,20 @@ def sync_all_packages() -> int:
 
     repo_ids = list(Package.objects.filter(tracked=True).values_list("repo_id", flat=True))
     for repo_id in repo_ids:
-        sync_package.delay(repo_id)
+        sync_package_task.delay(repo_id)
     return len(repo_ids)
 
 
-@shared_task(bind=True, max_retries=MAX_RETRIES, acks_late=True)
+@shared_task(bind=True, max_retries=MAX_RETRIES, acks_late=True, name="packages_app.tasks.discover_packages")
 @quarantine_after_dead_deliveries(_no_revision_state)
-def discover_packages(self: Task) -> int:
+def discover_packages_task(self: Task) -> int:
     """Periodic: track the namespaces' ``-layers`` repos and the packages of the curated catalog."""
     try:
         discovery = ingest.discover_packages(settings.MESHDASH_NAMESPACES, settings.MESHDASH_CATALOG_DATASET)
     except hub.HubUnavailable as exc:
         raise self.retry(exc=exc, countdown=retry_countdown(exc, self.request.retries)) from exc
     for repo_id in discovery.tracked:
-        sync_package.delay_on_commit(repo_id)
+        sync_package_task.delay_on_commit(repo_id)
     return len(discovery.found)
 
 
@@ -225,7 +228,7 @@ def reconcile_stuck_revisions() -> int:
     """Periodic: re-enqueue revisions left queued or running past the claim lease."""
     stuck = ingest.reconcile_stuck()
     for repo_id, sha in stuck:
-        ingest_revision.delay_on_commit(repo_id, sha)
+        ingest_revision_task.delay_on_commit(repo_id, sha)
     return len(stuck)
 
 
@@ -294,9 +297,9 @@ def deliver_notification(self: Task, delivery_id: int) -> str:
 # --- pull requests with a patched manifest (fixes) ----------------------------------------------------
 
 
-@shared_task(bind=True, max_retries=MAX_RETRIES, acks_late=True)
+@shared_task(bind=True, max_retries=MAX_RETRIES, acks_late=True, name="packages_app.tasks.open_fix")
 @quarantine_after_dead_deliveries(_no_revision_state)
-def open_fix(self: Task, proposal_id: int) -> str:
+def open_fix_task(self: Task, proposal_id: int) -> str:
     """Send a recorded proposal to the Hub: one PR, or a re-audit when the head moved."""
     from packages_app.models import FixProposal
 

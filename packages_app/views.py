@@ -32,12 +32,12 @@ from packages_app import (
     ratelimit,
     staticfinders,
 )
-from packages_app.audit.assessment import release_tables, shared_outcomes
+from packages_app.audit.assessment import Assessment, release_tables, shared_outcomes
 from packages_app.audit.check import ManifestCheck
 from packages_app.audit.model import UNCERTAIN as RESOLVER_UNCERTAIN
 from packages_app.forms import SORTS, CatalogFilterForm, CheckManifestForm, TrackPackageForm
 from packages_app.models import ActionLog, Package, Revision
-from packages_app.throughput import RANGES, RevisionThroughput
+from packages_app.throughput import RANGES, RevisionThroughput, revision_throughput
 from packages_app.verdicts import STATUSES_BY_RANK, VERDICTS_BY_RANK, ActionKind, Cause
 
 View = Callable[..., HttpResponse]
@@ -142,7 +142,7 @@ def _checked_page(request: HttpRequest, cap: int) -> HttpResponse:
         return _check_page(request, CheckManifestForm(), [too_big], 413)
     if not valid:
         return _check_page(request, form, form.error_sentences(), 400)
-    result, tracked = queries.manifest_check(form.manifest_bytes(), access.can_see_private(request.user))
+    result, tracked = queries.judge_manifest(form.manifest_bytes(), access.can_see_private(request.user))
     return _check_page(request, form, result=result, tracked=tracked)
 
 
@@ -180,8 +180,8 @@ def _content_length(request: HttpRequest) -> int:
 @require_GET
 @lookup_errors
 def package_detail(request: HttpRequest, owner: str, name: str) -> HttpResponse:
-    package = queries.package_get(owner, name, access.can_see_private(request.user))
-    revision = queries.revision_resolve(package, request.GET.get("revision"))
+    package = queries.get_package(owner, name, access.can_see_private(request.user))
+    revision = queries.resolve_revision(package, request.GET.get("revision"))
     history = queries.revision_history(package)
     context: dict[str, Any] = {"package": package, "revision": revision, "history": history}
     if revision is not None:
@@ -228,14 +228,14 @@ def _revision_context(
     revision: Revision, time_range: str = "", history: list[Revision] | None = None
 ) -> dict[str, Any]:
     since = timezone.now() - RANGES[time_range] if time_range else None
-    throughput = queries.revision_throughput_for(revision, since=since)
+    throughput = revision_throughput(revision.pk, since=since)
     revisions = history or [revision]
     # Where each revision of the package started being served: the timeline marks those on its axis.
     first = queries.first_served(revisions) if throughput else {}
     served = [(r.short_sha, first[r.pk]) for r in revisions if r.pk in first]
     splits = throughput.stage_splits if throughput else []
     suggested = queries.suggested_generation(revision)
-    assessment = queries.revision_assessment(revision)
+    assessment = Assessment.from_json(revision.assessment)
     plans = fleet.plan_advice(revision.pk, assessment, throughput.plans) if throughput else []
     detected = queries.audit_section(revision, "detected")
     return {
@@ -323,8 +323,8 @@ _PATCHED_PATH = "suggested_generation.patched_manifest"
 @lookup_errors
 def patched_manifest(request: HttpRequest, owner: str, name: str) -> HttpResponse:
     """The manifest with the suggested ``generation`` applied, as a download."""
-    package = queries.package_get(owner, name, access.can_see_private(request.user))
-    revision = queries.revision_require(package, request.GET.get("revision"))
+    package = queries.get_package(owner, name, access.can_see_private(request.user))
+    revision = queries.require_revision(package, request.GET.get("revision"))
     suggested = queries.suggested_generation(revision)
     patched = suggested.get("patched_manifest") if suggested else None
     if not isinstance(patched, str):
@@ -340,9 +340,9 @@ def patched_manifest(request: HttpRequest, owner: str, name: str) -> HttpRespons
 @require_GET
 @lookup_errors
 def file_detail(request: HttpRequest, owner: str, name: str, path: str) -> HttpResponse:
-    package = queries.package_get(owner, name, access.can_see_private(request.user))
-    revision = queries.revision_require(package, request.GET.get("revision"))
-    file = queries.file_get(revision, path)
+    package = queries.get_package(owner, name, access.can_see_private(request.user))
+    revision = queries.require_revision(package, request.GET.get("revision"))
+    file = queries.get_file(revision, path)
     tensors = file.tensors if isinstance(file.tensors, list) else []
     context = {
         "package": package,
@@ -359,11 +359,11 @@ def file_detail(request: HttpRequest, owner: str, name: str, path: str) -> HttpR
 @lookup_errors
 def revision_diff(request: HttpRequest, owner: str, name: str) -> HttpResponse:
     """Compare two revisions; ``to`` defaults to the latest, ``from`` to the one before ``to``."""
-    package = queries.package_get(owner, name, access.can_see_private(request.user))
-    new = queries.revision_require(package, request.GET.get("to"))
+    package = queries.get_package(owner, name, access.can_see_private(request.user))
+    new = queries.require_revision(package, request.GET.get("to"))
     old_ref = request.GET.get("from")
     old = (
-        queries.revision_require(package, old_ref)
+        queries.require_revision(package, old_ref)
         if old_ref
         else _previous_in(queries.revision_history(package), new)
     )
@@ -435,7 +435,7 @@ def _track(request: HttpRequest, repo_id: str) -> HttpResponse:
 @access.permission_required("packages_app.change_package")
 @lookup_errors
 def package_untrack(request: HttpRequest, owner: str, name: str) -> HttpResponse:
-    package = queries.package_get(owner, name, access.can_see_private(request.user))
+    package = queries.get_package(owner, name, access.can_see_private(request.user))
     Package.objects.filter(pk=package.pk).update(tracked=False)
     access.record(request.user, ActionLog.Action.UNTRACK, package.repo_id)
     messages.success(request, f"{package.repo_id} is no longer synced; what was ingested stays.")
@@ -447,7 +447,7 @@ def package_untrack(request: HttpRequest, owner: str, name: str) -> HttpResponse
 @lookup_errors
 def package_delete(request: HttpRequest, owner: str, name: str) -> HttpResponse:
     """GET: what would be deleted, with a confirm button; POST: delete it with its revisions and files."""
-    package = queries.package_get(owner, name, access.can_see_private(request.user))
+    package = queries.get_package(owner, name, access.can_see_private(request.user))
     if request.method == "GET":
         context = {"package": package, "counts": queries.package_counts(package)}
         return render(request, "packages_app/package_delete.html", context)
@@ -465,7 +465,7 @@ def package_delete(request: HttpRequest, owner: str, name: str) -> HttpResponse:
 def package_reingest(request: HttpRequest, owner: str, name: str) -> HttpResponse:
     from packages_app import tasks
 
-    package = queries.package_get(owner, name, access.can_see_private(request.user))
+    package = queries.get_package(owner, name, access.can_see_private(request.user))
     shas = list(
         package.revisions.exclude(status=Revision.Status.RUNNING).values_list("commit_sha", flat=True)
     )
@@ -476,7 +476,7 @@ def package_reingest(request: HttpRequest, owner: str, name: str) -> HttpRespons
                 background.submit(_ingest_each, package.repo_id, shas)
             else:
                 for sha in shas:
-                    tasks.ingest_revision.delay_on_commit(package.repo_id, sha)
+                    tasks.ingest_revision_task.delay_on_commit(package.repo_id, sha)
     except background.Busy as exc:
         messages.error(request, str(exc))
         return redirect("packages_app:package", owner, name)
@@ -489,7 +489,7 @@ def _ingest_each(repo_id: str, shas: list[str]) -> None:
     from packages_app import tasks
 
     for sha in shas:
-        tasks.ingest_revision.delay(repo_id, sha)
+        tasks.ingest_revision_task.delay(repo_id, sha)
 
 
 # --- a pull request with the patched manifest ----------------------------------------------------------
@@ -500,9 +500,9 @@ def _ingest_each(repo_id: str, shas: list[str]) -> None:
 @lookup_errors
 def package_propose_fix(request: HttpRequest, owner: str, name: str) -> HttpResponse:
     """GET: what the PR would carry (diff, title, description, author); POST: record it, a worker sends it."""
-    package = queries.package_get(owner, name, access.can_see_private(request.user))
+    package = queries.get_package(owner, name, access.can_see_private(request.user))
     ref = request.POST.get("revision") if request.method == "POST" else request.GET.get("revision")
-    revision = queries.revision_resolve(package, ref)
+    revision = queries.resolve_revision(package, ref)
     if revision is None:
         raise queries.LookupFailed(f"{package.repo_id} has no ingested revision yet.")
     existing = fixes.active_proposal(package, revision.commit_sha)

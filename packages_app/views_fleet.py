@@ -90,7 +90,7 @@ def _layout_chart(revision_id: int, splits: list[str]) -> dict[str, Any]:
 @lookup_errors
 def compare(request: HttpRequest, owner: str, name: str) -> HttpResponse:
     """Two revisions' throughput side by side; by default the latest against the last one nodes ran."""
-    package = queries.package_get(owner, name, access.can_see_private(request.user))
+    package = queries.get_package(owner, name, access.can_see_private(request.user))
     history = queries.revision_history(package)
     old_ref, new_ref = request.GET.get("from"), request.GET.get("to")
     if not (old_ref and new_ref):
@@ -102,7 +102,7 @@ def compare(request: HttpRequest, owner: str, name: str) -> HttpResponse:
         by_id = {r.pk: r for r in history}
         old, new = by_id[pair[0]], by_id[pair[1]]
     else:
-        old, new = queries.revision_require(package, old_ref), queries.revision_require(package, new_ref)
+        old, new = queries.require_revision(package, old_ref), queries.require_revision(package, new_ref)
     comparison = fleet.compare_revisions(old, new)
     context = {
         "package": package,
@@ -246,8 +246,8 @@ REPORT_COLUMNS = [
 @lookup_errors
 def reports_csv(request: HttpRequest, owner: str, name: str) -> HttpResponse:
     """Every report of one revision (newest first) as CSV."""
-    package = queries.package_get(owner, name, access.can_see_private(request.user))
-    revision = queries.revision_require(package, request.GET.get("revision"))
+    package = queries.get_package(owner, name, access.can_see_private(request.user))
+    revision = queries.require_revision(package, request.GET.get("revision"))
     reports = (
         Report.objects.filter(revision=revision)
         .order_by("-received_at", "-id")

@@ -178,7 +178,7 @@ def test_reingest_queues_every_idle_revision_with_a_broker(operator_client: Clie
     package = f.make_package("meshllm/junk-layers")
     done = f.make_revision(package, "consistent-no-mtp")
     f.make_revision(package, "", status=Revision.Status.RUNNING, latest=False)
-    with mock.patch.object(tasks.ingest_revision, "delay_on_commit") as enqueue:
+    with mock.patch.object(tasks.ingest_revision_task, "delay_on_commit") as enqueue:
         response = operator_client.post("/packages/meshllm/junk-layers/reingest")
     assert response.status_code == 302
     enqueue.assert_called_once_with("meshllm/junk-layers", done.commit_sha)
@@ -310,7 +310,7 @@ def test_the_same_package_not_marked_private_is_public(client: Client, private_p
 
 
 def test_a_sync_with_a_token_marks_a_private_repo_private_and_a_public_one_not(hub_source: Any) -> None:
-    with mock.patch.object(tasks.ingest_revision, "delay_on_commit"):
+    with mock.patch.object(tasks.ingest_revision_task, "delay_on_commit"):
         ingest.sync_package(PRIVATE_REPO, source=hub_source(PRIVATE_REPO, token=DEVHUB_TOKEN))
         ingest.sync_package(QWEN35_REPO, source=hub_source(QWEN35_REPO, token=DEVHUB_TOKEN))
     assert Package.objects.get(repo_id=PRIVATE_REPO).private is True

@@ -77,7 +77,7 @@ def meshdash(transactional_db: None) -> Iterator[Meshdash]:
 def make_agent(
     node: DevNode, meshdash: Meshdash, tmp_path: Path, hub: str = "http://127.0.0.1:9"
 ) -> agent.Agent:
-    token = identity.node_create("gpu-1").token
+    token = identity.create_node("gpu-1").token
     config = agent.Config(
         node_url=node.url,
         meshdash_url=meshdash.url,
@@ -168,7 +168,7 @@ def test_dry_run_prints_what_it_would_send_and_sends_nothing(
     meshdash: Meshdash, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     with DevNode(payloads.RunPlan(repo=QWEN35_REPO, ref=SHA)) as node:
-        token = identity.node_create("dry").token
+        token = identity.create_node("dry").token
         code = agent.main(
             [
                 "--node-url",

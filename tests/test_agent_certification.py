@@ -125,7 +125,7 @@ def _stage_in(**extra: Any) -> dict[str, Any]:
 
 @pytest.mark.django_db
 def test_one_overridden_stage_flags_the_run(client: Client) -> None:
-    token = identity.node_create("gpu-1").token
+    token = identity.create_node("gpu-1").token
     stages = (
         _stage_in(certification="certified"),
         _stage_in(stage_id="s1", stage_index=1, certification="uncertified_override"),
@@ -139,7 +139,7 @@ def test_one_overridden_stage_flags_the_run(client: Client) -> None:
 
 @pytest.mark.django_db
 def test_a_run_from_an_agent_that_sends_no_certification_is_still_registered(client: Client) -> None:
-    token = identity.node_create("gpu-1").token
+    token = identity.create_node("gpu-1").token
 
     assert post_runs(client, token, _stage_in()).json()["results"][0]["status"] == 200
     assert NodeRun.objects.get().certification == ""
@@ -147,7 +147,7 @@ def test_a_run_from_an_agent_that_sends_no_certification_is_still_registered(cli
 
 @pytest.mark.django_db
 def test_a_raw_stage_over_4_kib_is_refused_and_one_under_it_is_kept(client: Client) -> None:
-    token = identity.node_create("gpu-1").token
+    token = identity.create_node("gpu-1").token
 
     refused = post_runs(client, token, _stage_in(raw={"error": "x" * 5000})).json()["results"][0]
     kept = post_runs(client, token, _stage_in(raw={"error": "x" * 3000})).json()["results"][0]

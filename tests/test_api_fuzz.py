@@ -50,7 +50,7 @@ def token(settings: Any) -> str:
     settings.MESHDASH_NODE_RATE_LIMIT = 0
     settings.MESHDASH_NAMESPACES = []  # never enqueue ingests while fuzzing
     cache.clear()
-    return nodes.node_create("fuzzer").token
+    return nodes.create_node("fuzzer").token
 
 
 def valid_report() -> dict[str, Any]:

@@ -39,13 +39,13 @@ def fake_tasks(settings: Any) -> Any:
     from packages_app import tasks
 
     settings.CELERY_TASK_ALWAYS_EAGER = False  # as with a broker; eager mode enqueues nothing
-    with mock.patch.object(tasks.ingest_revision, "delay_on_commit") as delay_on_commit:
-        yield mock.Mock(ingest_revision=mock.Mock(delay_on_commit=delay_on_commit))
+    with mock.patch.object(tasks.ingest_revision_task, "delay_on_commit") as delay_on_commit:
+        yield mock.Mock(ingest_revision_task=mock.Mock(delay_on_commit=delay_on_commit))
 
 
 @pytest.fixture
 def token() -> str:
-    return nodes.node_create("node-a").token
+    return nodes.create_node("node-a").token
 
 
 def make_report(**changes: Any) -> dict[str, Any]:
@@ -131,7 +131,7 @@ def test_the_same_report_id_with_another_body_answers_409(client: Client, token:
 
 
 def test_two_nodes_may_use_the_same_report_id(client: Client, token: str) -> None:
-    other = nodes.node_create("node-b").token
+    other = nodes.create_node("node-b").token
     body = make_report()
     assert post(client, body, token).status_code == 201
     assert post(client, body, other).status_code == 201
@@ -269,12 +269,12 @@ def test_it_answers_401_without_a_valid_token(client: Client, authorization: str
 
 
 def test_it_answers_401_for_a_revoked_token(client: Client, token: str) -> None:
-    nodes.node_revoke(nodes.node_get("node-a"))
+    nodes.revoke_node(nodes.get_node("node-a"))
     assert post(client, make_report(), token).status_code == 401
 
 
 def test_a_rotated_token_replaces_the_old_one(client: Client, token: str) -> None:
-    fresh = nodes.node_rotate_token(nodes.node_get("node-a")).token
+    fresh = nodes.rotate_node_token(nodes.get_node("node-a")).token
     assert post(client, make_report(), token).status_code == 401
     assert post(client, make_report(), fresh).status_code == 201
 
@@ -292,7 +292,7 @@ def test_it_answers_429_with_retry_after_over_the_rate_limit(
 
 def test_the_rate_limit_is_per_node(client: Client, token: str, settings: Any) -> None:
     settings.MESHDASH_NODE_RATE_LIMIT = 1
-    other = nodes.node_create("node-b").token
+    other = nodes.create_node("node-b").token
     assert post(client, make_report(), token).status_code == 201
     assert post(client, make_report(), other).status_code == 201
 
@@ -354,7 +354,7 @@ def test_an_unknown_revision_in_a_tracked_namespace_enqueues_its_ingest_once(
 ) -> None:
     for _ in range(3):
         post(client, make_report(), token)
-    fake_tasks.ingest_revision.delay_on_commit.assert_called_once_with(QWEN, FIRST_SHA)
+    fake_tasks.ingest_revision_task.delay_on_commit.assert_called_once_with(QWEN, FIRST_SHA)
 
 
 def test_an_unknown_revision_outside_tracked_namespaces_is_not_ingested(
@@ -362,7 +362,7 @@ def test_an_unknown_revision_outside_tracked_namespaces_is_not_ingested(
 ) -> None:
     post(client, make_report(package={"repo": "someone/Model-layers", "revision": FIRST_SHA}), token)
     assert Report.objects.get().repo_id == "someone/Model-layers"
-    fake_tasks.ingest_revision.delay_on_commit.assert_not_called()
+    fake_tasks.ingest_revision_task.delay_on_commit.assert_not_called()
 
 
 def test_without_a_broker_no_ingest_runs_inside_the_report_request(
@@ -370,20 +370,20 @@ def test_without_a_broker_no_ingest_runs_inside_the_report_request(
 ) -> None:
     settings.CELERY_TASK_ALWAYS_EAGER = True
     assert post(client, make_report(), token).status_code == 201
-    fake_tasks.ingest_revision.delay_on_commit.assert_not_called()
+    fake_tasks.ingest_revision_task.delay_on_commit.assert_not_called()
 
 
 def test_a_broker_failure_does_not_fail_the_report(client: Client, token: str, fake_tasks: Any) -> None:
-    fake_tasks.ingest_revision.delay_on_commit.side_effect = ConnectionError("broker down")
+    fake_tasks.ingest_revision_task.delay_on_commit.side_effect = ConnectionError("broker down")
     assert post(client, make_report(), token).status_code == 201
     assert post(client, make_report(), token).status_code == 201
-    assert fake_tasks.ingest_revision.delay_on_commit.call_count == 2  # asked again, not forgotten
+    assert fake_tasks.ingest_revision_task.delay_on_commit.call_count == 2  # asked again, not forgotten
 
 
 def test_a_known_revision_enqueues_nothing(client: Client, token: str, fake_tasks: Any) -> None:
     Revision.objects.create(package=Package.objects.create(repo_id=QWEN, private=False), commit_sha=FIRST_SHA)
     post(client, make_report(), token)
-    fake_tasks.ingest_revision.delay_on_commit.assert_not_called()
+    fake_tasks.ingest_revision_task.delay_on_commit.assert_not_called()
 
 
 def test_a_batch_answers_one_result_per_item_in_order(client: Client, token: str) -> None:
@@ -440,12 +440,12 @@ def test_a_racing_replay_that_loses_the_insert_answers_duplicate(token: str) -> 
     # constraint, not a prior read, decides the answer.
     from packages_app.nodes.report_schema import body_digest, validate_report
 
-    node = nodes.node_get("node-a")
+    node = nodes.get_node("node-a")
     body = make_report()
     item = reports.ValidReport(report=validate_report(body), digest=body_digest(body), body=body)
     now = datetime.now(UTC)
-    first = reports.report_store(node, item, now)
-    second = reports.report_store(node, item, now)
+    first = reports.store_report(node, item, now)
+    second = reports.store_report(node, item, now)
     assert (first.result, second.result, second.id) == (
         reports.Stored.CREATED,
         reports.Stored.DUPLICATE,

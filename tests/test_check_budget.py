@@ -54,12 +54,12 @@ def post(client: Client, body: bytes, address: str = "198.51.100.1") -> Any:
 
 
 class SlowCheck:
-    """queries.manifest_check made to take ``seconds``, counting how many run at once."""
+    """queries.judge_manifest made to take ``seconds``, counting how many run at once."""
 
     def __init__(self, seconds: float) -> None:
         self.seconds, self.running, self.most = seconds, 0, 0
         self.lock = threading.Lock()
-        self.real = queries.manifest_check
+        self.real = queries.judge_manifest
 
     def __call__(self, data: bytes, show_private: bool = False) -> Any:
         with self.lock:
@@ -101,7 +101,7 @@ def test_twelve_parallel_large_checks_run_at_most_two_at_once_the_rest_answer_50
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     slow = SlowCheck(CHECK_SECONDS)
-    monkeypatch.setattr(queries, "manifest_check", slow)
+    monkeypatch.setattr(queries, "judge_manifest", slow)
     results = twelve_parallel_checks(4 * MiB - 4096)
     statuses = sorted(status for status, _, _ in results)
     assert slow.most <= 2  # 8 MiB budget / 4 MiB checks
@@ -117,7 +117,7 @@ def test_control_without_the_budget_all_twelve_run_at_once(
 ) -> None:
     settings.MESHDASH_CHECK_BUDGET_BYTES = 0
     slow = SlowCheck(CHECK_SECONDS)
-    monkeypatch.setattr(queries, "manifest_check", slow)
+    monkeypatch.setattr(queries, "judge_manifest", slow)
     results = twelve_parallel_checks(4 * MiB - 4096)
     assert [status for status, _, _ in results] == [200] * 12
     assert slow.most >= 10  # every check held a worker at the same time

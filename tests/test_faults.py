@@ -100,9 +100,9 @@ def test_other_database_errors_are_not_disguised_as_an_outage() -> None:
 
 @pytest.mark.django_db
 def test_the_report_api_answers_503_not_its_own_500_when_the_database_drops(client: Client) -> None:
-    token = nodes.node_create("node-a").token
+    token = nodes.create_node("node-a").token
     with mock.patch.object(
-        nodes, "node_authenticate", side_effect=OperationalError("terminating connection")
+        nodes, "authenticate_node", side_effect=OperationalError("terminating connection")
     ):
         response = client.post(
             "/api/v1/reports",
@@ -119,7 +119,7 @@ def test_an_ingest_stopped_by_the_soft_time_limit_is_left_queued_with_a_message(
     hub_settings: DevHub, eager_tasks: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(inspection, "fetch_package_headers", mock.Mock(side_effect=SoftTimeLimitExceeded()))
-    result = tasks.ingest_revision.apply(args=(QWEN35_REPO, QWEN35_FIRST_SHA))
+    result = tasks.ingest_revision_task.apply(args=(QWEN35_REPO, QWEN35_FIRST_SHA))
     assert result.get() == "timed-out"
     rev = Revision.objects.get(commit_sha=QWEN35_FIRST_SHA)
     assert rev.status == Revision.Status.QUEUED and rev.attempts == 1
@@ -132,7 +132,7 @@ def test_an_ingest_stopped_by_the_time_limit_every_time_is_failed_for_good(
 ) -> None:
     monkeypatch.setattr(inspection, "fetch_package_headers", mock.Mock(side_effect=SoftTimeLimitExceeded()))
     for _ in range(tasks.MAX_DELIVERIES):
-        tasks.ingest_revision.apply(args=(QWEN35_REPO, QWEN35_FIRST_SHA))
+        tasks.ingest_revision_task.apply(args=(QWEN35_REPO, QWEN35_FIRST_SHA))
     rev = Revision.objects.get(commit_sha=QWEN35_FIRST_SHA)
     assert rev.status == Revision.Status.FAILED and "not retried" in rev.error
 
@@ -145,9 +145,9 @@ def test_a_message_whose_deliveries_died_three_times_is_quarantined_without_runn
     Revision.objects.create(package=package, commit_sha=QWEN35_FIRST_SHA)
     task_id = str(uuid.uuid4())
     for _ in range(3):  # three deliveries that started and never finished (their worker died)
-        tasks.count_delivery(f"meshdash:deliveries:{tasks.ingest_revision.name}:{task_id}")
+        tasks.count_delivery(f"meshdash:deliveries:{tasks.ingest_revision_task.name}:{task_id}")
     hub_settings.counters.reset()
-    result = tasks.ingest_revision.apply(args=(QWEN35_REPO, QWEN35_FIRST_SHA), task_id=task_id)
+    result = tasks.ingest_revision_task.apply(args=(QWEN35_REPO, QWEN35_FIRST_SHA), task_id=task_id)
     assert result.get() == tasks.QUARANTINED
     rev = Revision.objects.get(commit_sha=QWEN35_FIRST_SHA)
     assert (rev.status, rev.error) == ("failed", "quarantined after 3 deliveries that never finished")
@@ -158,8 +158,8 @@ def test_a_message_whose_deliveries_died_three_times_is_quarantined_without_runn
 def test_two_dead_deliveries_are_not_yet_quarantined(hub_settings: DevHub, eager_tasks: None) -> None:
     task_id = str(uuid.uuid4())
     for _ in range(2):
-        tasks.count_delivery(f"meshdash:deliveries:{tasks.ingest_revision.name}:{task_id}")
-    result = tasks.ingest_revision.apply(args=(QWEN35_REPO, QWEN35_FIRST_SHA), task_id=task_id)
+        tasks.count_delivery(f"meshdash:deliveries:{tasks.ingest_revision_task.name}:{task_id}")
+    result = tasks.ingest_revision_task.apply(args=(QWEN35_REPO, QWEN35_FIRST_SHA), task_id=task_id)
     assert result.get() == Revision.Status.DONE
 
 
@@ -169,8 +169,8 @@ def test_a_finished_or_retried_delivery_is_not_counted_as_dead(
 ) -> None:
     task_id = str(uuid.uuid4())
     for _ in range(5):
-        tasks.ingest_revision.apply(args=(QWEN35_REPO, QWEN35_FIRST_SHA), task_id=task_id)
-    assert tasks.count_delivery(f"meshdash:deliveries:{tasks.ingest_revision.name}:{task_id}") == 0
+        tasks.ingest_revision_task.apply(args=(QWEN35_REPO, QWEN35_FIRST_SHA), task_id=task_id)
+    assert tasks.count_delivery(f"meshdash:deliveries:{tasks.ingest_revision_task.name}:{task_id}") == 0
 
 
 @pytest.mark.django_db
@@ -182,8 +182,8 @@ def test_a_delivery_ended_by_the_hard_time_limit_counts_as_dead(
     monkeypatch.setattr(ingest, "ingest_revision", mock.Mock(side_effect=SystemExit(1)))
     task_id = str(uuid.uuid4())
     with pytest.raises(SystemExit):
-        tasks.ingest_revision.apply(args=(QWEN35_REPO, QWEN35_FIRST_SHA), task_id=task_id)
-    assert tasks.count_delivery(f"meshdash:deliveries:{tasks.ingest_revision.name}:{task_id}") == 1
+        tasks.ingest_revision_task.apply(args=(QWEN35_REPO, QWEN35_FIRST_SHA), task_id=task_id)
+    assert tasks.count_delivery(f"meshdash:deliveries:{tasks.ingest_revision_task.name}:{task_id}") == 1
 
 
 @pytest.mark.django_db
@@ -194,7 +194,7 @@ def test_a_malformed_manifest_fails_once_and_is_not_retried(
     hub_settings: DevHub, eager_tasks: None, monkeypatch: pytest.MonkeyPatch, manifest: bytes
 ) -> None:
     monkeypatch.setattr(hub.HubSource, "read_manifest", lambda self, sha: manifest)
-    result = tasks.ingest_revision.apply(args=(QWEN35_REPO, QWEN35_FIRST_SHA))
+    result = tasks.ingest_revision_task.apply(args=(QWEN35_REPO, QWEN35_FIRST_SHA))
     rev = Revision.objects.get(commit_sha=QWEN35_FIRST_SHA)
     assert result.state == "SUCCESS" and result.get() == "failed"
     assert rev.attempts == 1 and rev.status == "failed" and "model-package.json" in rev.error
@@ -211,7 +211,7 @@ def test_a_hostile_gguf_header_fails_its_file_not_the_task_and_is_not_retried(
         return b"GGUF\x03\x00\x00\x00" + b"\xff" * 16 + data[24:] if path.endswith("layer-007.gguf") else data
 
     monkeypatch.setattr(hub.HubSource, "read_range", corrupt)
-    assert tasks.ingest_revision.apply(args=(QWEN35_REPO, QWEN35_FIRST_SHA)).get() == "done"
+    assert tasks.ingest_revision_task.apply(args=(QWEN35_REPO, QWEN35_FIRST_SHA)).get() == "done"
     rev = Revision.objects.get(commit_sha=QWEN35_FIRST_SHA)
     bad = rev.files.get(path__endswith="layer-007.gguf")
     assert rev.attempts == 1 and bad.header_status == "failed" and bad.header_error
@@ -415,7 +415,7 @@ if knobs.get("stock_redis_transport"):  # kombu's own Redis transport, without m
 if knobs.get("no_db_retry"):  # database errors fail the task, as before they were retried
     tasks.DATABASE_ERRORS = ()
 if "acks_late" in knobs:
-    app.tasks[tasks.ingest_revision.name].acks_late = knobs["acks_late"]
+    app.tasks[tasks.ingest_revision_task.name].acks_late = knobs["acks_late"]
 if "max_deliveries" in knobs:
     tasks.MAX_DELIVERIES = knobs["max_deliveries"]
 if knobs.get("ignore_retry_after"):
@@ -1117,7 +1117,7 @@ def outage_statuses(
 def test_with_postgresql_down_the_report_api_answers_503_and_recovers_without_losing_a_report(
     app_server: Callable[..., AppServer], db_proxy: CuttableProxy, mode: str, reports: int
 ) -> None:
-    token = nodes.node_create("node-fault").token
+    token = nodes.create_node("node-fault").token
     server = app_server()
     ids = [str(uuid.uuid4()) for _ in range(reports)]
     started = time.monotonic()
@@ -1149,7 +1149,7 @@ def test_with_postgresql_down_the_report_api_answers_503_and_recovers_without_lo
 def test_negative_control_without_the_middleware_a_database_outage_is_a_500(
     app_server: Callable[..., AppServer], db_proxy: CuttableProxy
 ) -> None:
-    token = nodes.node_create("node-fault").token
+    token = nodes.create_node("node-fault").token
     server = app_server(without_db_middleware=True)
     answers = outage_statuses(server, db_proxy, token, [str(uuid.uuid4()) for _ in range(3)])
     assert {status for status, _, _ in answers} == {500}

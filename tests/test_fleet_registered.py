@@ -74,7 +74,7 @@ def post_spans(client: Client, plan: payloads.RunPlan, token: str, n: int = 3) -
 def registered(client: Client) -> Revision:
     revision = f.make_revision(f.make_package("meshllm/GLM-4.7-Flash-UD-Q4_K_XL-layers"), "consistent-mtp")
     plan = plan_for(revision)
-    token = identity.node_create("demo-glm").token
+    token = identity.create_node("demo-glm").token
     register_through_the_agent(client, plan, token)
     post_spans(client, plan, token)  # OTLP spans name only their run id: no topology of their own
     assert Report.objects.filter(revision=revision, source=Report.Source.OTLP).count() == 3
@@ -127,7 +127,7 @@ def test_a_topology_page_names_each_stages_node_and_links_only_registered_ones(
 
 
 def test_a_peer_links_once_it_registers(client: Client, registered: Revision) -> None:
-    identity.node_create("demo-glm-peer")
+    identity.create_node("demo-glm-peer")
     body = client.get(f"/topologies/{TOPOLOGY}/").content.decode()
     assert '<a href="/nodes/demo-glm-peer/">demo-glm-peer</a>' in body
 
@@ -213,9 +213,9 @@ def test_registered_runs_add_no_queries_to_the_fleet_pages(client: Client, regis
                 ),
             )
             token = (
-                identity.node_create(name).token
+                identity.create_node(name).token
                 if name != "demo-glm"
-                else identity.node_rotate_token(identity.node_get("demo-glm")).token
+                else identity.rotate_node_token(identity.get_node("demo-glm")).token
             )
             register_through_the_agent(client, plan, token)
             post_spans(client, plan, token, n=2)

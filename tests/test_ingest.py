@@ -203,7 +203,7 @@ def test_syncing_a_package_records_every_commit_and_ingests_them(
     from packages_app import tasks
 
     with django_capture_on_commit_callbacks(execute=True):  # type: ignore[operator]
-        assert tasks.sync_package.delay(QWEN35_REPO).get() >= 1
+        assert tasks.sync_package_task.delay(QWEN35_REPO).get() >= 1
     revisions = list(Revision.objects.order_by(F("committed_at").desc(nulls_last=True), "-id"))
     package = Package.objects.get(repo_id=QWEN35_REPO)
     assert {r.commit_sha for r in revisions} >= {QWEN35_FIRST_SHA}

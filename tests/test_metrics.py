@@ -147,7 +147,7 @@ def test_an_ingest_moves_the_ingest_and_hub_counters_and_the_revision_gauges(
     hub_settings: DevHub, eager_tasks: None, scrape: Callable[[], Samples]
 ) -> None:
     before = scrape()
-    result = tasks.ingest_revision.apply(args=(QWEN35_REPO, QWEN35_FIRST_SHA))
+    result = tasks.ingest_revision_task.apply(args=(QWEN35_REPO, QWEN35_FIRST_SHA))
     assert result.result == Revision.Status.DONE
     after = scrape()
     assert (
@@ -170,8 +170,8 @@ def test_an_ingest_moves_the_ingest_and_hub_counters_and_the_revision_gauges(
 def test_a_report_batch_moves_the_report_counters_by_outcome_and_the_node_gauges(
     hub_settings: DevHub, eager_tasks: None, scrape: Callable[[], Samples]
 ) -> None:
-    tasks.ingest_revision.apply(args=(QWEN35_REPO, QWEN35_FIRST_SHA))
-    token = nodes.node_create("node-m").token
+    tasks.ingest_revision_task.apply(args=(QWEN35_REPO, QWEN35_FIRST_SHA))
+    token = nodes.create_node("node-m").token
     before = scrape()
     first, second = report(0), report(1)
     answer = post_batch(Client(), token, [first, second, {"report_id": "not-a-uuid"}])
@@ -216,9 +216,9 @@ def test_refused_report_requests_are_counted_by_reason(scrape: Callable[[], Samp
 def test_labels_never_carry_repo_or_node_names(
     hub_settings: DevHub, eager_tasks: None, scrape: Callable[[], Samples]
 ) -> None:
-    tasks.ingest_revision.apply(args=(QWEN35_REPO, QWEN35_FIRST_SHA))
+    tasks.ingest_revision_task.apply(args=(QWEN35_REPO, QWEN35_FIRST_SHA))
     for n in range(3):
-        post_batch(Client(), nodes.node_create(f"node-{n}").token, [report(n)])
+        post_batch(Client(), nodes.create_node(f"node-{n}").token, [report(n)])
     label_values = {v for (_, labels) in scrape() for _, v in labels}
     assert not {v for v in label_values if "/" in v or v.startswith("node-") or QWEN35_FIRST_SHA in v}
 
@@ -337,7 +337,7 @@ def test_a_live_gunicorn_with_three_workers_and_a_celery_worker_expose_one_set_o
     live: dict[str, Any],
 ) -> None:
     base, wait_until = live["base"], live["wait_until"]
-    tasks.ingest_revision.delay(QWEN35_REPO, QWEN35_FIRST_SHA)  # run by the Celery worker's children
+    tasks.ingest_revision_task.delay(QWEN35_REPO, QWEN35_FIRST_SHA)  # run by the Celery worker's children
 
     def ingested() -> bool:
         return (
@@ -346,7 +346,7 @@ def test_a_live_gunicorn_with_three_workers_and_a_celery_worker_expose_one_set_o
         )
 
     assert wait_until(ingested, 180)
-    token = nodes.node_create("node-live").token
+    token = nodes.create_node("node-live").token
     headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
     batches = 12  # spread over the three gunicorn workers
     for n in range(batches):
@@ -371,7 +371,7 @@ def test_control_without_the_multiprocess_folder_the_workers_ingest_is_never_see
     live: dict[str, Any],
 ) -> None:
     base, wait_until = live["base"], live["wait_until"]
-    tasks.ingest_revision.delay(QWEN35_REPO, QWEN35_FIRST_SHA)
+    tasks.ingest_revision_task.delay(QWEN35_REPO, QWEN35_FIRST_SHA)
 
     def done() -> bool:
         return Revision.objects.filter(commit_sha=QWEN35_FIRST_SHA, status="done").exists()

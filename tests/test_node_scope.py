@@ -43,7 +43,7 @@ def _fresh_cache() -> None:
 
 @pytest.fixture
 def tokens(db: None) -> tuple[str, str]:
-    return identity.node_create("victim").token, identity.node_create("attacker").token
+    return identity.create_node("victim").token, identity.create_node("attacker").token
 
 
 @pytest.fixture
@@ -140,8 +140,8 @@ def grpc_receiver(transactional_db: None) -> Iterator[int]:
 
 
 def test_spans_over_grpc_for_another_nodes_run_are_refused_with_already_exists(grpc_receiver: int) -> None:
-    victim, attacker = identity.node_create("victim").token, identity.node_create("attacker").token
-    RunClaim.objects.create(run_id="run-42", node=identity.node_authenticate(victim))
+    victim, attacker = identity.create_node("victim").token, identity.create_node("attacker").token
+    RunClaim.objects.create(run_id="run-42", node=identity.authenticate_node(victim))
     with grpc.insecure_channel(f"127.0.0.1:{grpc_receiver}") as channel:
         stub = trace_service_pb2_grpc.TraceServiceStub(channel)  # type: ignore[no-untyped-call]
         with pytest.raises(grpc.RpcError) as refused:
@@ -163,14 +163,16 @@ def worker_queue(settings: Any, hub_settings: DevHub) -> Iterator[list[tuple[str
     settings.MESHDASH_NAMESPACES = ["meshllm"]
     queued: list[tuple[str, tuple[str, ...]]] = []
     with (
-        mock.patch.object(tasks.ingest_revision, "delay_on_commit", lambda *a: queued.append(("ingest", a))),
-        mock.patch.object(tasks.sync_package, "delay_on_commit", lambda *a: queued.append(("sync", a))),
+        mock.patch.object(
+            tasks.ingest_revision_task, "delay_on_commit", lambda *a: queued.append(("ingest", a))
+        ),
+        mock.patch.object(tasks.sync_package_task, "delay_on_commit", lambda *a: queued.append(("sync", a))),
     ):
         yield queued
 
 
 def run_queued(queued: list[tuple[str, tuple[str, ...]]]) -> list[Any]:
-    task = {"ingest": tasks.ingest_revision, "sync": tasks.sync_package}
+    task = {"ingest": tasks.ingest_revision_task, "sync": tasks.sync_package_task}
     return [task[name].apply(args=args).get() for name, args in queued]
 
 

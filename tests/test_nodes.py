@@ -31,7 +31,7 @@ def run(command: str, *args: str) -> list[str]:
 
 def test_create_node_prints_a_working_token_as_its_last_line() -> None:
     token = run("create_node", "gpu-box-1")[-1]
-    node = nodes.node_authenticate(token)
+    node = nodes.authenticate_node(token)
     assert node is not None and node.name == "gpu-box-1"
 
 
@@ -44,7 +44,7 @@ def test_the_token_is_stored_only_as_its_sha256_digest() -> None:
 
 
 def test_tokens_are_long_and_different_every_time() -> None:
-    first, second = nodes.node_create("a").token, nodes.node_create("b").token
+    first, second = nodes.create_node("a").token, nodes.create_node("b").token
     assert first != second
     assert len(first) >= 40  # 32 random bytes, url-safe base64, plus the prefix
 
@@ -56,15 +56,15 @@ def test_create_node_refuses_a_name_already_taken() -> None:
 
 
 def test_a_wrong_or_malformed_token_authenticates_nobody() -> None:
-    token = nodes.node_create("a").token
+    token = nodes.create_node("a").token
     for attempt in [token[:-1] + ("x" if token[-1] != "x" else "y"), "", "mdn_", "x" * 500, "\ud800"]:
-        assert nodes.node_authenticate(attempt) is None
+        assert nodes.authenticate_node(attempt) is None
 
 
 def test_revoke_node_stops_the_token_at_once() -> None:
     token = run("create_node", "gpu-box-1")[-1]
     run("revoke_node", "gpu-box-1")
-    assert nodes.node_authenticate(token) is None
+    assert nodes.authenticate_node(token) is None
     assert Node.objects.get().revoked_at is not None
 
 
@@ -72,8 +72,8 @@ def test_rotate_node_token_replaces_the_token_and_lifts_a_revocation() -> None:
     old = run("create_node", "gpu-box-1")[-1]
     run("revoke_node", "gpu-box-1")
     new = run("rotate_node_token", "gpu-box-1")[-1]
-    assert nodes.node_authenticate(old) is None
-    assert nodes.node_authenticate(new) is not None
+    assert nodes.authenticate_node(old) is None
+    assert nodes.authenticate_node(new) is not None
 
 
 def test_commands_name_an_unknown_node_clearly() -> None:
@@ -85,23 +85,23 @@ def test_commands_name_an_unknown_node_clearly() -> None:
 
 def test_the_rate_limit_counts_requests_per_node_and_says_how_long_to_wait(settings: Any) -> None:
     settings.MESHDASH_NODE_RATE_LIMIT = 3
-    node = nodes.node_create("a").node
-    waits = [nodes.node_rate_limit(node) for _ in range(4)]
+    node = nodes.create_node("a").node
+    waits = [nodes.count_node_request(node) for _ in range(4)]
     assert waits[:3] == [None, None, None]
     assert waits[3] is not None and 1 <= waits[3] <= 60
 
 
 def test_a_node_may_have_its_own_rate_limit(settings: Any) -> None:
     settings.MESHDASH_NODE_RATE_LIMIT = 1
-    node = nodes.node_create("a").node
+    node = nodes.create_node("a").node
     node.rate_limit_per_minute = 5
-    assert [nodes.node_rate_limit(node) for _ in range(5)] == [None] * 5
+    assert [nodes.count_node_request(node) for _ in range(5)] == [None] * 5
 
 
 def test_a_rate_limit_of_zero_turns_the_limiter_off(settings: Any) -> None:
     settings.MESHDASH_NODE_RATE_LIMIT = 0
-    node = nodes.node_create("a").node
-    assert all(nodes.node_rate_limit(node) is None for _ in range(50))
+    node = nodes.create_node("a").node
+    assert all(nodes.count_node_request(node) is None for _ in range(50))
 
 
 @pytest.fixture
@@ -117,16 +117,16 @@ def test_the_admin_creates_a_node_and_shows_its_token_once(admin_client_logged_i
     )
     shown = [str(m) for m in response.context["messages"] if "Token for from-admin" in str(m)]
     token = shown[0].rsplit(" ", 1)[-1]
-    assert nodes.node_authenticate(token) == Node.objects.get(name="from-admin")
+    assert nodes.authenticate_node(token) == Node.objects.get(name="from-admin")
 
 
 def test_the_admin_revoke_and_rotate_actions_work(admin_client_logged_in: Client) -> None:
-    issued = nodes.node_create("a")
+    issued = nodes.create_node("a")
     url = "/admin/packages_app/node/"
     admin_client_logged_in.post(url, {"action": "revoke_tokens", "_selected_action": [issued.node.pk]})
-    assert nodes.node_authenticate(issued.token) is None
+    assert nodes.authenticate_node(issued.token) is None
     response = admin_client_logged_in.post(
         url, {"action": "rotate_tokens", "_selected_action": [issued.node.pk]}, follow=True
     )
     token = next(str(m) for m in response.context["messages"] if "Token for a" in str(m)).rsplit(" ", 1)[-1]
-    assert nodes.node_authenticate(token) == issued.node
+    assert nodes.authenticate_node(token) == issued.node

@@ -151,9 +151,9 @@ def verified(headers: dict[str, str], body: bytes, secret: str = SECRET) -> bool
 def test_a_node_starting_to_serve_69cbd9fc_posts_one_signed_message_to_the_receiver(
     hub_settings: DevHub, eager_background: None, receiver: Receiver
 ) -> None:
-    tasks.ingest_revision.apply(args=(QWEN35_REPO, QWEN35_FIRST_SHA))
+    tasks.ingest_revision_task.apply(args=(QWEN35_REPO, QWEN35_FIRST_SHA))
     channel(receiver)
-    token = nodes.node_create("qwen35-node").token
+    token = nodes.create_node("qwen35-node").token
     assert post_reports(token, 2).status_code == 200
     assert background.wait_idle(60) and receiver.arrived.wait(10)
     for _ in range(2):  # more reports of the same revision, after the per-minute throttle: no new message
@@ -175,9 +175,9 @@ def test_a_node_starting_to_serve_69cbd9fc_posts_one_signed_message_to_the_recei
 
 @pytest.mark.django_db
 def test_no_channel_for_the_event_records_nothing(hub_settings: DevHub, eager_tasks: None) -> None:
-    tasks.ingest_revision.apply(args=(QWEN35_REPO, QWEN35_FIRST_SHA))
-    node = nodes.node_create("n").node
-    post_reports(nodes.node_create("m").token)
+    tasks.ingest_revision_task.apply(args=(QWEN35_REPO, QWEN35_FIRST_SHA))
+    node = nodes.create_node("n").node
+    post_reports(nodes.create_node("m").token)
     assert notifications.node_serving_events(node.pk) == []
     assert not Notification.objects.exists()
 
@@ -189,10 +189,10 @@ def test_no_channel_for_the_event_records_nothing(hub_settings: DevHub, eager_ta
 def test_a_hanging_receiver_does_not_delay_a_nodes_reports(
     hub_settings: DevHub, eager_background: None, receiver: Receiver
 ) -> None:
-    tasks.ingest_revision.apply(args=(QWEN35_REPO, QWEN35_FIRST_SHA))
+    tasks.ingest_revision_task.apply(args=(QWEN35_REPO, QWEN35_FIRST_SHA))
     channel(receiver)
     receiver.hold = True
-    token = nodes.node_create("qwen35-node").token
+    token = nodes.create_node("qwen35-node").token
     started = time.monotonic()
     assert post_reports(token).status_code == 200
     answered = time.monotonic() - started
@@ -405,7 +405,7 @@ def test_an_ingest_stuck_for_an_hour_is_sent_once(eager_tasks: None, receiver: R
 @pytest.mark.django_db(transaction=True)
 def test_a_node_that_stops_reporting_is_sent_once_per_silence(eager_tasks: None, receiver: Receiver) -> None:
     channel(receiver, NotificationChannel.Event.NODE_SILENT)
-    node = nodes.node_create("quiet-node").node
+    node = nodes.create_node("quiet-node").node
     now = datetime.now(UTC)
     node.last_seen_at = now - timedelta(minutes=5)
     node.save()

@@ -30,7 +30,7 @@ PLAN = payloads.RunPlan(repo=REPO, ref="main", run_id="run-42", requested_strate
 
 @pytest.fixture
 def token(db: None) -> str:
-    return identity.node_create("node-a").token
+    return identity.create_node("node-a").token
 
 
 @pytest.fixture
@@ -265,7 +265,7 @@ def complete(node: DevNode, n: int) -> list[dict[str, Any]]:
 def test_devnode_spans_over_otlp_grpc_are_stored_linked_to_the_revision(
     grpc_receiver: int, transactional_db: None
 ) -> None:
-    token = identity.node_create("node-grpc").token
+    token = identity.create_node("node-grpc").token
     revision = Revision.objects.create(
         package=Package.objects.create(repo_id=REPO, private=False), commit_sha=SHA
     )
@@ -292,7 +292,7 @@ def test_the_grpc_receiver_refuses_an_unknown_token(grpc_receiver: int) -> None:
 
 
 def test_devnode_spans_over_otlp_http_with_gzip_are_stored_linked_to_the_revision(live_server: Any) -> None:
-    token = identity.node_create("node-http").token
+    token = identity.create_node("node-http").token
     revision = Revision.objects.create(
         package=Package.objects.create(repo_id=REPO, private=False), commit_sha=SHA
     )
@@ -340,7 +340,7 @@ def test_the_package_page_and_api_show_requested_vs_effective_per_node_and_topol
 
 
 def test_the_grpc_receiver_takes_gzip_compressed_exports(grpc_receiver: int) -> None:
-    token = identity.node_create("node-gz").token
+    token = identity.create_node("node-gz").token
     channel = grpc.insecure_channel(f"127.0.0.1:{grpc_receiver}")
     stub = trace_service_pb2_grpc.TraceServiceStub(channel)
     answer = stub.Export(
@@ -369,7 +369,7 @@ def test_a_run_on_a_revision_not_ingested_yet_asks_for_its_ingest(
 
     cache.clear()
     settings.CELERY_TASK_ALWAYS_EAGER = False  # as with a broker; eager mode enqueues nothing
-    with mock.patch.object(tasks.ingest_revision, "delay_on_commit") as delay_on_commit:
+    with mock.patch.object(tasks.ingest_revision_task, "delay_on_commit") as delay_on_commit:
         result = register_run(client, token).json()["results"][0]
     assert result["revision_linked"] is False
     delay_on_commit.assert_called_once_with(REPO, SHA)

@@ -57,7 +57,7 @@ def _fresh_cache() -> None:
 
 @pytest.fixture
 def token(db: None) -> str:
-    return identity.node_create("node-a").token
+    return identity.create_node("node-a").token
 
 
 @pytest.fixture
@@ -231,7 +231,7 @@ def test_negative_control_the_generated_servicer_parses_a_million_spans_before_t
 
 
 def test_a_malformed_grpc_message_answers_invalid_argument(receiver: tuple[int, grpc.Channel]) -> None:
-    token = identity.node_create("node-g").token
+    token = identity.create_node("node-g").token
     with pytest.raises(grpc.RpcError) as refused:
         raw_export(receiver[1], b"\x0a\xff\xff\xff\x0f", token)  # a length far past the end
     assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
@@ -247,7 +247,7 @@ def test_negative_control_the_generated_servicer_answers_internal_for_a_malforme
 
 
 def test_a_grpc_bomb_with_a_valid_token_is_refused_by_the_budget(receiver: tuple[int, grpc.Channel]) -> None:
-    token = identity.node_create("node-g").token
+    token = identity.create_node("node-g").token
     with pytest.raises(grpc.RpcError) as refused:
         raw_export(receiver[1], empty_spans(BOMB_SPANS), token)
     assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
@@ -272,7 +272,7 @@ def held_calls(port: int, token: str, gate: threading.Event, calls: int) -> list
         except grpc.RpcError as exc:
             codes.append(exc.code())
 
-    with mock.patch.object(identity, "node_authenticate", slow_authenticate):
+    with mock.patch.object(identity, "authenticate_node", slow_authenticate):
         channels = [grpc.insecure_channel(f"127.0.0.1:{port}") for _ in range(calls)]
         threads = [threading.Thread(target=call, args=(c,)) for c in channels]
         for thread in threads[:2]:
@@ -291,7 +291,7 @@ def held_calls(port: int, token: str, gate: threading.Event, calls: int) -> list
 
 
 def test_grpc_calls_past_the_concurrency_cap_are_refused_at_once(receiver: tuple[int, grpc.Channel]) -> None:
-    token = identity.node_create("node-g").token
+    token = identity.create_node("node-g").token
     codes = held_calls(receiver[0], token, threading.Event(), calls=5)
     assert codes[:3] == [grpc.StatusCode.RESOURCE_EXHAUSTED] * 3  # the three past the cap of 2, first
 
@@ -303,7 +303,7 @@ def test_negative_control_without_the_cap_extra_calls_wait_for_a_worker_until_th
     server, port = otlp_grpc.build_server("127.0.0.1", 0, workers=2, close_connections=True)
     server.start()
     try:
-        codes = held_calls(port, identity.node_create("node-g").token, threading.Event(), calls=5)
+        codes = held_calls(port, identity.create_node("node-g").token, threading.Event(), calls=5)
     finally:
         server.stop(grace=None)
     assert codes[:3] == [grpc.StatusCode.DEADLINE_EXCEEDED] * 3  # queued behind the held ones

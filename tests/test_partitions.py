@@ -38,7 +38,7 @@ def revision() -> Revision:
 def store(count: int, at: datetime, seed: int) -> list[reports.StoreOutcome]:
     rng = random.Random(seed)
     sender = Node.objects.filter(name="node-a").first() or node("node-a")
-    return reports.reports_store_batch(sender, [valid(body(rng)) for _ in range(count)], at)
+    return reports.store_reports(sender, [valid(body(rng)) for _ in range(count)], at)
 
 
 def partition_of(report_id: int) -> str:
@@ -85,8 +85,8 @@ def test_a_replay_in_a_later_month_is_a_duplicate_because_its_key_is_kept(revisi
     rng = random.Random(3)
     item = valid(body(rng))
     sender = node("node-a")
-    first = reports.report_store(sender, item, NOW - timedelta(days=40))
-    again = reports.report_store(sender, item, NOW)
+    first = reports.store_report(sender, item, NOW - timedelta(days=40))
+    again = reports.store_report(sender, item, NOW)
     assert (first.result, again.result, again.id) == (
         reports.Stored.CREATED,
         reports.Stored.DUPLICATE,
@@ -97,7 +97,7 @@ def test_a_replay_in_a_later_month_is_a_duplicate_because_its_key_is_kept(revisi
     # Control: without its key, the same replay is stored a second time (a partitioned table's
     # unique index cannot hold (node, report_id) across months; the key table does).
     ReportKey.objects.all().delete()
-    assert reports.report_store(sender, item, NOW).result is reports.Stored.CREATED
+    assert reports.store_report(sender, item, NOW).result is reports.Stored.CREATED
     assert Report.objects.count() == 2
 
 

@@ -123,7 +123,7 @@ def test_a_sync_that_reads_the_hub_makes_a_public_repo_public_and_a_private_one_
 
     from packages_app import tasks
 
-    with mock.patch.object(tasks.ingest_revision, "delay_on_commit"):
+    with mock.patch.object(tasks.ingest_revision_task, "delay_on_commit"):
         ingest.sync_package(QWEN35_REPO, source=hub_source(QWEN35_REPO, token=DEVHUB_TOKEN))
         ingest.sync_package(PRIVATE_REPO, source=hub_source(PRIVATE_REPO, token=DEVHUB_TOKEN))
     assert Package.objects.get(repo_id=QWEN35_REPO).private is False

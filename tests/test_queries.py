@@ -83,8 +83,8 @@ def test_a_page_past_the_end_is_clamped_for_the_browser(mix: dict[str, Package])
 
 def test_a_revision_is_found_by_any_unique_sha_prefix() -> None:
     package = f.qwen35_package()
-    assert queries.revision_resolve(package, "69CBD9").commit_sha == f.QWEN35_SHA  # type: ignore[union-attr]
-    assert queries.revision_resolve(package, None).commit_sha == f.QWEN35_SHA  # type: ignore[union-attr]
+    assert queries.resolve_revision(package, "69CBD9").commit_sha == f.QWEN35_SHA  # type: ignore[union-attr]
+    assert queries.resolve_revision(package, None).commit_sha == f.QWEN35_SHA  # type: ignore[union-attr]
 
 
 def test_an_ambiguous_prefix_asks_for_more_digits() -> None:
@@ -92,21 +92,21 @@ def test_an_ambiguous_prefix_asks_for_more_digits() -> None:
     f.make_revision(package, commit_sha="abcd" + "1" * 36)
     f.make_revision(package, commit_sha="abcd" + "2" * 36)
     with pytest.raises(queries.AmbiguousRevision, match="give more digits"):
-        queries.revision_resolve(package, "abcd")
+        queries.resolve_revision(package, "abcd")
 
 
 @pytest.mark.parametrize("ref", ["abc", "zzzz", "../etc", "0" * 41, "ffffffff"])
 def test_a_ref_that_is_no_sha_or_matches_nothing_is_not_found(ref: str) -> None:
     package = f.qwen35_package(with_history=False)
     with pytest.raises(queries.LookupFailed):
-        queries.revision_resolve(package, ref)
+        queries.resolve_revision(package, ref)
 
 
 def test_a_package_without_revisions_resolves_to_none_unless_one_is_required() -> None:
     package = f.make_package("meshllm/new-layers")
-    assert queries.revision_resolve(package, None) is None
+    assert queries.resolve_revision(package, None) is None
     with pytest.raises(queries.LookupFailed, match="no revision yet"):
-        queries.revision_require(package, None)
+        queries.require_revision(package, None)
 
 
 def test_file_rows_compare_the_manifest_sha256_with_the_hub_lfs_sha256() -> None:
@@ -184,16 +184,16 @@ def test_a_revisions_figures_follow_every_new_report_without_a_cache() -> None:
     node = f.make_node()
     for hour in range(3):
         f.make_report(node, revision, 3.0, at=f.BASE_TIME + timedelta(hours=hour))
-    assert (figures := queries.revision_throughput_for(revision)) and figures.mtp_off.reports == 3
+    assert (figures := throughput.revision_throughput(revision.pk)) and figures.mtp_off.reports == 3
     f.make_report(node, revision, 9.0, at=f.BASE_TIME - timedelta(days=1))  # an older report, linked late
-    figures = queries.revision_throughput_for(revision)
+    figures = throughput.revision_throughput(revision.pk)
     assert figures is not None and figures.mtp_off.reports == 4
 
 
 def test_a_revision_nobody_reported_on_costs_one_query(django_assert_num_queries: Any) -> None:
     revision = f.make_revision(f.make_package("meshllm/quiet-layers"))
     with django_assert_num_queries(1):
-        assert queries.revision_throughput_for(revision) is None
+        assert throughput.revision_throughput(revision.pk) is None
 
 
 @pytest.mark.parametrize(

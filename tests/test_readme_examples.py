@@ -28,7 +28,7 @@ def readme_report_body() -> str:
 
 def test_the_readme_report_example_is_accepted_as_written(client: Client) -> None:
     assert "$(" not in readme_report_body()
-    issued = identity.node_create("gpu-box-1")
+    issued = identity.create_node("gpu-box-1")
     headers = {"Authorization": f"Bearer {issued.token}"}
     body = readme_report_body()
     created = client.post("/api/v1/reports", body, content_type="application/json", headers=headers)

@@ -50,7 +50,7 @@ def deep_window() -> dict[str, Any]:
 
 @pytest.fixture
 def token(db: None) -> str:
-    return identity.node_create("node-a").token
+    return identity.create_node("node-a").token
 
 
 @pytest.fixture

@@ -168,14 +168,14 @@ def test_batches_with_replays_and_conflicts_are_counted_once(revision: Revision)
     a, b = node("node-a"), node("node-b")
     bodies = [body(rng) for _ in range(120)]
     now = datetime.now(UTC)
-    reports.reports_store_batch(a, [valid(x) for x in bodies[:80]], now)
-    reports.reports_store_batch(a, [valid(x) for x in bodies[40:] + bodies[:10]], now + timedelta(seconds=1))
-    reports.reports_store_batch(b, [valid(x) for x in bodies[:30]], now + timedelta(seconds=2))
+    reports.store_reports(a, [valid(x) for x in bodies[:80]], now)
+    reports.store_reports(a, [valid(x) for x in bodies[40:] + bodies[:10]], now + timedelta(seconds=1))
+    reports.store_reports(b, [valid(x) for x in bodies[:30]], now + timedelta(seconds=2))
     changed = {**bodies[0], "timings": {**bodies[0]["timings"], "predicted_per_second": 1.0}}
-    reports.reports_store_batch(a, [valid(changed)], now + timedelta(seconds=3))  # a conflict: stored as was
+    reports.store_reports(a, [valid(changed)], now + timedelta(seconds=3))  # a conflict: stored as was
     for x in bodies[100:]:
-        reports.report_store(b, valid(x), now + timedelta(seconds=4))
-        reports.report_store(b, valid(x), now + timedelta(seconds=5))  # a verbatim replay
+        reports.store_report(b, valid(x), now + timedelta(seconds=4))
+        reports.store_report(b, valid(x), now + timedelta(seconds=5))  # a verbatim replay
     assert Report.objects.count() == 120 + 30 + 20
     assert_rollups_match_raw(revision)
 
@@ -184,7 +184,7 @@ def test_batches_with_replays_and_conflicts_are_counted_once(revision: Revision)
 def test_reports_that_arrive_before_their_revision_are_rolled_up_when_it_is_linked() -> None:
     rng = random.Random(2)
     sender = node("node-a")
-    reports.reports_store_batch(sender, [valid(body(rng)) for _ in range(25)], datetime.now(UTC))
+    reports.store_reports(sender, [valid(body(rng)) for _ in range(25)], datetime.now(UTC))
     assert not Rollup.objects.exists()  # no revision yet
     package = Package.objects.create(repo_id=REPO, private=False)
     revision = Revision.objects.create(package=package, commit_sha=SHA, mtp_detected=True)
@@ -199,7 +199,7 @@ def test_rebuild_rollups_gives_the_rows_the_store_paths_wrote(revision: Revision
     sender = node("node-a")
     for second in range(5):
         at = datetime.now(UTC) - timedelta(hours=second * 7)
-        reports.reports_store_batch(sender, [valid(body(rng)) for _ in range(20)], at)
+        reports.store_reports(sender, [valid(body(rng)) for _ in range(20)], at)
     assert_rebuild_writes_the_same_rows()
 
 
@@ -274,7 +274,7 @@ def test_hour_rollups_past_their_window_are_pruned_and_the_day_figures_stay(
     rng = random.Random(5)
     sender = node("node-a")
     now = datetime.now(UTC)
-    reports.reports_store_batch(sender, [valid(body(rng)) for _ in range(10)], now - timedelta(days=1))
+    reports.store_reports(sender, [valid(body(rng)) for _ in range(10)], now - timedelta(days=1))
     assert Rollup.objects.filter(grain="hour").exists()
     assert rollups.prune_hourly(now + timedelta(days=3)) > 0
     assert not Rollup.objects.filter(grain="hour").exists()
@@ -285,7 +285,7 @@ def test_hour_rollups_past_their_window_are_pruned_and_the_day_figures_stay(
 def test_reports_older_than_the_hourly_window_get_day_and_total_rollups_only(revision: Revision) -> None:
     rng = random.Random(6)
     old = datetime.now(UTC) - timedelta(days=400)
-    reports.reports_store_batch(node("node-a"), [valid(body(rng)) for _ in range(10)], old)
+    reports.store_reports(node("node-a"), [valid(body(rng)) for _ in range(10)], old)
     assert set(Rollup.objects.values_list("grain", flat=True)) == {"day", "total"}
     assert_rollups_match_raw(revision)
 
@@ -305,7 +305,7 @@ def test_concurrent_batches_with_replays_add_up_exactly(revision: Revision) -> N
             for _ in range(12):
                 start = local.randrange(0, len(bodies) - 50)
                 batch = [valid(x) for x in bodies[start : start + 50]]
-                reports.reports_store_batch(sender, batch, datetime.now(UTC))
+                reports.store_reports(sender, batch, datetime.now(UTC))
         except BaseException as exc:  # reported by the main thread
             errors.append(exc)
         finally:
@@ -338,7 +338,7 @@ def test_one_nodes_batches_listing_the_same_reports_in_opposite_orders_never_dea
         try:
             for batch in rounds:
                 start.wait(timeout=30)
-                reports.reports_store_batch(sender, batch[::-1] if reverse else batch, datetime.now(UTC))
+                reports.store_reports(sender, batch[::-1] if reverse else batch, datetime.now(UTC))
         except BaseException as exc:  # reported by the main thread
             errors.append(exc)
         finally:
@@ -369,7 +369,7 @@ for b in bodies:
     report, digest = validate_report_body(b)
     items.append(reports.ValidReport(report=report, digest=digest, body=b))
 with transaction.atomic():
-    reports.reports_store_batch(Node.objects.get(name="node-a"), items, datetime.now(UTC))
+    reports.store_reports(Node.objects.get(name="node-a"), items, datetime.now(UTC))
     assert Rollup.objects.exists()  # upserted, not committed
     os.kill(os.getpid(), signal.SIGKILL)
 """
@@ -383,7 +383,7 @@ def test_a_writer_killed_after_its_rollup_upsert_leaves_nothing_and_a_replay_cou
     rng = random.Random(9)
     sender = node("node-a")
     bodies = [body(rng) for _ in range(40)]
-    reports.reports_store_batch(sender, [valid(x) for x in bodies[:10]], datetime.now(UTC))
+    reports.store_reports(sender, [valid(x) for x in bodies[:10]], datetime.now(UTC))
     settings = connection.settings_dict
     url = f"postgres://{settings['USER']}@{settings['HOST']}:{settings['PORT']}/{settings['NAME']}"
     env = {**os.environ, "DATABASE_URL": url, "DJANGO_SETTINGS_MODULE": "meshdash.settings"}
@@ -401,7 +401,7 @@ def test_a_writer_killed_after_its_rollup_upsert_leaves_nothing_and_a_replay_cou
     assert child.returncode == -signal.SIGKILL, child.stderr
     assert Report.objects.count() == 10
     assert_rollups_match_raw(revision)
-    reports.reports_store_batch(sender, [valid(x) for x in bodies], datetime.now(UTC))  # the redelivery
+    reports.store_reports(sender, [valid(x) for x in bodies], datetime.now(UTC))  # the redelivery
     assert Report.objects.count() == 40
     assert_rollups_match_raw(revision)
 
@@ -415,7 +415,7 @@ def test_migration_0012_fills_serving_from_the_stored_reports_and_going_back_add
     a, b = node("node-a"), node("node-b")
     now = datetime.now(UTC)
     for i, sender in enumerate([a, b, a]):
-        reports.reports_store_batch(sender, [valid(body(rng)) for _ in range(30)], now - timedelta(days=i))
+        reports.store_reports(sender, [valid(body(rng)) for _ in range(30)], now - timedelta(days=i))
     unclaimed = Report(  # a report no revision claims yet: no Serving row
         node=a, report_id=uuid.uuid4(), body_sha256="0" * 64, received_at=now, observed_at=now, body={}
     )

@@ -405,9 +405,9 @@ def hub_requests(hub_settings: DevHub) -> Any:
 @pytest.fixture
 def no_enqueue() -> Any:
     with (
-        mock.patch.object(tasks.sync_package, "delay_on_commit") as sync,
-        mock.patch.object(tasks.ingest_revision, "delay_on_commit") as ingest,
-        mock.patch.object(tasks.track_package, "delay_on_commit") as track,
+        mock.patch.object(tasks.sync_package_task, "delay_on_commit") as sync,
+        mock.patch.object(tasks.ingest_revision_task, "delay_on_commit") as ingest,
+        mock.patch.object(tasks.track_package_task, "delay_on_commit") as track,
     ):
         yield lambda: sync.call_count + ingest.call_count + track.call_count
 

@@ -46,7 +46,7 @@ def test_the_ingest_task_retries_a_hub_outage_and_the_retry_completes(
     monkeypatch.setattr(hub.HubSource, "__init__", no_client_retries)
     hub_settings.fail_next(1, 503, retry_after=0, match="model-package.json")
     # Eagerly, Celery runs the retry at once: one call sees the outage and then the success.
-    result = tasks.ingest_revision.apply(args=(QWEN35_REPO, QWEN35_FIRST_SHA), throw=False)
+    result = tasks.ingest_revision_task.apply(args=(QWEN35_REPO, QWEN35_FIRST_SHA), throw=False)
     assert result.state == "SUCCESS" and result.result == Revision.Status.DONE
     rev = Revision.objects.get(commit_sha=QWEN35_FIRST_SHA)
     assert rev.attempts == 2 and rev.verdict == "undeclared-mtp"
@@ -54,7 +54,7 @@ def test_the_ingest_task_retries_a_hub_outage_and_the_retry_completes(
 
 @pytest.mark.django_db
 def test_the_ingest_task_does_not_retry_a_missing_repo(hub_settings: DevHub, eager_tasks: None) -> None:
-    result = tasks.ingest_revision.apply(args=("meshllm/No-Such-layers", QWEN35_FIRST_SHA))
+    result = tasks.ingest_revision_task.apply(args=("meshllm/No-Such-layers", QWEN35_FIRST_SHA))
     assert result.get() == tasks.UNCONFIRMED  # the Hub does not know it: not retried, nothing stored
 
 
@@ -110,7 +110,7 @@ def wait_until(predicate: object, timeout: float = 180.0) -> bool:
 @pytest.mark.serial  # a real Celery worker, one at a time, alone in the services pass
 @needs_services
 def test_a_real_worker_syncs_and_ingests_a_package_from_redis(worker: subprocess.Popen[bytes]) -> None:
-    tasks.sync_package.delay(QWEN35_REPO)
+    tasks.sync_package_task.delay(QWEN35_REPO)
 
     def all_done() -> bool:
         revs = Revision.objects.filter(package__repo_id=QWEN35_REPO)
@@ -128,7 +128,7 @@ def test_a_real_worker_syncs_and_ingests_a_package_from_redis(worker: subprocess
 @needs_services
 def test_the_same_ingest_enqueued_twice_leaves_one_set_of_rows(worker: subprocess.Popen[bytes]) -> None:
     for _ in range(3):
-        tasks.ingest_revision.delay(QWEN35_REPO, QWEN35_FIRST_SHA)
+        tasks.ingest_revision_task.delay(QWEN35_REPO, QWEN35_FIRST_SHA)
 
     def done() -> bool:
         return Revision.objects.filter(commit_sha=QWEN35_FIRST_SHA, status="done").exists()

@@ -54,12 +54,12 @@ def fixed(package: Package) -> Revision:
 
 @pytest.fixture
 def node_a() -> Node:
-    return nodes.node_create("node-a").node
+    return nodes.create_node("node-a").node
 
 
 @pytest.fixture
 def node_b() -> Node:
-    return nodes.node_create("node-b").node
+    return nodes.create_node("node-b").node
 
 
 def add(node: Node, revision: Revision, *, tps: float, at: datetime = T0, **fields: Any) -> Report:

@@ -25,8 +25,8 @@ def queued(settings: Any, hub_settings: DevHub) -> Any:
     settings.CELERY_BROKER_URL = "redis://broker.invalid:6379/0"
     hub_settings.counters.reset()
     with (
-        mock.patch.object(tasks.track_package, "delay_on_commit") as track,
-        mock.patch.object(tasks.sync_package, "delay_on_commit") as sync,
+        mock.patch.object(tasks.track_package_task, "delay_on_commit") as track,
+        mock.patch.object(tasks.sync_package_task, "delay_on_commit") as sync,
     ):
         yield track, sync
 
@@ -53,7 +53,7 @@ def test_a_repo_the_hub_does_not_have_is_never_tracked_and_the_ingest_page_says_
 ) -> None:
     _, sync = queued
     operator_client.post("/ingest/", {"repo_id": MISSING})
-    assert tasks.track_package.apply(args=[MISSING]).get() == "not-tracked"
+    assert tasks.track_package_task.apply(args=[MISSING]).get() == "not-tracked"
     assert hub_settings.counters.requests == 1  # one Hub call
     assert not Package.objects.exists() and sync.call_count == 0
     request = TrackRequest.objects.get()
@@ -71,7 +71,7 @@ def test_a_repo_the_hub_has_is_tracked_by_the_worker_and_synced(
     assert operator_client.post("/ingest/", {"repo_id": url}).status_code == 302
     assert not Package.objects.exists()
     with django_capture_on_commit_callbacks(execute=True):
-        assert tasks.track_package.apply(args=[QWEN35_REPO]).get() == "tracked"
+        assert tasks.track_package_task.apply(args=[QWEN35_REPO]).get() == "tracked"
     assert hub_settings.counters.requests == 1
     assert Package.objects.get().repo_id == QWEN35_REPO and Package.objects.get().tracked
     sync.assert_called_once_with(QWEN35_REPO)
@@ -100,9 +100,9 @@ def test_a_hub_outage_is_retried_and_then_reads_as_a_failed_check(
     monkeypatch.setattr(hub.HubSource, "resolve_revision", down)
     monkeypatch.setattr(tasks, "retry_countdown", lambda exc, retries: 0)
     with pytest.raises(Retry):  # the first attempts are retried: the request is still being checked
-        tasks.track_package.apply(args=[QWEN35_REPO], throw=True)
+        tasks.track_package_task.apply(args=[QWEN35_REPO], throw=True)
     assert TrackRequest.objects.get().status == TrackRequest.Status.CHECKING
-    assert tasks.track_package.apply(args=[QWEN35_REPO], retries=tasks.MAX_RETRIES).get() == "failed"
+    assert tasks.track_package_task.apply(args=[QWEN35_REPO], retries=tasks.MAX_RETRIES).get() == "failed"
     request = TrackRequest.objects.get()
     assert request.status == TrackRequest.Status.FAILED and "503" in request.message
     assert not Package.objects.exists()

@@ -29,7 +29,7 @@ def test_the_changelist_and_a_change_page_render(admin_client: Client, model: st
 
 
 def test_the_node_run_and_span_report_pages_render(admin_client: Client) -> None:
-    node = identity.node_create("gpu-1").node
+    node = identity.create_node("gpu-1").node
     run = RunIn.model_validate(
         {"run_id": "run-1", "package": {"repo": "meshllm/q-layers", "revision": "a" * 40}}
     )

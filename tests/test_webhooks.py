@@ -58,7 +58,7 @@ def webhook_secret(settings: Any) -> str:
 
 @pytest.fixture
 def enqueued() -> Any:
-    with mock.patch.object(tasks.sync_package, "delay_on_commit") as delay:
+    with mock.patch.object(tasks.sync_package_task, "delay_on_commit") as delay:
         yield delay
 
 
@@ -81,7 +81,7 @@ def test_the_queued_sync_runs_once_the_request_commits(
     client: Client, django_capture_on_commit_callbacks: Any
 ) -> None:
     with (
-        mock.patch.object(tasks.sync_package, "delay") as delay,
+        mock.patch.object(tasks.sync_package_task, "delay") as delay,
         django_capture_on_commit_callbacks(execute=True),
     ):
         assert post(client, hub_payload()).status_code == 202
@@ -108,7 +108,7 @@ def test_control_enqueuing_eagerly_would_run_the_sync_inside_the_request(
     settings.CELERY_BROKER_URL = ""
     with (
         mock.patch.object(background, "eager", return_value=False),  # the guard switched off
-        mock.patch.object(tasks.sync_package, "run") as sync,
+        mock.patch.object(tasks.sync_package_task, "run") as sync,
         django_capture_on_commit_callbacks(execute=True),
     ):
         assert post(client, hub_payload()).status_code == 202
@@ -254,7 +254,8 @@ def test_it_refuses_a_body_that_is_not_declared_as_json(client: Client) -> None:
 
 
 def test_it_answers_503_with_retry_after_when_the_task_queue_is_down(client: Client) -> None:
-    with mock.patch.object(tasks.sync_package, "delay_on_commit", side_effect=KombuOperationalError("down")):
+    down = KombuOperationalError("down")
+    with mock.patch.object(tasks.sync_package_task, "delay_on_commit", side_effect=down):
         response = post(client, hub_payload())
     assert response.status_code == 503
     assert int(response["Retry-After"]) > 0 and "queue" in response.json()["error"]

@@ -48,7 +48,7 @@ def new_token() -> str:
     return TOKEN_PREFIX + secrets.token_urlsafe(32)
 
 
-def node_create(name: str) -> IssuedToken:
+def create_node(name: str) -> IssuedToken:
     name = name.strip()
     if not name or len(name) > 100:
         raise NodeError("A node name must be 1 to 100 characters.")
@@ -63,7 +63,7 @@ def node_create(name: str) -> IssuedToken:
     return IssuedToken(node=node, token=token)
 
 
-def node_rotate_token(node: Node) -> IssuedToken:
+def rotate_node_token(node: Node) -> IssuedToken:
     """Give the node a fresh token; the old one stops working at once. Also un-revokes it."""
     token = new_token()
     node.token_hash = hash_token(token)
@@ -73,20 +73,20 @@ def node_rotate_token(node: Node) -> IssuedToken:
     return IssuedToken(node=node, token=token)
 
 
-def node_revoke(node: Node) -> None:
+def revoke_node(node: Node) -> None:
     if node.revoked_at is None:
         node.revoked_at = timezone.now()
         node.save(update_fields=["revoked_at"])
 
 
-def node_get(name: str) -> Node:
+def get_node(name: str) -> Node:
     try:
         return Node.objects.get(name=name)
     except Node.DoesNotExist:
         raise NodeError(f"No node is named {name!r}.") from None
 
 
-def node_authenticate(token: str) -> Node | None:
+def authenticate_node(token: str) -> Node | None:
     """The active node holding this token, or None. The digest compare is constant-time."""
     if not token.startswith(TOKEN_PREFIX) or len(token) > 200:
         return None
@@ -97,7 +97,7 @@ def node_authenticate(token: str) -> Node | None:
     return node
 
 
-def node_touch(node: Node) -> None:
+def touch_node(node: Node) -> None:
     """Record that the node was seen, at most once a minute."""
     now = timezone.now()
     if node.last_seen_at is None or now - node.last_seen_at >= LAST_SEEN_RESOLUTION:
@@ -105,7 +105,7 @@ def node_touch(node: Node) -> None:
         node.last_seen_at = now
 
 
-def node_rate_limit(node: Node) -> int | None:
+def count_node_request(node: Node) -> int | None:
     """Count one request in the node's fixed one-minute window; seconds to wait if over the limit.
 
     The count lives in the Django cache, so it is shared by all web workers when the cache is
@@ -115,7 +115,7 @@ def node_rate_limit(node: Node) -> int | None:
     return _over_limit(f"meshdash:rate:{node.pk}", limit, 1)
 
 
-def node_span_limit(node: Node, spans: int) -> int | None:
+def count_node_spans(node: Node, spans: int) -> int | None:
     """Count an export's spans in the node's one-minute span budget (MESHDASH_NODE_SPAN_RATE_LIMIT);
     seconds to wait if over it. One request may carry thousands of spans: they are what costs."""
     return _over_limit(f"meshdash:spans:{node.pk}", settings.MESHDASH_NODE_SPAN_RATE_LIMIT, spans)

@@ -6,7 +6,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from packages_app.nodes.identity import NodeError, node_create
+from packages_app.nodes.identity import NodeError, create_node
 
 
 class Command(BaseCommand):
@@ -17,7 +17,7 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         try:
-            issued = node_create(options["name"])
+            issued = create_node(options["name"])
         except NodeError as exc:
             raise CommandError(str(exc)) from None
         self.stdout.write(f"Created node {issued.node.name!r}. Its token is shown only now:")

@@ -6,7 +6,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from packages_app.nodes.identity import NodeError, node_get, node_revoke
+from packages_app.nodes.identity import NodeError, get_node, revoke_node
 
 
 class Command(BaseCommand):
@@ -17,8 +17,8 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         try:
-            node = node_get(options["name"])
+            node = get_node(options["name"])
         except NodeError as exc:
             raise CommandError(str(exc)) from None
-        node_revoke(node)
+        revoke_node(node)
         self.stdout.write(f"Revoked node {node.name!r}; its token no longer works.")

@@ -6,7 +6,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from packages_app.nodes.identity import NodeError, node_get, node_rotate_token
+from packages_app.nodes.identity import NodeError, get_node, rotate_node_token
 
 
 class Command(BaseCommand):
@@ -17,7 +17,7 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         try:
-            issued = node_rotate_token(node_get(options["name"]))
+            issued = rotate_node_token(get_node(options["name"]))
         except NodeError as exc:
             raise CommandError(str(exc)) from None
         self.stdout.write(f"New token for node {issued.node.name!r}; the old one no longer works:")

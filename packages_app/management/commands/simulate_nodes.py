@@ -91,7 +91,7 @@ def node_tokens() -> dict[str, str]:
     tokens = {}
     for name in NODE_NAMES:
         node = Node.objects.filter(name=name).first()
-        issued = nodes.node_rotate_token(node) if node else nodes.node_create(name)
+        issued = nodes.rotate_node_token(node) if node else nodes.create_node(name)
         tokens[name] = issued.token
     return tokens
 
