@@ -10,9 +10,12 @@ The count is kept in time slices (``SLICE`` seconds): a check adds its weight to
 counter, the bytes in flight are the sum of the last ``SLICES`` counters, and the end of the check takes
 its weight back from the slice it added to. A worker killed mid-check (gunicorn's timeout, the OOM killer)
 never gives its weight back: that slice expires, so a lost lease is forgotten within SLICE x SLICES
-seconds instead of shrinking the budget forever. Adding first and reading after means two racing checks
-may both be refused, never both admitted over the budget. The cache being down lets checks through (like
-the rate limiter): a cache outage must not take the check page down.
+seconds instead of shrinking the budget forever. A check is judged on the counter its own atomic add
+returned (what was in flight before it, plus itself), not on a read made after others added too: of
+twelve racing checks the first to add are admitted, the rest refused, and the admitted never exceed the
+budget (a refused check's weight counts against later ones until it is given back, which only errs on
+the side of refusing). The cache being down lets checks through (like the rate limiter): a cache outage
+must not take the check page down.
 """
 
 from __future__ import annotations
@@ -67,9 +70,10 @@ def reserve(size: int) -> Iterator[None]:
         yield
         return
     taken = weight(size, budget)
-    key = _slice_key(int(time.time() // SLICE))
+    index = int(time.time() // SLICE)
+    key = _slice_key(index)
     try:
-        in_flight = _add(key, taken)
+        in_flight = _add(key, index, taken)
     except Exception:  # the cache is down: let the check through (it is still rate-limited per address)
         log.warning("check budget cache unavailable; letting a %d-byte check through", size, exc_info=True)
         yield
@@ -94,14 +98,17 @@ def _slice_key(index: int) -> str:
     return f"{KEY}{index}"
 
 
-def _add(key: str, taken: int) -> int:
-    """Add ``taken`` to this slice's counter; the sum of the live slices after it."""
+def _add(key: str, index: int, taken: int) -> int:
+    """Add ``taken`` to this slice's counter; what is in flight up to and including this check: the
+    counter the atomic add returned, plus the earlier live slices."""
     cache.add(key, 0, timeout=SLICE * (SLICES + 1))
     try:
-        cache.incr(key, taken)
+        counted = int(cache.incr(key, taken))
     except ValueError:  # expired between add and incr
-        cache.add(key, taken, timeout=SLICE * (SLICES + 1))
-    return in_flight()
+        cache.add(key, 0, timeout=SLICE * (SLICES + 1))
+        counted = int(cache.incr(key, taken))
+    earlier = cache.get_many([_slice_key(index - i) for i in range(1, SLICES)])
+    return counted + sum(int(v) for v in earlier.values())
 
 
 def _give_back(key: str, taken: int) -> None:
