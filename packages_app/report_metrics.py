@@ -16,6 +16,7 @@ their migration.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -92,24 +93,29 @@ METRICS: tuple[ReportMetric, ...] = (
 BY_NAME = {metric.name: metric for metric in METRICS}
 
 
-def plausible_bounds() -> dict[str, tuple[float, float]]:
+def _table(metrics: Sequence[ReportMetric] | None) -> Sequence[ReportMetric]:
+    # Read at call time, so a test can hand a table with one more row to every derived list.
+    return METRICS if metrics is None else metrics
+
+
+def plausible_bounds(metrics: Sequence[ReportMetric] | None = None) -> dict[str, tuple[float, float]]:
     """What a node may send, with its plausibility bounds (the schema's PLAUSIBLE)."""
-    return {m.name: m.bound for m in METRICS if not m.derived and m.bound is not None}
+    return {m.name: m.bound for m in _table(metrics) if not m.derived and m.bound is not None}
 
 
-def stored_columns() -> tuple[str, ...]:
+def stored_columns(metrics: Sequence[ReportMetric] | None = None) -> tuple[str, ...]:
     """The Report columns ingest fills from ``timings``."""
-    return tuple(m.name for m in METRICS if m.stored)
+    return tuple(m.name for m in _table(metrics) if m.stored)
 
 
-def shown_columns() -> tuple[str, ...]:
+def shown_columns(metrics: Sequence[ReportMetric] | None = None) -> tuple[str, ...]:
     """The metric columns of the recent reports table and the reports CSV."""
-    return tuple(m.name for m in METRICS if m.shown)
+    return tuple(m.name for m in _table(metrics) if m.shown)
 
 
-def sketched() -> tuple[ReportMetric, ...]:
+def sketched(metrics: Sequence[ReportMetric] | None = None) -> tuple[ReportMetric, ...]:
     """The metrics the rollups keep count, sum, min, max and a sketch of, in their column order."""
-    return tuple(m for m in METRICS if m.aggregation == "sketch")
+    return tuple(m for m in _table(metrics) if m.aggregation == "sketch")
 
 
 def axis_title(name: str, aggregate: str = "median") -> str:

@@ -307,21 +307,26 @@ def _alert(nodes: NodeTotals, unused: int) -> Alert | None:
     return Alert(message=message, reports=unused, nodes=count)
 
 
-RECENT_FIELDS = (
-    "received_at",
-    "observed_at",
-    "clock_skew_flagged",
-    "node_name",
-    "requested_strategy",
-    "effective_strategy",
-    "mtp_source",
-    "mtp_used",
-    "stage_splits",
-    *report_metrics.shown_columns(),
-    "timings_flagged",
-    "source",
-    "run_id",
-)
+def recent_fields(metrics: Sequence[report_metrics.ReportMetric] | None = None) -> tuple[str, ...]:
+    """The columns of the recent reports table: the report's context, then the table's shown metrics."""
+    return (
+        "received_at",
+        "observed_at",
+        "clock_skew_flagged",
+        "node_name",
+        "requested_strategy",
+        "effective_strategy",
+        "mtp_source",
+        "mtp_used",
+        "stage_splits",
+        *report_metrics.shown_columns(metrics),
+        "timings_flagged",
+        "source",
+        "run_id",
+    )
+
+
+RECENT_FIELDS = recent_fields()
 
 
 def _recent(revision_id: int) -> list[dict[str, Any]]:

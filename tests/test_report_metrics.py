@@ -6,10 +6,11 @@ from __future__ import annotations
 import typing
 
 import pytest
+from pydantic import ValidationError
 
 from packages_app import report_metrics, reports, rollups, throughput, views_fleet
 from packages_app.models import Report, Rollup
-from packages_app.nodes.report_schema import PLAUSIBLE, StrictNumber, Timings
+from packages_app.nodes.report_schema import PLAUSIBLE, StrictNumber, Timings, build_timings
 from packages_app.report_metrics import METRICS, ReportMetric
 
 SENT = [m for m in METRICS if not m.derived]
@@ -66,20 +67,61 @@ def test_recent_reports_and_the_csv_show_exactly_the_shown_metrics() -> None:
     assert [c for c in views_fleet.REPORT_COLUMNS if c in report_metrics.BY_NAME] == shown
 
 
-def test_a_new_sketched_metric_reaches_every_surface_through_the_table_alone() -> None:
-    extra = ReportMetric(
-        "extra_per_second", "float", "tokens/s", "Extra tokens/s", "sketch", (0, 1), True, True, "extra"
-    )
-    table = (*METRICS, extra)
-    original = report_metrics.METRICS
-    try:
-        report_metrics.METRICS = table
-        assert "extra_per_second" in report_metrics.plausible_bounds()
-        assert "extra_per_second" in report_metrics.stored_columns()
-        assert "extra_per_second" in report_metrics.shown_columns()
-        assert extra in report_metrics.sketched()
-    finally:
-        report_metrics.METRICS = original
+EXTRA = ReportMetric(
+    "extra_per_second", "float", "tokens/s", "Extra tokens/s", "sketch", (0, 1), True, True, "extra"
+)
+EXTRA_COUNT = ReportMetric("extra_n", "int", "tokens", "Extra tokens", bound=(0, 10))
+
+
+def test_a_new_row_reaches_the_derived_lists_through_the_table_alone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(report_metrics, "METRICS", (*METRICS, EXTRA))
+    assert report_metrics.plausible_bounds()["extra_per_second"] == (0, 1)
+    assert report_metrics.stored_columns()[-1] == "extra_per_second"
+    assert report_metrics.shown_columns()[-1] == "extra_per_second"
+    assert report_metrics.sketched()[-1] is EXTRA
+    # The lists read the table when asked, never a copy taken at import.
+    monkeypatch.setattr(report_metrics, "METRICS", METRICS)
+    assert "extra_per_second" not in report_metrics.stored_columns()
+
+
+def test_a_new_row_is_a_typed_documented_field_of_the_report_schema() -> None:
+    model = build_timings((*METRICS, EXTRA, EXTRA_COUNT))
+    assert set(model.model_fields) == {m.name for m in SENT} | {"extra_per_second", "extra_n"}
+    schema = model.model_json_schema()["properties"]
+    assert schema["extra_per_second"]["anyOf"][0] == {"type": "number"}
+    assert schema["extra_n"]["anyOf"][0] == {"type": "integer"}
+    assert schema["extra_n"]["description"].startswith("Extra tokens.")
+    # Typed as the table says: strict, so a string or a fraction for a count is refused, naming the key.
+    assert model.model_validate({"extra_n": 3, "extra_per_second": 2}).extra_n == 3  # type: ignore[attr-defined]
+    with pytest.raises(ValidationError) as refused:
+        model.model_validate({"extra_n": 1.5})
+    assert refused.value.errors()[0]["loc"] == ("extra_n",)
+    with pytest.raises(ValidationError):
+        model.model_validate({"extra_per_second": "fast"})
+    # Without the row, the key is just an unknown counter: kept, untyped.
+    assert "extra_n" not in Timings.model_fields
+    assert Timings.model_validate({"extra_n": 1.5}).model_extra == {"extra_n": 1.5}
+
+
+def test_the_derived_metric_is_no_schema_field() -> None:
+    derived = [m.name for m in METRICS if m.derived]
+    assert derived and not set(derived) & set(Timings.model_fields)
+
+
+def test_a_new_shown_row_is_a_column_of_the_recent_reports_and_the_csv() -> None:
+    table = (*METRICS, EXTRA)
+    recent = throughput.recent_fields(table)
+    csv = views_fleet.report_columns(table)
+    assert "extra_per_second" in recent and "extra_per_second" in csv
+    # After the metrics already shown, before the trailing context columns.
+    assert recent.index("extra_per_second") == recent.index("predicted_n") + 1
+    assert csv.index("extra_per_second") == csv.index("predicted_n") + 1
+    # The real lists are these functions on the real table, and an unshown row stays out.
+    assert throughput.recent_fields() == throughput.RECENT_FIELDS
+    assert views_fleet.report_columns() == views_fleet.REPORT_COLUMNS
+    assert "extra_n" not in views_fleet.report_columns((*METRICS, EXTRA_COUNT))
 
 
 def test_axis_titles_come_from_the_table() -> None:
