@@ -4,14 +4,15 @@ a new charted metric is a row of packages_app.report_metrics, its model fields a
 from __future__ import annotations
 
 import typing
+from datetime import UTC, datetime
 
 import pytest
 from pydantic import ValidationError
 
 from packages_app import report_metrics, reports, rollups, throughput, views_fleet
 from packages_app.models import Report, Rollup
-from packages_app.nodes.report_schema import PLAUSIBLE, StrictNumber, Timings, build_timings
-from packages_app.report_metrics import METRICS, ReportMetric
+from packages_app.nodes.report_schema import ACCEPTED_OF, PLAUSIBLE, StrictNumber, Timings, build_timings
+from packages_app.report_metrics import COUNT, METRICS, ReportMetric
 
 SENT = [m for m in METRICS if not m.derived]
 
@@ -134,3 +135,53 @@ def test_the_charts_and_the_recent_reports_table_take_their_labels_from_the_tabl
     figure = charts.throughput_timeline_figure([])
     assert figure["layout"]["yaxis"]["title"]["text"] == "Decode tokens/s (median)"
     assert f"{report_metrics.BY_NAME['predicted_per_second'].label} (median)" == charts.TPS_AXIS
+
+
+def test_the_rollup_counters_and_the_acceptance_ratio_come_from_the_table() -> None:
+    sums = report_metrics.summed()
+    # mesh-llm's speculative_* first, llama-server's draft_n* when a report has no speculative_*.
+    assert sums == {
+        "proposed": ("speculative_proposed_n", "draft_n"),
+        "accepted": ("speculative_accepted_n", "draft_n_accepted"),
+        "windows": ("speculative_windows",),
+    }
+    assert sums == rollups.SUMS
+    assert rollups.SUMMED[3:] == tuple(sums)
+    assert rollups.RATIOS == {"acceptance": ("accepted", "proposed")}
+    columns = {f.name for f in Rollup._meta.get_fields()}
+    assert set(sums) <= columns
+    assert {name for names in sums.values() for name in names} <= set(rollups.SOURCE_FIELDS)
+    # The schema flags a numerator above its denominator for exactly these pairs.
+    assert report_metrics.agreeing_pairs() == (
+        ("speculative_accepted_n", "speculative_proposed_n"),
+        ("draft_n_accepted", "draft_n"),
+    )
+    assert report_metrics.agreeing_pairs() == ACCEPTED_OF
+
+
+def test_a_new_summed_source_joins_its_counter_after_the_ones_before_it() -> None:
+    other = ReportMetric("other_accepted_n", "int", "tokens", "Other", "sum", COUNT, True, total="accepted")
+    other_proposed = ReportMetric(
+        "other_proposed_n", "int", "tokens", "Other", "sum", COUNT, True, total="proposed"
+    )
+    table = (*METRICS, other, other_proposed)
+    assert report_metrics.summed(table)["accepted"][-1] == "other_accepted_n"
+    assert report_metrics.agreeing_pairs(table)[-1] == ("other_accepted_n", "other_proposed_n")
+    # A numerator source without its denominator cannot be paired: refused, not silently dropped.
+    with pytest.raises(ValueError, match="zip"):
+        report_metrics.agreeing_pairs((*METRICS, other))
+
+
+def test_the_python_path_takes_the_first_source_of_each_counter_and_the_ratio_of_totals() -> None:
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    both = Report(
+        received_at=at, speculative_proposed_n=80, speculative_accepted_n=50, draft_n=10, draft_n_accepted=1
+    )
+    figures = rollups.Figures.of(both)
+    assert (figures.proposed, figures.accepted, figures.windows) == (80, 50, 0)
+    assert dict((v[0], v[1]) for v in figures.values if v)["acceptance"] == 50 / 80
+    llama = rollups.Figures.of(Report(received_at=at, draft_n=60, draft_n_accepted=30))
+    assert (llama.proposed, llama.accepted) == (60, 30)
+    assert dict((v[0], v[1]) for v in llama.values if v)["acceptance"] == 0.5
+    none = rollups.Figures.of(Report(received_at=at, speculative_accepted_n=3))
+    assert "acceptance" not in {v[0] for v in none.values if v}

@@ -248,7 +248,7 @@ else:
 
 
 # (accepted, proposed): counters that must agree, as the node derives one from the other.
-ACCEPTED_OF = (("speculative_accepted_n", "speculative_proposed_n"), ("draft_n_accepted", "draft_n"))
+ACCEPTED_OF = report_metrics.agreeing_pairs()
 PAIRED_KEYS = frozenset(key for pair in ACCEPTED_OF for key in pair)
 
 
