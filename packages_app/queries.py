@@ -142,12 +142,12 @@ def catalog_throughput_for(revision_ids: list[int]) -> dict[int, throughput.Cata
 
 
 def revision_throughput_for(
-    revision: Revision, page: bool = True, since: datetime | None = None
+    revision: Revision, page: bool = True, since: datetime | None = None, until: datetime | None = None
 ) -> throughput.RevisionThroughput | None:
     """The revision's throughput figures (from the rollups: no cache needed), or None while no node
     has reported running it; ``page=False`` without the series and recent reports (the JSON API);
-    ``since``: the time series from then on."""
-    return throughput.revision_throughput(revision.pk, page=page, since=since)
+    ``since`` and ``until``: the time series between them."""
+    return throughput.revision_throughput(revision.pk, page=page, since=since, until=until)
 
 
 def first_served(revisions: list[Revision]) -> dict[int, datetime]:

@@ -123,15 +123,21 @@ def time_bucket(span: timedelta) -> str:
 
 
 def revision_throughput(
-    revision_id: int, *, bucket: str | None = None, page: bool = True, since: datetime | None = None
+    revision_id: int,
+    *,
+    bucket: str | None = None,
+    page: bool = True,
+    since: datetime | None = None,
+    until: datetime | None = None,
 ) -> RevisionThroughput | None:
     """The revision's figures, or None while no node has reported running it.
 
     ``bucket`` defaults to one that suits the span of the reports; hour buckets need hour rollups,
     which are kept MESHDASH_ROLLUP_HOURLY_DAYS: an older revision is shown by day instead.
     ``page=False`` leaves out what only the HTML page shows (the time series and the recent raw
-    reports): the JSON API does not pay for them. ``since`` limits the time series to the buckets from
-    then on, and picks the bucket from that range; the other figures stay over every report.
+    reports): the JSON API does not pay for them. ``since`` and ``until`` limit the time series to the
+    buckets from ``since`` on and starting before ``until``, and pick the bucket from that range; the
+    other figures stay over every report.
     """
     if bucket is not None and bucket not in BUCKETS:
         raise ValueError(f"bucket must be one of {', '.join(BUCKETS)}, not {bucket!r}")
@@ -144,7 +150,8 @@ def revision_throughput(
         return None
     first_at, last_at = min(c["first_at"] for c in totals), max(c["last_at"] for c in totals)
     start = max(first_at, since) if since is not None else first_at
-    bucket = bucket or time_bucket(last_at - start)
+    end = min(last_at, until) if until is not None else last_at
+    bucket = bucket or time_bucket(max(end - start, timedelta(0)))
     if bucket == "hour" and start < hourly_since():
         bucket = "day"
     sums = _add_up(totals)
@@ -154,7 +161,7 @@ def revision_throughput(
         first_at=first_at,
         last_at=last_at,
         bucket=bucket,
-        series=_series(revision_id, bucket, since) if page else [],
+        series=_series(revision_id, bucket, since, until) if page else [],
         by_strategy=_by_strategy(totals),
         mtp_on=_mtp(totals, used=True),
         mtp_off=_mtp(totals, used=False),
@@ -248,13 +255,17 @@ def _strategy(name: str, cells: list[dict[str, Any]]) -> StrategyFigures:
     return StrategyFigures(strategy=name, reports=sums["reports"], tps=tps, **_rates(sums))
 
 
-def _series(revision_id: int, bucket: str, since: datetime | None = None) -> list[Point]:
+def _series(
+    revision_id: int, bucket: str, since: datetime | None = None, until: datetime | None = None
+) -> list[Point]:
     """Median decode rate and reports per (bucket, strategy, topology), from hour or day cells; from the
-    cell that holds ``since`` on, when it is given."""
+    cell that holds ``since`` on and the cells that start before ``until``, when they are given."""
     grain = Rollup.Grain.HOUR if bucket == "hour" else Rollup.Grain.DAY
     cells = _cells(revision_id, grain)
     if since is not None:
         cells = cells.filter(bucket_start__gte=bucket_start(since, grain.value))
+    if until is not None:
+        cells = cells.filter(bucket_start__lt=until)
     rows = cells.annotate(tps=stored("tps_sketch")).values_list(
         "bucket_start", "strategy", "stage_splits", "reports", "tps"
     )

@@ -320,3 +320,16 @@ def figures(revision_id: int, bucket: str | None = None) -> throughput.RevisionT
     result = revision_throughput(revision_id, bucket=bucket)
     assert result is not None
     return result
+
+
+def test_a_time_range_with_an_end_keeps_the_series_before_it_and_the_totals_over_every_report(
+    first: Revision, node_a: Node
+) -> None:
+    add(node_a, first, tps=3.0)
+    add(node_a, first, tps=5.0, at=T0 + timedelta(days=10))
+    ranged = revision_throughput(first.pk, since=T0 - timedelta(days=1), until=T0 + timedelta(days=9))
+    assert ranged is not None
+    assert [p.bucket.date() for p in ranged.series] == [T0.date()]
+    assert ranged.reports == 2
+    # Control: without the end both days are drawn.
+    assert len(revision_throughput(first.pk, since=T0 - timedelta(days=1)).series) == 2  # type: ignore[union-attr]
