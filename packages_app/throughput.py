@@ -135,9 +135,11 @@ def revision_throughput(
     ``bucket`` defaults to one that suits the span of the reports; hour buckets need hour rollups,
     which are kept MESHDASH_ROLLUP_HOURLY_DAYS: an older revision is shown by day instead.
     ``page=False`` leaves out what only the HTML page shows (the time series and the recent raw
-    reports): the JSON API does not pay for them. ``since`` and ``until`` limit the time series to the
-    buckets from ``since`` on and starting before ``until``, and pick the bucket from that range; the
-    other figures stay over every report.
+    reports): the JSON API does not pay for them. ``since`` and ``until`` limit the time series, the
+    MTP on/off and per-strategy figures, the acceptance figures and the prompt rate to the buckets from
+    ``since`` on and starting before ``until`` (hour buckets while the hourly rollups cover ``since``,
+    else whole UTC days), and pick the series' bucket from that range; ``reports``, ``first_at``,
+    ``last_at``, the nodes' plans, the alert and the recent reports stay over every report.
     """
     if bucket is not None and bucket not in BUCKETS:
         raise ValueError(f"bucket must be one of {', '.join(BUCKETS)}, not {bucket!r}")
@@ -155,6 +157,8 @@ def revision_throughput(
     if bucket == "hour" and start < hourly_since():
         bucket = "day"
     sums = _add_up(totals)
+    ranged = page and (since is not None or until is not None)
+    figured = _range_cells(revision_id, since, until) if ranged else totals
     nodes = _node_totals(revision_id)
     return RevisionThroughput(
         reports=sums["reports"],
@@ -162,11 +166,11 @@ def revision_throughput(
         last_at=last_at,
         bucket=bucket,
         series=_series(revision_id, bucket, since, until) if page else [],
-        by_strategy=_by_strategy(totals),
-        mtp_on=_mtp(totals, used=True),
-        mtp_off=_mtp(totals, used=False),
-        **_rates(sums),
-        prompt_tps=sketch.median(_merged(totals, "prompt")),
+        by_strategy=_by_strategy(figured),
+        mtp_on=_mtp(figured, used=True),
+        mtp_off=_mtp(figured, used=False),
+        **_rates(_add_up(figured)),
+        prompt_tps=sketch.median(_merged(figured, "prompt")),
         stage_splits=sorted({c["stage_splits"] for c in totals} - {""}),
         recent=_recent(revision_id) if page else [],
         plans=_plans(nodes),
@@ -192,6 +196,20 @@ _TOTAL_FIELDS = (
     "prompt",
 )
 ADDED_UP = ("reports", "unused", "accepted", "proposed", "windows")
+
+
+def _range_cells(revision_id: int, since: datetime | None, until: datetime | None) -> list[dict[str, Any]]:
+    """The every-node cells of a time range, shaped as the total cells: hour cells when the hourly
+    rollups reach back to ``since``, else day cells (the range's first day counted whole)."""
+    grain = Rollup.Grain.HOUR if since is not None and since >= hourly_since() else Rollup.Grain.DAY
+    cells = _cells(revision_id, grain)
+    if since is not None:
+        cells = cells.filter(bucket_start__gte=bucket_start(since, grain.value))
+    if until is not None:
+        cells = cells.filter(bucket_start__lt=until)
+    return list(
+        cells.annotate(tps=stored("tps_sketch"), prompt=stored("prompt_sketch")).values(*_TOTAL_FIELDS)
+    )
 
 
 def _cells(revision_id: int, grain: str) -> QuerySet[Rollup]:

@@ -448,6 +448,8 @@ def test_a_custom_range_keeps_its_dates_and_draws_only_the_days_between_them(
     assert 'name="start" value="2026-03-01"' in body and 'name="end" value="2026-03-05"' in body
     days = {x[:10] for trace in _timeline(body)["data"] for x in trace["x"]}
     assert days == {"2026-03-01", "2026-03-05"}  # the end day is included, 03-20 is out
+    assert "the figures and charts below cover this range" in body
+    assert "tok/s · 8 reports" in body and "tok/s · 12 reports" not in body  # MTP off: 4 a day, two days
     assert 'id="range-error"' not in body
     # An open end: from 03-05 on.
     later = _timeline(text(client.get(three_days + "&range=custom&start=2026-03-05")))
@@ -483,6 +485,7 @@ def test_a_bad_range_says_what_is_wrong_and_shows_every_report(
     error = re.search(r'<p class="error-box" role="alert" id="range-error">(.*?)</p>', body, re.S)
     assert error and message in error.group(1)
     assert "Showing every report." in error.group(1)
+    assert "tok/s · 12 reports" in body  # the figures too are over every report
     days = {x[:10] for trace in _timeline(body)["data"] for x in trace["x"]}
     assert days == {"2026-03-01", "2026-03-05", "2026-03-20"}
 
