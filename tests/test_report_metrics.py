@@ -93,7 +93,16 @@ def test_a_new_row_is_a_typed_documented_field_of_the_report_schema() -> None:
     schema = model.model_json_schema()["properties"]
     assert schema["extra_per_second"]["anyOf"][0] == {"type": "number"}
     assert schema["extra_n"]["anyOf"][0] == {"type": "integer"}
-    assert schema["extra_n"]["description"].startswith("Extra tokens.")
+    assert (
+        schema["extra_n"]["description"]
+        == "Extra tokens. Outside 0..10 it is stored and flagged, not refused."
+    )
+    assert schema["extra_per_second"]["description"].startswith("Extra tokens/s. Outside 0..1 ")
+    # A row without a bound is typed and described by its label and unit alone.
+    unbounded = ReportMetric("extra_ms", "float", "ms", "Extra time")
+    assert build_timings((unbounded,)).model_json_schema()["properties"]["extra_ms"]["description"] == (
+        "Extra time, in ms."
+    )
     # Typed as the table says: strict, so a string or a fraction for a count is refused, naming the key.
     assert model.model_validate({"extra_n": 3, "extra_per_second": 2}).extra_n == 3  # type: ignore[attr-defined]
     with pytest.raises(ValidationError) as refused:
