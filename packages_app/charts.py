@@ -376,14 +376,23 @@ def _one_bucket_figure(
         "textposition": "outside",
         # Narrow bars: one or two values should not read as a wall of colour.
         "width": [0.4] * len(names),
-        "customdata": [_as_int(points[0].get("reports")) for _, points in lines],
+        "customdata": [[_as_int(points[0].get("reports")), *_who(key)] for key, points in lines],
         "marker": {"color": [SERIES_COLOURS[i % len(SERIES_COLOURS)] for i in range(len(names))]},
-        "hovertemplate": "%{x}: %{y:.2f} tok/s from %{customdata} reports<extra></extra>",
+        "hovertemplate": "%{y:.2f} tok/s (median) from %{customdata[0]} reports" + WHO_HOVER,
         "name": "median decode tokens/s",
     }
     title = f"Decode throughput: every report in the {bucket} of {moment} UTC"
     layout = _layout(title, "Strategy @ topology", TPS_AXIS, showlegend=False)
     return {"data": [bars], "layout": layout}
+
+
+# The hover of a timeline point or bar names what it is the median of (the series is over every node).
+WHO_HOVER = "<br>strategy: %{customdata[1]}<br>topology: %{customdata[2]}<br>nodes: every node<extra></extra>"
+
+
+def _who(key: tuple[str, str]) -> list[str]:
+    strategy, topology = key
+    return [plain(strategy), plain(topology or "not reported")]
 
 
 def _timeline_trace(key: tuple[str, str], points: list[dict[str, Any]], index: int) -> dict[str, Any]:
@@ -401,8 +410,8 @@ def _timeline_trace(key: tuple[str, str], points: list[dict[str, Any]], index: i
         "legendgroup": plain(f"{strategy} @ {topology}" if topology else strategy),
         "x": [plotly_time(p.get("bucket")) for p in points],
         "y": [_as_float(p.get("tps")) for p in points],
-        "customdata": [_as_int(p.get("reports")) for p in points],
-        "hovertemplate": "%{x}<br>%{y:.2f} tok/s from %{customdata} reports<extra>%{fullData.name}</extra>",
+        "customdata": [[_as_int(p.get("reports")), *_who(key)] for p in points],
+        "hovertemplate": "%{x}<br>%{y:.2f} tok/s (median) from %{customdata[0]} reports" + WHO_HOVER,
         "line": {"color": SERIES_COLOURS[index % len(SERIES_COLOURS)]},
     }
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
 
 from django import forms
@@ -14,6 +15,7 @@ from packages_app.audit.releases import known_releases
 from packages_app.layout import MAX_MANIFEST_BYTES
 from packages_app.models import Revision
 from packages_app.queries import ANY_INCONSISTENT, ANY_NEEDS_ACTION, NOT_AUDITED, CatalogFilters
+from packages_app.throughput import RANGES
 from packages_app.verdicts import STATUSES_BY_RANK, VERDICTS
 
 SORTS = {
@@ -192,3 +194,67 @@ class CheckManifestForm(forms.Form):
 
     def error_sentences(self) -> list[str]:
         return [str(e) for errors in self.errors.values() for e in errors]
+
+
+# What the package page's range picker offers for its timeline, by its ``?range=`` value.
+TIME_RANGE_LABELS = {
+    "": "every report",
+    "24h": "the last 24 h",
+    "7d": "the last 7 days",
+    "30d": "the last 30 days",
+    "custom": "these dates (UTC)",
+}
+FIRST_DAY = date(2000, 1, 1)  # as the report schema: a report observed outside 2000..2100 is refused
+LAST_DAY = date(2099, 12, 31)
+
+
+def _day_field(label: str) -> forms.DateField:
+    return forms.DateField(
+        label=label,
+        required=False,
+        input_formats=["%Y-%m-%d"],
+        error_messages={"invalid": f"{label} should be a date like 2026-11-30."},
+        widget=forms.DateInput(
+            attrs={"type": "date", "min": FIRST_DAY.isoformat(), "max": LAST_DAY.isoformat()}
+        ),
+    )
+
+
+class TimeRangeForm(forms.Form):
+    """The package page's timeline range: ``?range=24h|7d|30d``, or ``?range=custom&start=&end=`` with
+    UTC days (both included; either may be left empty for an open end). Anything else is an error
+    message on the page and the timeline of every report, never a 500."""
+
+    range = forms.ChoiceField(
+        choices=list(TIME_RANGE_LABELS.items()),
+        required=False,
+        error_messages={"invalid_choice": "Unknown time range %(value)s: pick 24h, 7d, 30d or custom dates."},
+    )
+    start = _day_field("From")
+    end = _day_field("To")
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        start, end = data.get("start"), data.get("end")
+        if data.get("range") != "custom" or self.errors:
+            return data
+        for day in (start, end):
+            if day is not None and not FIRST_DAY <= day <= LAST_DAY:
+                raise ValidationError(f"Dates should be between {FIRST_DAY} and {LAST_DAY}, not {day}.")
+        if start is not None and end is not None and start > end:
+            raise ValidationError(f"From ({start}) is after To ({end}): the range would be empty.")
+        return data
+
+    def window(self, now: datetime) -> tuple[str, datetime | None, datetime | None]:
+        """(range, since, until) for the timeline; ("", None, None): every report (also when invalid)."""
+        if not self.is_valid():
+            return "", None, None
+        chosen = self.cleaned_data.get("range") or ""
+        if chosen in RANGES:
+            return chosen, now - RANGES[chosen], None
+        if chosen != "custom":
+            return "", None, None
+        start, end = self.cleaned_data.get("start"), self.cleaned_data.get("end")
+        since = datetime.combine(start, time.min, UTC) if start else None
+        until = datetime.combine(end + timedelta(days=1), time.min, UTC) if end else None
+        return chosen, since, until

@@ -49,6 +49,10 @@ EPOCH = datetime(1970, 1, 1, tzinfo=UTC)  # the one bucket of the total grain
 # The sketched metrics, by their Rollup column prefix ("tps"), from the metrics table.
 SKETCHED = report_metrics.sketched()
 METRICS = tuple(m.rollup for m in SKETCHED)
+# The Rollup counters the reports add up ("accepted", "proposed", "windows"), each from the first of
+# its source columns a report has, from the metrics table; and the derived metrics' ratios of them.
+SUMS = report_metrics.summed()
+RATIOS = {m.name: m.ratio for m in SKETCHED if m.derived}
 # The Report columns a rollup reads (the link paths fetch only these).
 SOURCE_FIELDS = (
     "id",
@@ -61,11 +65,7 @@ SOURCE_FIELDS = (
     "mtp_used",
     "source",
     *(m.name for m in SKETCHED if not m.derived),
-    "speculative_accepted_n",
-    "draft_n_accepted",
-    "speculative_proposed_n",
-    "draft_n",
-    "speculative_windows",
+    *(name for names in SUMS.values() for name in names),
     "topology_id",
 )
 UPSERT_ROWS = 200
@@ -217,17 +217,16 @@ class Figures:
 
     @classmethod
     def of(cls, row: Report) -> Figures:
-        accepted = _first(row.speculative_accepted_n, row.draft_n_accepted)
-        proposed = _first(row.speculative_proposed_n, row.draft_n)
-        derived = {"acceptance": (accepted or 0) / proposed if proposed else None}
+        totals = {total: _first(*(getattr(row, name) for name in names)) for total, names in SUMS.items()}
+        derived = {name: _ratio(totals, *ratio) for name, ratio in RATIOS.items()}
         values = [derived[m.name] if m.derived else getattr(row, m.name) for m in SKETCHED]
         return cls(
             at=row.received_at,
             from_spans=int(row.source == Report.Source.OTLP),
             unused=int(shows_mtp_unused(bool(row.mtp_used), row.requested_strategy)),
-            accepted=accepted or 0,
-            proposed=proposed or 0,
-            windows=row.speculative_windows or 0,
+            accepted=totals["accepted"] or 0,
+            proposed=totals["proposed"] or 0,
+            windows=totals["windows"] or 0,
             values=tuple(
                 None if v is None else (name, v, sketch.bin_of(v))
                 for name, v in zip(METRICS, values, strict=True)
@@ -255,6 +254,12 @@ def _later(a: datetime | None, b: datetime | None) -> datetime | None:
     return b if a is None else a if b is None else max(a, b)
 
 
+def _ratio(totals: dict[str, int | None], numerator: str, denominator: str) -> float | None:
+    # As the SQL path's CASE: a missing numerator counts as 0; no denominator, no ratio.
+    below = totals[denominator]
+    return (totals[numerator] or 0) / below if below else None
+
+
 def _first(*values: int | None) -> int | None:
     # As SQL's COALESCE: llama-server style nodes send draft_n*, mesh-llm sends speculative_*.
     return next((value for value in values if value is not None), None)
@@ -263,7 +268,7 @@ def _first(*values: int | None) -> int | None:
 # --- the upsert ----------------------------------------------------------------------------------
 
 KEY_COLUMNS = tuple(f"{name}_id" if name == "revision" else name for name in ROLLUP_KEY)
-SUMMED = ("reports", "from_spans", "unused", "accepted", "proposed", "windows")
+SUMMED = ("reports", "from_spans", "unused", *SUMS)
 METRIC_COLUMNS = tuple(f"{m}_{part}" for m in METRICS for part in ("n", "sum", "min", "max", "sketch"))
 COLUMNS = (*KEY_COLUMNS, *SUMMED, "first_at", "last_at", *METRIC_COLUMNS)
 
@@ -566,8 +571,13 @@ def _rebuild_serving_in_sql(cursor: Any, revision_ids: list[int]) -> None:
 
 def _rebuild_in_sql(cursor: Any, revision_ids: list[int]) -> int:
     keys = ", ".join(_KEY_SQL)
-    accepted = "COALESCE(speculative_accepted_n, draft_n_accepted, 0)"
-    proposed = "COALESCE(speculative_proposed_n, draft_n, 0)"
+    coalesced = {total: f"COALESCE({', '.join(names)}, 0)" for total, names in SUMS.items()}
+    counters = ", ".join(f"{expr} AS {total}" for total, expr in coalesced.items())
+    ratios = ", ".join(
+        f"CASE WHEN {coalesced[b]} <> 0 THEN {coalesced[a]}::float8 / {coalesced[b]} END AS {name}"
+        for name, (a, b) in RATIOS.items()
+    )
+    summed = ", ".join(f"sum({total}) AS {total}" for total in SUMS)
     non_mtp = ", ".join(f"'{choice}'" for choice in NON_MTP_CHOICES)
     totals = ", ".join(
         f"count({column}), COALESCE(sum({column}), 0), min({column}), max({column})"
@@ -596,10 +606,9 @@ def _rebuild_in_sql(cursor: Any, revision_ids: list[int]) -> int:
             SELECT revision_id, node_id, received_at, stage_splits, requested_strategy, effective_strategy,
                    mtp_used, topology_id, (source = 'otlp')::int AS from_spans,
                    (NOT mtp_used AND requested_strategy NOT IN ({non_mtp}))::int AS unused,
-                   {accepted} AS accepted, {proposed} AS proposed,
-                   COALESCE(speculative_windows, 0) AS windows,
+                   {counters},
                    {stored_metrics},
-                   CASE WHEN {proposed} <> 0 THEN {accepted}::float8 / {proposed} END AS acceptance,
+                   {ratios},
                    date_bin('1 hour', received_at, %(epoch)s) AS hour
             FROM {Report._meta.db_table} WHERE revision_id = ANY(%(revisions)s)
         ), cells AS MATERIALIZED (
@@ -613,7 +622,7 @@ def _rebuild_in_sql(cursor: Any, revision_ids: list[int]) -> int:
             WHERE g.bucket_start IS NOT NULL
         ), totals AS (
             SELECT {keys}, count(*) AS reports, sum(from_spans) AS from_spans, sum(unused) AS unused,
-                   sum(accepted) AS accepted, sum(proposed) AS proposed, sum(windows) AS windows,
+                   {summed},
                    min(received_at) AS first_at, max(received_at) AS last_at,
                    {totals}
             FROM cells GROUP BY {keys}
@@ -622,11 +631,9 @@ def _rebuild_in_sql(cursor: Any, revision_ids: list[int]) -> int:
             SELECT {keys}, {sketches} FROM binned GROUP BY {keys}
         )
         INSERT INTO {Rollup._meta.db_table} ({", ".join(COLUMNS)})
-        SELECT {", ".join(f"t.{k}" for k in _KEY_SQL)}, t.reports, t.from_spans, t.unused, t.accepted,
-               t.proposed, t.windows, t.first_at, t.last_at, {metric_columns}
-        FROM totals AS t (
-            {keys}, reports, from_spans, unused, accepted, proposed, windows, first_at, last_at, {total_names}
-        )
+        SELECT {", ".join(f"t.{k}" for k in _KEY_SQL)}, {", ".join(f"t.{c}" for c in SUMMED)},
+               t.first_at, t.last_at, {metric_columns}
+        FROM totals AS t ({keys}, {", ".join(SUMMED)}, first_at, last_at, {total_names})
         LEFT JOIN sketches AS s ({keys}, {sketch_names}) USING ({keys})
     """  # noqa: S608
     cursor.execute(

@@ -123,15 +123,23 @@ def time_bucket(span: timedelta) -> str:
 
 
 def revision_throughput(
-    revision_id: int, *, bucket: str | None = None, page: bool = True, since: datetime | None = None
+    revision_id: int,
+    *,
+    bucket: str | None = None,
+    page: bool = True,
+    since: datetime | None = None,
+    until: datetime | None = None,
 ) -> RevisionThroughput | None:
     """The revision's figures, or None while no node has reported running it.
 
     ``bucket`` defaults to one that suits the span of the reports; hour buckets need hour rollups,
     which are kept MESHDASH_ROLLUP_HOURLY_DAYS: an older revision is shown by day instead.
     ``page=False`` leaves out what only the HTML page shows (the time series and the recent raw
-    reports): the JSON API does not pay for them. ``since`` limits the time series to the buckets from
-    then on, and picks the bucket from that range; the other figures stay over every report.
+    reports): the JSON API does not pay for them. ``since`` and ``until`` limit the time series, the
+    MTP on/off and per-strategy figures, the acceptance figures and the prompt rate to the buckets from
+    ``since`` on and starting before ``until`` (hour buckets while the hourly rollups cover ``since``,
+    else whole UTC days), and pick the series' bucket from that range; ``reports``, ``first_at``,
+    ``last_at``, the nodes' plans, the alert and the recent reports stay over every report.
     """
     if bucket is not None and bucket not in BUCKETS:
         raise ValueError(f"bucket must be one of {', '.join(BUCKETS)}, not {bucket!r}")
@@ -144,22 +152,25 @@ def revision_throughput(
         return None
     first_at, last_at = min(c["first_at"] for c in totals), max(c["last_at"] for c in totals)
     start = max(first_at, since) if since is not None else first_at
-    bucket = bucket or time_bucket(last_at - start)
+    end = min(last_at, until) if until is not None else last_at
+    bucket = bucket or time_bucket(max(end - start, timedelta(0)))
     if bucket == "hour" and start < hourly_since():
         bucket = "day"
     sums = _add_up(totals)
+    ranged = page and (since is not None or until is not None)
+    figured = _range_cells(revision_id, since, until) if ranged else totals
     nodes = _node_totals(revision_id)
     return RevisionThroughput(
         reports=sums["reports"],
         first_at=first_at,
         last_at=last_at,
         bucket=bucket,
-        series=_series(revision_id, bucket, since) if page else [],
-        by_strategy=_by_strategy(totals),
-        mtp_on=_mtp(totals, used=True),
-        mtp_off=_mtp(totals, used=False),
-        **_rates(sums),
-        prompt_tps=sketch.median(_merged(totals, "prompt")),
+        series=_series(revision_id, bucket, since, until) if page else [],
+        by_strategy=_by_strategy(figured),
+        mtp_on=_mtp(figured, used=True),
+        mtp_off=_mtp(figured, used=False),
+        **_rates(_add_up(figured)),
+        prompt_tps=sketch.median(_merged(figured, "prompt")),
         stage_splits=sorted({c["stage_splits"] for c in totals} - {""}),
         recent=_recent(revision_id) if page else [],
         plans=_plans(nodes),
@@ -185,6 +196,20 @@ _TOTAL_FIELDS = (
     "prompt",
 )
 ADDED_UP = ("reports", "unused", "accepted", "proposed", "windows")
+
+
+def _range_cells(revision_id: int, since: datetime | None, until: datetime | None) -> list[dict[str, Any]]:
+    """The every-node cells of a time range, shaped as the total cells: hour cells when the hourly
+    rollups reach back to ``since``, else day cells (the range's first day counted whole)."""
+    grain = Rollup.Grain.HOUR if since is not None and since >= hourly_since() else Rollup.Grain.DAY
+    cells = _cells(revision_id, grain)
+    if since is not None:
+        cells = cells.filter(bucket_start__gte=bucket_start(since, grain.value))
+    if until is not None:
+        cells = cells.filter(bucket_start__lt=until)
+    return list(
+        cells.annotate(tps=stored("tps_sketch"), prompt=stored("prompt_sketch")).values(*_TOTAL_FIELDS)
+    )
 
 
 def _cells(revision_id: int, grain: str) -> QuerySet[Rollup]:
@@ -248,13 +273,17 @@ def _strategy(name: str, cells: list[dict[str, Any]]) -> StrategyFigures:
     return StrategyFigures(strategy=name, reports=sums["reports"], tps=tps, **_rates(sums))
 
 
-def _series(revision_id: int, bucket: str, since: datetime | None = None) -> list[Point]:
+def _series(
+    revision_id: int, bucket: str, since: datetime | None = None, until: datetime | None = None
+) -> list[Point]:
     """Median decode rate and reports per (bucket, strategy, topology), from hour or day cells; from the
-    cell that holds ``since`` on, when it is given."""
+    cell that holds ``since`` on and the cells that start before ``until``, when they are given."""
     grain = Rollup.Grain.HOUR if bucket == "hour" else Rollup.Grain.DAY
     cells = _cells(revision_id, grain)
     if since is not None:
         cells = cells.filter(bucket_start__gte=bucket_start(since, grain.value))
+    if until is not None:
+        cells = cells.filter(bucket_start__lt=until)
     rows = cells.annotate(tps=stored("tps_sketch")).values_list(
         "bucket_start", "strategy", "stage_splits", "reports", "tps"
     )
@@ -307,21 +336,26 @@ def _alert(nodes: NodeTotals, unused: int) -> Alert | None:
     return Alert(message=message, reports=unused, nodes=count)
 
 
-RECENT_FIELDS = (
-    "received_at",
-    "observed_at",
-    "clock_skew_flagged",
-    "node_name",
-    "requested_strategy",
-    "effective_strategy",
-    "mtp_source",
-    "mtp_used",
-    "stage_splits",
-    *report_metrics.shown_columns(),
-    "timings_flagged",
-    "source",
-    "run_id",
-)
+def recent_fields(metrics: Sequence[report_metrics.ReportMetric] | None = None) -> tuple[str, ...]:
+    """The columns of the recent reports table: the report's context, then the table's shown metrics."""
+    return (
+        "received_at",
+        "observed_at",
+        "clock_skew_flagged",
+        "node_name",
+        "requested_strategy",
+        "effective_strategy",
+        "mtp_source",
+        "mtp_used",
+        "stage_splits",
+        *report_metrics.shown_columns(metrics),
+        "timings_flagged",
+        "source",
+        "run_id",
+    )
+
+
+RECENT_FIELDS = recent_fields()
 
 
 def _recent(revision_id: int) -> list[dict[str, Any]]:

@@ -35,9 +35,16 @@ from packages_app import (
 from packages_app.audit.assessment import Assessment, release_tables, shared_outcomes
 from packages_app.audit.check import ManifestCheck
 from packages_app.audit.model import UNCERTAIN as RESOLVER_UNCERTAIN
-from packages_app.forms import SORTS, CatalogFilterForm, CheckManifestForm, TrackPackageForm
+from packages_app.forms import (
+    SORTS,
+    TIME_RANGE_LABELS,
+    CatalogFilterForm,
+    CheckManifestForm,
+    TimeRangeForm,
+    TrackPackageForm,
+)
 from packages_app.models import ActionLog, Package, Revision
-from packages_app.throughput import RANGES, RevisionThroughput, revision_throughput
+from packages_app.throughput import RevisionThroughput, revision_throughput
 from packages_app.verdicts import STATUSES_BY_RANK, VERDICTS_BY_RANK, ActionKind, Cause
 
 View = Callable[..., HttpResponse]
@@ -185,11 +192,12 @@ def package_detail(request: HttpRequest, owner: str, name: str) -> HttpResponse:
     history = queries.revision_history(package)
     context: dict[str, Any] = {"package": package, "revision": revision, "history": history}
     if revision is not None:
-        time_range = request.GET.get("range", "")
-        time_range = time_range if time_range in RANGES else ""
-        context.update(_revision_context(revision, time_range, history))
+        range_form = TimeRangeForm(request.GET)
+        time_range, since, until = range_form.window(timezone.now())
+        context.update(_revision_context(revision, since, until, history))
         context["time_range"] = time_range
         context["time_ranges"] = TIME_RANGE_LABELS
+        context["range_form"] = range_form
         if "files_page" in request.GET or request.GET.get("files") == "all":
             context["files"] = queries.revision_files(revision, _page_param(request.GET.get("files_page")))
         context["previous"] = _previous_in(history, revision)
@@ -215,20 +223,13 @@ def _page_param(value: str | None) -> int:
     return int(value) if value and value.isdigit() and len(value) < 9 else 1
 
 
-# What the package page's range picker offers for its timeline, by its ``?range=`` value.
-TIME_RANGE_LABELS = {
-    "": "every report",
-    "24h": "the last 24 h",
-    "7d": "the last 7 days",
-    "30d": "the last 30 days",
-}
-
-
 def _revision_context(
-    revision: Revision, time_range: str = "", history: list[Revision] | None = None
+    revision: Revision,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    history: list[Revision] | None = None,
 ) -> dict[str, Any]:
-    since = timezone.now() - RANGES[time_range] if time_range else None
-    throughput = revision_throughput(revision.pk, since=since)
+    throughput = revision_throughput(revision.pk, since=since, until=until)
     revisions = history or [revision]
     # Where each revision of the package started being served: the timeline marks those on its axis.
     first = queries.first_served(revisions) if throughput else {}

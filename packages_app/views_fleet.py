@@ -6,7 +6,7 @@ Thin edges like views.py: validate the request, call the selectors in fleet.py a
 from __future__ import annotations
 
 import csv
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from django.http import HttpRequest, HttpResponse
@@ -226,20 +226,25 @@ def _round(value: Any) -> Any:
     return round(value, 2) if isinstance(value, float) else value
 
 
-REPORT_COLUMNS = [
-    "received_at",
-    "observed_at",
-    "node",
-    "topology_id",
-    "stage_splits",
-    "requested_strategy",
-    "effective_strategy",
-    "mtp_source",
-    "mtp_used",
-    *report_metrics.shown_columns(),
-    "source",
-    "run_id",
-]
+def report_columns(metrics: Sequence[report_metrics.ReportMetric] | None = None) -> list[str]:
+    """The reports CSV's header: the report's context, then the table's shown metrics."""
+    return [
+        "received_at",
+        "observed_at",
+        "node",
+        "topology_id",
+        "stage_splits",
+        "requested_strategy",
+        "effective_strategy",
+        "mtp_source",
+        "mtp_used",
+        *report_metrics.shown_columns(metrics),
+        "source",
+        "run_id",
+    ]
+
+
+REPORT_COLUMNS = report_columns()
 
 
 @require_GET

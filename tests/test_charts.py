@@ -294,3 +294,36 @@ def test_first_served_markers_fall_on_the_axis_or_are_left_out() -> None:
     assert "shapes" not in one["layout"]
     words = [{"bucket": w, "strategy": "disabled", "tps": 1.0} for w in ("a", "b")]
     assert charts.throughput_timeline_figure(words, "hour", served)["layout"]["shapes"] == []
+
+
+def test_the_timeline_hover_names_the_strategy_and_the_topology_of_each_point_and_bar() -> None:
+    hostile = "<b>x</b>"
+    series = [
+        {
+            "bucket": "2026-12-01 10:00:00",
+            "strategy": "native-mtp",
+            "topology": "0..27|27..41",
+            "tps": 9.0,
+            "reports": 3,
+        },
+        {
+            "bucket": "2026-12-01 11:00:00",
+            "strategy": "native-mtp",
+            "topology": "0..27|27..41",
+            "tps": 8.0,
+            "reports": 2,
+        },
+        {"bucket": "2026-12-01 11:00:00", "strategy": hostile, "topology": "", "tps": 4.0, "reports": 1},
+    ]
+    lines = [t for t in charts.throughput_timeline_figure(series)["data"] if t.get("hoverinfo") != "skip"]
+    by_name = {t["name"]: t for t in lines}
+    mtp = by_name["native-mtp @ 0..27|27..41"]
+    assert mtp["customdata"] == [[3, "native-mtp", "0..27|27..41"], [2, "native-mtp", "0..27|27..41"]]
+    for part in ("%{customdata[0]} reports", "strategy: %{customdata[1]}", "topology: %{customdata[2]}"):
+        assert part in mtp["hovertemplate"]
+    # Text plotly would read as markup is escaped; a missing topology is said, not left blank.
+    assert by_name["&lt;b&gt;x&lt;/b&gt;"]["customdata"] == [[1, "&lt;b&gt;x&lt;/b&gt;", "not reported"]]
+    # One bucket: the bars say the same.
+    bars = charts.throughput_timeline_figure(series[:1], "hour")["data"][0]
+    assert bars["customdata"] == [[3, "native-mtp", "0..27|27..41"]]
+    assert "topology: %{customdata[2]}" in bars["hovertemplate"]

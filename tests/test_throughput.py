@@ -320,3 +320,47 @@ def figures(revision_id: int, bucket: str | None = None) -> throughput.RevisionT
     result = revision_throughput(revision_id, bucket=bucket)
     assert result is not None
     return result
+
+
+def test_a_time_range_with_an_end_keeps_the_series_before_it_and_the_totals_over_every_report(
+    first: Revision, node_a: Node
+) -> None:
+    add(node_a, first, tps=3.0)
+    add(node_a, first, tps=5.0, at=T0 + timedelta(days=10))
+    ranged = revision_throughput(first.pk, since=T0 - timedelta(days=1), until=T0 + timedelta(days=9))
+    assert ranged is not None
+    assert [p.bucket.date() for p in ranged.series] == [T0.date()]
+    assert ranged.reports == 2
+    # Control: without the end both days are drawn.
+    assert len(revision_throughput(first.pk, since=T0 - timedelta(days=1)).series) == 2  # type: ignore[union-attr]
+
+
+def test_a_time_range_limits_the_mtp_strategy_and_acceptance_figures_to_it(
+    first: Revision, node_a: Node
+) -> None:
+    add(node_a, first, tps=3.0)
+    add(node_a, first, tps=9.0, mtp_used=True, speculative_proposed_n=10, speculative_accepted_n=2)
+    add(node_a, first, tps=5.0, at=T0 + timedelta(days=10))
+    add(
+        node_a,
+        first,
+        tps=7.0,
+        at=T0 + timedelta(days=10),
+        mtp_used=True,
+        speculative_proposed_n=10,
+        speculative_accepted_n=8,
+    )
+    ranged = revision_throughput(first.pk, since=T0 + timedelta(days=9))
+    assert ranged is not None
+    assert (ranged.mtp_on.reports, ranged.mtp_off.reports) == (1, 1)
+    assert ranged.mtp_on.tps == pytest.approx(7.0, rel=0.01)
+    assert ranged.acceptance_rate == pytest.approx(0.8)
+    assert [(s.strategy, s.reports) for s in ranged.by_strategy] == [("disabled", 1), ("native-mtp", 1)]
+    assert ranged.reports == 4  # the revision's count stays over every report
+    # Control: without a range every report counts.
+    every = figures(first.pk)
+    assert (every.mtp_on.reports, every.mtp_off.reports) == (2, 2)
+    assert every.acceptance_rate == pytest.approx(0.5)
+    # A range with no report in it: no figures, not the ones of every report.
+    empty = revision_throughput(first.pk, since=T0 + timedelta(days=3), until=T0 + timedelta(days=4))
+    assert empty is not None and empty.mtp_on.reports == 0 and empty.acceptance_rate is None

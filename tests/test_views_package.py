@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import re
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -410,3 +410,89 @@ def test_the_recent_reports_table_has_a_column_per_shown_metric_of_the_table(cli
     shown = [report_metrics.BY_NAME[n] for n in report_metrics.shown_columns()]
     assert re.findall(r'<th scope="col" class="num">([^<]+)</th>', table) == [m.label for m in shown]
     assert '<td data-label="Decode tokens/s" class="num">3.25</td>' in table
+
+
+def _timeline(body: str) -> dict[str, Any]:
+    found = re.search(r'<script id="chart-timeline" type="application/json">(.*?)</script>', body, re.S)
+    assert found
+    figure: dict[str, Any] = json.loads(found.group(1))
+    return figure
+
+
+@pytest.fixture
+def three_days() -> Any:
+    """A package with reports on 2026-03-01, 03-05 and 03-20 (UTC), four a day."""
+    package = f.make_package("meshllm/range-layers")
+    node = f.make_node()
+    revision = f.make_revision(package, "consistent-mtp", committed_at=f.BASE_TIME)
+    for day in (1, 5, 20):
+        for hour in range(4):
+            at = datetime(2026, 3, day, 10 + hour, 5, tzinfo=UTC)
+            f.make_report(node, revision, 3.0 + day, at=at)
+    return f"/packages/meshllm/range-layers/?revision={revision.commit_sha}"
+
+
+def test_a_custom_range_keeps_its_dates_and_draws_only_the_days_between_them(
+    client: Client, three_days: str
+) -> None:
+    every = _timeline(text(client.get(three_days)))
+    assert {x[:10] for trace in every["data"] for x in trace["x"]} == {
+        "2026-03-01",
+        "2026-03-05",
+        "2026-03-20",
+    }
+    response = client.get(three_days + "&range=custom&start=2026-03-01&end=2026-03-05")
+    body = text(response)
+    assert response.status_code == 200
+    assert '<option value="custom" selected>' in body
+    assert 'name="start" value="2026-03-01"' in body and 'name="end" value="2026-03-05"' in body
+    days = {x[:10] for trace in _timeline(body)["data"] for x in trace["x"]}
+    assert days == {"2026-03-01", "2026-03-05"}  # the end day is included, 03-20 is out
+    assert "the figures and charts below cover this range" in body
+    assert "tok/s · 8 reports" in body and "tok/s · 12 reports" not in body  # MTP off: 4 a day, two days
+    assert 'id="range-error"' not in body
+    # An open end: from 03-05 on.
+    later = _timeline(text(client.get(three_days + "&range=custom&start=2026-03-05")))
+    assert {x[:10] for trace in later["data"] for x in trace["x"]} == {"2026-03-05", "2026-03-20"}
+    # One old day (older than the hourly rollups) is one day bucket: a bar for it, not a 2 ms axis.
+    one = _timeline(text(client.get(three_days + "&range=custom&start=2026-03-20&end=2026-03-20")))
+    assert [trace["type"] for trace in one["data"]] == ["bar"]
+    assert one["data"][0]["y"] == [pytest.approx(23.0, rel=0.01)]
+    assert "2026-03-20" in one["layout"]["title"]["text"]
+
+
+@pytest.mark.parametrize(
+    ("query", "message"),
+    [
+        ("range=custom&start=2026-13-01", "From should be a date like 2026-11-30."),
+        ("range=custom&end=yesterday", "To should be a date like 2026-11-30."),
+        ("range=custom&start=2026-03-20&end=2026-03-01", "From (2026-03-20) is after To (2026-03-01)"),
+        (
+            "range=custom&start=1999-12-31",
+            "Dates should be between 2000-01-01 and 2099-12-31, not 1999-12-31.",
+        ),
+        ("range=custom&end=9999-12-31", "Dates should be between 2000-01-01 and 2099-12-31, not 9999-12-31."),
+        ("range=custom&start=99999-01-01", "From should be a date like 2026-11-30."),
+        ("range=1y", "Unknown time range 1y: pick 24h, 7d, 30d or custom dates."),
+    ],
+)
+def test_a_bad_range_says_what_is_wrong_and_shows_every_report(
+    client: Client, three_days: str, query: str, message: str
+) -> None:
+    response = client.get(three_days + "&" + query)
+    assert response.status_code == 200
+    body = text(response)
+    error = re.search(r'<p class="error-box" role="alert" id="range-error">(.*?)</p>', body, re.S)
+    assert error and message in error.group(1)
+    assert "Showing every report." in error.group(1)
+    assert "tok/s · 12 reports" in body  # the figures too are over every report
+    days = {x[:10] for trace in _timeline(body)["data"] for x in trace["x"]}
+    assert days == {"2026-03-01", "2026-03-05", "2026-03-20"}
+
+
+def test_control_a_good_range_shows_no_error_and_markup_in_a_date_is_escaped(
+    client: Client, three_days: str
+) -> None:
+    assert 'id="range-error"' not in text(client.get(three_days + "&range=7d"))
+    body = text(client.get(three_days + "&range=custom&start=<b>x</b>"))
+    assert "<b>x</b>" not in body and "&lt;b&gt;x&lt;/b&gt;" in body

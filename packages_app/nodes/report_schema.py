@@ -10,8 +10,9 @@ import json
 import math
 import re
 import uuid
+from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
@@ -22,6 +23,7 @@ from pydantic import (
     Field,
     Strict,
     ValidationError,
+    create_model,
     model_validator,
 )
 from pydantic_core import PydanticCustomError
@@ -139,40 +141,20 @@ class Speculative(_Strict):
     mtp_source: Literal["Disabled", "Integrated", "External"] | None = None
 
 
-class Timings(BaseModel):
-    """The ``timings`` object of a mesh-llm response, every key kept with its JSON type.
+TIMINGS_DOC = """The ``timings`` object of a mesh-llm response, every key kept with its JSON type.
 
-    A real node's ``timings`` is a free-form map (node-report.md section 1): integers, floats, booleans,
-    strings, ``null`` (serde writes NaN and infinities as null) and arrays of numbers. Known keys are
-    typed, never bounded: a value outside plausible bounds is kept and named by ``implausible_keys``,
-    so the report is stored, flagged, and the value left out of medians. Only the hard limits below
-    refuse a report, because no real node comes near them.
-    """
+A real node's ``timings`` is a free-form map (node-report.md section 1): integers, floats, booleans,
+strings, ``null`` (serde writes NaN and infinities as null) and arrays of numbers. Known keys are
+typed, never bounded: a value outside plausible bounds is kept and named by ``implausible_keys``,
+so the report is stored, flagged, and the value left out of medians. Only the hard limits below
+refuse a report, because no real node comes near them.
+"""
+
+
+class TimingsBase(BaseModel):
+    """What every ``timings`` model does; its typed fields come from the metrics table (build_timings)."""
 
     model_config = ConfigDict(extra="allow", allow_inf_nan=False, frozen=True)
-
-    prompt_n: StrictInt | None = None
-    prompt_ms: StrictNumber | None = None
-    prompt_per_second: StrictNumber | None = None
-    predicted_n: StrictInt | None = None
-    predicted_ms: StrictNumber | None = None
-    predicted_per_second: StrictNumber | None = Field(default=None, description="Decode tokens/s.")
-    draft_n: StrictInt | None = None
-    draft_n_accepted: StrictInt | None = None
-    speculative_windows: StrictInt | None = None
-    speculative_proposed_n: StrictInt | None = None
-    speculative_accepted_n: StrictInt | None = None
-    speculative_rejected_n: StrictInt | None = None
-    speculative_accept_rate: StrictNumber | None = None
-    native_mtp_rejected: StrictInt | None = None
-    native_mtp_verifications: StrictInt | None = None
-    native_mtp_verify_window_verifications: StrictInt | None = None
-    native_mtp_proposal_compute_us: StrictNumber | None = None
-    native_mtp_verification_compute_us: StrictNumber | None = None
-    verify_window_depth: StrictInt | None = None
-    verify_window_target_depth: StrictInt | None = None
-    verify_window_opened: StrictInt | None = None
-    verify_window_max_in_flight: StrictInt | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -184,7 +166,7 @@ class Timings(BaseModel):
         return data
 
     @model_validator(mode="after")
-    def _check_unknown_counters(self) -> Timings:
+    def _check_unknown_counters(self) -> TimingsBase:
         for key, value in (self.model_extra or {}).items():
             if len(key) > MAX_TIMING_KEY_CHARS or not _is_counter_value(value):
                 raise PydanticCustomError(
@@ -221,10 +203,52 @@ class Timings(BaseModel):
 
 
 PLAUSIBLE: dict[str, tuple[float, float]] = report_metrics.plausible_bounds()
+# The pydantic type of each metric type of the table: integers exactly; floats take integers too.
+FIELD_TYPES: dict[str, Any] = {"int": StrictInt, "float": StrictNumber}
+
+
+def timings_fields(metrics: Sequence[report_metrics.ReportMetric] | None = None) -> dict[str, Any]:
+    """The typed ``timings`` fields, one per metric of the table that a node sends (not derived ones),
+    in the table's order: optional, unbounded (a value outside the bound is flagged, not refused)."""
+    table = report_metrics.METRICS if metrics is None else metrics
+    return {
+        m.name: (
+            FIELD_TYPES[m.type] | None,
+            Field(default=None, description=_describe(m)),
+        )
+        for m in table
+        if not m.derived
+    }
+
+
+def _describe(metric: report_metrics.ReportMetric) -> str:
+    unit = "" if metric.unit in metric.label else f", in {metric.unit}"
+    bound = ""
+    if metric.bound is not None:
+        low, high = metric.bound
+        bound = f" Outside {low:g}..{high:g} it is stored and flagged, not refused."
+    return f"{metric.label}{unit}.{bound}"
+
+
+def build_timings(metrics: Sequence[report_metrics.ReportMetric] | None = None) -> type[TimingsBase]:
+    """The ``timings`` model for a metrics table (the module's Timings is built from the real one)."""
+    return create_model(
+        "Timings",
+        __base__=TimingsBase,
+        __module__=__name__,
+        __doc__=TIMINGS_DOC,
+        **timings_fields(metrics),
+    )
+
+
+if TYPE_CHECKING:
+    Timings = TimingsBase
+else:
+    Timings = build_timings()
 
 
 # (accepted, proposed): counters that must agree, as the node derives one from the other.
-ACCEPTED_OF = (("speculative_accepted_n", "speculative_proposed_n"), ("draft_n_accepted", "draft_n"))
+ACCEPTED_OF = report_metrics.agreeing_pairs()
 PAIRED_KEYS = frozenset(key for pair in ACCEPTED_OF for key in pair)
 
 

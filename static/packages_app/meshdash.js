@@ -155,10 +155,22 @@
   // A select marked data-autosubmit applies on change; its form keeps a submit button for no-JS use.
   function wireAutosubmit(select) {
     select.addEventListener("change", function () {
-      if (select.form) {
+      // "custom" waits for its dates (and the Show button); the other choices apply at once.
+      var dates = select.form ? select.form.querySelector("input[type=date]") : null;
+      if (select.value === "custom" && dates) {
+        dates.focus();
+      } else if (select.form) {
         select.form.submit();
       }
     });
+    // Typing a date means a custom range.
+    if (select.form) {
+      select.form.querySelectorAll("input[type=date]").forEach(function (input) {
+        input.addEventListener("change", function () {
+          select.value = "custom";
+        });
+      });
+    }
   }
 
   // A table wider than the screen scrolls sideways: make it reachable and scrollable from the keyboard.

@@ -5,6 +5,7 @@ light and dark. Sections are one click from the top, charts take the page's colo
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -211,4 +212,44 @@ def test_the_compare_page_draws_both_revisions_and_their_spread_in_the_page_colo
         assert rgb(plot) == card, (chart, plot, card)
     assert "95 % interval" in tab.page.locator("#ratio").inner_text()
     tab.screenshot(f"compare-{scheme}")
+    tab.assert_quiet()
+
+
+@pytest.mark.parametrize(("scheme", "viewport"), [("light", LAPTOP), ("dark", {"width": 390, "height": 844})])
+def test_the_range_picker_waits_for_custom_dates_and_draws_only_them(
+    open_tab: Any, scheme: str, viewport: dict[str, int]
+) -> None:
+    package = f.qwen35_package()
+    revision = package.revisions.get(commit_sha=f.QWEN35_SHA)
+    node = f.make_node()
+    today = timezone.now() - timedelta(hours=1)
+    for days in (0, 3, 20):
+        f.make_report(node, revision, 3.0 + days, at=today - timedelta(days=days))
+    tab = open_tab(viewport, scheme)
+    tab.open(BROKEN)
+    # Choosing "custom" does not reload the page: it waits for the dates (the other choices apply at once).
+    tab.page.select_option("#time-range", "custom")
+    tab.page.wait_for_timeout(300)
+    assert "range=" not in tab.page.url
+    assert tab.page.evaluate("document.activeElement.name") == "start"
+    start = (today - timedelta(days=5)).date().isoformat()
+    tab.page.fill("input[name=start]", start)
+    tab.page.fill("input[name=end]", today.date().isoformat())
+    with tab.page.expect_navigation():
+        tab.page.click("form.range-picker button[type=submit]")
+    assert f"start={start}" in tab.page.url and "range=custom" in tab.page.url
+    tab.page.wait_for_selector("[data-chart=chart-timeline] .main-svg")
+    xs = tab.page.evaluate(
+        "() => document.querySelector('[data-chart=chart-timeline]').data.flatMap((t) => t.x).map(String)"
+    )
+    days = {x[:10] for x in xs}
+    assert (today - timedelta(days=20)).date().isoformat() not in days
+    assert today.date().isoformat() in days
+    assert tab.page.evaluate("document.documentElement.scrollWidth <= innerWidth")
+    tab.screenshot(f"range-picker-{scheme}-{viewport['width']}")
+    # Typing a date alone switches the select to custom.
+    tab.open(BROKEN)
+    tab.page.fill("input[name=end]", today.date().isoformat())
+    tab.page.dispatch_event("input[name=end]", "change")
+    assert tab.page.input_value("#time-range") == "custom"
     tab.assert_quiet()
