@@ -19,13 +19,14 @@ import hashlib
 import hmac
 import json
 import logging
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.core.mail import send_mail
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, OperationalError, transaction
 from django.utils import timezone
 
 from packages_app import fleet, metrics, monitoring
@@ -206,6 +207,7 @@ def _link(path: str) -> str:
 
 
 SENT, ALREADY, FAILED = "sent", "already-sent", "failed"
+FINISH_ATTEMPTS = 6  # 0.1 + 0.2 + ... + 1.6 s of waiting at most
 
 
 def deliver(delivery_id: int) -> str:
@@ -253,8 +255,19 @@ def _claim(delivery_id: int) -> NotificationDelivery | None:
 
 
 def _finish(delivery: NotificationDelivery, outcome: str) -> None:
+    """Record how the send went. The message is already out: a database error here is retried a few times
+    rather than raised, since a retry of the whole delivery would find the row still claimed and stop
+    ("already sent") with the row left pending (SQLite's table locks between the delivery threads of
+    the broker-less setup did exactly that)."""
     delivery.claimed_until = None
-    delivery.save(update_fields=["status", "sent_at", "error", "claimed_until"])
+    for attempt in range(FINISH_ATTEMPTS):
+        try:
+            delivery.save(update_fields=["status", "sent_at", "error", "claimed_until"])
+            break
+        except OperationalError:
+            if attempt == FINISH_ATTEMPTS - 1:
+                raise
+            time.sleep(0.1 * 2**attempt)
     metrics.NOTIFICATIONS.labels(delivery.channel.kind, outcome).inc()
 
 

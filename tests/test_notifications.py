@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 from django.core import mail
 from django.core.cache import cache
+from django.db import OperationalError
 from django.test import Client
 
 from packages_app import background, notifications, tasks
@@ -296,6 +297,29 @@ def test_a_receiver_that_fails_is_retried_until_it_takes_the_message(
     delivery = NotificationDelivery.objects.get()
     assert (delivery.status, delivery.attempts) == ("sent", 3)
     assert len(receiver.received) == 3 and len({b for _, b in receiver.received}) == 1  # the same body
+
+
+@pytest.mark.django_db(transaction=True)  # the deliveries are enqueued on commit
+def test_a_locked_database_after_the_send_still_records_it_sent_and_sends_once(
+    eager_tasks: None, receiver: Receiver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    channel(receiver, NotificationChannel.Event.REVISION_WORSE)
+    worse = two_revisions(Status.SERVES_MTP, Status.FAILS_AT_LOAD)
+    save, locked = NotificationDelivery.save, [2]
+
+    def save_once_the_lock_is_gone(self: NotificationDelivery, *args: Any, **kwargs: Any) -> None:
+        if self.status == "sent" and locked[0]:  # the status write after the POST
+            locked[0] -= 1
+            raise OperationalError("database table is locked: packages_app_notificationdelivery")
+        save(self, *args, **kwargs)
+
+    monkeypatch.setattr(NotificationDelivery, "save", save_once_the_lock_is_gone)
+    tasks.notify_revision.apply(args=(worse.pk,))
+    assert tasks.wait_eager_deliveries(60)
+    delivery = NotificationDelivery.objects.get()
+    # Before the fix: the retry found the row still claimed, answered "already sent", left it pending.
+    assert (delivery.status, delivery.claimed_until) == ("sent", None)
+    assert len(receiver.received) == 1 and locked == [0]
 
 
 @pytest.mark.django_db(transaction=True)  # the deliveries are enqueued on commit
