@@ -113,7 +113,7 @@ def propose_rate_refusal(user: User) -> str | None:
     if limit <= 0:
         return None
     window = int(time.time()) // TRACK_WINDOW
-    if _count(f"meshdash:propose-rate:{user.pk}:{window}", TRACK_WINDOW * 2) <= limit:
+    if ratelimit.count_hit(f"meshdash:propose-rate:{user.pk}:{window}", TRACK_WINDOW * 2) <= limit:
         return None
     wait = TRACK_WINDOW - int(time.time()) % TRACK_WINDOW
     minutes = wait // 60 + 1
@@ -126,20 +126,11 @@ def track_rate_refusal(user: User) -> str | None:
     if limit <= 0:
         return None
     window = int(time.time()) // TRACK_WINDOW
-    count = _count(f"meshdash:track-rate:{user.pk}:{window}", TRACK_WINDOW * 2)
+    count = ratelimit.count_hit(f"meshdash:track-rate:{user.pk}:{window}", TRACK_WINDOW * 2)
     if count <= limit:
         return None
     wait = TRACK_WINDOW - int(time.time()) % TRACK_WINDOW
     return f"You tracked {limit} packages this hour, the most allowed; try again in {wait // 60 + 1} minutes."
-
-
-def _count(key: str, ttl: int) -> int:
-    try:
-        cache.add(key, 0, ttl)
-        return int(cache.incr(key))
-    except ValueError:  # expired between add and incr
-        cache.add(key, 1, ttl)
-        return 1
 
 
 def record(user: User, action: str, target: str, detail: str = "") -> ActionLog:
@@ -197,7 +188,7 @@ class ThrottledLoginMixin:
             return super().clean()  # type: ignore[misc, no-any-return]
         except ValidationError:
             for key in keys:
-                _count(key, settings.MESHDASH_LOGIN_LOCKOUT)
+                ratelimit.count_hit(key, settings.MESHDASH_LOGIN_LOCKOUT)
             raise
 
 

@@ -75,18 +75,19 @@ def retry_after(key: str, limit: int) -> int | None:
     now = time.time()
     window = int(now // WINDOW)
     try:
-        count = _count(f"{key}:{window}")
+        count = count_hit(f"{key}:{window}")
     except Exception:  # a cache outage must not take the page down; the limiter fails open
         log.warning("rate limiter cache unavailable; letting %s through", key, exc_info=True)
         return None
     return None if count <= limit else max(1, math.ceil((window + 1) * WINDOW - now))
 
 
-def _count(key: str) -> int:
-    if cache.add(key, 1, timeout=WINDOW * 2):
+def count_hit(key: str, ttl: int = WINDOW * 2) -> int:
+    """Add one to the cache counter ``key`` (created with ``ttl`` seconds to live); its new value."""
+    if cache.add(key, 1, timeout=ttl):
         return 1
     try:
         return int(cache.incr(key))
     except ValueError:  # expired between add and incr
-        cache.add(key, 1, timeout=WINDOW * 2)
+        cache.add(key, 1, timeout=ttl)
         return 1
