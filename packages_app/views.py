@@ -201,7 +201,7 @@ def package_detail(request: HttpRequest, owner: str, name: str) -> HttpResponse:
         if "files_page" in request.GET or request.GET.get("files") == "all":
             context["files"] = queries.revision_files(revision, _page_param(request.GET.get("files_page")))
         context["previous"] = _previous_in(history, revision)
-        context.update(_fix_context(package, revision, context.get("assessment")))
+        context.update(_fix_context(package, revision, context["assessment"], context["suggested"]))
     context["hub_url"] = hub_url(package, revision)
     context["plotly_guard_ids"] = staticfinders.installed_plotly_guard_ids()
     return render(request, "packages_app/package_detail.html", context)
@@ -268,12 +268,14 @@ def _revision_context(
     }
 
 
-def _fix_context(package: Package, revision: Revision, assessment: Any) -> dict[str, Any]:
+def _fix_context(
+    package: Package, revision: Revision, assessment: Any, suggested: dict[str, Any] | None
+) -> dict[str, Any]:
     """The pull request part of the fix section: what was proposed, and whether one may be."""
     applies = assessment is not None and assessment.headline.action.kind == ActionKind.APPLY_PATCH
     return {
         "fix": queries.fix_proposal_for(package),
-        "fix_pr_v1": fixes.v1_refusal(revision) if queries.suggested_generation(revision) else None,
+        "fix_pr_v1": fixes.v1_refusal(revision) if suggested else None,
         "fix_pr_offer": applies and revision.schema_version == 2,
         "fix_author": fixes.author_label(),
         "fix_token": bool(fixes.write_token()),
