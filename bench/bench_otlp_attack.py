@@ -69,7 +69,7 @@ if sys.argv[1] == "web":
 else:
     from concurrent.futures import ThreadPoolExecutor
     import grpc
-    from packages_app import otlp_grpc
+    from packages_app.web import otlp_grpc
     if unguarded:
         from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
         class Generated(trace_service_pb2_grpc.TraceServiceServicer):

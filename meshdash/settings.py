@@ -138,8 +138,8 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     # /healthz and /readyz, answered before host validation and the HTTPS redirect (a container probe
-    # speaks plain HTTP to 127.0.0.1); packages_app/health.py.
-    "packages_app.health.ProbeMiddleware",
+    # speaks plain HTTP to 127.0.0.1); packages_app/web/health.py.
+    "packages_app.web.health.ProbeMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "meshdash.middleware.ContentSecurityPolicyMiddleware",
@@ -148,7 +148,7 @@ MIDDLEWARE = [
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     # MESHDASH_PUBLIC_READ=false: every page and the read API need a signed-in user.
-    "packages_app.access.LoginRequiredUnlessPublicMiddleware",
+    "packages_app.web.access.LoginRequiredUnlessPublicMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     # Innermost, so its process_exception sees a view's database error first: 503, never 500.
@@ -157,7 +157,7 @@ MIDDLEWARE = [
 
 ROOT_URLCONF = "meshdash.urls"
 
-# --- Who may act (packages_app/access.py) ------------------------------------------------------
+# --- Who may act (packages_app/web/access.py) ------------------------------------------------------
 # Reading is public by default; tracking, untracking, deleting, re-ingesting and node management need
 # a signed-in user with the model permission (the "operators" group has them all).
 MESHDASH_PUBLIC_READ = envbool("MESHDASH_PUBLIC_READ", True)
@@ -340,7 +340,7 @@ MESHDASH_REPORT_RETENTION_MONTHS = envint("MESHDASH_REPORT_RETENTION_MONTHS", 6)
 MESHDASH_ROLLUP_ON_STORE = envbool("MESHDASH_ROLLUP_ON_STORE", True)
 # "Check a manifest" page and POST /api/v1/check-manifest: checks/minute per client address; 0 = off
 MESHDASH_CHECK_RATE_LIMIT = envint("MESHDASH_CHECK_RATE_LIMIT", 30)
-# Site-wide bytes of manifest checks in flight at once, across web workers (check_budget.py); past it a
+# Site-wide bytes of manifest checks in flight at once, across web workers (web/check_budget.py); past it a
 # check answers 503 + Retry-After at once. 8 MiB: two anonymous checks of the largest size, or one 16 MiB
 # check alone (0 = off).
 MESHDASH_CHECK_BUDGET_BYTES = envint("MESHDASH_CHECK_BUDGET_BYTES", 8 * 1024 * 1024)
@@ -387,7 +387,7 @@ MESHDASH_WEBHOOK_SECRET = envstr("MESHDASH_WEBHOOK_SECRET")
 if MESHDASH_WEBHOOK_SECRET and len(MESHDASH_WEBHOOK_SECRET) < 16:
     raise ImproperlyConfigured("MESHDASH_WEBHOOK_SECRET must be at least 16 characters (or empty: off)")
 
-# --- Operating: /metrics (packages_app/metrics_view.py) and notifications ------------------------
+# --- Operating: /metrics (packages_app/web/metrics_view.py) and notifications ------------------------
 # Who may scrape /metrics: a request with "Authorization: Bearer <MESHDASH_METRICS_TOKEN>" (16+ characters;
 # empty = no token), or one from these addresses or networks (default: this machine only).
 MESHDASH_METRICS_TOKEN = envstr("MESHDASH_METRICS_TOKEN")

@@ -6,5 +6,5 @@ from django.urls import include, path
 
 urlpatterns = [
     path(settings.MESHDASH_ADMIN_PATH, admin.site.urls),
-    path("", include("packages_app.urls")),
+    path("", include("packages_app.web.urls")),
 ]

@@ -20,7 +20,6 @@ from django.forms import ModelForm
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import reverse
 
-from packages_app import access
 from packages_app.models import (
     ActionLog,
     FixProposal,
@@ -35,6 +34,7 @@ from packages_app.models import (
     TrackRequest,
 )
 from packages_app.nodes import identity as nodes
+from packages_app.web import access
 
 # The admin's own login page counts failures against the same username and address as the site's.
 admin.site.login_form = access.ThrottledAdminAuthenticationForm

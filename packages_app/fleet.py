@@ -303,7 +303,7 @@ def node_rows(
     ``limit`` rows a node (NODES_PAGE_ROWS, or NODE_PAGE_ROWS for one node), each with its advice;
     a run the node's agent registered without any report in the window is a row too.
 
-    Private packages' revisions are left out unless ``show_private`` (the edge asks access.py).
+    Private packages' revisions are left out unless ``show_private`` (the edge asks web/access.py).
     """
     nodes = Node.objects.order_by("name")
     if name is not None:

@@ -3,7 +3,7 @@
 Every label takes its values from a short closed list (the ``*_LABELS`` tuples below, or HTTP status
 codes): no repo, revision or node name is ever a label, so the number of series stays fixed whatever
 the fleet or the catalog grows to. What the database knows (queue depth, revisions by headline, nodes)
-is read at scrape time by packages_app/ops_metrics.py, not counted here.
+is read at scrape time by packages_app/web/metrics_view.py (with monitoring.py), not counted here.
 
 Multiprocess mode: with ``PROMETHEUS_MULTIPROC_DIR`` set (before this module is imported), each process
 (gunicorn worker, Celery worker child, the OTLP/gRPC receiver) writes its values to files in that folder,

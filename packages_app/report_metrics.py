@@ -10,7 +10,7 @@ Each surface reads this table instead of keeping its own list:
 - the rollups, both the Python path and the SQL rebuild (rollups.METRICS, ``rollup``: count, sum, min, max
   and a quantile sketch per cell);
 - the recent reports table and the reports CSV (``shown``: throughput.recent_fields,
-  views_fleet.report_columns).
+  fleet_pages.report_columns).
 
 Every derived list is a function that takes a table (the real one by default), so a test can hand it
 one more row and see where it lands.

@@ -11,9 +11,10 @@ from django.contrib.auth.models import User
 from django.core.cache import cache
 from django.test import Client
 
-from packages_app import access, ingest, tasks
+from packages_app import ingest, tasks
 from packages_app.devhub import DEVHUB_TOKEN, PRIVATE_REPO, QWEN35_REPO
 from packages_app.models import ActionLog, Package, PackageFile, Revision
+from packages_app.web import access
 from tests import dashboard_factories as f
 
 pytestmark = pytest.mark.django_db

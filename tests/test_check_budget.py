@@ -20,7 +20,8 @@ from django.core.cache import cache
 from django.db import connections
 from django.test import Client
 
-from packages_app import check_budget, queries
+from packages_app import queries
+from packages_app.web import check_budget
 from tests import dashboard_factories as f
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.cache]

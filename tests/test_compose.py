@@ -171,7 +171,7 @@ def test_static_files_are_served_by_whitenoise_right_after_the_security_middlewa
     assert middleware.index("whitenoise.middleware.WhiteNoiseMiddleware") == 2
     assert middleware[1] == "django.middleware.security.SecurityMiddleware"
     # Only the probes come first: a container probe is plain HTTP to 127.0.0.1 (tests/test_health.py).
-    assert middleware[0] == "packages_app.health.ProbeMiddleware"
+    assert middleware[0] == "packages_app.web.health.ProbeMiddleware"
 
 
 def probe_url(service: dict[str, Any]) -> str:

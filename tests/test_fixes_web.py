@@ -10,9 +10,10 @@ from django.contrib.auth.models import Permission, User
 from django.core.cache import cache
 from django.test import Client
 
-from packages_app import access, hub, ingest
+from packages_app import hub, ingest
 from packages_app.devhub import QWEN35_FIRST_SHA, QWEN35_REPO, QWEN38_REPO
 from packages_app.models import ActionLog, FixProposal
+from packages_app.web import access
 from tests.test_fixes import ingested, run, writable  # noqa: F401 - the fixture
 
 pytestmark = pytest.mark.django_db

@@ -13,7 +13,7 @@ import pytest
 from django.db import OperationalError, connection
 from django.test import Client
 
-from packages_app import health
+from packages_app.web import health
 from tests.test_faults import (  # the live server behind a cuttable proxy to PostgreSQL
     AppServer,
     CuttableProxy,
@@ -53,7 +53,7 @@ def test_healthz_answers_a_plain_http_probe_on_an_unlisted_host_without_touching
 def test_control_without_the_probe_middleware_the_same_probe_is_refused(
     probe_client: Client, settings: Any
 ) -> None:
-    settings.MIDDLEWARE = [m for m in settings.MIDDLEWARE if m != "packages_app.health.ProbeMiddleware"]
+    settings.MIDDLEWARE = [m for m in settings.MIDDLEWARE if m != "packages_app.web.health.ProbeMiddleware"]
     assert probe_client.get("/healthz").status_code in (301, 400, 404)
 
 

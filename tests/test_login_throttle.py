@@ -20,7 +20,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.test import Client, RequestFactory
 
 from meshdash.settings import trusted_proxies
-from packages_app import access, ratelimit
+from packages_app.web import access, ratelimit
 
 pytestmark = pytest.mark.django_db
 

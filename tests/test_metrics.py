@@ -241,7 +241,7 @@ def test_the_database_gauges_are_read_at_most_once_per_cache_period(
     settings.MESHDASH_METRICS_CACHE_SECONDS = 30
     from django.core.cache import cache
 
-    from packages_app.metrics_view import FIGURES_KEY
+    from packages_app.web.metrics_view import FIGURES_KEY
 
     cache.delete(FIGURES_KEY)
     client = Client()

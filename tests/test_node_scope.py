@@ -27,7 +27,7 @@ from packages_app.devnode import payloads
 from packages_app.models import NodeRun, Package, Report, Revision, RunClaim
 from packages_app.nodes import identity
 from packages_app.nodes import report_schema as schema
-from packages_app.otlp_grpc import build_server
+from packages_app.web.otlp_grpc import build_server
 from tests.migrating import back_to_the_leaf, migrate  # noqa: F401 (a fixture)
 from tests.test_otlp import post_traces, register_run, spans
 

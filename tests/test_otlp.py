@@ -20,7 +20,7 @@ from packages_app.devnode import payloads
 from packages_app.devnode.server import DevNode, OtlpTarget
 from packages_app.models import Node, NodeRun, Package, Report, Revision
 from packages_app.nodes import identity, otlp
-from packages_app.otlp_grpc import build_server
+from packages_app.web.otlp_grpc import build_server
 
 REPO = "meshllm/Qwen3.5-35B-A3B-UD-Q4_K_XL-layers"
 SHA = "b" * 40

@@ -26,9 +26,9 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 
-from packages_app import otlp_grpc
 from packages_app.devnode import payloads
 from packages_app.nodes import identity, otlp
+from packages_app.web import otlp_grpc
 from tests.test_otlp import PLAN, answer, post_traces, spans
 
 METHOD = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"

@@ -14,7 +14,7 @@ from django.test import Client
 from django.views.debug import SafeExceptionReporterFilter
 
 from meshdash.reporting import redact_userinfo
-from packages_app import views
+from packages_app.web import pages
 
 ROOT = Path(__file__).resolve().parent.parent
 PASSWORD = "hunter2-cache-password"
@@ -78,7 +78,7 @@ def failing_catalog(monkeypatch: pytest.MonkeyPatch, settings: Any) -> Client:
     def fail(*args: Any, **kwargs: Any) -> Any:
         raise ConnectionError(f"Error connecting to {CACHE_URL}")
 
-    monkeypatch.setattr(views.queries, "catalog_page", fail)
+    monkeypatch.setattr(pages.queries, "catalog_page", fail)
     return Client(raise_request_exception=False, CACHE_URL=CACHE_URL)
 
 

@@ -9,10 +9,11 @@ from datetime import UTC, datetime
 import pytest
 from pydantic import ValidationError
 
-from packages_app import report_metrics, reports, rollups, throughput, views_fleet
+from packages_app import report_metrics, reports, rollups, throughput
 from packages_app.models import Report, Rollup
 from packages_app.nodes.report_schema import ACCEPTED_OF, PLAUSIBLE, StrictNumber, Timings, build_timings
 from packages_app.report_metrics import COUNT, METRICS, ReportMetric
+from packages_app.web import fleet_pages
 
 SENT = [m for m in METRICS if not m.derived]
 
@@ -65,7 +66,7 @@ def test_the_rollups_keep_every_sketched_metric_in_both_paths() -> None:
 def test_recent_reports_and_the_csv_show_exactly_the_shown_metrics() -> None:
     shown = [m.name for m in METRICS if m.shown]
     assert [c for c in throughput.RECENT_FIELDS if c in report_metrics.BY_NAME] == shown
-    assert [c for c in views_fleet.REPORT_COLUMNS if c in report_metrics.BY_NAME] == shown
+    assert [c for c in fleet_pages.REPORT_COLUMNS if c in report_metrics.BY_NAME] == shown
 
 
 EXTRA = ReportMetric(
@@ -123,15 +124,15 @@ def test_the_derived_metric_is_no_schema_field() -> None:
 def test_a_new_shown_row_is_a_column_of_the_recent_reports_and_the_csv() -> None:
     table = (*METRICS, EXTRA)
     recent = throughput.recent_fields(table)
-    csv = views_fleet.report_columns(table)
+    csv = fleet_pages.report_columns(table)
     assert "extra_per_second" in recent and "extra_per_second" in csv
     # After the metrics already shown, before the trailing context columns.
     assert recent.index("extra_per_second") == recent.index("predicted_n") + 1
     assert csv.index("extra_per_second") == csv.index("predicted_n") + 1
     # The real lists are these functions on the real table, and an unshown row stays out.
     assert throughput.recent_fields() == throughput.RECENT_FIELDS
-    assert views_fleet.report_columns() == views_fleet.REPORT_COLUMNS
-    assert "extra_n" not in views_fleet.report_columns((*METRICS, EXTRA_COUNT))
+    assert fleet_pages.report_columns() == fleet_pages.REPORT_COLUMNS
+    assert "extra_n" not in fleet_pages.report_columns((*METRICS, EXTRA_COUNT))
 
 
 def test_axis_titles_come_from_the_table() -> None:

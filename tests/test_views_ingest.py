@@ -9,8 +9,8 @@ from django.core.exceptions import ValidationError
 from django.test import Client
 
 from packages_app import ingest
-from packages_app.forms import validate_repo_id
 from packages_app.models import Package, Revision
+from packages_app.web.forms import validate_repo_id
 from tests import dashboard_factories as f
 
 pytestmark = pytest.mark.django_db

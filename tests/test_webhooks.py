@@ -142,7 +142,7 @@ def test_it_refuses_a_missing_or_wrong_secret(client: Client, enqueued: Any, sec
 
 
 def test_it_compares_the_secret_in_constant_time(client: Client, enqueued: Any) -> None:
-    with mock.patch("packages_app.webhooks.hmac.compare_digest", return_value=False) as compare:
+    with mock.patch("packages_app.web.webhooks.hmac.compare_digest", return_value=False) as compare:
         assert post(client, hub_payload()).status_code == 403
     compare.assert_called_once_with(SECRET.encode(), SECRET.encode())
 

@@ -1,6 +1,6 @@
 """Pure: the node report request/response bodies as pydantic models, and JSON-tree safety checks.
 
-No Django and no I/O here: api.py parses bytes into JSON, then these models decide what is valid.
+No Django and no I/O here: web/api.py parses bytes into JSON, then these models decide what is valid.
 """
 
 from __future__ import annotations

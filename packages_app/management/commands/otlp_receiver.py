@@ -6,7 +6,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from packages_app.otlp_grpc import build_server
+from packages_app.web.otlp_grpc import build_server
 
 
 class Command(BaseCommand):

@@ -20,22 +20,15 @@ from django.utils import timezone
 from django.utils.http import content_disposition_header
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from packages_app import (
-    access,
-    background,
-    charts,
-    check_budget,
-    fixes,
-    fleet,
-    queries,
-    queueing,
-    ratelimit,
-    staticfinders,
-)
+from packages_app import background, charts, fixes, fleet, queries, queueing, staticfinders
 from packages_app.audit.assessment import Assessment, release_tables, shared_outcomes
 from packages_app.audit.check import ManifestCheck
 from packages_app.audit.model import UNCERTAIN as RESOLVER_UNCERTAIN
-from packages_app.forms import (
+from packages_app.models import ActionLog, Package, Revision
+from packages_app.throughput import RevisionThroughput, revision_throughput
+from packages_app.verdicts import STATUSES_BY_RANK, VERDICTS_BY_RANK, ActionKind, Cause
+from packages_app.web import access, check_budget, ratelimit
+from packages_app.web.forms import (
     SORTS,
     TIME_RANGE_LABELS,
     CatalogFilterForm,
@@ -43,9 +36,6 @@ from packages_app.forms import (
     TimeRangeForm,
     TrackPackageForm,
 )
-from packages_app.models import ActionLog, Package, Revision
-from packages_app.throughput import RevisionThroughput, revision_throughput
-from packages_app.verdicts import STATUSES_BY_RANK, VERDICTS_BY_RANK, ActionKind, Cause
 
 View = Callable[..., HttpResponse]
 

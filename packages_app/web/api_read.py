@@ -17,11 +17,12 @@ from django.http import HttpRequest, JsonResponse
 from django.urls import reverse
 from pydantic import BaseModel, Field
 
-from packages_app import access, fleet, queries
+from packages_app import fleet, queries
 from packages_app.audit.assessment import Assessment
-from packages_app.forms import CatalogFilterForm
 from packages_app.models import Package, Revision
 from packages_app.throughput import Plan, RevisionThroughput, revision_throughput
+from packages_app.web import access
+from packages_app.web.forms import CatalogFilterForm
 
 JsonView = Callable[..., JsonResponse]
 

@@ -4,7 +4,7 @@ from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_not_required
 from django.urls import path
 
-from packages_app import access, api, api_read, api_telemetry, views, views_fleet, webhooks
+from packages_app.web import access, api, api_read, api_telemetry, fleet_pages, pages, webhooks
 
 app_name = "packages_app"
 
@@ -19,36 +19,36 @@ _NODE_ENDPOINTS = [
 ]
 
 urlpatterns = [
-    path("", views.catalog, name="catalog"),
-    path("ingest/", views.ingest_status, name="ingest"),
-    path("catalog.csv", views_fleet.catalog_csv, name="catalog_csv"),
-    path("nodes/", views_fleet.nodes, name="nodes"),
-    path("nodes/<path:name>/", views_fleet.node_detail, name="node"),
-    path("topologies/<path:topology_id>/", views_fleet.topology_detail, name="topology"),
-    path("glossary/", views_fleet.glossary_page, name="glossary"),
-    path("packages/<str:owner>/<str:name>/compare", views_fleet.compare, name="compare"),
-    path("packages/<str:owner>/<str:name>/reports.csv", views_fleet.reports_csv, name="reports_csv"),
+    path("", pages.catalog, name="catalog"),
+    path("ingest/", pages.ingest_status, name="ingest"),
+    path("catalog.csv", fleet_pages.catalog_csv, name="catalog_csv"),
+    path("nodes/", fleet_pages.nodes, name="nodes"),
+    path("nodes/<path:name>/", fleet_pages.node_detail, name="node"),
+    path("topologies/<path:topology_id>/", fleet_pages.topology_detail, name="topology"),
+    path("glossary/", fleet_pages.glossary_page, name="glossary"),
+    path("packages/<str:owner>/<str:name>/compare", fleet_pages.compare, name="compare"),
+    path("packages/<str:owner>/<str:name>/reports.csv", fleet_pages.reports_csv, name="reports_csv"),
     path(
         "accounts/login/",
         auth_views.LoginView.as_view(authentication_form=access.ThrottledAuthenticationForm),
         name="login",
     ),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
-    path("packages/<str:owner>/<str:name>/", views.package_detail, name="package"),
-    path("packages/<str:owner>/<str:name>/untrack", views.package_untrack, name="package_untrack"),
-    path("packages/<str:owner>/<str:name>/delete", views.package_delete, name="package_delete"),
-    path("packages/<str:owner>/<str:name>/reingest", views.package_reingest, name="package_reingest"),
+    path("packages/<str:owner>/<str:name>/", pages.package_detail, name="package"),
+    path("packages/<str:owner>/<str:name>/untrack", pages.package_untrack, name="package_untrack"),
+    path("packages/<str:owner>/<str:name>/delete", pages.package_delete, name="package_delete"),
+    path("packages/<str:owner>/<str:name>/reingest", pages.package_reingest, name="package_reingest"),
     path(
-        "packages/<str:owner>/<str:name>/propose-fix", views.package_propose_fix, name="package_propose_fix"
+        "packages/<str:owner>/<str:name>/propose-fix", pages.package_propose_fix, name="package_propose_fix"
     ),
     path(
         "packages/<str:owner>/<str:name>/manifest.patched.json",
-        views.patched_manifest,
+        pages.patched_manifest,
         name="patched_manifest",
     ),
-    path("packages/<str:owner>/<str:name>/files/<path:path>", views.file_detail, name="file"),
-    path("packages/<str:owner>/<str:name>/diff", views.revision_diff, name="diff"),
-    path("check/", views.check_manifest_page, name="check"),
+    path("packages/<str:owner>/<str:name>/files/<path:path>", pages.file_detail, name="file"),
+    path("packages/<str:owner>/<str:name>/diff", pages.revision_diff, name="diff"),
+    path("check/", pages.check_manifest_page, name="check"),
     path("api/v1/check-manifest", api.check_manifest_api, name="api_check_manifest"),
     *_NODE_ENDPOINTS,
     path("api/v1/openapi.json", api.openapi_json, name="api_openapi"),

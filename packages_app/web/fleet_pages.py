@@ -1,6 +1,6 @@
 """Browser views of what the fleet runs: nodes, a node, a topology, before/after, the glossary, CSV exports.
 
-Thin edges like views.py: validate the request, call the selectors in fleet.py and queries.py, render.
+Thin edges like pages.py: validate the request, call the selectors in fleet.py and queries.py, render.
 """
 
 from __future__ import annotations
@@ -14,11 +14,12 @@ from django.shortcuts import render
 from django.utils.http import content_disposition_header
 from django.views.decorators.http import require_GET
 
-from packages_app import access, charts, fleet, glossary, queries, report_metrics, staticfinders
-from packages_app.forms import WINDOW_DAYS
+from packages_app import charts, fleet, glossary, queries, report_metrics, staticfinders
 from packages_app.models import Report, Revision
 from packages_app.verdicts import STATUSES_BY_RANK, VERDICTS_BY_RANK, ActionKind, Cause
-from packages_app.views import lookup_errors, valid_catalog_form
+from packages_app.web import access
+from packages_app.web.forms import WINDOW_DAYS
+from packages_app.web.pages import lookup_errors, valid_catalog_form
 
 CSV_REPORT_LIMIT = 100_000
 

@@ -13,12 +13,6 @@ from typing import Any, Literal
 from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
-from packages_app.api_read import (
-    ManifestCheckOut,
-    PackageDetailOut,
-    PackageListOut,
-    catalog_query_parameters,
-)
 from packages_app.layout import MAX_MANIFEST_BYTES
 from packages_app.nodes.report_schema import (
     MAX_BATCH,
@@ -29,6 +23,12 @@ from packages_app.nodes.report_schema import (
     ReportIn,
     RunIn,
     RunsIn,
+)
+from packages_app.web.api_read import (
+    ManifestCheckOut,
+    PackageDetailOut,
+    PackageListOut,
+    catalog_query_parameters,
 )
 
 PathItem = tuple[str, dict[str, Any]]

@@ -19,12 +19,13 @@ from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET
 
-from packages_app import access, check_budget, metrics, queries, queueing, ratelimit, reports
+from packages_app import metrics, queries, queueing, reports
 from packages_app.models import Node
 from packages_app.nodes import identity as nodes
 from packages_app.nodes.report_schema import BodyError, validate_batch, validate_report_body
-from packages_app.openapi import openapi_document
 from packages_app.reports import Stored
+from packages_app.web import access, check_budget, ratelimit
+from packages_app.web.openapi import openapi_document
 
 log = logging.getLogger(__name__)
 

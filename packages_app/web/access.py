@@ -31,8 +31,8 @@ from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse
 from django.shortcuts import render
 
-from packages_app import ratelimit
 from packages_app.models import ActionLog
+from packages_app.web import ratelimit
 
 log = logging.getLogger(__name__)
 

@@ -23,7 +23,7 @@ from django.db import DatabaseError, connection
 from django.db.migrations.executor import MigrationExecutor
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
-from packages_app.metrics_view import metrics_view
+from packages_app.web.metrics_view import metrics_view
 
 log = logging.getLogger(__name__)
 
