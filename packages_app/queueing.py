@@ -1,4 +1,4 @@
-"""How the edges (views, the report API, the webhook, commands) hand work to the Celery workers.
+"""How the edges (web/: pages, the report API, the webhook; and the commands) hand work to Celery workers.
 
 Services never enqueue; they return what must be queued, and an edge passes it here. Every enqueue waits
 for the transaction to commit, so a worker never looks for a row that is not there yet. The tasks module is
@@ -30,6 +30,26 @@ def enqueue_track(repo_id: str) -> None:
     from packages_app import tasks
 
     tasks.track_package_task.delay_on_commit(repo_id)
+
+
+def enqueue_reingest(repo_id: str, shas: list[str]) -> None:
+    """Ingest these revisions of a package again (an operator's re-ingest) once the caller's transaction
+    commits. With no broker the background pool enqueues them, so the eager ingests never run inside the
+    request; ``background.Busy`` when the pool is full."""
+    from packages_app import background, tasks
+
+    if background.eager():
+        background.submit(_ingest_each, repo_id, shas)
+    else:
+        for sha in shas:
+            tasks.ingest_revision_task.delay_on_commit(repo_id, sha)
+
+
+def _ingest_each(repo_id: str, shas: list[str]) -> None:
+    from packages_app import tasks
+
+    for sha in shas:
+        tasks.ingest_revision_task.delay(repo_id, sha)
 
 
 def request_ingests(revisions: Iterable[tuple[str, str]]) -> int:

@@ -11,7 +11,7 @@ from django.contrib.auth.models import User
 from django.core.cache import cache
 from django.test import Client
 
-from packages_app import ingest, tasks
+from packages_app import background, ingest, tasks
 from packages_app.devhub import DEVHUB_TOKEN, PRIVATE_REPO, QWEN35_REPO
 from packages_app.models import ActionLog, Package, PackageFile, Revision
 from packages_app.web import access
@@ -185,6 +185,22 @@ def test_reingest_queues_every_idle_revision_with_a_broker(operator_client: Clie
     enqueue.assert_called_once_with("meshllm/junk-layers", done.commit_sha)
     done.refresh_from_db()
     assert done.status == "queued" and ActionLog.objects.get().action == "reingest"
+
+
+def test_reingest_without_a_broker_hands_the_enqueues_to_the_background_pool(
+    operator_client: Client, settings: Any
+) -> None:
+    settings.CELERY_BROKER_URL = ""  # eager: an ingest enqueued in the request would run in it
+    package = f.make_package("meshllm/junk-layers")
+    done = f.make_revision(package, "consistent-no-mtp")
+    with mock.patch.object(background, "submit") as submit:
+        response = operator_client.post("/packages/meshllm/junk-layers/reingest")
+    assert response.status_code == 302
+    work, *args = submit.call_args.args
+    assert args == ["meshllm/junk-layers", [done.commit_sha]]
+    with mock.patch.object(tasks.ingest_revision_task, "delay") as delay:
+        work(*args)  # what the pool runs once the request has committed
+    delay.assert_called_once_with("meshllm/junk-layers", done.commit_sha)
 
 
 def test_the_package_page_shows_operator_buttons_only_to_operators(

@@ -12,6 +12,7 @@ a name from another module, nor reads it as an attribute of a module it imported
 from __future__ import annotations
 
 import ast
+import json
 import subprocess
 import sys
 from collections.abc import Iterator, Mapping
@@ -67,9 +68,15 @@ LAYERS: Mapping[str, int] = {
     "packages_app.notifications": SERVICES,
     # Celery tasks: ids in, one service call, follow-ups enqueued
     "packages_app.tasks": TASKS,
-    # edges: HTTP, commands, admin, templates, and the door they enqueue through
+    # edges: HTTP and gRPC under web/; commands, admin, template tags where Django finds them; the door
+    # they all enqueue through (queueing)
+    "packages_app.web": EDGES,
     "packages_app": EDGES,
 }
+# web/ answers requests: it reaches the Hub and the workers only through queueing (web/__init__.py), so a
+# request never loads the Hub client or the tasks, not even in a function-local import.
+WEB = "packages_app.web"
+KEPT_OUT_OF_WEB = ("packages_app.hub", "packages_app.tasks", "huggingface_hub")
 ALLOWED_FRAMEWORK = {PURE: (), HUB: ("django.conf",)}
 FRAMEWORKS = ("django", "celery", "kombu")
 
@@ -183,6 +190,19 @@ def missing_layer_modules(
     return sorted(name for name in layers if name not in modules)
 
 
+def web_imports_kept_out(root: Path, package: str = PACKAGE) -> list[Violation]:
+    """Every import of the Hub client or the tasks by a module of web/, one per import statement."""
+    found: dict[tuple[str, int], Violation] = {}
+    for module, path in package_modules(root, package).items():
+        if module != WEB and not module.startswith(WEB + "."):
+            continue
+        for target, line in imports_of(path, module):
+            if any(target == kept or target.startswith(kept + ".") for kept in KEPT_OUT_OF_WEB):
+                message = f"imports {target}; web/ enqueues through queueing"
+                found.setdefault((module, line), Violation(module, line, message))
+    return list(found.values())
+
+
 def is_private(name: str) -> bool:
     return name.startswith("_") and not name.startswith("__")  # __version__, __all__ are public
 
@@ -268,6 +288,11 @@ def test_every_module_the_layers_name_exists_in_the_tree() -> None:
     assert missing_layer_modules(ROOT) == []
 
 
+def test_the_web_edges_import_neither_the_hub_client_nor_the_tasks() -> None:
+    violations = web_imports_kept_out(ROOT)
+    assert not violations, "\n".join(map(str, violations))
+
+
 def test_no_module_takes_another_modules_private_names() -> None:
     found = {(v.module, v.message): v for v in private_name_uses(ROOT)}
     assert all(module.startswith("packages_app.audit.") for module, _ in PRIVATE_IMPORTS_BEING_REMOVED)
@@ -323,6 +348,32 @@ def test_a_clean_planted_tree_passes(tmp_path: Path) -> None:
         "web/pages.py": "from packages_app import ingest\n",
     }
     assert check(plant(tmp_path, files)) == []
+
+
+@pytest.mark.parametrize(
+    ("files", "expected"),
+    [
+        (
+            {"web/pages.py": "def reingest():\n    from packages_app import tasks\n", "tasks.py": ""},
+            ["packages_app.web.pages:2: imports packages_app.tasks; web/ enqueues through queueing"],
+        ),
+        (
+            {"web/api.py": "from packages_app.hub.client import HubSource\n"},
+            ["packages_app.web.api:1: imports packages_app.hub.client; web/ enqueues through queueing"],
+        ),
+        (
+            {"web/webhooks.py": "import huggingface_hub\n"},
+            ["packages_app.web.webhooks:1: imports huggingface_hub; web/ enqueues through queueing"],
+        ),
+        # the controls: the door to the workers, and the same imports outside web/
+        ({"web/pages.py": "from packages_app import queueing\n", "queueing.py": ""}, []),
+        ({"management/commands/ingest.py": "from packages_app import tasks\n", "tasks.py": ""}, []),
+    ],
+)
+def test_the_web_rule_catches_a_planted_import(
+    tmp_path: Path, files: Mapping[str, str], expected: list[str]
+) -> None:
+    assert [str(v) for v in web_imports_kept_out(plant(tmp_path, files))] == expected
 
 
 def test_a_listed_module_that_is_gone_fails_the_layer_check(tmp_path: Path) -> None:
@@ -381,11 +432,14 @@ def test_public_names_own_names_and_other_libraries_private_names_pass(tmp_path:
 
 def test_the_web_process_does_not_load_the_hub_client_or_the_tasks() -> None:
     code = (
-        "import django, sys; django.setup(); import meshdash.urls;"
-        "print(sorted(m for m in sys.modules if m.startswith(('huggingface_hub', 'packages_app.hub',"
-        " 'packages_app.tasks'))))"
+        "import django, json, sys; django.setup(); import meshdash.urls;"
+        f"print(json.dumps([sorted(m for m in sys.modules if m.startswith({KEPT_OUT_OF_WEB!r})),"
+        f" sorted(m for m in sys.modules if m.startswith('{WEB}.'))]))"
     )
     env = {"DJANGO_SETTINGS_MODULE": "meshdash.settings", "PATH": "/usr/bin:/bin"}
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "[]"
+    kept_out, edges = json.loads(out.stdout)
+    assert kept_out == []
+    # the control: the URL conf did load the edges, so the empty list above is about them
+    assert {f"{WEB}.pages", f"{WEB}.api", f"{WEB}.api_telemetry", f"{WEB}.webhooks"} <= set(edges)

@@ -456,8 +456,6 @@ def package_delete(request: HttpRequest, owner: str, name: str) -> HttpResponse:
 @access.permission_required("packages_app.reingest_package")
 @lookup_errors
 def package_reingest(request: HttpRequest, owner: str, name: str) -> HttpResponse:
-    from packages_app import tasks
-
     package = queries.get_package(owner, name, access.can_see_private(request.user))
     shas = list(
         package.revisions.exclude(status=Revision.Status.RUNNING).values_list("commit_sha", flat=True)
@@ -465,24 +463,13 @@ def package_reingest(request: HttpRequest, owner: str, name: str) -> HttpRespons
     try:
         with transaction.atomic():  # queued first: the work starts only once this commits
             package.revisions.filter(commit_sha__in=shas).update(status=Revision.Status.QUEUED)
-            if background.eager():
-                background.submit(_ingest_each, package.repo_id, shas)
-            else:
-                for sha in shas:
-                    tasks.ingest_revision_task.delay_on_commit(package.repo_id, sha)
+            queueing.enqueue_reingest(package.repo_id, shas)
     except background.Busy as exc:
         messages.error(request, str(exc))
         return redirect("packages_app:package", owner, name)
     access.record(request.user, ActionLog.Action.REINGEST, package.repo_id, f"{len(shas)} revisions")
     messages.success(request, f"{len(shas)} revisions of {package.repo_id} are queued for ingest again.")
     return redirect("packages_app:package", owner, name)
-
-
-def _ingest_each(repo_id: str, shas: list[str]) -> None:
-    from packages_app import tasks
-
-    for sha in shas:
-        tasks.ingest_revision_task.delay(repo_id, sha)
 
 
 # --- a pull request with the patched manifest ----------------------------------------------------------
