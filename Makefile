@@ -9,7 +9,7 @@ REDIS_URL ?= redis://127.0.0.1:6379/0
 DEVHUB_PORT ?= 8765
 PORT ?= 8000
 
-.PHONY: install system-deps promtool node-deps node-deps-if-npm services lint test test-sqlite test-services coverage run demo-data clean
+.PHONY: install system-deps promtool node-deps node-deps-if-npm services lint test test-sqlite test-serial test-services coverage run demo-data clean
 
 $(STAMP): pyproject.toml requirements.lock
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -73,36 +73,55 @@ lint: install
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy packages_app meshdash
 
-# The suite runs in two passes, spread over every core (pytest-xdist, TEST_WORKERS processes): on the
-# zero-configuration default (SQLite, eager tasks, local-memory cache) every test; then against the machine's
-# real PostgreSQL and Redis only the tests that touch a database or the cache (tests/passes.py), where the
-# task tests also start a real Celery worker process. The `serial` tests (they start Celery workers, a
-# redis-server, gunicorn, with time limits of seconds) then run alone, so no other test competes with them
-# for the cores. Each run prints how many tests ran on its database. Each xdist worker gets its own test
-# database (test_<name>_gwN) and Redis database (REDIS_URL's plus N, or the Nth of TEST_REDIS_DBS, e.g.
-# "3,9"; tests/settings.py). Branch coverage is measured in the first pass, which runs every test, printed,
-# and gated at 95 % on each pure module (tests/coverage_gate.py).
+# The suite, spread over every core (pytest-xdist, TEST_WORKERS processes). Tests that touch no store run
+# once, on the zero-configuration default, under coverage.py (branch coverage, which costs ~3x the CPU of a
+# test: measured there only, where the pure modules are exercised). Tests that touch a store (a database or
+# the shared cache; tests/passes.py) run twice without the tracer: on SQLite (eager tasks, local-memory
+# cache), then on the machine's PostgreSQL and Redis, where the task tests also start a real Celery worker.
+# The `serial` tests (they start Celery workers, a redis-server, gunicorn, with time limits of seconds) run
+# one at a time on PostgreSQL + Redis; they mostly wait on those processes, so `make test` runs them beside the
+# SQLite pass, which is niced to give them the CPU whenever they want it, and prints their log when both end.
+# Each run prints how many tests ran on its database. Each xdist worker gets its own test database
+# (test_<name>_gwN) and Redis database (REDIS_URL's plus N, or the Nth of TEST_REDIS_DBS, e.g. "3,9";
+# tests/settings.py). The coverage table is printed and gated at 95 % on each pure module
+# (tests/coverage_gate.py).
 TEST_WORKERS ?= $(shell nproc)
 TEST_REDIS_DBS ?=
 PYTEST := $(VENV)/bin/pytest -p no:cacheprovider
+SQLITE_ENV := env -u DATABASE_URL -u CELERY_BROKER_URL -u REDIS_URL -u CACHE_URL PROMTOOL=$(abspath $(PROMTOOL))
 SERVICES_ENV := DATABASE_URL=$(PG_URL) CELERY_BROKER_URL=$(REDIS_URL) REDIS_URL=$(REDIS_URL) \
 	MESHDASH_TEST_REDIS_DBS=$(TEST_REDIS_DBS)
+SERIAL_LOG := var/log/test-serial.log
 
 test-sqlite: install system-deps node-deps promtool
-	env -u DATABASE_URL -u CELERY_BROKER_URL -u REDIS_URL -u CACHE_URL PROMTOOL=$(abspath $(PROMTOOL)) \
-		$(PYTEST) -n $(TEST_WORKERS) --dist loadgroup --cov --cov-report=
+	$(SQLITE_ENV) $(PYTEST) -n $(TEST_WORKERS) --dist loadgroup --no-store-tests --cov --cov-report=
+	$(SQLITE_ENV) $(PYTEST) -n $(TEST_WORKERS) --dist loadgroup --store-tests-only
+
+test-serial: install system-deps node-deps services
+	$(SERVICES_ENV) $(PYTEST) --store-tests-only -m serial
 
 test-services: install system-deps node-deps services
 	$(SERVICES_ENV) $(PYTEST) -n $(TEST_WORKERS) --store-tests-only -m "not serial"
-	$(SERVICES_ENV) $(PYTEST) --store-tests-only -m serial
+	$(MAKE) --no-print-directory test-serial
 
-# The table of the first pass, then the gate.
+# The table of the coverage pass, then the gate.
 coverage: install
 	$(VENV)/bin/coverage report
 	$(VENV)/bin/coverage json -q -o var/coverage.json
 	$(PY) -m tests.coverage_gate var/coverage.json
 
-test: lint test-sqlite test-services coverage
+# The serial tests in the background (their own log), the SQLite pass niced beside them; then the
+# PostgreSQL + Redis pass (it shares the serial tests' Redis database 0 and so waits for them), the gate.
+test: lint install system-deps node-deps promtool services
+	@mkdir -p $(dir $(SERIAL_LOG))
+	@echo "serial tests on PostgreSQL + Redis started beside the SQLite pass; log: $(SERIAL_LOG)"
+	@$(MAKE) --no-print-directory test-serial >$(SERIAL_LOG) 2>&1 & serial=$$!; \
+	nice -n 10 $(MAKE) --no-print-directory test-sqlite; sqlite=$$?; \
+	wait $$serial; serial_status=$$?; \
+	echo "=== serial tests (PostgreSQL + Redis), exit $$serial_status ==="; cat $(SERIAL_LOG); \
+	test $$sqlite -eq 0 -a $$serial_status -eq 0
+	$(SERVICES_ENV) $(PYTEST) -n $(TEST_WORKERS) --store-tests-only -m "not serial"
+	@$(MAKE) --no-print-directory coverage
 
 # The demo: devhub serves generated packages, a Celery worker ingests them, runserver shows them. It needs
 # neither PostgreSQL nor Redis: SQLite, and Redis as the broker only when one answers (bin/run-demo).

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 ROOT = Path(__file__).resolve().parent.parent
 CATALOG_ROOT = ROOT / "var" / "devhub-test"
 
-pytest_plugins = ["tests.passes"]  # make test's two passes: which tests touch a store, and the counts
+pytest_plugins = ["tests.passes"]  # make test's passes: which tests touch a store, and the counts
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -1,15 +1,16 @@
-"""The two passes of `make test`: which tests touch a store, and how many ran on each database.
+"""The passes of `make test`: which tests touch a store, and how many ran on each database.
 
-`make test` runs the suite on SQLite (every test) and then on PostgreSQL + Redis, where only the tests that
-touch a store run again: a test that reads or writes no database and no shared cache runs the same code
-either way, so running it twice costs minutes and proves nothing more. A test touches a store when it is
-marked `django_db`, `services` or `cache`, or needs one of pytest-django's database fixtures (directly or
-through its own fixtures). pytest-django refuses database access to any other test, so a test that needs
-a database cannot be missed; the cache is not guarded that way, hence the `cache` marker, and the check in
-`refuse_the_cache` below.
+`make test` runs the tests that touch no store once (under coverage), and the tests that touch a store on
+SQLite and then on PostgreSQL + Redis: a test that reads or writes no database and no shared cache runs the
+same code either way, so running it twice costs minutes and proves nothing more. A test touches a store
+when it is marked `django_db`, `services` or `cache`, or needs one of pytest-django's database fixtures
+(directly or through its own fixtures). pytest-django refuses database access to any other test, so a test
+that needs a database cannot be missed; the cache is not guarded that way, hence the `cache` marker, and the
+check in `refuse_the_cache` below.
 
-`--store-tests-only` keeps the tests that touch a store. At the end of a run the terminal summary says how
-many tests ran on which database (under pytest-xdist, the controller counts its workers' reports).
+`--store-tests-only` keeps the tests that touch a store, `--no-store-tests` the others. At the end of a run
+the terminal summary says how many tests ran on which database (under pytest-xdist, the controller counts
+its workers' reports).
 """
 
 from __future__ import annotations
@@ -42,7 +43,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--store-tests-only",
         action="store_true",
-        help="run only the tests that touch a database or the shared cache (make test's second pass)",
+        help="run only the tests that touch a database or the shared cache (on SQLite, then PostgreSQL)",
+    )
+    parser.addoption(
+        "--no-store-tests",
+        action="store_true",
+        help="run only the tests that touch no store (make test runs them once, under coverage)",
     )
 
 
@@ -53,7 +59,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.xdist_group("serial"))
         store = touches_a_store(item)
         item.user_properties.append(("store", TOUCHES_A_STORE if store else TOUCHES_NONE))
-        (keep if store or not config.getoption("store_tests_only") else drop).append(item)
+        refused = "no_store_tests" if store else "store_tests_only"
+        wanted = not config.getoption(refused)
+        (keep if wanted else drop).append(item)
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
@@ -67,8 +75,8 @@ CACHE_OPERATIONS = (
 
 @pytest.fixture(autouse=True)
 def refuse_the_cache(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """A test classed as touching no store must not use Django's cache either: in the second pass the cache
-    is Redis, and such a test would never run against it. It fails naming the marker to add. Only the
+    """A test classed as touching no store must not use Django's cache either: in the PostgreSQL pass the
+    cache is Redis, and such a test would never run against it. It fails naming the marker to add. Only the
     operations are refused: Django itself closes the caches after every request."""
     if touches_a_store(request.node):
         yield
@@ -103,10 +111,13 @@ class Tally:
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
         database = database_name()
         store, none = self.outcomes[TOUCHES_A_STORE], self.outcomes[TOUCHES_NONE]
-        line = f"{sum(store.values())} tests that touch a store ran on {database} ({_outcomes(store)})"
+        parts = []
+        if store or not none:
+            ran = f"{sum(store.values())} tests that touch a store ran on {database}"
+            parts.append(f"{ran} ({_outcomes(store)})")
         if none:
-            line += f"; {sum(none.values())} that touch none ran once, here ({_outcomes(none)})"
-        terminalreporter.write_sep("-", line)
+            parts.append(f"{sum(none.values())} tests that touch none ran once, here ({_outcomes(none)})")
+        terminalreporter.write_sep("-", "; ".join(parts))
 
 
 def _outcomes(counts: Counter[str]) -> str:

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +47,45 @@ def test_a_test_marked_cache_touches_a_store_and_may_use_the_cache(request: pyte
     cache.set("tests.test_passes", 1)
     assert cache.get("tests.test_passes") == 1
     cache.delete("tests.test_passes")
+
+
+SPLIT_SUITE = """
+import pytest
+
+def test_reads_the_database(db):
+    pass
+
+@pytest.mark.cache
+def test_uses_the_cache():
+    pass
+
+def test_touches_nothing():
+    pass
+"""
+
+
+def run_split_suite(tmp_path: Path, option: str) -> str:
+    (tmp_path / "test_split.py").write_text(SPLIT_SUITE)
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "CELERY_BROKER_URL", "REDIS_URL")}
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parent.parent)
+    command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "tests.passes"]
+    command += ["--ds=tests.settings", option, "-v", str(tmp_path)]
+    done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def test_the_two_selections_split_the_suite_and_each_says_what_ran_where(tmp_path: Path) -> None:
+    storeless = run_split_suite(tmp_path, "--no-store-tests")
+    assert "test_touches_nothing PASSED" in storeless
+    assert "test_reads_the_database" not in storeless and "test_uses_the_cache" not in storeless
+    assert "1 tests that touch none ran once, here (1 passed)" in storeless
+    assert "that touch a store ran" not in storeless
+
+    store = run_split_suite(tmp_path, "--store-tests-only")
+    assert "test_reads_the_database PASSED" in store and "test_uses_the_cache PASSED" in store
+    assert "test_touches_nothing" not in store
+    assert "2 tests that touch a store ran on SQLite (2 passed)" in store
 
 
 @pytest.mark.parametrize(
