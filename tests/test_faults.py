@@ -280,6 +280,9 @@ def free_port() -> int:
 
 
 def wait_until(predicate: Callable[[], bool], timeout: float, interval: float = 0.2) -> bool:
+    """True as soon as `predicate` holds. A wait for an outcome is generous (it returns the moment the work is
+    done, and `make test` runs these tests beside a niced pass); a wait that shows nothing happens
+    (`assert not wait_until(...)`) is as long as the claim needs, no longer."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():
@@ -567,7 +570,7 @@ def test_a_worker_killed_mid_ingest_loses_nothing_the_message_comes_back_and_com
     assert 0 < done_at_kill < total
     faults.resolve_delay = 0.0
     worker = make_worker().start()  # a fresh worker, as a supervisor would restart it
-    assert wait_until(qwen_done, VISIBILITY + 25), worker.log()[-3000:]
+    assert wait_until(qwen_done, VISIBILITY + 60), worker.log()[-3000:]
     rev = qwen_revision()
     assert rev is not None
     assert_ingested_exactly_once(rev)
@@ -591,7 +594,7 @@ def test_negative_control_with_early_acks_the_killed_ingest_is_lost_until_the_re
     # The lease (2 x hard time limit) is moved into the past instead of waited for.
     Revision.objects.filter(pk=rev.pk).update(started_at=datetime.now(UTC) - timedelta(hours=1))
     send(worker.broker.url, "packages_app.tasks.reconcile_stuck_revisions")
-    assert wait_until(qwen_done, 30), worker.log()[-3000:]
+    assert wait_until(qwen_done, 60), worker.log()[-3000:]
     rev.refresh_from_db()
     assert_ingested_exactly_once(rev)
     record("sigkill-negative", lost_until_reconciled=True)
@@ -614,7 +617,7 @@ def restart_broker_with_tasks_queued(worker: Worker, faults: RecordingFaults) ->
     before, after = pairs[:9], pairs[9:]
     for repo_id, sha in before:
         send(worker.broker.url, INGEST, repo_id, sha)
-    assert wait_until(lambda: finished([s for _, s in before]) >= 1, 30), worker.log()[-3000:]
+    assert wait_until(lambda: finished([s for _, s in before]) >= 1, 60), worker.log()[-3000:]
     queued = int(worker.broker.client().llen("celery"))
     assert queued >= 3, "the restart must happen while tasks wait in the queue"
     worker.broker.restart()
@@ -632,7 +635,7 @@ def test_a_broker_restart_with_tasks_queued_loses_none_and_runs_each_once(
     worker = make_worker(concurrency=2)
     run = restart_broker_with_tasks_queued(worker, faults)
     everything = run["before"] + run["after"]
-    assert wait_until(lambda: finished(everything) == len(everything), 45), worker.log()[-3000:]
+    assert wait_until(lambda: finished(everything) == len(everything), 120), worker.log()[-3000:]
     revisions = Revision.objects.filter(commit_sha__in=everything)
     assert sorted(r.attempts for r in revisions) == [1] * len(everything), "each ran exactly once"
     assert all(r.status == "done" for r in revisions)
@@ -655,7 +658,7 @@ def test_negative_control_a_broker_without_persistence_loses_the_queued_tasks(
     broker.start()
     worker = make_worker(concurrency=2)
     run = restart_broker_with_tasks_queued(worker, faults)
-    assert wait_until(lambda: finished(run["after"]) == len(run["after"]), 45), worker.log()[-3000:]
+    assert wait_until(lambda: finished(run["after"]) == len(run["after"]), 120), worker.log()[-3000:]
     time.sleep(3)  # let whatever the worker still holds finish
     lost = len(run["before"]) - finished(run["before"])
     assert lost >= 1, "without persistence the queued messages should be gone"
@@ -683,13 +686,13 @@ def restart_broker_while_ingests_run(worker: Worker, faults: RecordingFaults, re
     sent: list[str] = []
     for repo_id, sha in itertools.islice(itertools.cycle(pairs), restarts):
         finished_before = functools.partial(lambda s: finished([s]) == 1 or not worker_alive(worker), sha)
-        assert wait_until(finished_before, 60) if sha in sent else True, worker.log()[-3000:]
+        assert wait_until(finished_before, 120) if sha in sent else True, worker.log()[-3000:]
         Revision.objects.filter(commit_sha=sha).delete()
         send(worker.broker.url, INGEST, repo_id, sha)
         sent.append(sha)
         running = Revision.objects.filter(commit_sha=sha, status__in=["running", "done", "failed"])
         started = functools.partial(lambda rows: rows.exists() or not worker_alive(worker), running)
-        assert wait_until(started, 40), worker.log()[-3000:]
+        assert wait_until(started, 60), worker.log()[-3000:]
         if not worker_alive(worker):
             break
         worker.broker.restart()
@@ -709,7 +712,7 @@ def test_the_worker_survives_ten_redis_restarts_while_tasks_run_and_keeps_consum
     assert wait_until(lambda: finished(last) == len(last), VISIBILITY + 60), worker.log()[-3000:]
     sha = next(r.sha for p in DEMO_PACKAGES if p.repo_id == GLM53_REPO for r in p.revisions)
     send(worker.broker.url, INGEST, GLM53_REPO, sha)  # sent after the last restart: still consuming
-    assert wait_until(lambda: finished([sha]) == 1, 30), worker.log()[-3000:]
+    assert wait_until(lambda: finished([sha]) == 1, 60), worker.log()[-3000:]
     assert worker_alive(worker)
     record("redis-restarts-while-running", restarts=10, seconds=round(time.monotonic() - started, 1))
 
@@ -744,7 +747,7 @@ def database_outage_under_ingests(
         send(worker.broker.url, INGEST, repo_id, sha)
     shas = [sha for _, sha in pairs]
     running = Revision.objects.filter(commit_sha__in=shas, status="running", files_done__gte=2)
-    assert wait_until(running.exists, 40), worker.log()[-3000:]
+    assert wait_until(running.exists, 60), worker.log()[-3000:]
     proxy.cut("refuse")
     time.sleep(5)  # the outage itself: what the tasks must outlast
     proxy.restore()
@@ -796,7 +799,7 @@ def hub_faults_scenario(
     faults.add(503, 1, retry_after=2, match="model-package.json")
     worker = make_worker(hub_client_retries=0, **knobs).start()
     send(worker.broker.url, INGEST, QWEN35_REPO, QWEN35_FIRST_SHA)
-    assert wait_until(qwen_done, 40), worker.log()[-3000:]
+    assert wait_until(qwen_done, 90), worker.log()[-3000:]
     statuses = [status for _, status in faults.manifest_requests]
     assert statuses == [429, 503, 200]
     times = [t for t, _ in faults.manifest_requests]
@@ -855,7 +858,7 @@ def test_a_message_that_kills_its_worker_is_quarantined_after_three_deliveries(
         rev = qwen_revision()
         return rev is not None and rev.status == "failed"
 
-    assert wait_until(quarantined, 45), worker.log()[-3000:]
+    assert wait_until(quarantined, 90), worker.log()[-3000:]
     rev = qwen_revision()
     assert rev is not None and rev.error == "quarantined after 3 deliveries that never finished"
     time.sleep(2)
@@ -883,7 +886,7 @@ def test_a_message_that_hangs_past_the_hard_time_limit_is_quarantined_after_thre
         rev = qwen_revision()
         return rev is not None and rev.status == "failed"
 
-    assert wait_until(quarantined, 45), worker.log()[-3000:]
+    assert wait_until(quarantined, 90), worker.log()[-3000:]
     rev = qwen_revision()
     assert rev is not None and rev.error == "quarantined after 3 deliveries that never finished"
     assert count_lines(deliveries) == 3 and "Hard time limit (2" in worker.log()
@@ -896,7 +899,7 @@ def test_negative_control_without_quarantine_the_poison_message_comes_back_forev
     make_worker: Callable[..., Worker], tmp_path: Path
 ) -> None:
     worker, deliveries = poison_scenario(make_worker, tmp_path, max_deliveries=10_000)
-    assert wait_until(lambda: count_lines(deliveries) >= 5, 45), worker.log()[-3000:]
+    assert wait_until(lambda: count_lines(deliveries) >= 5, 90), worker.log()[-3000:]
     rev = qwen_revision()
     assert rev is not None and rev.status == "queued"
     record("poison-negative", deliveries_seen=count_lines(deliveries))
