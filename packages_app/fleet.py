@@ -41,7 +41,6 @@ from django.db.models import (
     TextField,
     Value,
     When,
-    Window,
 )
 from django.db.models.expressions import RawSQL
 from django.db.models.functions import Cast
@@ -329,6 +328,7 @@ class NodeRow:
     serving: list[NodeServing] = field(default_factory=list)
     hidden: int = 0  # what it served beyond the rows shown
     certification: str = ""  # its newest run's split certification: certified | uncertified_override | ""
+    at_least: bool = False  # ``hidden`` is a floor: the count stopped at SERVED_COUNT_CAP
 
     @property
     def tps(self) -> float | None:
@@ -482,7 +482,7 @@ def _node_row(node: Node, run: NodeRun | None, served: NodeServed) -> NodeRow:
     devices = node_devices(run.stages, run.devices, node.name) if run else []
     version = run.version if run else ""
     certification = run.certification if run else ""
-    return NodeRow(node, version, devices, served.rows, served.hidden, certification)
+    return NodeRow(node, version, devices, served.rows, served.hidden, certification, served.at_least)
 
 
 def node_devices(stages: Any, devices: Any, node_name: str) -> list[str]:
@@ -552,6 +552,7 @@ def _latest_runs(node_ids: list[int], show_private: bool) -> dict[int, NodeRun]:
 class NodeServed:
     rows: list[NodeServing]
     hidden: int
+    at_least: bool = False
 
 
 _NOTHING_SERVED = NodeServed([], 0)
@@ -595,7 +596,8 @@ def _serving(
     for items in result.values():
         items[:] = [replace(s, stages=mark_registered(s.stages, known)) for s in _with_moves(items)]
         items.sort(key=lambda s: (not s.broken, s.advice.cause.rank, s.is_latest, s.repo_id, s.commit_sha))
-    return {node: NodeServed(rows, hidden.get(node, 0)) for node, rows in result.items()}
+    capped = {node for node, count in tops.served.items() if count > SERVED_COUNT_CAP}
+    return {node: NodeServed(rows, hidden.get(node, 0), node in capped) for node, rows in result.items()}
 
 
 def _shown_groups(
@@ -1184,7 +1186,8 @@ def topology_runs(topology_id: str, since: datetime, show_private: bool = False)
         )
         .annotate(
             alert=Case(When(unused_since(since), then=Value(1)), default=Value(0)),
-            groups=Window(Count("*")),
+            # Counted once (an uncorrelated subquery), up to the cap: never every row sorted.
+            groups=CappedCount(servings.order_by().values("pk")[: SERVED_COUNT_CAP + 1]),
         )
         .order_by("-reports", "-revision_id", "stage_splits")[:TOPOLOGY_ROWS]
     )
@@ -1204,7 +1207,7 @@ def topology_runs(topology_id: str, since: datetime, show_private: bool = False)
     known = with_registration(r.stages for r in runs)
     runs = [replace(r, stages=list(mark_registered(r.stages, known))) for r in runs]
     runs.sort(key=lambda r: (-r.reports, r.repo_id, r.commit_sha))
-    return TopologyRuns(runs, max(0, shown[0]["groups"] - len(shown)))
+    return TopologyRuns(runs, max(0, min(shown[0]["groups"], SERVED_COUNT_CAP) - len(shown)))
 
 
 def _topology_registrations(topology_id: str, revision_ids: list[int]) -> dict[int, list[Stage]]:

@@ -508,6 +508,10 @@ class Serving(models.Model):
             ),
             # What ran on a topology since a time (its page reads the every-node rows).
             models.Index(fields=["topology_id", "node_key", "last_at"], name="serving_topology_recent"),
+            # A node's busiest rows, and a topology's: the nodes pages and the topology page read the
+            # first few in this order (a LIMIT), never all of a node's or a topology's rows sorted.
+            models.Index(fields=["node_key", "-reports"], name="serving_node_busiest"),
+            models.Index(fields=["topology_id", "node_key", "-reports"], name="serving_topology_busiest"),
         ]
 
     def __str__(self) -> str:
