@@ -136,7 +136,9 @@ def _window_ranges(since: datetime) -> list[tuple[str, datetime, datetime | None
 SqlPart = tuple[str, list[Any]]  # SQL text with %s placeholders, and its parameters
 
 
-def any_row(keys: Sequence[str], groups: Iterable[Sequence[Any]], parts: Sequence[SqlPart] = ()) -> RawSQL:
+def any_row(
+    keys: Sequence[str], groups: Iterable[Sequence[Any]], parts: Sequence[SqlPart] = (), table: str = ""
+) -> RawSQL:
     """A condition on one table's rows whose ``keys`` columns equal one group's values (and that match
     one of ``parts``), as SQL text: an OR of one term per group and part, each one range of an index.
     The same condition as Q objects costs the ORM about a millisecond a term to build, which at a
@@ -144,7 +146,9 @@ def any_row(keys: Sequence[str], groups: Iterable[Sequence[Any]], parts: Sequenc
     adapt = connection.ops.adapt_datetimefield_value
     terms: list[str] = []
     params: list[Any] = []
-    key_sql = " AND ".join(f"{connection.ops.quote_name(k)} = %s" for k in keys)
+    quote = connection.ops.quote_name
+    prefix = f"{quote(table)}." if table else ""  # where the query joins tables with these columns
+    key_sql = " AND ".join(f"{prefix}{quote(k)} = %s" for k in keys)
     for group in groups:
         values = [adapt(v) if isinstance(v, datetime) else v for v in group]
         for sql, part_params in parts or [("", [])]:
@@ -358,17 +362,17 @@ NODES_PER_PAGE = 25
 SERVED_COUNT_CAP = 1000
 
 
-class IdList(Subquery):
-    """The ids a correlated, sliced subquery selects, comma-separated in one column: a per-row LIMIT
-    (the top rows of each node) in one query on both databases, each node's rows read from an index
-    in order until the limit, never all of them sorted (PostgreSQL and SQLite both let a subquery in
-    FROM name the outer row)."""
+class RevisionList(Subquery):
+    """The revision ids a correlated, sliced subquery of Serving rows selects, comma-separated in one
+    column: a per-row LIMIT (the top rows of each node) in one query on both databases, each node's
+    rows read from an index in order until the limit, never all of them sorted (PostgreSQL and SQLite
+    both let a subquery in FROM name the outer row)."""
 
-    template = "(SELECT string_agg(CAST(ids.pk AS text), ',') FROM (%(subquery)s) AS ids)"
+    template = "(SELECT string_agg(CAST(top.revision_id AS text), ',') FROM (%(subquery)s) AS top)"
     output_field = TextField()
 
     def as_sqlite(self, compiler: Any, connection: Any, **extra: Any) -> Any:
-        template = "(SELECT group_concat(ids.pk) FROM (%(subquery)s) AS ids)"
+        template = "(SELECT group_concat(top.revision_id) FROM (%(subquery)s) AS top)"
         return self.as_sql(compiler, connection, template=template, **extra)
 
 
@@ -449,10 +453,10 @@ def _flagged(servings: QuerySet[Serving], since: datetime) -> QuerySet[Serving]:
 
 @dataclass(frozen=True)
 class Tops:
-    """Per node: the ids of its busiest Serving rows and of its busiest flagged ones (at most the limit
-    each), and how many rows it served in the window (counted up to SERVED_COUNT_CAP + 1)."""
+    """Per node: the revisions of its busiest Serving rows and of its busiest flagged ones (at most the
+    limit each), and how many rows it served in the window (counted up to SERVED_COUNT_CAP + 1)."""
 
-    ids: dict[int, list[int]]
+    revisions: dict[int, set[int]]
     served: dict[int, int]
 
 
@@ -460,22 +464,23 @@ _BUSIEST = ("-reports", "-revision_id", "stage_splits", "topology_id")
 
 
 def _tops(node_ids: list[int], since: datetime, show_private: bool, limit: int) -> Tops:
-    """Each node's candidate rows (one query): the busiest over their life, and the busiest flagged."""
+    """Each node's candidate revisions (one query): of its busiest rows over their life, and of its
+    busiest flagged rows."""
     if not node_ids:
         return Tops({}, {})
     mine = _window(since, show_private)
     rows = Node.objects.filter(pk__in=node_ids).values_list(
         "pk",
-        IdList(mine.order_by(*_BUSIEST).values("pk")[:limit]),
-        IdList(_flagged(mine, since).order_by(*_BUSIEST).values("pk")[:limit]),
+        RevisionList(mine.order_by(*_BUSIEST).values("revision_id")[:limit]),
+        RevisionList(_flagged(mine, since).order_by(*_BUSIEST).values("revision_id")[:limit]),
         CappedCount(mine.order_by().values("pk")[: SERVED_COUNT_CAP + 1]),
     )
-    ids: dict[int, list[int]] = {}
+    revisions: dict[int, set[int]] = {}
     served: dict[int, int] = {}
     for node_id, busiest, flagged, count in rows:
-        ids[node_id] = [int(i) for text in (busiest, flagged) if text for i in str(text).split(",")]
+        revisions[node_id] = {int(i) for text in (busiest, flagged) if text for i in str(text).split(",")}
         served[node_id] = int(count or 0)
-    return Tops(ids, served)
+    return Tops(revisions, served)
 
 
 def _node_row(node: Node, run: NodeRun | None, served: NodeServed) -> NodeRow:
@@ -603,18 +608,20 @@ def _serving(
 def _shown_groups(
     since: datetime, show_private: bool, tops: Tops, limit: int
 ) -> tuple[list[dict[str, Any]], dict[int, int]]:
-    """The candidate rows' (node, revision, split) groups added up over their topologies, ``limit`` a
-    node at most, flagged first then the busiest (one query), and how many more each node served."""
-    ids = [i for found in tops.ids.values() for i in found]
-    if not ids:
+    """The (node, revision, split) groups of each node's candidate revisions, added up over their
+    topologies, ``limit`` a node at most, flagged first then the busiest (one query), and how many
+    more each node served."""
+    pairs = sorted((node, revision) for node, found in tops.revisions.items() for revision in found)
+    if not pairs:
         return [], {}
+    table = Serving._meta.db_table
     servings = Serving.objects.filter(
-        last_at__gte=since, node_key__in=list(tops.ids), revision_id__in=_revision_ids_of(ids)
+        any_row(("node_key", "revision_id"), pairs, table=table), last_at__gte=since
     )
     if not show_private:
         servings = servings.filter(revision__package__private=False)
     by_node: dict[int, list[dict[str, Any]]] = {}
-    for group in _ranked_groups(servings, since, ids):
+    for group in _ranked_groups(servings, since):
         by_node.setdefault(group["node_key"], []).append(group)
     shown: list[dict[str, Any]] = []
     hidden: dict[int, int] = {}
@@ -625,13 +632,9 @@ def _shown_groups(
     return shown, hidden
 
 
-def _revision_ids_of(serving_ids: list[int]) -> QuerySet[Serving, Any]:
-    return Serving.objects.filter(pk__in=serving_ids).values("revision_id")
-
-
-def _ranked_groups(servings: QuerySet[Serving], since: datetime, ids: list[int]) -> QuerySet[Serving, Any]:
-    """Per (node, revision, split) holding one of the candidate rows ``ids``, its Serving rows (one a
-    topology) added up, flagged as likely to need action (``_flagged``'s conditions)."""
+def _ranked_groups(servings: QuerySet[Serving], since: datetime) -> QuerySet[Serving, Any]:
+    """Per (node, revision, split), its Serving rows (one a topology) added up, flagged as likely to
+    need action (``_flagged``'s conditions)."""
     unused = Q(unused_recently=1, revision__mtp_detected=True)
     return (
         servings.values(
@@ -647,7 +650,6 @@ def _ranked_groups(servings: QuerySet[Serving], since: datetime, ids: list[int])
             last_at_max=Max("last_at"),
             first_at_min=Min("first_at"),
             unused_recently=Max(Case(When(last_unused_at__gte=since, then=Value(1)), default=Value(0))),
-            candidate=Max(Case(When(pk__in=ids, then=Value(1)), default=Value(0))),
             own_rank=HEADLINE_RANK,
             latest_rank=LATEST_HEADLINE_RANK,
         )
@@ -660,7 +662,6 @@ def _ranked_groups(servings: QuerySet[Serving], since: datetime, ids: list[int])
                 default=Value(0),
             )
         )
-        .filter(candidate=1)
         .order_by()
     )
 
