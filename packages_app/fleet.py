@@ -10,6 +10,9 @@ inside the window (reports, medians from the rollups' sketches, within 1 %) come
 cells (``window_cells``: day cells for whole days, hour cells for the window's first day). The
 topology page reads the same per topology (both keys carry it), the before/after comparison the two
 revisions' total cells. Raw reports are read only for the stage layout of a shown row's newest report.
+/nodes/ is paged (NODES_PER_PAGE); each node's rows start from its few busiest Serving rows, read in
+index order (a limited, correlated subquery), so a node that served thousands of revisions costs what
+one that served three does.
 """
 
 from __future__ import annotations
