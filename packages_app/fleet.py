@@ -682,9 +682,10 @@ _SERVED_REVISION = (
 
 
 def _revisions(ids: Iterable[int]) -> dict[int, dict[str, Any]]:
-    """The shown revisions' names, assessments and their package's latest (one query)."""
+    """The shown revisions' names, assessments (parsed once a revision, however many nodes ran it)
+    and their package's latest (one query)."""
     rows = Revision.objects.filter(pk__in=set(ids)).values("pk", *_SERVED_REVISION)
-    return {row["pk"]: row for row in rows}
+    return {row["pk"]: {**row, "assessment": Assessment.from_json(row["assessment"])} for row in rows}
 
 
 def _registered_only(
@@ -814,7 +815,7 @@ def _node_serving(
         reports=figures.reports,
         tps=_median(figures.bins),
         alert=alert,
-        advice=advise(Assessment.from_json(revision["assessment"]), facts, _newer(revision)),
+        advice=advise(revision["assessment"], facts, _newer(revision)),
         version=run.version,
         requested=requested,
         effective=effective,
@@ -846,7 +847,7 @@ def _registered_row(run: NodeRun, revisions: Mapping[int, Mapping[str, Any]], no
         reports=0,
         tps=None,
         alert=False,
-        advice=advise(Assessment.from_json(revision["assessment"]), facts, _newer(revision)),
+        advice=advise(revision["assessment"], facts, _newer(revision)),
         version=run.version,
         first_at=run.first_seen_at,
         last_at=run.updated_at,
