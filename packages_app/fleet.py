@@ -361,7 +361,7 @@ class NodeRow:
 # those needing action first, then the busiest. The rest is counted, up to SERVED_COUNT_CAP.
 NODES_PAGE_ROWS = 5
 NODE_PAGE_ROWS = 100
-NODES_PER_PAGE = 25
+NODES_PER_PAGE = 20
 SERVED_COUNT_CAP = 1000
 
 
@@ -635,16 +635,16 @@ def _shown_groups(
     return shown, hidden
 
 
-def _ranked_groups(servings: QuerySet[Serving], since: datetime) -> QuerySet[Serving, Any]:
-    """Per (node, revision, split), its Serving rows (one a topology) added up, flagged as likely to
-    need action (``_flagged``'s conditions)."""
-    unused = Q(unused_recently=1, revision__mtp_detected=True)
-    return (
+def _ranked_groups(servings: QuerySet[Serving], since: datetime) -> list[dict[str, Any]]:
+    """Per (node, revision, split), its Serving rows (one a topology) added up, flagged (``stale``) as
+    likely to need action by ``_flagged``'s conditions, judged here from the values read (one query)."""
+    rows = (
         servings.values(
             "node_key",
             "revision_id",
             "stage_splits",
             "revision__package__latest_revision_id",
+            "revision__package__latest_revision__headline",
             "revision__headline",
             "revision__mtp_detected",
         )
@@ -653,20 +653,19 @@ def _ranked_groups(servings: QuerySet[Serving], since: datetime) -> QuerySet[Ser
             last_at_max=Max("last_at"),
             first_at_min=Min("first_at"),
             unused_recently=Max(Case(When(last_unused_at__gte=since, then=Value(1)), default=Value(0))),
-            own_rank=HEADLINE_RANK,
-            latest_rank=LATEST_HEADLINE_RANK,
-        )
-        .annotate(
-            stale=Case(
-                When(
-                    Q(revision__headline__in=NEEDS_ACTION) | Q(latest_rank__gt=F("own_rank")) | unused,
-                    then=Value(1),
-                ),
-                default=Value(0),
-            )
         )
         .order_by()
     )
+    return [{**row, "stale": int(_likely_stale(row))} for row in rows]
+
+
+def _likely_stale(row: Mapping[str, Any]) -> bool:
+    own, latest = (
+        status_of(row["revision__headline"]),
+        status_of(row["revision__package__latest_revision__headline"]),
+    )
+    unused = bool(row["unused_recently"]) and bool(row["revision__mtp_detected"])
+    return own.value in NEEDS_ACTION or latest.rank > own.rank or unused
 
 
 _SERVED_REVISION = (

@@ -145,6 +145,13 @@ class Revision(models.Model):
                 condition=Q(commit_sha__regex=r"^[0-9a-f]{40}$"), name="revision_sha_is_40_hex"
             ),
         ]
+        indexes = [
+            # The catalog's facets (every page counts the packages per latest verdict, status and
+            # architecture): an index-only scan, not a read of every wide revision row.
+            models.Index(
+                fields=["id"], include=["verdict", "headline", "architecture"], name="revision_facets"
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"{self.package.repo_id}@{self.commit_sha[:12]}"
