@@ -504,3 +504,52 @@ def test_a_node_with_more_rows_than_the_count_reaches_says_at_least(monkeypatch:
     monkeypatch.setattr(fleet, "SERVED_COUNT_CAP", 3)
     (row,) = fleet.node_rows(fleet.window_start(), name="busy-box", limit=2)
     assert len(row.serving) == 2 and row.hidden == 1 and row.at_least  # counted up to the cap: 3 - 2
+
+
+def test_the_fleet_seed_has_topologies_whose_nodes_serve_one_to_three_revisions_and_registered_runs(
+    client: Client,
+) -> None:
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    from packages_app.models import Report, Serving
+
+    quiet = StringIO()
+    call_command(
+        "seed_synthetic",
+        shape="fleet",
+        nodes=12,
+        packages=20,
+        revisions=3,
+        reports=400,
+        owner="fleet-test",
+        stdout=quiet,
+    )
+    assert Report.objects.count() == 400
+    served: dict[int, set[int]] = {}
+    for node, revision in Serving.objects.exclude(node_key=0).values_list("node_key", "revision_id"):
+        served.setdefault(node, set()).add(revision)
+    assert served and all(1 <= len(revisions) <= 3 for revisions in served.values())
+    runs = NodeRun.objects.filter(repo_id__startswith="fleet-test/")
+    assert runs.count() >= 12 and all(run.version and run.stages and run.revision_id for run in runs)
+    topology = Serving.objects.filter(node_key=0).values_list("topology_id", flat=True).first()
+    node = f.Node.objects.get(pk=next(iter(served))).name
+    for url in ("/nodes/", f"/nodes/{node}/", f"/topologies/{topology}/"):
+        assert client.get(url).status_code == 200
+    call_command(
+        "seed_synthetic",
+        shape="fleet",
+        nodes=12,
+        packages=5,
+        reports=0,
+        owner="fleet-test",
+        reset=True,
+        stdout=quiet,
+    )
+    # The earlier runs went with their packages: what is left names the 5 packages seeded again.
+    packages = set(
+        f.Package.objects.filter(repo_id__startswith="fleet-test/").values_list("repo_id", flat=True)
+    )
+    assert len(packages) == 5
+    assert set(runs.values_list("repo_id", flat=True)) <= packages and not runs.filter(revision=None).exists()
