@@ -362,7 +362,7 @@ class NodeRow:
 NODES_PAGE_ROWS = 5
 NODE_PAGE_ROWS = 100
 NODES_PER_PAGE = 20
-SERVED_COUNT_CAP = 1000
+SERVED_COUNT_CAP = 200
 
 
 class RevisionList(Subquery):
