@@ -1,21 +1,32 @@
 """Server time of the dashboard's pages at scale: median and p95 of N in-process requests per page.
 
-Seed first, then run against the same database (PostgreSQL is what the target is about):
+Seed first (PostgreSQL is what the target is about), one database per seed shape, then measure both in
+one run (each in its own process, one after the other; one table with a column per shape):
 
     createdb -h 127.0.0.1 -U postgres meshdash_bench_pages
-    export DATABASE_URL=postgres://postgres@127.0.0.1:5432/meshdash_bench_pages
-    .venv/bin/python manage.py migrate
-    .venv/bin/python manage.py seed_synthetic --packages 10000 --reports 1000000
-    .venv/bin/python bench/bench_pages.py --requests 30
+    createdb -h 127.0.0.1 -U postgres meshdash_bench_fleet
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/meshdash_bench_pages .venv/bin/python manage.py migrate
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/meshdash_bench_pages \
+        .venv/bin/python manage.py seed_synthetic --packages 10000 --reports 10000000
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/meshdash_bench_fleet .venv/bin/python manage.py migrate
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/meshdash_bench_fleet \
+        .venv/bin/python manage.py seed_synthetic --shape fleet --packages 10000 --revisions 3 \
+        --reports 10000000
+    .venv/bin/python bench/bench_pages.py --requests 20 --cold \
+        --database catalog=postgres://postgres@127.0.0.1:5432/meshdash_bench_pages \
+        --database fleet=postgres://postgres@127.0.0.1:5432/meshdash_bench_fleet
 
-It uses Django's test Client (no network, no web server), so the figures are view + ORM + template
-time. Exit status 1 when a page's median is over --target milliseconds.
+Without ``--database`` it measures DATABASE_URL alone. It uses Django's test Client (no network, no
+web server), so the figures are view + ORM + template time. Exit status 1 when a page's median is over
+--target milliseconds (in any shape), a page does not answer 200, or the busiest package's page is over
+1.5x the small one's.
 
-The fleet pages (/nodes/, a node page, the catalog's served revisions, the busiest topology's page and
-the busiest package's before/after comparison) show what nodes reported in the last 7 days. Seeded
-reports end at the seed's NOW (the midnight UTC before it ran), so those pages are measured with the
-clock set to the newest report (``--fleet-clock newest``, the default); ``--fleet-clock now`` measures
-them at the real time, which on the day of the seed is nearly the same window.
+The fleet pages (/nodes/ and its second page, the busiest node's page, the busiest topology's page,
+the catalog's served revisions and the busiest package's before/after comparison) show what nodes
+reported in the last 7 days. Seeded reports end at the seed's NOW (the midnight UTC before it ran), so
+those pages are measured with the clock set to the newest report (``--fleet-clock newest``, the
+default); ``--fleet-clock now`` measures them at the real time, which on the day of the seed is nearly
+the same window.
 """
 
 from __future__ import annotations
@@ -24,6 +35,7 @@ import argparse
 import json
 import os
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -50,7 +62,7 @@ def setup_django() -> None:
     }
 
 
-def pick_packages(owner: str) -> dict[str, str]:  # label -> repo id
+def pick_packages(owner: str) -> dict[str, tuple[str, str]]:  # label -> (repo id, detail)
     """The busiest package (most reports), the busiest with MTP weights, one at the median, one with
     about 14 reports (the baseline the busiest must stay within 1.5x of), and one no node reported on.
     Counted from the rollups (a Count over 10^7 reports would take a while)."""
@@ -72,12 +84,13 @@ def pick_packages(owner: str) -> dict[str, str]:  # label -> repo id
     # With MTP weights the page also counts the unused-MTP alert's reports and nodes.
     mtp = next((row for row in ranked if row[2]), ranked[0])
     small = min(ranked, key=lambda row: (abs(row[1] - SMALL), row[0]))
+    middle = ranked[len(ranked) // 2]
     return {
-        f"busiest ({ranked[0][1]} reports)": ranked[0][0],
-        f"busiest with MTP ({mtp[1]} reports)": mtp[0],
-        f"median ({ranked[len(ranked) // 2][1]} reports)": ranked[len(ranked) // 2][0],
-        f"small ({small[1]} reports)": small[0],
-        "no reports": quiet,
+        "busiest": (ranked[0][0], f"{ranked[0][1]} reports"),
+        "busiest with MTP": (mtp[0], f"{mtp[1]} reports"),
+        "median": (middle[0], f"{middle[1]} reports"),
+        "small": (small[0], f"{small[1]} reports"),
+        "no reports": (quiet, "0 reports"),
     }
 
 
@@ -85,7 +98,10 @@ SMALL = 14  # reports of the package the busiest is compared with
 RATIO_TARGET = 1.5
 
 
-def pages(owner: str) -> dict[str, str]:
+Pages = dict[str, tuple[str, str]]  # label (the same in every shape) -> (url, what it names in this one)
+
+
+def pages(owner: str) -> Pages:
     urls = {
         "catalog /": "/",
         "catalog any inconsistent": "/?verdict=inconsistent",
@@ -95,34 +111,55 @@ def pages(owner: str) -> dict[str, str]:
         "catalog page 100": "/?page=100",
         "api list": "/api/v1/packages?per_page=50",
     }
+    found = {label: (url, "") for label, url in urls.items()}
     picked = pick_packages(owner)
-    busiest = next(iter(picked.values()))
-    urls["catalog row of the busiest package"] = f"/?q={busiest.split('/', 1)[1]}"
-    for label, repo_id in picked.items():
-        urls[f"package page, {label}"] = f"/packages/{repo_id}/"
-        urls[f"api package, {label}"] = f"/api/v1/packages/{repo_id}"
-    return urls
+    busiest = picked["busiest"][0]
+    found["catalog row of the busiest package"] = (f"/?q={busiest.split('/', 1)[1]}", "")
+    for label, (repo_id, detail) in picked.items():
+        found[f"package page, {label}"] = (f"/packages/{repo_id}/", detail)
+        found[f"api package, {label}"] = (f"/api/v1/packages/{repo_id}", detail)
+    return found
 
 
-def fleet_pages() -> dict[str, str]:
+def fleet_pages() -> Pages:
+    """/nodes/ and its second page, the node and the topology with the most reports (from the Serving
+    rows, never the reports), the catalog's served revisions and the busiest comparison."""
     from django.db.models import Count, Sum
 
-    from packages_app.models import Node, Package, Revision, Serving
+    from packages_app.models import Package, Revision, Serving
 
-    node = Node.objects.order_by("name").values_list("name", flat=True).first()
-    urls = {"nodes": "/nodes/", "catalog /, served revisions in the window": "/"}
+    urls: Pages = {
+        "nodes": ("/nodes/", ""),
+        "nodes, second page": ("/nodes/?page=2", ""),
+        "catalog /, served revisions in the window": ("/", ""),
+    }
+    node = (
+        Serving.objects.exclude(node_key=0)
+        .values("node_key")
+        .annotate(n=Sum("reports"))
+        .order_by("-n")
+        .values_list("node_key", "n")
+        .first()
+    )
     if node is not None:
-        urls[f"node page ({node})"] = f"/nodes/{node}/"
-    busiest_topology = (
+        from packages_app.models import Node
+
+        name = Node.objects.get(pk=node[0]).name
+        urls["node page, busiest node"] = (f"/nodes/{name}/", f"{name}, {node[1]} reports")
+    topology = (
         Serving.objects.filter(node_key=0)
+        .exclude(topology_id="")
         .values("topology_id")
         .annotate(n=Sum("reports"))
         .order_by("-n")
-        .values_list("topology_id", flat=True)
+        .values_list("topology_id", "n")
         .first()
     )
-    if busiest_topology:
-        urls[f"topology page ({busiest_topology})"] = f"/topologies/{busiest_topology}/"
+    if topology is not None:
+        urls["topology page, busiest topology"] = (
+            f"/topologies/{topology[0]}/",
+            f"{topology[0]}, {topology[1]} reports",
+        )
     ranked = list(
         Package.objects.filter(revisions__servings__node_key=0)
         .annotate(n=Sum("revisions__servings__reports"))
@@ -134,7 +171,7 @@ def fleet_pages() -> dict[str, str]:
     comparable = set(several.values_list("package_id", flat=True))
     busiest = next((repo_id for pk, repo_id in ranked if pk in comparable), None)
     if busiest is not None:
-        urls["compare page, busiest package with 2+ revisions"] = f"/packages/{busiest}/compare"
+        urls["compare page, busiest package with 2+ revisions"] = (f"/packages/{busiest}/compare", busiest)
     return urls
 
 
@@ -152,23 +189,22 @@ def measure_fleet(client: Any, requests: int, cold: bool, clock: str) -> dict[st
     from unittest import mock
 
     at = newest_report() if clock == "newest" else None
-    labels = {label: f"{label}{', clock at newest report' if at else ''}" for label in fleet_pages()}
-    urls = {labels[label]: url for label, url in fleet_pages().items()}
+    urls = fleet_pages()
     if at is None:
         return measure_all(client, urls, requests, cold)
     with mock.patch("django.utils.timezone.now", return_value=at):
         return measure_all(client, urls, requests, cold)
 
 
-def measure_all(client: Any, urls: dict[str, str], requests: int, cold: bool) -> dict[str, dict[str, Any]]:
+def measure_all(client: Any, urls: Pages, requests: int, cold: bool) -> dict[str, dict[str, Any]]:
     """Every page ``requests`` times, round-robin (page 1, page 2, ..., page 1, ...): a burst of load
     from elsewhere on the machine falls on every page alike, so the ratios within a run hold."""
     from django.core.cache import cache
 
-    first = {label: first_request(client, url) for label, url in urls.items()}
+    first = {label: first_request(client, url) for label, (url, _) in urls.items()}
     times: dict[str, list[float]] = {label: [] for label in urls}
     for _ in range(requests):
-        for label, url in urls.items():
+        for label, (url, _) in urls.items():
             if cold:
                 cache.clear()  # as after every new report on that revision
             start = time.perf_counter()
@@ -176,7 +212,7 @@ def measure_all(client: Any, urls: dict[str, str], requests: int, cold: bool) ->
             response = client.get(url, secure=True)
             times[label].append((time.perf_counter() - start) * 1000)
             assert response.status_code == first[label][0]
-    return {label: summary(*first[label], times[label]) for label in urls}
+    return {label: {**summary(*first[label], times[label]), "names": urls[label][1]} for label in urls}
 
 
 def first_request(client: Any, url: str) -> tuple[int, int]:
@@ -211,54 +247,98 @@ def main() -> int:
         help="The time the fleet pages' window ends: the newest report (default) or now.",
     )
     parser.add_argument("--no-fleet", action="store_true", help="Leave the fleet pages out.")
+    parser.add_argument(
+        "--database",
+        action="append",
+        default=[],
+        metavar="SHAPE=URL",
+        help="A seeded database to measure, named by its seed shape (repeat it: one column each); "
+        "default: DATABASE_URL alone.",
+    )
     args = parser.parse_args()
+    if args.database:
+        shapes = {name: measure_in_subprocess(url, args) for name, url in map(shape_and_url, args.database)}
+    else:
+        shapes = {"": measure_here(args)}
+    if args.json:
+        print(json.dumps(shapes, indent=2))
+    else:
+        print_table(
+            shapes, args.requests, args.target, ", cache cleared before each request" if args.cold else ""
+        )
+    return 1 if any(over_target(shape, args.target) for shape in shapes.values()) else 0
+
+
+def shape_and_url(text: str) -> tuple[str, str]:
+    name, _, url = text.partition("=")
+    if not name or not url:
+        sys.exit(f"--database takes SHAPE=URL, not {text!r}")
+    return name, url
+
+
+def measure_in_subprocess(url: str, args: argparse.Namespace) -> dict[str, Any]:
+    """One database measured by this script in a process of its own (Django binds one DATABASE_URL)."""
+    command = [sys.executable, __file__, "--json", "--requests", str(args.requests), "--owner", args.owner]
+    command += ["--fleet-clock", args.fleet_clock, "--target", str(args.target)]
+    command += ["--cold"] * args.cold + ["--no-fleet"] * args.no_fleet
+    done = subprocess.run(command, env={**os.environ, "DATABASE_URL": url}, capture_output=True, text=True)
+    if not done.stdout.strip():
+        sys.exit(f"measuring {url} failed:\n{done.stderr[-3000:]}")
+    return dict(json.loads(done.stdout)[""])
+
+
+def measure_here(args: argparse.Namespace) -> dict[str, Any]:
     setup_django()
     from django.db import connection
     from django.test import Client
 
     client = Client()
-    urls = pages(args.owner)
-    results = measure_all(client, urls, args.requests, args.cold)
+    results = measure_all(client, pages(args.owner), args.requests, args.cold)
     if not args.no_fleet:
         results.update(measure_fleet(client, args.requests, args.cold, args.fleet_clock))
-    if args.json:
-        document = {"database": connection.vendor, "requests": args.requests, "pages": results}
-        print(json.dumps({**document, "busiest_ratios": busiest_ratios(results)}, indent=2))
-    else:
-        print_table(
-            results,
-            connection.vendor,
-            args.requests,
-            args.target,
-            ", cache cleared before each request" if args.cold else "",
-        )
-    over = any(r["median_ms"] > args.target or r["status"] != 200 for r in results.values())
-    return 1 if over or any(ratio > RATIO_TARGET for ratio in busiest_ratios(results).values()) else 0
+    return {"database": connection.vendor, "pages": results, "busiest_ratios": busiest_ratios(results)}
+
+
+def over_target(shape: dict[str, Any], target: float) -> bool:
+    results = shape["pages"].values()
+    over = any(r["median_ms"] > target or r["status"] != 200 for r in results)
+    return over or any(ratio > RATIO_TARGET for ratio in shape["busiest_ratios"].values())
 
 
 def busiest_ratios(results: dict[str, dict[str, Any]]) -> dict[str, float]:
     """Median of the busiest package's page (and API) over the small package's, measured in this run."""
-    ratios = {}
-    for kind in ("package page", "api package"):
-        busiest = next(r for label, r in results.items() if label.startswith(f"{kind}, busiest ("))
-        small = next(r for label, r in results.items() if label.startswith(f"{kind}, small ("))
-        ratios[kind] = busiest["median_ms"] / small["median_ms"]
-    return ratios
+    return {
+        kind: results[f"{kind}, busiest"]["median_ms"] / results[f"{kind}, small"]["median_ms"]
+        for kind in ("package page", "api package")
+    }
 
 
-def print_table(
-    results: dict[str, dict[str, Any]], vendor: str, requests: int, target: float, cold: str
-) -> None:
-    print(f"{vendor}, {requests} requests per page, target median <= {target:.0f} ms{cold}")
-    print(f"{'page':<52} {'status':>6} {'queries':>7} {'median ms':>10} {'p95 ms':>8}")
-    for label, r in results.items():
-        flag = "" if r["median_ms"] <= target else "  OVER"
-        flag = flag if r["status"] == 200 else "  NOT 200"
-        figures = f"{r['status']:>6} {r['queries']:>7} {r['median_ms']:>10.1f} {r['p95_ms']:>8.1f}"
-        print(f"{label:<52} {figures}{flag}")
-    for kind, ratio in busiest_ratios(results).items():
-        flag = "" if ratio <= RATIO_TARGET else "  OVER"
-        print(f"{kind}: busiest / small = {ratio:.2f}x (target <= {RATIO_TARGET}x){flag}")
+def print_table(shapes: dict[str, dict[str, Any]], requests: int, target: float, cold: str) -> None:
+    """One row per page, per shape its queries, median and p95; then what the picked pages name."""
+    vendors = ", ".join(sorted({shape["database"] for shape in shapes.values()}))
+    print(f"{vendors}, {requests} requests per page, target median <= {target:.0f} ms{cold}")
+    heads = "".join(f" | {name or 'this database':^28}" for name in shapes)
+    print(f"{'page':<48}{heads}")
+    print(f"{'':<48}" + f" | {'queries':>7} {'median ms':>10} {'p95 ms':>8} " * len(shapes))
+    labels = list(dict.fromkeys(label for shape in shapes.values() for label in shape["pages"]))
+    for label in labels:
+        cells = [_cell(shape["pages"].get(label), target) for shape in shapes.values()]
+        print(f"{label:<48}" + "".join(cells))
+    for name, shape in shapes.items():
+        for kind, ratio in shape["busiest_ratios"].items():
+            flag = "" if ratio <= RATIO_TARGET else "  OVER"
+            figure = f"{kind} busiest / small = {ratio:.2f}x (target <= {RATIO_TARGET}x){flag}"
+            print(f"{name or 'this database'}: {figure}")
+        named = {label: r["names"] for label, r in shape["pages"].items() if r.get("names")}
+        print(f"{name or 'this database'} names: " + "; ".join(f"{k}: {v}" for k, v in named.items()))
+
+
+def _cell(r: dict[str, Any] | None, target: float) -> str:
+    if r is None:
+        return f" | {'-':>7} {'-':>10} {'-':>8} "
+    flag = "!" if r["median_ms"] > target else " "
+    flag = flag if r["status"] == 200 else "x"
+    return f" | {r['queries']:>7} {r['median_ms']:>10.1f}{flag}{r['p95_ms']:>8.1f}"
 
 
 if __name__ == "__main__":

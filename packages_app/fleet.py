@@ -10,6 +10,9 @@ inside the window (reports, medians from the rollups' sketches, within 1 %) come
 cells (``window_cells``: day cells for whole days, hour cells for the window's first day). The
 topology page reads the same per topology (both keys carry it), the before/after comparison the two
 revisions' total cells. Raw reports are read only for the stage layout of a shown row's newest report.
+/nodes/ is paged (NODES_PER_PAGE); each node's rows start from its few busiest Serving rows, read in
+index order (a limited, correlated subquery), so a node that served thousands of revisions costs what
+one that served three does.
 """
 
 from __future__ import annotations
@@ -22,8 +25,28 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from django.db.models import Case, Count, F, Max, Min, Q, QuerySet, Sum, TextField, Value, When, Window
-from django.db.models.functions import Cast, RowNumber
+from django.core.paginator import Page, Paginator
+from django.db import connection
+from django.db.models import (
+    BooleanField,
+    Case,
+    Count,
+    Exists,
+    F,
+    IntegerField,
+    Max,
+    Min,
+    OuterRef,
+    Q,
+    QuerySet,
+    Subquery,
+    Sum,
+    TextField,
+    Value,
+    When,
+)
+from django.db.models.expressions import RawSQL
+from django.db.models.functions import Cast
 from django.utils import timezone
 
 from packages_app import sketch, throughput
@@ -96,13 +119,60 @@ def window_parts(since: datetime) -> list[Q]:
     revision and a node, each is one range of the rollups' natural key, which PostgreSQL only scans
     as such when the OR is spelled out around them (else it reads every cell of the revision and
     node: 0.9 s instead of 0.05 s for /nodes/' 200 groups at 10M reports)."""
+    parts = []
+    for grain, start, end in _window_ranges(since):
+        part = Q(grain=grain, bucket_start__gte=start)
+        parts.append(part & Q(bucket_start__lt=end) if end else part)
+    return parts
+
+
+def _window_ranges(since: datetime) -> list[tuple[str, datetime, datetime | None]]:
+    """(grain, from, before) of each part of the window: whole days by day, since's day by hour."""
     hour = since.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
     day = hour.replace(hour=0)
     if hour < hourly_since():
-        return [Q(grain=Rollup.Grain.DAY, bucket_start__gte=day)]
+        return [(Rollup.Grain.DAY.value, day, None)]
     next_day = day + timedelta(days=1)
-    hours = Q(grain=Rollup.Grain.HOUR, bucket_start__gte=hour, bucket_start__lt=next_day)
-    return [Q(grain=Rollup.Grain.DAY, bucket_start__gte=next_day), hours]
+    return [(Rollup.Grain.DAY.value, next_day, None), (Rollup.Grain.HOUR.value, hour, next_day)]
+
+
+SqlPart = tuple[str, list[Any]]  # SQL text with %s placeholders, and its parameters
+
+
+def any_row(
+    keys: Sequence[str], groups: Iterable[Sequence[Any]], parts: Sequence[SqlPart] = (), table: str = ""
+) -> RawSQL:
+    """A condition on one table's rows whose ``keys`` columns equal one group's values (and that match
+    one of ``parts``), as SQL text: an OR of one term per group and part, each one range of an index.
+    The same condition as Q objects costs the ORM about a millisecond a term to build, which at a
+    few hundred groups is most of a page's time. Values are parameters; keys are column names."""
+    adapt = connection.ops.adapt_datetimefield_value
+    terms: list[str] = []
+    params: list[Any] = []
+    quote = connection.ops.quote_name
+    prefix = f"{quote(table)}." if table else ""  # where the query joins tables with these columns
+    key_sql = " AND ".join(f"{prefix}{quote(k)} = %s" for k in keys)
+    for group in groups:
+        values = [adapt(v) if isinstance(v, datetime) else v for v in group]
+        for sql, part_params in parts or [("", [])]:
+            terms.append(f"({key_sql}{' AND ' + sql if sql else ''})")
+            params += [*values, *part_params]
+    # Only column names (quoted) and the parts' constant text are formatted in; values are parameters.
+    return RawSQL(" OR ".join(terms) or "1 = 0", params, output_field=BooleanField())  # noqa: S611
+
+
+def window_sql(since: datetime) -> list[SqlPart]:
+    """``window_parts`` as SQL text for ``any_row``."""
+    adapt = connection.ops.adapt_datetimefield_value
+    parts = []
+    for grain, start, end in _window_ranges(since):
+        if end is None:
+            parts.append(("grain = %s AND bucket_start >= %s", [grain, adapt(start)]))
+        else:
+            parts.append(
+                ("grain = %s AND bucket_start >= %s AND bucket_start < %s", [grain, adapt(start), adapt(end)])
+            )
+    return parts
 
 
 # --- served revisions (catalog) ------------------------------------------------------------------
@@ -265,6 +335,7 @@ class NodeRow:
     serving: list[NodeServing] = field(default_factory=list)
     hidden: int = 0  # what it served beyond the rows shown
     certification: str = ""  # its newest run's split certification: certified | uncertified_override | ""
+    at_least: bool = False  # ``hidden`` is a floor: the count stopped at SERVED_COUNT_CAP
 
     @property
     def tps(self) -> float | None:
@@ -287,9 +358,54 @@ class NodeRow:
 
 
 # What a node served, per (revision, split): the rows shown per node on /nodes/ and on its own page,
-# those needing action first, then the busiest. The rest is counted.
+# those needing action first, then the busiest. The rest is counted, up to SERVED_COUNT_CAP.
 NODES_PAGE_ROWS = 5
 NODE_PAGE_ROWS = 100
+NODES_PER_PAGE = 20
+SERVED_COUNT_CAP = 200
+
+
+class RevisionList(Subquery):
+    """The revision ids a correlated, sliced subquery of Serving rows selects, comma-separated in one
+    column: a per-row LIMIT (the top rows of each node) in one query on both databases, each node's
+    rows read from an index in order until the limit, never all of them sorted (PostgreSQL and SQLite
+    both let a subquery in FROM name the outer row)."""
+
+    template = "(SELECT string_agg(CAST(top.revision_id AS text), ',') FROM (%(subquery)s) AS top)"
+    output_field = TextField()
+
+    def as_sqlite(self, compiler: Any, connection: Any, **extra: Any) -> Any:
+        template = "(SELECT group_concat(top.revision_id) FROM (%(subquery)s) AS top)"
+        return self.as_sql(compiler, connection, template=template, **extra)
+
+
+class CappedCount(Subquery):
+    """How many rows a correlated subquery sliced to ``[:cap + 1]`` selects: the count stops there."""
+
+    template = "(SELECT COUNT(*) FROM (%(subquery)s) AS capped)"
+    output_field = IntegerField()
+
+
+@dataclass(frozen=True)
+class NodePage:
+    """One page of /nodes/: the nodes likeliest to need action first, then by name."""
+
+    rows: list[NodeRow]
+    page: Page[Any]
+
+
+def node_page(
+    since: datetime, number: Any = 1, needs_action: bool = False, show_private: bool = False
+) -> NodePage:
+    """A page of NODES_PER_PAGE nodes with what each served since ``since`` (node_rows' queries and the
+    count). Ranked in SQL by whether the node served, since ``since``, a revision whose headline or
+    whose package's newer latest calls for action, or one whose MTP went unused (``needs_action``:
+    only those); the advice of the rows shown is then judged in Python, against each node's release."""
+    nodes = Node.objects.annotate(attention=Exists(_flagged(_window(since, show_private), since)))
+    nodes = nodes.filter(attention=True) if needs_action else nodes
+    page = Paginator(nodes.order_by("-attention", "name"), NODES_PER_PAGE).get_page(number)
+    rows = _rows_of(list(page.object_list), since, show_private, NODES_PAGE_ROWS)
+    return NodePage([r for r in rows if r.needs_action] if needs_action else rows, page)
 
 
 def node_rows(
@@ -308,20 +424,73 @@ def node_rows(
     nodes = Node.objects.order_by("name")
     if name is not None:
         nodes = nodes.filter(name=name)
-    node_list = list(nodes)
     limit = limit or (NODE_PAGE_ROWS if name is not None else NODES_PAGE_ROWS)
-    runs = _latest_runs([n.pk for n in node_list], show_private)
-    serving = _serving(since, {n.pk: n.name for n in node_list}, show_private, limit, runs)
-    rows = [_node_row(n, runs.get(n.pk), serving.get(n.pk, _NOTHING_SERVED)) for n in node_list]
-    rows.sort(key=lambda r: (not r.needs_action, r.advice.cause.rank if r.advice else 0, r.node.name))
+    rows = _rows_of(list(nodes), since, show_private, limit)
     return [r for r in rows if r.needs_action] if needs_action else rows
+
+
+def _rows_of(nodes: list[Node], since: datetime, show_private: bool, limit: int) -> list[NodeRow]:
+    """The rows of these nodes, those needing action first (by the urgency of their advice)."""
+    runs = _latest_runs([n.pk for n in nodes], show_private)
+    tops = _tops([n.pk for n in nodes], since, show_private, limit)
+    serving = _serving(since, {n.pk: n.name for n in nodes}, show_private, tops, runs, limit)
+    rows = [_node_row(n, runs.get(n.pk), serving.get(n.pk, _NOTHING_SERVED)) for n in nodes]
+    rows.sort(key=lambda r: (not r.needs_action, r.advice.cause.rank if r.advice else 0, r.node.name))
+    return rows
+
+
+def _window(since: datetime, show_private: bool) -> QuerySet[Serving]:
+    """Each node's own Serving rows (never node_key 0) of the rows it served since ``since``."""
+    servings = Serving.objects.filter(node_key=OuterRef("pk"), last_at__gte=since)
+    return servings if show_private else servings.filter(revision__package__private=False)
+
+
+def _flagged(servings: QuerySet[Serving], since: datetime) -> QuerySet[Serving]:
+    """The rows likely to need action: a revision whose headline calls for action, one whose
+    package's latest revision has a better headline, or MTP unused in the window (the advice itself
+    is judged in Python for the rows shown, against the node's release)."""
+    unused = Q(last_unused_at__gte=since, revision__mtp_detected=True)
+    flagged = Q(revision__headline__in=NEEDS_ACTION) | Q(latest_rank__gt=F("own_rank")) | unused
+    return servings.annotate(own_rank=HEADLINE_RANK, latest_rank=LATEST_HEADLINE_RANK).filter(flagged)
+
+
+@dataclass(frozen=True)
+class Tops:
+    """Per node: the revisions of its busiest Serving rows and of its busiest flagged ones (at most the
+    limit each), and how many rows it served in the window (counted up to SERVED_COUNT_CAP + 1)."""
+
+    revisions: dict[int, set[int]]
+    served: dict[int, int]
+
+
+_BUSIEST = ("-reports", "-revision_id", "stage_splits", "topology_id")
+
+
+def _tops(node_ids: list[int], since: datetime, show_private: bool, limit: int) -> Tops:
+    """Each node's candidate revisions (one query): of its busiest rows over their life, and of its
+    busiest flagged rows."""
+    if not node_ids:
+        return Tops({}, {})
+    mine = _window(since, show_private)
+    rows = Node.objects.filter(pk__in=node_ids).values_list(
+        "pk",
+        RevisionList(mine.order_by(*_BUSIEST).values("revision_id")[:limit]),
+        RevisionList(_flagged(mine, since).order_by(*_BUSIEST).values("revision_id")[:limit]),
+        CappedCount(mine.order_by().values("pk")[: SERVED_COUNT_CAP + 1]),
+    )
+    revisions: dict[int, set[int]] = {}
+    served: dict[int, int] = {}
+    for node_id, busiest, flagged, count in rows:
+        revisions[node_id] = {int(i) for text in (busiest, flagged) if text for i in str(text).split(",")}
+        served[node_id] = int(count or 0)
+    return Tops(revisions, served)
 
 
 def _node_row(node: Node, run: NodeRun | None, served: NodeServed) -> NodeRow:
     devices = node_devices(run.stages, run.devices, node.name) if run else []
     version = run.version if run else ""
     certification = run.certification if run else ""
-    return NodeRow(node, version, devices, served.rows, served.hidden, certification)
+    return NodeRow(node, version, devices, served.rows, served.hidden, certification, served.at_least)
 
 
 def node_devices(stages: Any, devices: Any, node_name: str) -> list[str]:
@@ -373,7 +542,13 @@ def _latest_runs(node_ids: list[int], show_private: bool) -> dict[int, NodeRun]:
     or of none (a run of a private package, of one whose privacy is unknown, or naming a repo no stored
     revision confirms would show its version and devices beside it)."""
     runs: dict[int, NodeRun] = {}
-    rows = NodeRun.objects.filter(node_id__in=node_ids).select_related("revision__package")
+    # The revision only for its package's privacy: never its audit, assessment or manifest.
+    heavy = ("audit", "assessment", "manifest_json", "error", "package__sync_error")
+    rows = (
+        NodeRun.objects.filter(node_id__in=node_ids)
+        .select_related("revision__package")
+        .defer(*(f"revision__{name}" for name in heavy))
+    )
     if not show_private:
         rows = rows.filter(Q(revision__package__private=False) | Q(revision__isnull=True, repo_id=""))
     for run in rows.order_by("node_id", "-updated_at", "-id"):
@@ -385,31 +560,33 @@ def _latest_runs(node_ids: list[int], show_private: bool) -> dict[int, NodeRun]:
 class NodeServed:
     rows: list[NodeServing]
     hidden: int
+    at_least: bool = False
 
 
 _NOTHING_SERVED = NodeServed([], 0)
 
 
 def _serving(
-    since: datetime, names: dict[int, str], show_private: bool, limit: int, runs: Mapping[int, NodeRun]
+    since: datetime,
+    names: dict[int, str],
+    show_private: bool,
+    tops: Tops,
+    runs: Mapping[int, NodeRun],
+    limit: int,
 ) -> dict[int, NodeServed]:
-    """What each node served in the window: which (revision, split) groups from the Serving rows (the
-    ``limit`` rows a node to show, those needing action first, ranked in SQL), the shown groups'
-    revisions with their assessments, their reports, medians and strategies in the window from their
-    rollup cells, their topologies, and the node's mesh-llm version for each (5 queries, however many
-    groups or reports the window holds). The node's latest registered run joins as a row when no
-    report of its revision is shown."""
-    servings = Serving.objects.filter(last_at__gte=since, node_key__in=list(names))
-    if not show_private:
-        servings = servings.filter(revision__package__private=False)
-    shown = list(_ranked_groups(servings, since, limit))
+    """What each node served in the window: the (revision, split) groups of its candidate rows, ranked
+    (those needing action first, then the busiest), the shown groups' revisions with their
+    assessments, their reports, medians and strategies in the window from their rollup cells, their
+    topologies, and the node's mesh-llm version for each (5 queries, however many groups or reports
+    the window holds). The node's latest registered run joins as a row when no report of its
+    revision is shown."""
+    shown, hidden = _shown_groups(since, show_private, tops, limit)
     registered = _registered_only(shown, runs, show_private)
     revisions = _revisions([g["revision_id"] for g in shown] + [r.revision_id or 0 for r in registered])
     figures = _group_figures(since, shown)
     topologies = _last_topologies(shown)
     run_facts = _run_facts(shown)
     result: dict[int, list[NodeServing]] = {}
-    hidden: dict[int, int] = {}
     for group in shown:
         key = (group["node_key"], group["revision_id"], group["stage_splits"])
         serving = _node_serving(
@@ -421,32 +598,53 @@ def _serving(
             run_facts.get(key[:2]) or RunFacts(),
         )
         result.setdefault(key[0], []).append(serving)
-        hidden[key[0]] = max(0, group["groups"] - limit)
     for run in registered:
         result.setdefault(run.node_id, []).append(_registered_row(run, revisions, names[run.node_id]))
     known = with_registration(s.stages for rows in result.values() for s in rows)
     for items in result.values():
         items[:] = [replace(s, stages=mark_registered(s.stages, known)) for s in _with_moves(items)]
         items.sort(key=lambda s: (not s.broken, s.advice.cause.rank, s.is_latest, s.repo_id, s.commit_sha))
-    return {node: NodeServed(rows, hidden.get(node, 0)) for node, rows in result.items()}
+    capped = {node for node, count in tops.served.items() if count > SERVED_COUNT_CAP}
+    return {node: NodeServed(rows, hidden.get(node, 0), node in capped) for node, rows in result.items()}
 
 
-def _ranked_groups(servings: QuerySet[Serving], since: datetime, limit: int) -> QuerySet[Serving, Any]:
-    """Per (node, revision, split), its Serving rows (one a topology) added up: at most ``limit`` a
-    node, those likely to need action first (a revision whose headline calls for action, one whose
-    package's latest revision has a better headline, or MTP unused in the window; the advice itself is
-    judged in Python for the rows shown, against the node's release), then the busiest over their life
-    (one query; ``groups`` counts a node's groups). The rows carry keys and flags only (names come
-    after, for the rows shown): at 10M reports a node can have served thousands of revisions, and the
-    sort is narrower without them."""
-    per_node = [F("node_key")]
-    unused = Q(unused_recently=1, revision__mtp_detected=True)
-    return (
+def _shown_groups(
+    since: datetime, show_private: bool, tops: Tops, limit: int
+) -> tuple[list[dict[str, Any]], dict[int, int]]:
+    """The (node, revision, split) groups of each node's candidate revisions, added up over their
+    topologies, ``limit`` a node at most, flagged first then the busiest (one query), and how many
+    more each node served."""
+    pairs = sorted((node, revision) for node, found in tops.revisions.items() for revision in found)
+    if not pairs:
+        return [], {}
+    table = Serving._meta.db_table
+    servings = Serving.objects.filter(
+        any_row(("node_key", "revision_id"), pairs, table=table), last_at__gte=since
+    )
+    if not show_private:
+        servings = servings.filter(revision__package__private=False)
+    by_node: dict[int, list[dict[str, Any]]] = {}
+    for group in _ranked_groups(servings, since):
+        by_node.setdefault(group["node_key"], []).append(group)
+    shown: list[dict[str, Any]] = []
+    hidden: dict[int, int] = {}
+    for node, groups in by_node.items():
+        groups.sort(key=lambda g: (-g["stale"], -g["reports_n"], -g["revision_id"], g["stage_splits"]))
+        shown += groups[:limit]
+        hidden[node] = max(0, min(tops.served.get(node, 0), SERVED_COUNT_CAP) - min(len(groups), limit))
+    return shown, hidden
+
+
+def _ranked_groups(servings: QuerySet[Serving], since: datetime) -> list[dict[str, Any]]:
+    """Per (node, revision, split), its Serving rows (one a topology) added up, flagged (``stale``) as
+    likely to need action by ``_flagged``'s conditions, judged here from the values read (one query)."""
+    rows = (
         servings.values(
             "node_key",
             "revision_id",
             "stage_splits",
             "revision__package__latest_revision_id",
+            "revision__package__latest_revision__headline",
             "revision__headline",
             "revision__mtp_detected",
         )
@@ -455,34 +653,19 @@ def _ranked_groups(servings: QuerySet[Serving], since: datetime, limit: int) -> 
             last_at_max=Max("last_at"),
             first_at_min=Min("first_at"),
             unused_recently=Max(Case(When(last_unused_at__gte=since, then=Value(1)), default=Value(0))),
-            own_rank=HEADLINE_RANK,
-            latest_rank=LATEST_HEADLINE_RANK,
         )
-        .annotate(
-            stale=Case(
-                When(
-                    Q(revision__headline__in=NEEDS_ACTION) | Q(latest_rank__gt=F("own_rank")) | unused,
-                    then=Value(1),
-                ),
-                default=Value(0),
-            )
-        )
-        .annotate(
-            rank=Window(
-                RowNumber(),
-                partition_by=per_node,
-                order_by=[
-                    F("stale").desc(),
-                    F("reports_n").desc(),
-                    F("revision_id").desc(),
-                    F("stage_splits"),
-                ],
-            ),
-            groups=Window(Count("*"), partition_by=per_node),
-        )
-        .filter(rank__lte=limit)
         .order_by()
     )
+    return [{**row, "stale": int(_likely_stale(row))} for row in rows]
+
+
+def _likely_stale(row: Mapping[str, Any]) -> bool:
+    own, latest = (
+        status_of(row["revision__headline"]),
+        status_of(row["revision__package__latest_revision__headline"]),
+    )
+    unused = bool(row["unused_recently"]) and bool(row["revision__mtp_detected"])
+    return own.value in NEEDS_ACTION or latest.rank > own.rank or unused
 
 
 _SERVED_REVISION = (
@@ -498,9 +681,10 @@ _SERVED_REVISION = (
 
 
 def _revisions(ids: Iterable[int]) -> dict[int, dict[str, Any]]:
-    """The shown revisions' names, assessments and their package's latest (one query)."""
+    """The shown revisions' names, assessments (parsed once a revision, however many nodes ran it)
+    and their package's latest (one query)."""
     rows = Revision.objects.filter(pk__in=set(ids)).values("pk", *_SERVED_REVISION)
-    return {row["pk"]: row for row in rows}
+    return {row["pk"]: {**row, "assessment": Assessment.from_json(row["assessment"])} for row in rows}
 
 
 def _registered_only(
@@ -533,9 +717,10 @@ def _run_facts(groups: list[dict[str, Any]]) -> dict[tuple[int, int], RunFacts]:
     pairs = {(g["node_key"], g["revision_id"]) for g in groups}
     if not pairs:
         return {}
-    wanted = functools.reduce(operator.or_, (Q(node_id=n, revision_id=r) for n, r in pairs))
     facts: dict[tuple[int, int], RunFacts] = {}
-    rows = NodeRun.objects.filter(wanted).order_by("updated_at", "id")
+    rows = NodeRun.objects.filter(any_row(("node_id", "revision_id"), sorted(pairs))).order_by(
+        "updated_at", "id"
+    )
     for node_id, revision_id, *fields in rows.values_list(
         "node_id", "revision_id", "version", "certification", "topology_id", "stages"
     ):
@@ -563,18 +748,17 @@ class Figures:
 def _group_figures(since: datetime, groups: list[dict[str, Any]]) -> dict[Any, Figures]:
     """The shown (node, revision, split) groups' figures in the window (one query)."""
     keys = ("node_key", "revision_id", "stage_splits")
-    return _window_figures(since, [Q(**{k: g[k] for k in keys}) for g in groups], keys)
+    return _window_figures(since, [tuple(g[k] for k in keys) for g in groups], keys)
 
 
-def _window_figures(since: datetime, groups: list[Q], keys: tuple[str, ...]) -> dict[Any, Figures]:
-    """Reports, sketches and strategies of the rollup cells of each group (a condition naming its
-    revision and node key) in the window, by ``keys``. The OR is spelled out per group and window
-    part, so each term is one range of the natural key (window_parts)."""
-    wanted = Q(pk__in=[])
-    for group in groups:
-        for part in window_parts(since):
-            wanted |= group & part
-    rows = Rollup.objects.filter(wanted).annotate(bins=Cast("tps_sketch", TextField()))
+def _window_figures(
+    since: datetime, groups: list[tuple[Any, ...]], keys: tuple[str, ...]
+) -> dict[Any, Figures]:
+    """Reports, sketches and strategies of the rollup cells of each group (the values of ``keys``,
+    naming its revision and node key) in the window, by ``keys``. The OR is spelled out per group and
+    window part, so each term is one range of the natural key (window_parts)."""
+    rows = Rollup.objects.filter(any_row(keys, groups, window_sql(since)))
+    rows = rows.annotate(bins=Cast("tps_sketch", TextField()))
     result: dict[Any, Figures] = {}
     columns = ("reports", "bins", "requested_strategy", "strategy", "mtp_used")
     for *key, reports, text, requested, effective, used in rows.values_list(*keys, *columns):
@@ -588,24 +772,19 @@ def _window_figures(since: datetime, groups: list[Q], keys: tuple[str, ...]) -> 
 
 def _last_topologies(groups: list[dict[str, Any]]) -> dict[Any, Any]:
     """The topology of each (node, revision, split) group's newest report (one query)."""
-    newest = [
-        Q(
-            node_id=g["node_key"],
-            revision_id=g["revision_id"],
-            stage_splits=g["stage_splits"],
-            received_at=g["last_at_max"],
-        )
-        for g in groups
-    ]
-    return _newest_topologies(Q(), newest, ("node_id", "revision_id", "stage_splits"))
+    newest = [(g["node_key"], g["revision_id"], g["stage_splits"], g["last_at_max"]) for g in groups]
+    return _newest_topologies(Q(), ("node_id", "revision_id", "stage_splits"), newest)
 
 
-def _newest_topologies(among: Q, reports: list[Q], keys: tuple[str, ...]) -> dict[Any, Any]:
-    """The ``topology`` of the body of each report named (by its key and arrival time, which the
-    Serving rows and cells hold as their last), by ``keys`` (one query)."""
+def _newest_topologies(among: Q, keys: tuple[str, ...], reports: list[tuple[Any, ...]]) -> dict[Any, Any]:
+    """The ``topology`` of the body of each report named (by the values of ``keys`` and its arrival
+    time, last, which the Serving rows and cells hold as their last), by ``keys`` (one query)."""
     if not reports:
         return {}
-    rows = Report.objects.filter(among, functools.reduce(operator.or_, reports)).order_by("id")
+    # The reports' own times also bound the partitions read (the planner prunes the others).
+    times = [report[-1] for report in reports]
+    named = any_row((*keys, "received_at"), reports)
+    rows = Report.objects.filter(among, named, received_at__range=(min(times), max(times))).order_by("id")
     return {tuple(key): topology for *key, topology in rows.values_list(*keys, "body__topology")}
 
 
@@ -635,7 +814,7 @@ def _node_serving(
         reports=figures.reports,
         tps=_median(figures.bins),
         alert=alert,
-        advice=advise(Assessment.from_json(revision["assessment"]), facts, _newer(revision)),
+        advice=advise(revision["assessment"], facts, _newer(revision)),
         version=run.version,
         requested=requested,
         effective=effective,
@@ -667,7 +846,7 @@ def _registered_row(run: NodeRun, revisions: Mapping[int, Mapping[str, Any]], no
         reports=0,
         tps=None,
         alert=False,
-        advice=advise(Assessment.from_json(revision["assessment"]), facts, _newer(revision)),
+        advice=advise(revision["assessment"], facts, _newer(revision)),
         version=run.version,
         first_at=run.first_seen_at,
         last_at=run.updated_at,
@@ -1011,18 +1190,16 @@ def topology_runs(topology_id: str, since: datetime, show_private: bool = False)
         )
         .annotate(
             alert=Case(When(unused_since(since), then=Value(1)), default=Value(0)),
-            groups=Window(Count("*")),
+            # Counted once (an uncorrelated subquery), up to the cap: never every row sorted.
+            groups=CappedCount(servings.order_by().values("pk")[: SERVED_COUNT_CAP + 1]),
         )
         .order_by("-reports", "-revision_id", "stage_splits")[:TOPOLOGY_ROWS]
     )
     if not shown:
         return TopologyRuns([])
     figures = _topology_figures(topology_id, since, shown)
-    newest = [
-        Q(revision_id=g["revision_id"], stage_splits=g["stage_splits"], received_at=g["last_at"])
-        for g in shown
-    ]
-    bodies = _newest_topologies(Q(topology_id=topology_id), newest, ("revision_id", "stage_splits"))
+    newest = [(g["revision_id"], g["stage_splits"], g["last_at"]) for g in shown]
+    bodies = _newest_topologies(Q(topology_id=topology_id), ("revision_id", "stage_splits"), newest)
     registrations = _topology_registrations(topology_id, [g["revision_id"] for g in shown])
     runs = []
     for g in shown:
@@ -1034,7 +1211,7 @@ def topology_runs(topology_id: str, since: datetime, show_private: bool = False)
     known = with_registration(r.stages for r in runs)
     runs = [replace(r, stages=list(mark_registered(r.stages, known))) for r in runs]
     runs.sort(key=lambda r: (-r.reports, r.repo_id, r.commit_sha))
-    return TopologyRuns(runs, max(0, shown[0]["groups"] - len(shown)))
+    return TopologyRuns(runs, max(0, min(shown[0]["groups"], SERVED_COUNT_CAP) - len(shown)))
 
 
 def _topology_registrations(topology_id: str, revision_ids: list[int]) -> dict[int, list[Stage]]:
@@ -1055,16 +1232,10 @@ def _topology_figures(
     topology_id: str, since: datetime, groups: list[Mapping[str, Any]]
 ) -> dict[Any, Figures]:
     """The shown (revision, split) groups' every-node figures on the topology in the window (one query)."""
-    conditions = [
-        Q(
-            revision_id=g["revision_id"],
-            node_key=Rollup.ALL_NODES,
-            topology_id=topology_id,
-            stage_splits=g["stage_splits"],
-        )
-        for g in groups
-    ]
-    return _window_figures(since, conditions, ("revision_id", "stage_splits"))
+    keys = ("revision_id", "node_key", "topology_id", "stage_splits")
+    conditions = [(g["revision_id"], Rollup.ALL_NODES, topology_id, g["stage_splits"]) for g in groups]
+    found = _window_figures(since, conditions, keys)
+    return {(key[0], key[3]): figures for key, figures in found.items()}
 
 
 def _topology_run(

@@ -145,6 +145,13 @@ class Revision(models.Model):
                 condition=Q(commit_sha__regex=r"^[0-9a-f]{40}$"), name="revision_sha_is_40_hex"
             ),
         ]
+        indexes = [
+            # The catalog's facets (every page counts the packages per latest verdict, status and
+            # architecture): an index-only scan, not a read of every wide revision row.
+            models.Index(
+                fields=["id"], include=["verdict", "headline", "architecture"], name="revision_facets"
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"{self.package.repo_id}@{self.commit_sha[:12]}"
@@ -508,6 +515,10 @@ class Serving(models.Model):
             ),
             # What ran on a topology since a time (its page reads the every-node rows).
             models.Index(fields=["topology_id", "node_key", "last_at"], name="serving_topology_recent"),
+            # A node's busiest rows, and a topology's: the nodes pages and the topology page read the
+            # first few in this order (a LIMIT), never all of a node's or a topology's rows sorted.
+            models.Index(fields=["node_key", "-reports"], name="serving_node_busiest"),
+            models.Index(fields=["topology_id", "node_key", "-reports"], name="serving_topology_busiest"),
         ]
 
     def __str__(self) -> str:

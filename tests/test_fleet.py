@@ -458,9 +458,9 @@ def test_a_problem_code_links_to_its_entry_or_to_the_section_on_manifest_codes()
 def test_the_fleet_pages_queries_do_not_grow_with_the_nodes_revisions_or_reports(client: Client) -> None:
     now = timezone.now()
     f.qwen35_fleet(now)
-    pages = ["/nodes/", "/nodes/gpu-box-1/", "/topologies/lab-2/", "/"]
+    pages = ["/nodes/", "/nodes/?page=2", "/nodes/?action=1", "/nodes/gpu-box-1/", "/topologies/lab-2/", "/"]
     few = [_queries(client, url) for url in pages]
-    for i in range(12):
+    for i in range(fleet.NODES_PER_PAGE + 2):  # past the first page of nodes
         revision = f.make_revision(f.make_package(f"meshllm/Other-{i}-layers"), "undeclared-mtp")
         for name in ("gpu-box-1", f"extra-{i}"):
             node = f.Node.objects.filter(name=name).first() or f.make_node(name)
@@ -473,3 +473,83 @@ def _queries(client: Client, url: str) -> int:
     with CaptureQueriesContext(connection) as queries:
         assert client.get(url).status_code == 200
     return len(queries)
+
+
+def test_the_nodes_page_pages_its_nodes_those_likely_to_need_action_first(client: Client) -> None:
+    now = timezone.now()
+    _, fixed = f.qwen35_fleet(now)
+    for i in range(fleet.NODES_PER_PAGE):
+        f.make_report(f.make_node(f"aaa-fine-{i:02d}"), fixed, 5.3, at=now, mtp_used=True)
+    first, second = text(client.get("/nodes/")), text(client.get("/nodes/", {"page": "2"}))
+    total = fleet.NODES_PER_PAGE + len(f.FLEET_NODES)
+    assert f"{total} nodes" in first and f"showing 1\u2013{fleet.NODES_PER_PAGE}" in first
+    assert 'href="?page=2" rel="next"' in first
+    # The nodes that ran the broken revision come first although their names sort last.
+    assert "/nodes/mac-studio/" in first and "/nodes/aaa-fine-00/" in first
+    assert f"/nodes/aaa-fine-{fleet.NODES_PER_PAGE - 1:02d}/" in second
+    assert "/nodes/mac-studio/" not in second
+    assert client.get("/nodes/", {"page": "999"}).status_code == 200  # the last page, never an error
+    assert client.get("/nodes/", {"page": "<b>x</b>"}).status_code == 200
+    flagged = text(client.get("/nodes/", {"stale": "1"}))
+    assert "aaa-fine-00" not in flagged and "mac-studio" in flagged
+
+
+def test_a_node_with_more_rows_than_the_count_reaches_says_at_least(monkeypatch: pytest.MonkeyPatch) -> None:
+    now = timezone.now()
+    node = f.make_node("busy-box")
+    for i in range(5):
+        f.make_report(
+            node, f.make_revision(f.make_package(f"meshllm/Busy-{i}-layers"), "consistent-mtp"), 5.0, at=now
+        )
+    monkeypatch.setattr(fleet, "SERVED_COUNT_CAP", 3)
+    (row,) = fleet.node_rows(fleet.window_start(), name="busy-box", limit=2)
+    assert len(row.serving) == 2 and row.hidden == 1 and row.at_least  # counted up to the cap: 3 - 2
+
+
+def test_the_fleet_seed_has_topologies_whose_nodes_serve_one_to_three_revisions_and_registered_runs(
+    client: Client,
+) -> None:
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    from packages_app.models import Report, Serving
+
+    quiet = StringIO()
+    call_command(
+        "seed_synthetic",
+        shape="fleet",
+        nodes=12,
+        packages=20,
+        revisions=3,
+        reports=400,
+        owner="fleet-test",
+        stdout=quiet,
+    )
+    assert Report.objects.count() == 400
+    served: dict[int, set[int]] = {}
+    for node, revision in Serving.objects.exclude(node_key=0).values_list("node_key", "revision_id"):
+        served.setdefault(node, set()).add(revision)
+    assert served and all(1 <= len(revisions) <= 3 for revisions in served.values())
+    runs = NodeRun.objects.filter(repo_id__startswith="fleet-test/")
+    assert runs.count() >= 12 and all(run.version and run.stages and run.revision_id for run in runs)
+    topology = Serving.objects.filter(node_key=0).values_list("topology_id", flat=True).first()
+    node = f.Node.objects.get(pk=next(iter(served))).name
+    for url in ("/nodes/", f"/nodes/{node}/", f"/topologies/{topology}/"):
+        assert client.get(url).status_code == 200
+    call_command(
+        "seed_synthetic",
+        shape="fleet",
+        nodes=12,
+        packages=5,
+        reports=0,
+        owner="fleet-test",
+        reset=True,
+        stdout=quiet,
+    )
+    # The earlier runs went with their packages: what is left names the 5 packages seeded again.
+    packages = set(
+        f.Package.objects.filter(repo_id__startswith="fleet-test/").values_list("repo_id", flat=True)
+    )
+    assert len(packages) == 5
+    assert set(runs.values_list("repo_id", flat=True)) <= packages and not runs.filter(revision=None).exists()

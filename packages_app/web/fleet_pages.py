@@ -36,8 +36,15 @@ def nodes(request: HttpRequest) -> HttpResponse:
     # ?stale=1 is the filter's name before issue 19, kept so bookmarks still work.
     action_only = request.GET.get("action") == "1" or request.GET.get("stale") == "1"
     private = access.can_see_private(request.user)
-    rows = fleet.node_rows(fleet.window_start(days), needs_action=action_only, show_private=private)
-    context = {"rows": rows, "days": days, "windows": WINDOW_DAYS, "action_only": action_only}
+    since = fleet.window_start(days)
+    found = fleet.node_page(since, request.GET.get("page", 1), needs_action=action_only, show_private=private)
+    context = {
+        "rows": found.rows,
+        "page": found.page,
+        "days": days,
+        "windows": WINDOW_DAYS,
+        "action_only": action_only,
+    }
     return render(request, "packages_app/nodes.html", context)
 
 

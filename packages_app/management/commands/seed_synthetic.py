@@ -3,11 +3,18 @@
 Rows are realistic in shape (audits as packages_app.audit writes them, per-layer files, reports spread over
 weeks with a few very busy packages) but made up; every repo id lives under ``--owner`` so
 ``--reset`` can remove exactly them. Nothing is downloaded; no task is enqueued.
+
+Two shapes of fleet: ``--shape catalog`` (the default) has 40 nodes that each report on nearly every
+revision; ``--shape fleet`` has 1,000 nodes in a few hundred topologies (splits over 1 to 4 nodes),
+each topology serving 1 to 3 revisions one after another over the 30 days (an older revision, then
+the package's latest, sometimes another package), with the runs the nodes' agents registered
+(``NodeRun``: mesh-llm release, stages, devices) as a real fleet has them.
 """
 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import random
 import time
@@ -26,7 +33,17 @@ from packages_app import partitions, rollups
 from packages_app.audit.assessment import synthetic as synthetic_assessment
 from packages_app.audit.releases import known_releases
 from packages_app.layout import FileRole
-from packages_app.models import Node, Package, PackageFile, Report, ReportKey, Revision, Rollup, Serving
+from packages_app.models import (
+    Node,
+    NodeRun,
+    Package,
+    PackageFile,
+    Report,
+    ReportKey,
+    Revision,
+    Rollup,
+    Serving,
+)
 from packages_app.verdicts import Verdict
 
 T = TypeVar("T", bound=Model)
@@ -101,7 +118,14 @@ class Command(BaseCommand):
         parser.add_argument("--packages", type=int, default=1000)
         parser.add_argument("--reports", type=int, default=100_000)
         parser.add_argument("--revisions", type=int, default=2, help="Revisions per package, at most.")
-        parser.add_argument("--nodes", type=int, default=40)
+        parser.add_argument(
+            "--shape",
+            choices=("catalog", "fleet"),
+            default="catalog",
+            help="catalog: 40 nodes each reporting on nearly every revision; fleet: 1,000 nodes in a few "
+            "hundred topologies, each serving 1 to 3 revisions over the 30 days, with registered runs.",
+        )
+        parser.add_argument("--nodes", type=int, default=None, help="40 (catalog) or 1,000 (fleet).")
         parser.add_argument("--owner", default="meshllm-synthetic", help="Namespace of every synthetic repo.")
         parser.add_argument("--batch", type=int, default=5000)
         parser.add_argument("--seed", type=int, default=1)
@@ -110,6 +134,10 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         if options["packages"] < 1 or options["reports"] < 0 or options["revisions"] < 1:
             raise CommandError("--packages and --revisions must be at least 1, --reports at least 0")
+        if options["nodes"] is None:
+            options["nodes"] = 1000 if options["shape"] == "fleet" else 40
+        if options["nodes"] < 1:
+            raise CommandError("--nodes must be at least 1")
         seeder = Seeder(options, self._progress)
         if options["reset"]:
             seeder.reset()
@@ -131,6 +159,11 @@ class Seeder:
         self.batch = options["batch"]
         self.audits: dict[tuple[Profile, str], dict[str, Any]] = {}
         self.assessments: dict[tuple[Profile, str, int], dict[str, Any]] = {}
+        self.node_names: dict[int, str] = {}
+        # The fleet shape: its topologies, each node's mesh-llm release and its device.
+        self.fleet: list[FleetTopology] = []
+        self.versions: dict[int, str] = {}
+        self.devices: dict[int, tuple[str, int]] = {}
 
     def timed(self, label: str, action: Callable[[], int]) -> None:
         start = time.perf_counter()
@@ -145,6 +178,7 @@ class Seeder:
     def reset(self) -> None:
         def delete() -> int:
             ids = Report.objects.filter(repo_id__startswith=self.prefix).values("id")
+            NodeRun.objects.filter(repo_id__startswith=self.prefix).delete()
             ReportKey.objects.filter(id__in=ids).delete()
             reports, _ = Report.objects.filter(repo_id__startswith=self.prefix).delete()
             files, _ = PackageFile.objects.filter(revision__package__repo_id__startswith=self.prefix).delete()
@@ -159,7 +193,11 @@ class Seeder:
         self.timed("revisions", self.create_revisions)
         self.timed("latest revision links", self.link_latest)
         self.timed("files of latest revisions", self.create_files)
-        self.timed("reports", self.create_reports)
+        if self.options["shape"] == "fleet":
+            self.timed("registered runs", self.create_runs)
+            self.timed("reports", self.create_fleet_reports)
+        else:
+            self.timed("reports", self.create_reports)
         self.vacuum()
 
     def vacuum(self) -> None:
@@ -170,17 +208,20 @@ class Seeder:
         # cannot run inside a transaction (a caller's atomic block, or a test), ANALYZE can.
         command = "ANALYZE" if connection.in_atomic_block else "VACUUM ANALYZE"
         with connection.cursor() as cursor:
-            for model in (Package, Revision, PackageFile, Report, ReportKey, Rollup, Serving):
+            for model in (Node, NodeRun, Package, Revision, PackageFile, Report, ReportKey, Rollup, Serving):
                 cursor.execute(f"{command} {connection.ops.quote_name(model._meta.db_table)}")
         self.say(f"{command.lower()}: {time.perf_counter() - start:.1f}s")
 
     # --- nodes and packages -------------------------------------------------------------------
 
     def create_nodes(self) -> int:
-        names = [f"{self.options['owner']}-node-{i:03d}" for i in range(self.options["nodes"])]
+        width = max(3, len(str(self.options["nodes"] - 1)))
+        names = [f"{self.options['owner']}-node-{i:0{width}d}" for i in range(self.options["nodes"])]
         nodes = [Node(name=n, token_hash=digest(n), token_prefix=digest(n, 12)) for n in names]
         Node.objects.bulk_create(nodes, ignore_conflicts=True)
-        self.nodes = list(Node.objects.filter(name__in=names).values_list("id", flat=True))
+        found = dict(Node.objects.filter(name__in=names).values_list("name", "id"))
+        self.nodes = [found[name] for name in names]
+        self.node_names = {found[name]: name for name in names}
         return len(self.nodes)
 
     def create_packages(self) -> int:
@@ -339,12 +380,77 @@ class Seeder:
         rollups.rebuild([revision.id for revision, count in zip(latest, counts, strict=True) if count])
         return loader.total
 
-    def report_row(self, revision: Latest) -> SyntheticReport:
+    # --- the fleet shape: topologies, their runs and reports -------------------------------------
+
+    def create_runs(self) -> int:
+        """Plan the fleet (topologies, what each served when) and store the runs its agents registered."""
+        self.fleet = FleetPlan.make(self, self.servable_revisions())
+        runs = [run for topology in self.fleet for run in topology.runs(self)]
+        for batch in batched(iter(runs), self.batch):
+            NodeRun.objects.bulk_create(batch)
+        # Registration times as the agents sent them (bulk_create stamps auto_now fields with now).
+        stored = list(NodeRun.objects.filter(repo_id__startswith=self.prefix).only("id", "node_id", "run_id"))
+        times = {(run.node_id, run.run_id): (run.first_seen_at, run.updated_at) for run in runs}
+        for run in stored:
+            run.first_seen_at, run.updated_at = times[(run.node_id, run.run_id)]
+        NodeRun.objects.bulk_update(stored, ["first_seen_at", "updated_at"], batch_size=self.batch)
+        last_seen = [Node(pk=node, last_seen_at=at) for node, at in self.fleet_last_seen().items()]
+        Node.objects.bulk_update(last_seen, ["last_seen_at"], batch_size=self.batch)
+        return len(runs)
+
+    def servable_revisions(self) -> dict[int, list[Latest]]:
+        """Per package, its audited revisions, oldest first (the latest last)."""
+        rows = Revision.objects.filter(package__repo_id__startswith=self.prefix).exclude(block_count=None)
+        fields = ("id", "block_count", "mtp_detected", "package__repo_id", "commit_sha", "package_id")
+        by_package: dict[int, list[Latest]] = {}
+        for *row, package_id in rows.order_by("committed_at", "id").values_list(*fields):
+            by_package.setdefault(package_id, []).append(Latest(*row))
+        return by_package
+
+    def fleet_last_seen(self) -> dict[int, datetime]:
+        seen: dict[int, datetime] = {}
+        for topology in self.fleet:
+            for node in topology.nodes:
+                seen[node] = max(seen.get(node, topology.segments[-1].end), topology.segments[-1].end)
+        return seen
+
+    def create_fleet_reports(self) -> int:
+        """Reports of each topology (Zipf-like over topologies), each from one of its nodes, on the
+        revision it served at the time, with its split and id; then their keys and rollups."""
+        total = self.options["reports"]
+        if not total:
+            return 0
+        if partitions.is_partitioned():
+            partitions.create_months(NOW - REPORT_SPAN, NOW)
+        self.next_id = reserve_report_ids(total)
+        first_id = self.next_id
+        loader = CopyLoader() if connection.vendor == "postgresql" else BulkLoader(self.batch)
+        with loader:
+            for topology, count in zip(self.fleet, zipf_counts(total, len(self.fleet)), strict=True):
+                for _ in range(count):
+                    loader.add(self.fleet_report_row(topology))
+        add_report_keys(first_id, self.next_id)
+        served = sorted({segment.revision.id for topology in self.fleet for segment in topology.segments})
+        rollups.rebuild(served)
+        return loader.total
+
+    def fleet_report_row(self, topology: FleetTopology) -> SyntheticReport:
+        start, end = topology.segments[0].start, topology.segments[-1].end
+        at = start + timedelta(seconds=self.random.uniform(0, (end - start).total_seconds()))
+        segment = next(s for s in topology.segments if at <= s.end)
+        row = self.report_row(segment.revision, at)
+        row.node_id = self.random.choice(topology.nodes)
+        row.stage_splits = segment.splits
+        row.topology_id = topology.topology_id
+        return row
+
+    def report_row(self, revision: Latest, at: datetime | None = None) -> SyntheticReport:
         mtp_used = bool(revision.mtp_detected) and self.random.random() < 0.6
         strategy = self.random.choice(STRATEGIES_ON if mtp_used else STRATEGIES_OFF)
         tps = self.random.gauss(9.5 if mtp_used else 3.2, 0.6)
         proposed = self.random.randint(50, 200) if mtp_used else 0
-        at = NOW - timedelta(seconds=self.random.randint(0, int(REPORT_SPAN.total_seconds())))
+        if at is None:
+            at = NOW - timedelta(seconds=self.random.randint(0, int(REPORT_SPAN.total_seconds())))
         self.next_id += 1
         return SyntheticReport(
             id=self.next_id - 1,
@@ -407,6 +513,138 @@ class SyntheticReport:
 
 
 REPORT_COLUMNS = tuple(f.name for f in fields(SyntheticReport))
+
+# mesh-llm releases the release matrix knows (audit.releases), weighted as a fleet mid-upgrade has them.
+FLEET_VERSIONS = [
+    ("v0.78.0", 40),
+    ("v0.76.2", 20),
+    ("mesh-llm@00caec16", 15),
+    ("v0.76.1", 10),
+    ("mesh-llm@173b7cd6", 10),
+    ("v0.72.1", 5),
+]
+# (backend device, VRAM bytes) as mesh-llm's selected_device names them.
+FLEET_DEVICES = [("CUDA0", 24 * 2**30), ("CUDA0", 80 * 2**30), ("ROCm0", 64 * 2**30), ("Vulkan0", 16 * 2**30)]
+TOPOLOGY_SIZES = [1, 2, 2, 3, 3, 4]  # nodes a topology splits its package over
+POPULAR_PACKAGES = 300  # the packages topologies choose from, a few of them far more often
+
+
+@dataclass(frozen=True)
+class Segment:
+    """What a topology served from ``start`` to ``end``: one revision, on one split."""
+
+    revision: Latest
+    splits: str
+    ranges: tuple[tuple[int, int], ...]
+    start: datetime
+    end: datetime
+
+
+@dataclass(frozen=True)
+class FleetTopology:
+    topology_id: str
+    nodes: list[int]  # node ids, in stage order
+    segments: list[Segment]
+
+    def runs(self, seeder: Seeder) -> Iterator[NodeRun]:
+        """Each node's registered run of each segment: its release, the stages and who holds them."""
+        for index, segment in enumerate(self.segments):
+            stages = [
+                self.stage(seeder, i, node, bounds)
+                for i, (node, bounds) in enumerate(zip(self.nodes, segment.ranges, strict=True))
+            ]
+            for node, stage in zip(self.nodes, stages, strict=True):
+                yield NodeRun(
+                    node_id=node,
+                    run_id=f"{self.topology_id}-run-{index}",
+                    topology_id=self.topology_id,
+                    model_id=segment.revision.repo_id.rsplit("/", 1)[-1],
+                    package_ref=f"{segment.revision.repo_id}@main",
+                    repo_id=segment.revision.repo_id,
+                    commit_sha=segment.revision.commit_sha,
+                    revision_id=segment.revision.id,
+                    version=seeder.versions[node],
+                    stage_splits=segment.splits,
+                    stages=stages,
+                    devices=[stage["raw"]["selected_device"]],
+                    certification="certified",
+                    first_seen_at=segment.start,
+                    updated_at=segment.end,
+                )
+
+    @staticmethod
+    def stage(seeder: Seeder, index: int, node: int, bounds: tuple[int, int]) -> dict[str, Any]:
+        device, vram = seeder.devices[node]
+        return {
+            "stage_id": f"stage-{index}",
+            "stage_index": index,
+            "node_id": seeder.node_names[node],
+            "layer_start": bounds[0],
+            "layer_end": bounds[1],
+            "state": "serving",
+            "device": device,
+            "ctx_size": 8192,
+            "lane_count": 1,
+            "certification": "certified",
+            "weight_quantization": "",
+            "raw": {"selected_device": {"backend_device": device, "vram_bytes": vram}},
+        }
+
+
+class FleetPlan:
+    """The fleet shape: every node in one topology; each topology serves 1 to 3 revisions in turn."""
+
+    @staticmethod
+    def make(seeder: Seeder, revisions: dict[int, list[Latest]]) -> list[FleetTopology]:
+        rng = seeder.random
+        names, weights = zip(*FLEET_VERSIONS, strict=True)
+        seeder.versions = {node: str(rng.choices(names, weights=weights)[0]) for node in seeder.nodes}
+        seeder.devices = {node: rng.choice(FLEET_DEVICES) for node in seeder.nodes}
+        packages = sorted(revisions)
+        rng.shuffle(packages)
+        popular = packages[:POPULAR_PACKAGES]
+        topologies: list[FleetTopology] = []
+        nodes = list(seeder.nodes)
+        while nodes:
+            size = min(rng.choice(TOPOLOGY_SIZES), len(nodes))
+            members, nodes = nodes[:size], nodes[size:]
+            served = FleetPlan.served(rng, popular, revisions)
+            topology_id = f"{seeder.options['owner']}-topo-{len(topologies):03d}"
+            topologies.append(FleetTopology(topology_id, members, FleetPlan.segments(rng, served, size)))
+        rng.shuffle(topologies)  # which topologies are the busiest
+        return topologies
+
+    @staticmethod
+    def served(rng: random.Random, popular: list[int], revisions: dict[int, list[Latest]]) -> list[Latest]:
+        """The revisions a topology serves in turn: mostly an older revision then the latest, sometimes
+        only one of them, sometimes another package's latest after."""
+        ranks = [1 / (rank + 1) for rank in range(len(popular))]
+        first, other = rng.choices(popular, weights=ranks, k=2)
+        own = revisions[first]
+        count = rng.choice([1, 2, 2, 3])
+        if count == 1:
+            # Most run the latest; some never moved off an older revision.
+            return [own[-2] if len(own) > 1 and rng.random() < 0.3 else own[-1]]
+        turns = own[-2:] if len(own) > 1 else own[-1:]
+        turns = [*turns, revisions[other][-1]] if other != first else turns
+        return turns[:count]
+
+    @staticmethod
+    def segments(rng: random.Random, served: list[Latest], size: int) -> list[Segment]:
+        span = REPORT_SPAN.total_seconds()
+        cuts = sorted(rng.uniform(0.1, 0.9) * span for _ in served[1:])
+        starts = [0.0, *cuts]
+        ends = [*cuts, span]
+        result = []
+        for revision, start, end in zip(served, starts, ends, strict=True):
+            bounds = [round(revision.block_count * i / size) for i in range(size + 1)]
+            ranges = tuple(itertools.pairwise(bounds))
+            splits = "|".join(f"{a}..{b}" for a, b in ranges)
+            at = NOW - REPORT_SPAN
+            result.append(
+                Segment(revision, splits, ranges, at + timedelta(seconds=start), at + timedelta(seconds=end))
+            )
+        return result
 
 
 class BulkLoader:
