@@ -79,11 +79,10 @@ lint: install
 # the shared cache; tests/passes.py) run twice without the tracer: on SQLite (eager tasks, local-memory
 # cache), then on the machine's PostgreSQL and Redis, where the task tests also start a real Celery worker.
 # The `serial` tests (they start Celery workers, a redis-server, gunicorn, with time limits of seconds) run
-# one at a time on PostgreSQL + Redis; they mostly wait on those processes, so `make test` runs them beside the
-# SQLite pass, which is niced to give them the CPU whenever they want it, and prints their log when both end.
-# Each run prints how many tests ran on its database. Each xdist worker gets its own test database
-# (test_<name>_gwN) and Redis database (REDIS_URL's plus N, or the Nth of TEST_REDIS_DBS, e.g. "3,9";
-# tests/settings.py). The coverage table is printed and gated at 95 % on each pure module
+# one at a time on PostgreSQL + Redis, after the others, so no other test competes with them for the cores
+# (beside a niced pass, the demo and live-server tests of that pass starved). Each run prints how many tests
+# ran on its database. Each xdist worker gets its own test database (test_<name>_gwN) and Redis database
+# (REDIS_URL's plus N, or the Nth of TEST_REDIS_DBS, e.g. "3,9"; tests/settings.py). The coverage table is printed and gated at 95 % on each pure module
 # (tests/coverage_gate.py).
 TEST_WORKERS ?= $(shell nproc)
 TEST_REDIS_DBS ?=
@@ -91,11 +90,12 @@ PYTEST := $(VENV)/bin/pytest -p no:cacheprovider
 SQLITE_ENV := env -u DATABASE_URL -u CELERY_BROKER_URL -u REDIS_URL -u CACHE_URL PROMTOOL=$(abspath $(PROMTOOL))
 SERVICES_ENV := DATABASE_URL=$(PG_URL) CELERY_BROKER_URL=$(REDIS_URL) REDIS_URL=$(REDIS_URL) \
 	MESHDASH_TEST_REDIS_DBS=$(TEST_REDIS_DBS)
-SERIAL_LOG := var/log/test-serial.log
+STORELESS_PASS := $(SQLITE_ENV) $(PYTEST) -n $(TEST_WORKERS) --dist loadgroup --no-store-tests --cov --cov-report=
+SQLITE_STORE_PASS := $(SQLITE_ENV) $(PYTEST) -n $(TEST_WORKERS) --dist loadgroup --store-tests-only
 
 test-sqlite: install system-deps node-deps promtool
-	$(SQLITE_ENV) $(PYTEST) -n $(TEST_WORKERS) --dist loadgroup --no-store-tests --cov --cov-report=
-	$(SQLITE_ENV) $(PYTEST) -n $(TEST_WORKERS) --dist loadgroup --store-tests-only
+	$(STORELESS_PASS)
+	$(SQLITE_STORE_PASS)
 
 test-serial: install system-deps node-deps services
 	$(SERVICES_ENV) $(PYTEST) --store-tests-only -m serial
@@ -110,18 +110,7 @@ coverage: install
 	$(VENV)/bin/coverage json -q -o var/coverage.json
 	$(PY) -m tests.coverage_gate var/coverage.json
 
-# The serial tests in the background (their own log), the SQLite pass niced beside them; then the
-# PostgreSQL + Redis pass (it shares the serial tests' Redis database 0 and so waits for them), the gate.
-test: lint install system-deps node-deps promtool services
-	@mkdir -p $(dir $(SERIAL_LOG))
-	@echo "serial tests on PostgreSQL + Redis started beside the SQLite pass; log: $(SERIAL_LOG)"
-	@$(MAKE) --no-print-directory test-serial >$(SERIAL_LOG) 2>&1 & serial=$$!; \
-	nice -n 10 $(MAKE) --no-print-directory test-sqlite; sqlite=$$?; \
-	wait $$serial; serial_status=$$?; \
-	echo "=== serial tests (PostgreSQL + Redis), exit $$serial_status ==="; cat $(SERIAL_LOG); \
-	test $$sqlite -eq 0 -a $$serial_status -eq 0
-	$(SERVICES_ENV) $(PYTEST) -n $(TEST_WORKERS) --store-tests-only -m "not serial"
-	@$(MAKE) --no-print-directory coverage
+test: lint test-sqlite test-services coverage
 
 # The demo: devhub serves generated packages, a Celery worker ingests them, runserver shows them. It needs
 # neither PostgreSQL nor Redis: SQLite, and Redis as the broker only when one answers (bin/run-demo).
