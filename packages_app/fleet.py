@@ -399,13 +399,19 @@ def node_page(
 ) -> NodePage:
     """A page of NODES_PER_PAGE nodes with what each served since ``since`` (node_rows' queries and the
     count). Ranked in SQL by whether the node served, since ``since``, a revision whose headline or
-    whose package's newer latest calls for action, or one whose MTP went unused (``needs_action``:
-    only those); the advice of the rows shown is then judged in Python, against each node's release."""
+    whose package's newer latest calls for action, or one whose MTP went unused; the advice of the rows
+    shown is then judged in Python, against each node's release.
+
+    ``needs_action`` keeps the nodes whose advice calls for action, judged in Python for every node: the
+    SQL flag only ranks, it cannot see what a node's own release refuses (an upgrade to make), so filtering
+    on it would hide such a node from the answer to "which of my nodes need action"."""
+    if needs_action:
+        every = _rows_of(list(Node.objects.order_by("name")), since, show_private, NODES_PAGE_ROWS)
+        flagged = Paginator([r for r in every if r.needs_action], NODES_PER_PAGE).get_page(number)
+        return NodePage(list(flagged.object_list), flagged)
     nodes = Node.objects.annotate(attention=Exists(_flagged(_window(since, show_private), since)))
-    nodes = nodes.filter(attention=True) if needs_action else nodes
     page = Paginator(nodes.order_by("-attention", "name"), NODES_PER_PAGE).get_page(number)
-    rows = _rows_of(list(page.object_list), since, show_private, NODES_PAGE_ROWS)
-    return NodePage([r for r in rows if r.needs_action] if needs_action else rows, page)
+    return NodePage(_rows_of(list(page.object_list), since, show_private, NODES_PAGE_ROWS), page)
 
 
 def node_rows(

@@ -281,7 +281,7 @@ def free_port() -> int:
 
 def wait_until(predicate: Callable[[], bool], timeout: float, interval: float = 0.2) -> bool:
     """True as soon as `predicate` holds. A wait for an outcome is generous (it returns the moment the work is
-    done, and `make test` runs these tests beside a niced pass); a wait that shows nothing happens
+    done, and a busy machine slows the work); a wait that shows nothing happens
     (`assert not wait_until(...)`) is as long as the claim needs, no longer."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -111,6 +111,20 @@ def test_the_needs_action_filter_keeps_only_nodes_with_something_to_do(client: C
     assert "fresh-only" not in text(client.get("/nodes/", {"stale": "1"}))  # the old bookmark still works
 
 
+def test_the_needs_action_filter_is_the_advice_not_the_sql_ranking(
+    client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A node whose only need is what its own release refuses is invisible to the SQL flag that ranks
+    /nodes/; planting a flag that sees nothing shows the filter does not lean on it."""
+    f.qwen35_fleet(timezone.now())
+    needing = {r.node.name for r in fleet.node_rows(fleet.window_start()) if r.needs_action}
+    assert needing
+    monkeypatch.setattr(fleet, "_flagged", lambda servings, since: servings.none())
+    listed = text(client.get("/nodes/", {"action": "1"}))
+    assert all(f'href="/nodes/{name}/"' in listed for name in needing)
+    assert f"{len(needing)} node" in listed
+
+
 def test_a_node_page_shows_the_revision_it_serves_its_version_and_devices(client: Client) -> None:
     f.qwen35_fleet(timezone.now())
     node = f.Node.objects.get(name="mac-studio")
