@@ -406,9 +406,9 @@ def node_page(
     SQL flag only ranks, it cannot see what a node's own release refuses (an upgrade to make), so filtering
     on it would hide such a node from the answer to "which of my nodes need action"."""
     if needs_action:
-        every = _rows_of(list(Node.objects.order_by("name")), since, show_private, NODES_PAGE_ROWS)
-        flagged = Paginator([r for r in every if r.needs_action], NODES_PER_PAGE).get_page(number)
-        return NodePage(list(flagged.object_list), flagged)
+        flagged = Paginator(node_rows(since, needs_action=True, show_private=show_private), NODES_PER_PAGE)
+        page_of_rows = flagged.get_page(number)
+        return NodePage(list(page_of_rows.object_list), page_of_rows)
     nodes = Node.objects.annotate(attention=Exists(_flagged(_window(since, show_private), since)))
     page = Paginator(nodes.order_by("-attention", "name"), NODES_PER_PAGE).get_page(number)
     return NodePage(_rows_of(list(page.object_list), since, show_private, NODES_PAGE_ROWS), page)
