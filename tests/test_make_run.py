@@ -8,6 +8,7 @@ on kombu's filesystem transport. The test waits for the demo to say it is runnin
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -36,6 +37,8 @@ pytestmark = [
     ),
     pytest.mark.skipif(not (ROOT / ".venv" / "bin" / "python").exists(), reason="needs `make install`"),
 ]
+
+Demo = tuple[subprocess.Popen[bytes], int, Path, str, int]  # make run, its port, log, PATH, devhub's port
 
 
 def free_port() -> int:
@@ -76,8 +79,11 @@ def path_without_services(bin_dir: Path) -> str:
     return str(bin_dir)
 
 
-@pytest.fixture
-def demo(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], int, Path, str, int]]:
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demo]:
+    """One demo for the tests of this file, in their order: it starts, it answers the four questions, Ctrl-C
+    stops it."""
+    tmp_path = tmp_path_factory.mktemp("make-run")
     project = copy_project(tmp_path / "meshdash")
     path = path_without_services(tmp_path / "bin")
     port, devhub_port = free_port(), free_port()
@@ -89,8 +95,10 @@ def demo(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], int, Path, s
     }
     log = tmp_path / "make-run.log"
     with log.open("wb") as out:
+        # SIGINT at its default, as in a terminal: a process started in the background (pytest-xdist's
+        # workers, a CI runner) may have inherited it ignored, and then the Ctrl-C below would reach no one.
         process = subprocess.Popen(
-            ["make", "run", f"PORT={port}", f"DEVHUB_PORT={devhub_port}"],
+            ["env", "--default-signal=SIGINT", "make", "run", f"PORT={port}", f"DEVHUB_PORT={devhub_port}"],
             cwd=project,
             env=env,
             stdout=out,
@@ -147,7 +155,7 @@ def assert_quiet(text: str, logs: Path, port: int) -> None:
 
 
 def test_make_run_reaches_the_ingested_demo_without_postgresql_or_redis(
-    demo: tuple[subprocess.Popen[bytes], int, Path, str, int],
+    demo: Demo,
 ) -> None:
     process, port, log, path, _ = demo
     assert shutil.which("redis-server", path=path) is None and shutil.which("pg_isready", path=path) is None
@@ -167,6 +175,18 @@ def test_make_run_reaches_the_ingested_demo_without_postgresql_or_redis(
         assert "Qwen3.5" in r.read().decode()
 
 
+def processes_in_group(pgid: int) -> list[str]:
+    """The command lines of the live (not zombie) processes of a process group."""
+    alive = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError):
+            state, _, group = stat.read_text().rsplit(")", 1)[1].split()[:3]  # the name may hold spaces
+            if int(group) == pgid and state != "Z":
+                command = (stat.parent / "cmdline").read_bytes()
+                alive.append(command.replace(b"\0", b" ").decode(errors="replace"))
+    return alive
+
+
 # --- the four questions an operator brings, answered by clicking from / on the running demo -----------
 
 
@@ -182,7 +202,7 @@ def demo_settled(port: int) -> bool:
 
 @pytest.mark.browser
 def test_the_demo_answers_the_four_questions_by_clicking_from_the_catalog(
-    demo: tuple[subprocess.Popen[bytes], int, Path, str, int],
+    demo: Demo,
 ) -> None:
     from playwright.sync_api import expect, sync_playwright
 
@@ -249,3 +269,16 @@ def test_the_demo_answers_the_four_questions_by_clicking_from_the_catalog(
         expect(result).to_contain_text("v0.78.0 admits")
         page.screenshot(path=str(shots / "demo-q4-check.png"), full_page=True)
         browser.close()
+
+
+def test_ctrl_c_stops_the_demo_and_every_process_it_started(
+    demo: Demo,
+) -> None:
+    process, _, log, _, _ = demo
+    wait_for_ready(process, log)
+    os.killpg(process.pid, signal.SIGINT)  # Ctrl-C, as the terminal sends it to the whole group
+    process.wait(30)
+    deadline = time.monotonic() + 15
+    while (left := processes_in_group(process.pid)) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert left == [], left
