@@ -52,7 +52,7 @@ from django.utils import timezone
 from packages_app import sketch, throughput
 from packages_app.audit.advice import Advice, Newer, NodeFacts, advise, moved_on
 from packages_app.audit.assessment import Assessment, Headline
-from packages_app.models import Node, NodeRun, Report, Revision, Rollup, Serving
+from packages_app.models import LastServed, Node, NodeRun, Report, Revision, Rollup, Serving
 from packages_app.rollups import hourly_since
 from packages_app.verdicts import NEEDS_ACTION, Cause, Status, status_of
 
@@ -265,29 +265,29 @@ def unused_since(since: datetime) -> Q:
     return Q(last_unused_at__gte=since, revision__mtp_detected=True)
 
 
-def _served_packages_q(servings: QuerySet[Serving]) -> Q:
-    """Packages with one of these Serving rows (a subquery, not evaluated)."""
-    return Q(id__in=servings.values("revision__package_id"))
-
-
-def recent_servings(since: datetime) -> QuerySet[Serving]:
-    """Every node's Serving rows (node_key 0) of the revisions nodes ran since ``since``."""
-    return Serving.objects.filter(node_key=Rollup.ALL_NODES, last_at__gte=since)
+def _served_packages_q(served: QuerySet[LastServed]) -> Q:
+    """Packages with a revision among these (a subquery, not evaluated)."""
+    return Q(id__in=served.values("package_id"))
 
 
 def served_inconsistent_q(since: datetime, verdicts: Iterable[str]) -> Q:
     """Packages that nodes ran a revision of with one of these verdicts since ``since``."""
-    return _served_packages_q(recent_servings(since).filter(revision__verdict__in=list(verdicts)))
+    return _served_packages_q(
+        LastServed.objects.filter(last_at__gte=since, revision__verdict__in=list(verdicts))
+    )
 
 
 def served_headline_q(since: datetime, statuses: Iterable[str]) -> Q:
     """Packages that nodes ran a revision of with one of these headline statuses since ``since``."""
-    return _served_packages_q(recent_servings(since).filter(revision__headline__in=list(statuses)))
+    return _served_packages_q(
+        LastServed.objects.filter(last_at__gte=since, revision__headline__in=list(statuses))
+    )
 
 
 def served_alert_q(since: datetime) -> Q:
     """Packages whose nodes reported a revision's MTP weights unused since ``since``."""
-    return _served_packages_q(Serving.objects.filter(unused_since(since), node_key=Rollup.ALL_NODES))
+    unused = LastServed.objects.filter(last_unused_at__gte=since, revision__mtp_detected=True)
+    return _served_packages_q(unused)
 
 
 # --- nodes ---------------------------------------------------------------------------------------

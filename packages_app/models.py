@@ -147,9 +147,12 @@ class Revision(models.Model):
         ]
         indexes = [
             # The catalog's facets (every page counts the packages per latest verdict, status and
-            # architecture): an index-only scan, not a read of every wide revision row.
+            # architecture) and its MTP filters (in the weights, declared): an index-only scan, not a
+            # read of every wide revision row.
             models.Index(
-                fields=["id"], include=["verdict", "headline", "architecture"], name="revision_facets"
+                fields=["id"],
+                include=["verdict", "headline", "architecture", "mtp_detected", "mtp_declared"],
+                name="revision_facets",
             ),
         ]
 
@@ -523,6 +526,29 @@ class Serving(models.Model):
 
     def __str__(self) -> str:
         return f"{self.revision_id}:{self.node_key}:{self.topology_id or '-'}:{self.stage_splits or '-'}"
+
+
+class LastServed(models.Model):
+    """When nodes last ran a revision, and last reported its MTP weights unused: its every-node Serving
+    rows' newest ``last_at`` and ``last_unused_at``, one row a revision.
+
+    Kept by packages_app.rollups with the Serving rows, in the same transaction. The catalog asks of
+    every visible package whether nodes ran a broken revision of it, or one with MTP unused, in the
+    window: over these rows that is one comparison a revision, where over Serving it was a scan of every
+    topology and split of every revision served in the window.
+    """
+
+    revision = models.OneToOneField(
+        Revision, on_delete=models.CASCADE, primary_key=True, related_name="last_served"
+    )
+    # The revision's package (a revision never changes package): the catalog keeps the revisions that
+    # are not their package's latest by comparing two columns, before it reads any revision row.
+    package = models.ForeignKey(Package, on_delete=models.CASCADE, related_name="+")
+    last_at = models.DateTimeField()
+    last_unused_at = models.DateTimeField(null=True)
+
+    def __str__(self) -> str:
+        return f"{self.revision_id}: {self.last_at:%Y-%m-%d %H:%M}"
 
 
 class TrackRequest(models.Model):

@@ -24,7 +24,7 @@ from packages_app import fleet, throughput
 from packages_app.audit.assessment import Headline
 from packages_app.audit.check import ManifestCheck, check_manifest
 from packages_app.layout import FileRole
-from packages_app.models import FixProposal, Package, PackageFile, Revision, Serving, TrackRequest
+from packages_app.models import FixProposal, LastServed, Package, PackageFile, Revision, Serving, TrackRequest
 from packages_app.verdicts import INCONSISTENT_VERDICTS, NEEDS_ACTION, STATUSES, VERDICTS, Status, Verdict
 
 # Catalog filter values beside the verdicts and statuses themselves.
@@ -209,7 +209,7 @@ def _filters_q(filters: CatalogFilters) -> Q:
         q &= Q(latest_revision__status=filters.status)
     if filters.alert:
         since = fleet.window_start(filters.window_days)
-        q &= Q(latest_revision_id__in=throughput.alert_revision_ids()) | fleet.served_alert_q(since)
+        q &= throughput.latest_alert_q() | fleet.served_alert_q(since)
     if filters.refused_by:
         q &= Q(latest_revision__refused_by__contains=f"|{filters.refused_by}|")
     return q
@@ -347,13 +347,12 @@ def _served_facets(
     nodes ran since ``since`` that count in a facet (an inconsistent verdict or a status needing action)."""
     broken = Q(revision__verdict__in=INCONSISTENT_VERDICTS) | Q(revision__headline__in=NEEDS_ACTION)
     rows = (
-        fleet.recent_servings(since)
-        .filter(broken, revision__package__in=visible)
-        .exclude(revision_id=F("revision__package__latest_revision_id"))
+        LastServed.objects.filter(broken, last_at__gte=since, package__in=visible)
+        .exclude(revision_id=F("package__latest_revision_id"))
         .values_list(
-            "revision__package_id",
-            "revision__package__latest_revision__verdict",
-            "revision__package__latest_revision__headline",
+            "package_id",
+            "package__latest_revision__verdict",
+            "package__latest_revision__headline",
             "revision__verdict",
             "revision__headline",
         )

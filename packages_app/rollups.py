@@ -17,7 +17,8 @@ them already.
 Beside the cells, the same transaction adds to models.Serving (per revision x node x topology x
 split: reports, first and last arrival, last report showing MTP unused), derived from the batch's
 total cells, so "which revisions did nodes run since T" is a comparison per Serving row, not a sum
-over cells.
+over cells; and to models.LastServed (per revision: the newest of its every-node Serving rows' times),
+so "did nodes run this revision since T" is one comparison.
 
 Quantiles: packages_app.sketch, a fixed log-bucket histogram (DDSketch's mapping) written by this
 module, not the ``ddsketch`` package and not PostgreSQL's percentile_cont, because: merging is
@@ -37,10 +38,10 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connections, transaction
-from django.db.models import Count, F, OuterRef, Q, Subquery
+from django.db.models import Count, F, Max, OuterRef, Q, Subquery
 
 from packages_app import report_metrics, sketch
-from packages_app.models import ROLLUP_KEY, Report, Revision, Rollup, Serving
+from packages_app.models import ROLLUP_KEY, LastServed, Report, Revision, Rollup, Serving
 
 # A report "shows MTP unused" unless the operator chose a strategy without MTP: then the package
 # is not at fault, so such reports never raise the alert.
@@ -137,7 +138,9 @@ def add_reports(rows: Iterable[Report], *, using: str = "default") -> int:
         # failure here fails the store.
         with transaction.atomic(using=using, savepoint=False):
             upsert(cells, using=using)
-            upsert_serving(servings_of(cells), using=using)
+            servings = servings_of(cells)
+            upsert_serving(servings, using=using)
+            upsert_last_served(servings, using=using)
     return added
 
 
@@ -434,6 +437,46 @@ def _serving_upsert_sql(vendor: str) -> Statement:
     return Statement(sql, "(" + ", ".join(["%s"] * len(SERVING_COLUMNS)) + ")")
 
 
+def upsert_last_served(servings: dict[ServingKey, Cell], *, using: str = "default") -> None:
+    """Move each revision's LastServed row forward to its every-node Serving rows' newest times (after
+    ``upsert_serving``, in revision order)."""
+    newest: dict[int, Cell] = {}
+    for (revision, node, _topology, _splits), cell in servings.items():
+        if node != Rollup.ALL_NODES:
+            continue
+        found = newest.setdefault(revision, Cell(first_at=cell.first_at, last_at=cell.last_at))
+        found.last_at = max(found.last_at, cell.last_at)
+        found.last_unused_at = _later(found.last_unused_at, cell.last_unused_at)
+    connection = connections[using]
+    adapt = connection.ops.adapt_datetimefield_value
+    rows = [[r, r, adapt(c.last_at), adapt(c.last_unused_at)] for r, c in sorted(newest.items())]
+    _execute(connection, _last_served_upsert_sql(connection.vendor), rows)
+
+
+def _last_served_upsert_sql(vendor: str) -> Statement:
+    postgres, table = vendor == "postgresql", LastServed._meta.db_table
+    updates = ", ".join(f"{c} = {_greatest(postgres, table, c)}" for c in ("last_at", "last_unused_at"))
+    # Only table and column names are formatted in; every value is a parameter.
+    sql = (
+        f"INSERT INTO {table} (revision_id, package_id, last_at, last_unused_at) VALUES {{rows}} "  # noqa: S608
+        f"ON CONFLICT (revision_id) DO UPDATE SET {updates}"
+    )
+    package = f"(SELECT package_id FROM {Revision._meta.db_table} WHERE id = %s)"  # noqa: S608
+    return Statement(sql, f"(%s, {package}, %s, %s)")
+
+
+def rebuild_last_served(revision_ids: Sequence[int]) -> None:
+    """The revisions' LastServed rows from their every-node Serving rows (after those are rebuilt)."""
+    LastServed.objects.filter(revision_id__in=revision_ids).delete()
+    newest = (
+        Serving.objects.filter(revision_id__in=revision_ids, node_key=Rollup.ALL_NODES)
+        .values("revision_id", package_id=F("revision__package_id"))
+        .annotate(last_at=Max("last_at"), last_unused_at=Max("last_unused_at"))
+        .order_by()
+    )
+    LastServed.objects.bulk_create(LastServed(**row) for row in newest)
+
+
 # --- upkeep --------------------------------------------------------------------------------------
 
 
@@ -511,6 +554,7 @@ def _rebuild_group(revision_ids: list[int]) -> int:
                 Rollup.objects.filter(revision_id__in=revision_ids).delete()
                 Serving.objects.filter(revision_id__in=revision_ids).delete()
                 _rebuild_serving_in_sql(cursor, revision_ids)
+                rebuild_last_served(revision_ids)
                 return _rebuild_in_sql(cursor, revision_ids)
         Rollup.objects.filter(revision_id__in=revision_ids).delete()
         Serving.objects.filter(revision_id__in=revision_ids).delete()
@@ -524,6 +568,7 @@ def _rebuild_group(revision_ids: list[int]) -> int:
         cells, total = cells_of(rows, hourly_since())
         upsert(cells)
         upsert_serving(servings_of(cells))
+        rebuild_last_served(revision_ids)
     return total
 
 

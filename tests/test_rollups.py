@@ -27,7 +27,7 @@ from django.db import connection, connections
 from django.db.models import Count, Sum
 
 from packages_app import reports, rollups, sketch
-from packages_app.models import Node, Package, Report, Revision, Rollup, Serving
+from packages_app.models import LastServed, Node, Package, Report, Revision, Rollup, Serving
 from packages_app.nodes.report_schema import validate_report_body
 from tests.migrating import back_to_the_leaf, migrate  # noqa: F401 (a fixture)
 
@@ -104,10 +104,10 @@ def assert_rollups_match_raw(revision: Revision) -> None:
     totals = Rollup.objects.filter(revision=revision, grain=Rollup.Grain.TOTAL).exclude(node_key=0)
     assert _sum_by_node(totals) == dict(per_node)
     assert_medians_match(revision)
-    assert_serving_matches_raw(revision)
+    assert_last_served_matches(revision, assert_serving_matches_raw(revision))
 
 
-def assert_serving_matches_raw(revision: Revision) -> None:
+def assert_serving_matches_raw(revision: Revision) -> dict[tuple[int, str, str], dict[str, Any]]:
     """Per node x topology x split and the same for every node: reports, MTP-unused reports, first
     and last arrival and the last unused one, exactly as the raw reports say."""
     expected: dict[tuple[int, str, str], dict[str, Any]] = {}
@@ -138,6 +138,23 @@ def assert_serving_matches_raw(revision: Revision) -> None:
         )
     }
     assert got == expected
+    return got
+
+
+def assert_last_served_matches(
+    revision: Revision, serving: dict[tuple[int, str, str], dict[str, Any]]
+) -> None:
+    """The revision's LastServed row holds the newest times of its every-node rows (none: no row)."""
+    every = [row for (node, _, _), row in serving.items() if node == Rollup.ALL_NODES]
+    got = LastServed.objects.filter(revision=revision).values("last_at", "last_unused_at").first()
+    if not every:
+        assert got is None
+        return
+    unused = [row["last_unused_at"] for row in every if row["last_unused_at"] is not None]
+    assert got == {
+        "last_at": max(row["last_at"] for row in every),
+        "last_unused_at": max(unused, default=None),
+    }
 
 
 def _sum_by_node(cells: Any) -> dict[int, int]:
@@ -257,7 +274,10 @@ def assert_rebuild_writes_the_same_rows() -> None:
 
 def _serving_rows() -> set[tuple[Any, ...]]:
     fields = [f.attname for f in Serving._meta.fields if f.name != "id"]
-    return set(Serving.objects.values_list(*fields))
+    rows = {("serving", *row) for row in Serving.objects.values_list(*fields)}
+    return rows | {
+        ("last", *row) for row in LastServed.objects.values_list("revision_id", "last_at", "last_unused_at")
+    }
 
 
 def _rows() -> dict[tuple[Any, ...], dict[str, Any]]:
@@ -431,6 +451,24 @@ def test_migration_0012_fills_serving_from_the_stored_reports_and_going_back_add
     assert (
         Serving.objects.filter(node_key=Rollup.ALL_NODES).count() == len(pairs) == 4
     )  # 2 topologies x 2 splits
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("back_to_the_leaf")
+def test_migration_0021_fills_last_served_from_the_serving_rows(revision: Revision) -> None:
+    rng = random.Random(21)
+    a, b = node("node-a"), node("node-b")
+    now = datetime.now(UTC)
+    for i, sender in enumerate([a, b, a]):
+        reports.store_reports(sender, [valid(body(rng)) for _ in range(30)], now - timedelta(days=i))
+    stored = set(LastServed.objects.values_list("revision_id", "last_at", "last_unused_at"))
+    assert len(stored) == 1
+    migrate([("packages_app", "0020_h25perf_busiest_and_facets")])  # no LastServed table
+
+    migrate([("packages_app", "0021_h25_last_served")])
+
+    assert set(LastServed.objects.values_list("revision_id", "last_at", "last_unused_at")) == stored
+    assert_last_served_matches(revision, assert_serving_matches_raw(revision))
 
 
 def _cells_without_topology() -> dict[tuple[Any, ...], tuple[Any, ...]]:
