@@ -391,10 +391,11 @@ def catalog_page(
     Raises ``django.core.paginator.EmptyPage`` for a page past the end when ``clamp`` is False.
     """
     counts = catalog_counts(filters, show_private)
-    paginator = Paginator(catalog_queryset(filters, show_private), per_page)
+    packages_in_order = catalog_queryset(filters, show_private)
+    paginator = Paginator(packages_in_order, per_page)
     paginator.count = counts.matching  # counted by the facets' scans already
     page = paginator.get_page(page_number) if clamp else paginator.page(page_number)
-    packages = list(page.object_list)
+    packages = _packages_of(page, packages_in_order)
     latest_ids = [p.latest_revision_id for p in packages if p.latest_revision_id]
     figures = throughput.catalog_throughput(latest_ids) if latest_ids else {}
     served = fleet.served_revisions([p.pk for p in packages], fleet.window_start(filters.window_days))
@@ -411,6 +412,21 @@ def catalog_page(
         for p in packages
     ]
     return CatalogResult(page, rows, counts.facets, counts.architectures, counts.headlines)
+
+
+# Past the first page, a page of at most this many rows is read as its ids first.
+PAGE_BY_IDS = 1000
+
+
+def _packages_of(page: Page[Package], packages_in_order: QuerySet[Package]) -> list[Package]:
+    """The page's packages. Past the first page, its ids first, then their rows: PostgreSQL evaluates a
+    query's columns for every row an OFFSET skips, so one query reads the latest revision's assessment
+    of every earlier package too (page 100 of 10,000 packages: 38 ms in one query, 6 ms in two)."""
+    if page.number == 1 or page.paginator.per_page > PAGE_BY_IDS:
+        return list(page.object_list)
+    ids = list(page.object_list.values_list("pk", flat=True))  # type: ignore[attr-defined]
+    rows = {package.pk: package for package in packages_in_order.filter(pk__in=ids)}
+    return [rows[pk] for pk in ids if pk in rows]
 
 
 def latest_fix_proposals(package_ids: list[int]) -> dict[int, FixProposal]:

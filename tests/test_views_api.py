@@ -40,6 +40,21 @@ def test_the_list_is_paginated_with_links_that_keep_the_filters(client: Client) 
     assert body["previous"] == "/api/v1/packages?per_page=2&page=1&schema=1"
 
 
+@pytest.mark.parametrize("sort", ["repo", "-size", "-updated"])
+def test_walking_the_pages_gives_the_one_page_list_in_its_order(client: Client, sort: str) -> None:
+    for i, size in enumerate([5, 1, 9, 3, 7, 2, 8]):  # pages past the first are read by their ids first
+        f.make_revision(f.make_package(f"meshllm/w{i}-layers"), total_bytes=size * 10**9)
+    whole = client.get("/api/v1/packages", {"sort": sort, "per_page": "200"}).json()["results"]
+    walked = [
+        row["repo_id"]
+        for page in (1, 2, 3)
+        for row in client.get("/api/v1/packages", {"sort": sort, "per_page": "3", "page": str(page)}).json()[
+            "results"
+        ]
+    ]
+    assert walked == [row["repo_id"] for row in whole] and len(walked) == 7
+
+
 def test_a_page_past_the_end_is_a_json_404(client: Client) -> None:
     response = client.get("/api/v1/packages", {"page": "3"})
     assert response.status_code == 404
