@@ -23,7 +23,7 @@ from django.db.models import F, OuterRef, Q, QuerySet, Subquery, TextField, Valu
 from django.db.models.functions import Cast, Coalesce
 
 from packages_app import report_metrics, sketch
-from packages_app.models import LastServed, Node, Report, Revision, Rollup
+from packages_app.models import Node, Report, Revision, Rollup
 from packages_app.rollups import hourly_since
 
 BUCKETS = ("hour", "day", "week", "month")
@@ -539,10 +539,3 @@ def latest_alert_q() -> Q:
     """Packages whose latest revision's weights hold MTP while its reports show it unused (over the
     latest revision the catalog joins already: no subquery)."""
     return Q(latest_revision__mtp_detected=True, latest_revision__last_served__last_unused_at__isnull=False)
-
-
-def alert_revision_ids() -> QuerySet[LastServed, int]:
-    """Ids of revisions whose weights hold MTP while their reports show it unused (a subquery): a
-    revision with an unused report has its time in LastServed, kept with the rollups."""
-    unused = LastServed.objects.filter(last_unused_at__isnull=False, revision__mtp_detected=True)
-    return unused.values_list("revision_id", flat=True)

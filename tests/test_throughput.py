@@ -17,7 +17,7 @@ from django.test.utils import CaptureQueriesContext
 from packages_app import reports, sketch, throughput
 from packages_app.models import Node, Package, Report, Revision
 from packages_app.nodes import identity as nodes
-from packages_app.throughput import alert_revision_ids, catalog_throughput, revision_throughput
+from packages_app.throughput import catalog_throughput, latest_alert_q, revision_throughput
 
 pytestmark = pytest.mark.django_db
 
@@ -188,7 +188,8 @@ def test_there_is_no_alert_when_mtp_ran_or_the_operator_turned_it_off(fixed: Rev
     add(node_a, fixed, tps=7.0, mtp_used=True, speculative_proposed_n=10)
     add(node_a, fixed, tps=3.0, requested_strategy="disabled")
     assert figures(fixed.pk).alert is None
-    assert list(alert_revision_ids()) == []
+    Package.objects.filter(pk=fixed.package_id).update(latest_revision=fixed)
+    assert not Package.objects.filter(latest_alert_q()).exists()
 
 
 def test_stage_splits_and_recent_reports_are_listed(first: Revision, node_a: Node) -> None:
@@ -242,12 +243,15 @@ def test_catalog_throughput_takes_one_query_whatever_the_number_of_revisions(
     assert all(summary.alert for summary in result.values())
 
 
-def test_alert_revision_ids_works_as_a_subquery(first: Revision, fixed: Revision, node_a: Node) -> None:
+def test_the_latest_alert_filter_flags_a_package_whose_latest_revision_shows_mtp_unused(
+    first: Revision, fixed: Revision, node_a: Node
+) -> None:
     add(node_a, first, tps=3.17)
     add(node_a, fixed, tps=7.0, mtp_used=True)
-    flagged = Package.objects.filter(revisions__in=alert_revision_ids()).distinct()
-    assert list(flagged) == [first.package]
-    assert list(Revision.objects.filter(pk__in=alert_revision_ids())) == [first]
+    Package.objects.filter(pk=first.package_id).update(latest_revision=first)
+    assert list(Package.objects.filter(latest_alert_q())) == [first.package]
+    Package.objects.filter(pk=first.package_id).update(latest_revision=fixed)  # the fix, MTP used
+    assert not Package.objects.filter(latest_alert_q()).exists()
 
 
 def test_strategy_and_mtp_figures_are_over_all_their_reports_not_over_the_series_points(
