@@ -122,8 +122,9 @@ def pages(owner: str) -> Pages:
 
 
 def fleet_pages() -> Pages:
-    """/nodes/ and its second page, the node and the topology with the most reports (from the Serving
-    rows, never the reports), the catalog's served revisions and the busiest comparison."""
+    """/nodes/, its second page and its nodes needing action, the node and the topology with the most
+    reports (from the Serving rows, never the reports), the catalog's served revisions and the busiest
+    comparison."""
     from django.db.models import Count, Sum
 
     from packages_app.models import Package, Revision, Serving
@@ -131,6 +132,7 @@ def fleet_pages() -> Pages:
     urls: Pages = {
         "nodes": ("/nodes/", ""),
         "nodes, second page": ("/nodes/?page=2", ""),
+        "nodes needing action": ("/nodes/?action=1", ""),
         "catalog /, served revisions in the window": ("/", ""),
     }
     node = (

@@ -125,6 +125,16 @@ def test_the_needs_action_filter_is_the_advice_not_the_sql_ranking(
     assert f"{len(needing)} node" in listed
 
 
+def test_the_needing_action_page_shows_each_node_as_the_whole_list_does() -> None:
+    """The filtered page lists the nodes the whole list says need action, in its order, each row whole."""
+    f.qwen35_fleet(timezone.now())
+    since = fleet.window_start()
+    needing = [row for row in fleet.node_rows(since) if row.needs_action]
+    page = fleet.node_page(since, needs_action=True)
+    assert page.rows == needing and page.page.paginator.count == len(needing)
+    assert any(s.tps is not None for row in page.rows for s in row.serving)  # the medians, not left out
+
+
 def test_a_node_page_shows_the_revision_it_serves_its_version_and_devices(client: Client) -> None:
     f.qwen35_fleet(timezone.now())
     node = f.Node.objects.get(name="mac-studio")
