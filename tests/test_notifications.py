@@ -202,6 +202,10 @@ def test_a_hanging_receiver_does_not_delay_a_nodes_reports(
     started = time.monotonic()
     assert post_reports(token).status_code == 200  # ...while the node's next report is answered
     second = time.monotonic() - started
+    # The report's own checks end without the receiver (its delivery waits in the delivery pool); let them
+    # end before this thread writes: the SQLite test database, in memory with a shared cache, refuses a
+    # write while another thread's read holds the table ("database table is locked").
+    assert background.wait_idle(30)
     # The task that follows an ingest finds a worse revision and hands its delivery off, not waiting either.
     channel(receiver, NotificationChannel.Event.REVISION_WORSE)
     started = time.monotonic()
