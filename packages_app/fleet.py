@@ -763,10 +763,10 @@ def _window_figures(
 
 def _window_cells_sql(keys: Sequence[str], groups: list[tuple[Any, ...]], since: datetime) -> SqlPart:
     """The window's rollup cells of each group: the groups and window parts as a VALUES list, each row
-    of it read as one range of the natural key (revision, grain, node, bucket start). PostgreSQL plans
-    it in the same time for 10 groups or 4,000 (an OR of one term a group and part took it 1.07 s to
-    plan for /nodes/?action=1 at 1,000 nodes), and LATERAL keeps it from hashing the list against a scan
-    of every cell; SQLite reads a join the same way. The keys' values come back as they were passed."""
+    of it read as one range of the natural key (revision, grain, node, bucket start). An OR of one term
+    a group and part took PostgreSQL 1.07 s to plan for /nodes/?action=1 at 1,000 nodes; this query
+    takes 0.3 s in all there. LATERAL keeps PostgreSQL from hashing the list against a scan of every
+    cell; SQLite reads a plain join that way. The keys' values come back as they were passed."""
     adapt = connection.ops.adapt_datetimefield_value
     parts = [(grain, adapt(start), adapt(end or _END_OF_TIME)) for grain, start, end in _window_ranges(since)]
     params = [value for group in groups for part in parts for value in (*group, *part)]

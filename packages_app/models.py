@@ -541,8 +541,8 @@ class LastServed(models.Model):
     revision = models.OneToOneField(
         Revision, on_delete=models.CASCADE, primary_key=True, related_name="last_served"
     )
-    # The revision's package (a revision never changes package): the catalog keeps the revisions that
-    # are not their package's latest by comparing two columns, before it reads any revision row.
+    # The revision's package (a revision never changes package): the catalog tells the revisions that
+    # are not their package's latest by comparing this row with the package's, not through the revision.
     package = models.ForeignKey(Package, on_delete=models.CASCADE, related_name="+")
     last_at = models.DateTimeField()
     last_unused_at = models.DateTimeField(null=True)
