@@ -17,6 +17,7 @@ one that served three does.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import operator
 import re
@@ -36,6 +37,7 @@ from django.db.models import (
     IntegerField,
     Max,
     Min,
+    Model,
     OuterRef,
     Q,
     QuerySet,
@@ -143,7 +145,7 @@ def any_row(keys: Sequence[str], groups: Iterable[Sequence[Any]], table: str = "
     """A condition on one table's rows whose ``keys`` columns equal one group's values, as SQL text: an
     OR of one term per group, each one range of an index. The same condition as Q objects costs the
     ORM about a millisecond a term to build, which at a few hundred groups is most of a page's time;
-    PostgreSQL's planning grows with the terms too (for thousands, see ``_window_cells_sql``). Values
+    PostgreSQL's planning grows with the terms too (for thousands, see ``rows_matching``). Values
     are parameters; keys are column names."""
     adapt = connection.ops.adapt_datetimefield_value
     terms: list[str] = []
@@ -156,6 +158,47 @@ def any_row(keys: Sequence[str], groups: Iterable[Sequence[Any]], table: str = "
         params += [adapt(v) if isinstance(v, datetime) else v for v in group]
     # Only column names (quoted) are formatted in; values are parameters.
     return RawSQL(" OR ".join(terms) or "1 = 0", params, output_field=BooleanField())  # noqa: S611
+
+
+def rows_matching(model: type[Model], keys: Sequence[str], groups: Sequence[Sequence[Any]]) -> RawSQL:
+    """The ids of ``model``'s rows whose ``keys`` columns equal one group's values, as a subquery for
+    ``pk__in``: the groups as a VALUES list, each row of it read as one range of an index starting
+    with ``keys`` (PostgreSQL plans ``any_row``'s OR of 2,600 terms in 175 ms, this in under 1 ms)."""
+    values, names, params = _values(groups)
+    quote = connection.ops.quote_name
+    where = " AND ".join(f"t.{quote(key)} = v.{name}" for key, name in zip(keys, names, strict=True))
+    table = quote(model._meta.db_table)
+    return RawSQL(_joined(values, names, table, where, "t.id", "t.id"), params)  # noqa: S611
+
+
+def _values(groups: Sequence[Sequence[Any]]) -> tuple[str, list[str], list[Any]]:
+    """These rows of parameters (at least one) as a list to select from: its text, its columns' names
+    (SQLite's own for a VALUES list's) and its parameters. PostgreSQL gets one array a column: a
+    VALUES list of 13,000 placeholders cost psycopg more time to parse than the database to read."""
+    width = len(groups[0])
+    names = [f"column{i}" for i in range(1, width + 1)]
+    if connection.vendor == "postgresql":
+        columns = [[group[i] for group in groups] for i in range(width)]
+        arrays = ", ".join(f"%s::{_PG_ARRAY[type(value)]}" for value in groups[0])
+        return f"unnest({arrays})", names, columns
+    adapt = connection.ops.adapt_datetimefield_value
+    row = "(" + ", ".join(["%s"] * width) + ")"
+    params = [adapt(v) if isinstance(v, datetime) else v for group in groups for v in group]
+    return f"(VALUES {', '.join([row] * len(groups))})", names, params
+
+
+_PG_ARRAY = {bool: "boolean[]", int: "bigint[]", str: "text[]", datetime: "timestamptz[]"}
+
+
+def _joined(values: str, names: list[str], table: str, where: str, picked: str, columns: str) -> str:
+    """``columns`` of a VALUES list (``v``) joined to the rows of ``table`` (``t``) that ``where`` matches
+    to each of its rows. PostgreSQL reads them by a LATERAL subquery selecting ``picked`` from them: it
+    keeps the planner from hashing the list against a scan of the whole table; SQLite reads a plain
+    join that way. Only names and constant text are formatted in: values are the list's parameters."""
+    if connection.vendor == "postgresql":
+        lateral = f"SELECT {picked} FROM {table} AS t WHERE {where}"  # noqa: S608
+        return f"SELECT {columns} FROM {values} AS v ({', '.join(names)}) CROSS JOIN LATERAL ({lateral}) AS t"  # noqa: S608
+    return f"SELECT {columns} FROM {values} AS v JOIN {table} AS t ON {where}"  # noqa: S608
 
 
 # --- served revisions (catalog) ------------------------------------------------------------------
@@ -387,11 +430,15 @@ def node_page(
 
     ``needs_action`` keeps the nodes whose advice calls for action, judged in Python for every node: the
     SQL flag only ranks, it cannot see what a node's own release refuses (an upgrade to make), so filtering
-    on it would hide such a node from the answer to "which of my nodes need action"."""
+    on it would hide such a node from the answer to "which of my nodes need action". Every node is judged
+    without what advice never reads (where each report's topology placed the node, the decode-rate
+    sketches); then the page's nodes are read whole, as /nodes/ reads its page."""
     if needs_action:
-        flagged = Paginator(node_rows(since, needs_action=True, show_private=show_private), NODES_PER_PAGE)
-        page_of_rows = flagged.get_page(number)
-        return NodePage(list(page_of_rows.object_list), page_of_rows)
+        judged = node_rows(since, needs_action=True, show_private=show_private, placed=False)
+        flagged = Paginator([row.node for row in judged], NODES_PER_PAGE)
+        page_of_nodes = flagged.get_page(number)
+        rows = _rows_of(list(page_of_nodes.object_list), since, show_private, NODES_PAGE_ROWS)
+        return NodePage(rows, page_of_nodes)
     nodes = Node.objects.annotate(attention=Exists(_flagged(_window(since, show_private), since)))
     page = Paginator(nodes.order_by("-attention", "name"), NODES_PER_PAGE).get_page(number)
     return NodePage(_rows_of(list(page.object_list), since, show_private, NODES_PAGE_ROWS), page)
@@ -403,26 +450,31 @@ def node_rows(
     needs_action: bool = False,
     show_private: bool = False,
     limit: int | None = None,
+    placed: bool = True,
 ) -> list[NodeRow]:
     """Every node (or the one named) with what it served since ``since`` (7 queries), at most
     ``limit`` rows a node (NODES_PAGE_ROWS, or NODE_PAGE_ROWS for one node), each with its advice;
     a run the node's agent registered without any report in the window is a row too.
 
     Private packages' revisions are left out unless ``show_private`` (the edge asks web/access.py).
+    Without ``placed``, the rows are for their advice only (6 queries): no median decode rate, and the
+    layers, stages and topology only as the node's agent registered them, not as its reports placed it.
     """
     nodes = Node.objects.order_by("name")
     if name is not None:
         nodes = nodes.filter(name=name)
     limit = limit or (NODE_PAGE_ROWS if name is not None else NODES_PAGE_ROWS)
-    rows = _rows_of(list(nodes), since, show_private, limit)
+    rows = _rows_of(list(nodes), since, show_private, limit, placed)
     return [r for r in rows if r.needs_action] if needs_action else rows
 
 
-def _rows_of(nodes: list[Node], since: datetime, show_private: bool, limit: int) -> list[NodeRow]:
+def _rows_of(
+    nodes: list[Node], since: datetime, show_private: bool, limit: int, placed: bool = True
+) -> list[NodeRow]:
     """The rows of these nodes, those needing action first (by the urgency of their advice)."""
     runs = _latest_runs([n.pk for n in nodes], show_private)
     tops = _tops([n.pk for n in nodes], since, show_private, limit)
-    serving = _serving(since, {n.pk: n.name for n in nodes}, show_private, tops, runs, limit)
+    serving = _serving(since, {n.pk: n.name for n in nodes}, show_private, tops, runs, limit, placed)
     rows = [_node_row(n, runs.get(n.pk), serving.get(n.pk, _NOTHING_SERVED)) for n in nodes]
     rows.sort(key=lambda r: (not r.needs_action, r.advice.cause.rank if r.advice else 0, r.node.name))
     return rows
@@ -475,7 +527,7 @@ def _tops(node_ids: list[int], since: datetime, show_private: bool, limit: int) 
     return Tops(revisions, served)
 
 
-def _node_row(node: Node, run: NodeRun | None, served: NodeServed) -> NodeRow:
+def _node_row(node: Node, run: LatestRun | None, served: NodeServed) -> NodeRow:
     devices = node_devices(run.stages, run.devices, node.name) if run else []
     version = run.version if run else ""
     certification = run.certification if run else ""
@@ -526,23 +578,39 @@ def _vram(size: int) -> str:
     return f"{gib:.0f} GiB" if gib >= 10 else f"{gib:.1f} GiB" if gib >= 1 else f"{size // 2**20} MiB"
 
 
-def _latest_runs(node_ids: list[int], show_private: bool) -> dict[int, NodeRun]:
-    """Each node's newest registered run; without ``show_private``, its newest run of a public package
-    or of none (a run of a private package, of one whose privacy is unknown, or naming a repo no stored
-    revision confirms would show its version and devices beside it)."""
-    runs: dict[int, NodeRun] = {}
-    # The revision only for its package's privacy: never its audit, assessment or manifest.
-    heavy = ("audit", "assessment", "manifest_json", "error", "package__sync_error")
-    rows = (
-        NodeRun.objects.filter(node_id__in=node_ids)
-        .select_related("revision__package")
-        .defer(*(f"revision__{name}" for name in heavy))
-    )
+@dataclass(frozen=True)
+class LatestRun:
+    """A node's newest registered run (NodeRun's fields the nodes pages show)."""
+
+    node_id: int
+    revision_id: int | None
+    public: bool  # its revision's package is known to be public
+    version: str
+    certification: str
+    topology_id: str
+    stage_splits: str
+    stages: Any
+    devices: Any
+    first_seen_at: datetime
+    updated_at: datetime
+
+
+def _latest_runs(node_ids: list[int], show_private: bool) -> dict[int, LatestRun]:
+    """Each node's newest registered run (one query); without ``show_private``, its newest run of a
+    public package or of none (a run of a private package, of one whose privacy is unknown, or naming a
+    repo no stored revision confirms would show its version and devices beside it). Read as values: a
+    thousand model instances with their revisions and packages took longer than the query."""
+    shown = NodeRun.objects.all()
     if not show_private:
-        rows = rows.filter(Q(revision__package__private=False) | Q(revision__isnull=True, repo_id=""))
-    for run in rows.order_by("node_id", "-updated_at", "-id"):
-        runs.setdefault(run.node_id, run)
-    return runs
+        shown = shown.filter(Q(revision__package__private=False) | Q(revision__isnull=True, repo_id=""))
+    newest = shown.filter(node_id=OuterRef("node_id")).order_by("-updated_at", "-id").values("pk")[:1]
+    rows = NodeRun.objects.filter(node_id__in=node_ids, pk=Subquery(newest)).values_list(
+        "node_id",
+        "revision_id",
+        "revision__package__private",
+        *(f.name for f in dataclasses.fields(LatestRun)[3:]),
+    )
+    return {row[0]: LatestRun(row[0], row[1], row[2] is False, *row[3:]) for row in rows}
 
 
 @dataclass(frozen=True)
@@ -560,20 +628,21 @@ def _serving(
     names: dict[int, str],
     show_private: bool,
     tops: Tops,
-    runs: Mapping[int, NodeRun],
+    runs: Mapping[int, LatestRun],
     limit: int,
+    placed: bool = True,
 ) -> dict[int, NodeServed]:
     """What each node served in the window: the (revision, split) groups of its candidate rows, ranked
     (those needing action first, then the busiest), the shown groups' revisions with their
     assessments, their reports, medians and strategies in the window from their rollup cells, their
     topologies, and the node's mesh-llm version for each (5 queries, however many groups or reports
     the window holds). The node's latest registered run joins as a row when no report of its
-    revision is shown."""
+    revision is shown. Without ``placed``, neither the sketches nor the topologies (3 queries, lighter)."""
     shown, hidden = _shown_groups(since, show_private, tops, limit)
     registered = _registered_only(shown, runs, show_private)
     revisions = _revisions([g["revision_id"] for g in shown] + [r.revision_id or 0 for r in registered])
-    figures = _group_figures(since, shown)
-    topologies = _last_topologies(shown)
+    figures = _group_figures(since, shown, sketches=placed)
+    topologies = _last_topologies(shown) if placed else {}
     run_facts = _run_facts(shown)
     result: dict[int, list[NodeServing]] = {}
     for group in shown:
@@ -606,9 +675,9 @@ def _shown_groups(
     pairs = sorted((node, revision) for node, found in tops.revisions.items() for revision in found)
     if not pairs:
         return [], {}
-    table = Serving._meta.db_table
     servings = Serving.objects.filter(
-        any_row(("node_key", "revision_id"), pairs, table=table), last_at__gte=since
+        pk__in=rows_matching(Serving, ("revision_id", "node_key"), [(r, n) for n, r in pairs]),
+        last_at__gte=since,
     )
     if not show_private:
         servings = servings.filter(revision__package__private=False)
@@ -677,8 +746,8 @@ def _revisions(ids: Iterable[int]) -> dict[int, dict[str, Any]]:
 
 
 def _registered_only(
-    shown: list[dict[str, Any]], runs: Mapping[int, NodeRun], show_private: bool
-) -> list[NodeRun]:
+    shown: list[dict[str, Any]], runs: Mapping[int, LatestRun], show_private: bool
+) -> list[LatestRun]:
     """Each node's latest registered run whose revision has no report among the rows shown."""
     ran = {(g["node_key"], g["revision_id"]) for g in shown}
     return [
@@ -686,7 +755,7 @@ def _registered_only(
         for run in runs.values()
         if run.revision_id is not None
         and (run.node_id, run.revision_id) not in ran
-        and (show_private or (run.revision is not None and run.revision.package.is_public))
+        and (show_private or run.public)
     ]
 
 
@@ -707,9 +776,8 @@ def _run_facts(groups: list[dict[str, Any]]) -> dict[tuple[int, int], RunFacts]:
     if not pairs:
         return {}
     facts: dict[tuple[int, int], RunFacts] = {}
-    rows = NodeRun.objects.filter(any_row(("node_id", "revision_id"), sorted(pairs))).order_by(
-        "updated_at", "id"
-    )
+    runs = rows_matching(NodeRun, ("node_id", "revision_id"), sorted(pairs))
+    rows = NodeRun.objects.filter(pk__in=runs).order_by("updated_at", "id")
     for node_id, revision_id, *fields in rows.values_list(
         "node_id", "revision_id", "version", "certification", "topology_id", "stages"
     ):
@@ -734,20 +802,23 @@ class Figures:
         return max(self.strategies.items(), key=lambda item: (item[1], item[0]))[0]
 
 
-def _group_figures(since: datetime, groups: list[dict[str, Any]]) -> dict[Any, Figures]:
+def _group_figures(
+    since: datetime, groups: list[dict[str, Any]], sketches: bool = True
+) -> dict[Any, Figures]:
     """The shown (node, revision, split) groups' figures in the window (one query)."""
     keys = ("node_key", "revision_id", "stage_splits")
-    return _window_figures(since, [tuple(g[k] for k in keys) for g in groups], keys)
+    return _window_figures(since, [tuple(g[k] for k in keys) for g in groups], keys, sketches)
 
 
 def _window_figures(
-    since: datetime, groups: list[tuple[Any, ...]], keys: tuple[str, ...]
+    since: datetime, groups: list[tuple[Any, ...]], keys: tuple[str, ...], sketches: bool = True
 ) -> dict[Any, Figures]:
     """Reports, sketches and strategies of the rollup cells of each group (the values of ``keys``,
-    naming its revision and node key) in the window, by ``keys`` (one query, ``_window_cells_sql``)."""
+    naming its revision and node key) in the window, by ``keys`` (one query, ``_window_cells_sql``).
+    Without ``sketches``, the reports per strategy only, added up by the database."""
     if not groups:
         return {}
-    sql, params = _window_cells_sql(keys, groups, since)
+    sql, params = _window_cells_sql(keys, groups, since, sketches)
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         rows = cursor.fetchall()
@@ -755,44 +826,40 @@ def _window_figures(
     for *key, reports, text, requested, effective, used in rows:
         figures = result.setdefault(tuple(key), Figures())
         figures.reports += reports
-        figures.bins.append(text)
+        if text is not None:
+            figures.bins.append(text)
         pair = (requested, effective, used)
         figures.strategies[pair] = figures.strategies.get(pair, 0) + reports
     return result
 
 
-def _window_cells_sql(keys: Sequence[str], groups: list[tuple[Any, ...]], since: datetime) -> SqlPart:
+def _window_cells_sql(
+    keys: Sequence[str], groups: list[tuple[Any, ...]], since: datetime, sketches: bool = True
+) -> SqlPart:
     """The window's rollup cells of each group: the groups and window parts as a VALUES list, each row
-    of it read as one range of the natural key (revision, grain, node, bucket start). An OR of one term
-    a group and part took PostgreSQL 1.07 s to plan for /nodes/?action=1 at 1,000 nodes; this query
-    takes 0.3 s in all there. LATERAL keeps PostgreSQL from hashing the list against a scan of every
-    cell; SQLite reads a plain join that way. The keys' values come back as they were passed."""
-    adapt = connection.ops.adapt_datetimefield_value
-    parts = [(grain, adapt(start), adapt(end or _END_OF_TIME)) for grain, start, end in _window_ranges(since)]
-    params = [value for group in groups for part in parts for value in (*group, *part)]
-    names = [f"column{i}" for i in range(1, len(keys) + 4)]  # SQLite's own names for a VALUES list's
-    row = "(" + ", ".join(["%s"] * len(names)) + ")"
-    values = ", ".join([row] * (len(groups) * len(parts)))
+    of it read as one range of the natural key (revision, grain, node, bucket start; ``_joined``). An
+    OR of one term a group and part took PostgreSQL 1.07 s to plan for /nodes/?action=1 at 1,000
+    nodes; this query takes 0.3 s in all there. The keys' values come back as they were passed.
+    Without ``sketches``, the reports per group and strategy, added up by the database."""
+    parts = [(grain, start, end or _END_OF_TIME) for grain, start, end in _window_ranges(since)]
+    values, names, params = _values([(*group, *part) for group in groups for part in parts])
     quote = connection.ops.quote_name
-    matches = [f"c.{quote(key)} = v.{name}" for key, name in zip(keys, names, strict=False)]
+    matches = [f"t.{quote(key)} = v.{name}" for key, name in zip(keys, names, strict=False)]
     matches += [
-        f"c.grain = v.{names[-3]}",
-        f"c.bucket_start >= v.{names[-2]}",
-        f"c.bucket_start < v.{names[-1]}",
+        f"t.grain = v.{names[-3]}",
+        f"t.bucket_start >= v.{names[-2]}",
+        f"t.bucket_start < v.{names[-1]}",
     ]
     where = " AND ".join(matches)
-    cell = "c.reports, CAST(c.tps_sketch AS TEXT), c.requested_strategy, c.strategy, c.mtp_used"
+    strategy = "t.requested_strategy, t.strategy, t.mtp_used"
     group = ", ".join(f"v.{name}" for name in names[: len(keys)])
     table = quote(Rollup._meta.db_table)
-    # Only column and table names and constant text are formatted in; every value is a parameter.
-    if connection.vendor == "postgresql":
-        lateral = f"SELECT {cell} FROM {table} AS c WHERE {where}"  # noqa: S608
-        return (
-            f"SELECT {group}, c.* FROM (VALUES {values}) AS v ({', '.join(names)}) "  # noqa: S608
-            f"CROSS JOIN LATERAL ({lateral}) AS c",
-            params,
-        )
-    return f"SELECT {group}, {cell} FROM (VALUES {values}) AS v JOIN {table} AS c ON {where}", params  # noqa: S608
+    picked = f"t.reports, t.tps_sketch, {strategy}"
+    if sketches:
+        columns = f"{group}, t.reports, CAST(t.tps_sketch AS TEXT), {strategy}"
+        return _joined(values, names, table, where, picked, columns), params
+    columns = f"{group}, CAST(SUM(t.reports) AS BIGINT), NULL, {strategy}"
+    return f"{_joined(values, names, table, where, picked, columns)} GROUP BY {group}, {strategy}", params
 
 
 _END_OF_TIME = datetime(9999, 1, 1, tzinfo=UTC)
@@ -811,8 +878,10 @@ def _newest_topologies(among: Q, keys: tuple[str, ...], reports: list[tuple[Any,
         return {}
     # The reports' own times also bound the partitions read (the planner prunes the others).
     times = [report[-1] for report in reports]
-    named = any_row((*keys, "received_at"), reports)
-    rows = Report.objects.filter(among, named, received_at__range=(min(times), max(times))).order_by("id")
+    named = rows_matching(Report, (*keys, "received_at"), reports)
+    rows = Report.objects.filter(among, pk__in=named, received_at__range=(min(times), max(times))).order_by(
+        "id"
+    )
     return {tuple(key): topology for *key, topology in rows.values_list(*keys, "body__topology")}
 
 
@@ -857,7 +926,9 @@ def _topology_id(topology: Any) -> str:
     return value if isinstance(value, str) else ""
 
 
-def _registered_row(run: NodeRun, revisions: Mapping[int, Mapping[str, Any]], node_name: str) -> NodeServing:
+def _registered_row(
+    run: LatestRun, revisions: Mapping[int, Mapping[str, Any]], node_name: str
+) -> NodeServing:
     """A run the node's agent registered with no report in the window: judged as registered only."""
     revision = revisions[run.revision_id or 0]
     facts = NodeFacts(node_name, run.version, ran=False, certification=run.certification)
