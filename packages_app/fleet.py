@@ -439,13 +439,14 @@ def node_rows(
     limit: int | None = None,
     placed: bool = True,
 ) -> list[NodeRow]:
-    """Every node (or the one named) with what it served since ``since`` (7 queries), at most
+    """Every node (or the one named) with what it served since ``since`` (9 queries), at most
     ``limit`` rows a node (NODES_PAGE_ROWS, or NODE_PAGE_ROWS for one node), each with its advice;
     a run the node's agent registered without any report in the window is a row too.
 
     Private packages' revisions are left out unless ``show_private`` (the edge asks web/access.py).
-    Without ``placed``, the rows are for their advice only (6 queries): no median decode rate, and the
-    layers, stages and topology only as the node's agent registered them, not as its reports placed it.
+    Without ``placed``, the rows are for their advice only (7 queries): no median decode rate, and the
+    layers, stages and topology only as the node's agent registered them, not as its reports placed it,
+    nor whether each stage's node is registered.
     """
     nodes = Node.objects.order_by("name")
     if name is not None:
@@ -622,15 +623,16 @@ def _serving(
     """What each node served in the window: the (revision, split) groups of its candidate rows, ranked
     (those needing action first, then the busiest), the shown groups' revisions with their
     assessments, their reports, medians and strategies in the window from their rollup cells, their
-    topologies, and the node's mesh-llm version for each (5 queries, however many groups or reports
-    the window holds). The node's latest registered run joins as a row when no report of its
-    revision is shown. Without ``placed``, neither the sketches nor the topologies (3 queries, lighter)."""
+    topologies, the node's mesh-llm version for each and which stages' nodes are registered (6 queries,
+    however many groups or reports the window holds). The node's latest registered run joins as a row
+    when no report of its revision is shown. Without ``placed``, neither the sketches, the topologies
+    nor the stages' registration (4 queries)."""
     shown, hidden = _shown_groups(since, show_private, tops, limit)
     registered = _registered_only(shown, runs, show_private)
     revisions = _revisions([g["revision_id"] for g in shown] + [r.revision_id or 0 for r in registered])
     figures = _group_figures(since, shown, sketches=placed)
     topologies = _last_topologies(shown) if placed else {}
-    run_facts = _run_facts(shown)
+    run_facts = _run_facts(shown, stages=placed)
     result: dict[int, list[NodeServing]] = {}
     for group in shown:
         key = (group["node_key"], group["revision_id"], group["stage_splits"])
@@ -645,9 +647,11 @@ def _serving(
         result.setdefault(key[0], []).append(serving)
     for run in registered:
         result.setdefault(run.node_id, []).append(_registered_row(run, revisions, names[run.node_id]))
-    known = with_registration(s.stages for rows in result.values() for s in rows)
+    known = with_registration(s.stages for rows in result.values() for s in rows) if placed else set()
     for items in result.values():
-        items[:] = [replace(s, stages=mark_registered(s.stages, known)) for s in _with_moves(items)]
+        items[:] = _with_moves(items)
+        if placed:
+            items[:] = [replace(s, stages=mark_registered(s.stages, known)) for s in items]
         items.sort(key=lambda s: (not s.broken, s.advice.cause.rank, s.is_latest, s.repo_id, s.commit_sha))
     capped = {node for node, count in tops.served.items() if count > SERVED_COUNT_CAP}
     return {node: NodeServed(rows, hidden.get(node, 0), node in capped) for node, rows in result.items()}
@@ -756,19 +760,18 @@ class RunFacts:
     stages: Any = None  # NodeRun.stages: node_id, layer_start, layer_end, device, raw per stage
 
 
-def _run_facts(groups: list[dict[str, Any]]) -> dict[tuple[int, int], RunFacts]:
-    """Each shown (node, revision)'s mesh-llm version, split certification, topology and stages, from
-    its agent's newest run (one query)."""
+def _run_facts(groups: list[dict[str, Any]], stages: bool = True) -> dict[tuple[int, int], RunFacts]:
+    """Each shown (node, revision)'s mesh-llm version, split certification, topology and (with
+    ``stages``) stages, from its agent's newest run (one query)."""
     pairs = {(g["node_key"], g["revision_id"]) for g in groups}
     if not pairs:
         return {}
     facts: dict[tuple[int, int], RunFacts] = {}
     runs = rows_matching(NodeRun, ("node_id", "revision_id"), sorted(pairs))
     rows = NodeRun.objects.filter(pk__in=runs).order_by("updated_at", "id")
-    for node_id, revision_id, *fields in rows.values_list(
-        "node_id", "revision_id", "version", "certification", "topology_id", "stages"
-    ):
-        facts[(node_id, revision_id)] = RunFacts(*fields)  # the newest wins
+    columns = ("version", "certification", "topology_id", *(("stages",) if stages else ()))
+    for node_id, revision_id, *values in rows.values_list("node_id", "revision_id", *columns):
+        facts[(node_id, revision_id)] = RunFacts(*values)  # the newest wins
     return facts
 
 
