@@ -330,6 +330,7 @@ class NodeServing(_Names):
     first_at: datetime | None = None  # its first report (or the run's registration), ever
     last_at: datetime | None = None  # its last report (or the run's last update)
     stages: tuple[Stage, ...] = ()  # who holds which layers: the newest report's topology, else the run's
+    reported: bool = True  # a row of reports (False: a run registered without any in the window)
 
     @property
     def outdated(self) -> bool:
@@ -419,13 +420,11 @@ def node_page(
     SQL flag only ranks, it cannot see what a node's own release refuses (an upgrade to make), so filtering
     on it would hide such a node from the answer to "which of my nodes need action". Every node is judged
     without what advice never reads (where each report's topology placed the node, the decode-rate
-    sketches); then the page's nodes are read whole, as /nodes/ reads its page."""
+    sketches); then the page's rows get them (``_placed``)."""
     if needs_action:
         judged = node_rows(since, needs_action=True, show_private=show_private, placed=False)
-        flagged = Paginator([row.node for row in judged], NODES_PER_PAGE)
-        page_of_nodes = flagged.get_page(number)
-        rows = _rows_of(list(page_of_nodes.object_list), since, show_private, NODES_PAGE_ROWS)
-        return NodePage(rows, page_of_nodes)
+        page_of_rows = Paginator(judged, NODES_PER_PAGE).get_page(number)
+        return NodePage(_placed(list(page_of_rows.object_list), since), page_of_rows)
     nodes = Node.objects.annotate(attention=Exists(_flagged(_window(since, show_private), since)))
     page = Paginator(nodes.order_by("-attention", "name"), NODES_PER_PAGE).get_page(number)
     return NodePage(_rows_of(list(page.object_list), since, show_private, NODES_PAGE_ROWS), page)
@@ -895,11 +894,8 @@ def _node_serving(
         verdict=revision["verdict"] or "",
         headline=revision["headline"] or "",
         is_latest=group["revision_id"] == revision["package__latest_revision_id"],
-        layer_range=_layer_range(topology, node_name) or _layer_range({"stages": run.stages}, node_name),
         stage_splits=group["stage_splits"],
-        topology_id=_topology_id(topology) or run.topology_id,
         reports=figures.reports,
-        tps=_median(figures.bins),
         alert=alert,
         advice=advise(revision["assessment"], facts, _newer(revision)),
         version=run.version,
@@ -907,8 +903,54 @@ def _node_serving(
         effective=effective,
         first_at=group["first_at_min"],
         last_at=group["last_at_max"],
-        stages=tuple(best_stages(run_stages(run.stages), stages_of(topology), group["stage_splits"])),
+        **_placement(group["stage_splits"], topology, run, node_name, figures.bins),
     )
+
+
+def _placement(splits: str, topology: Any, run: RunFacts, node_name: str, bins: list[str]) -> dict[str, Any]:
+    """A reported row's fields that advice never reads: the layers and stages the node holds (as the
+    newest report's topology places it, else as its agent registered them), the topology, and the
+    median decode rate of the sketches ``bins``."""
+    return {
+        "layer_range": _layer_range(topology, node_name) or _layer_range({"stages": run.stages}, node_name),
+        "topology_id": _topology_id(topology) or run.topology_id,
+        "tps": _median(bins),
+        "stages": tuple(best_stages(run_stages(run.stages), stages_of(topology), splits)),
+    }
+
+
+def _placed(rows: list[NodeRow], since: datetime) -> list[NodeRow]:
+    """Rows judged without their placement (``node_rows(placed=False)``) with it, as node_rows reads
+    them: each reported row's ``_placement`` and which stages' nodes are registered (4 queries)."""
+    groups = [
+        {
+            "node_key": r.node.pk,
+            "revision_id": s.revision_id,
+            "stage_splits": s.stage_splits,
+            "last_at_max": s.last_at,
+        }
+        for r in rows
+        for s in r.serving
+        if s.reported
+    ]
+    figures = _group_figures(since, groups)
+    topologies = _last_topologies(groups)
+    run_facts = _run_facts(groups)
+    placed: list[NodeRow] = []
+    for row in rows:
+        serving = []
+        for s in row.serving:
+            key = (row.node.pk, s.revision_id, s.stage_splits)
+            if s.reported:
+                run, bins = run_facts.get(key[:2]) or RunFacts(), (figures.get(key) or Figures()).bins
+                s = replace(s, **_placement(s.stage_splits, topologies.get(key), run, row.node.name, bins))
+            serving.append(s)
+        placed.append(replace(row, serving=serving))
+    known = with_registration(s.stages for row in placed for s in row.serving)
+    return [
+        replace(row, serving=[replace(s, stages=mark_registered(s.stages, known)) for s in row.serving])
+        for row in placed
+    ]
 
 
 def _topology_id(topology: Any) -> str:
@@ -940,6 +982,7 @@ def _registered_row(
         first_at=run.first_seen_at,
         last_at=run.updated_at,
         stages=tuple(run_stages(run.stages)),
+        reported=False,
     )
 
 

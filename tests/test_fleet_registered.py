@@ -220,3 +220,17 @@ def test_registered_runs_add_no_queries_to_the_fleet_pages(client: Client, regis
             register_through_the_agent(client, plan, token)
             post_spans(client, plan, token, n=2)
     assert counts() == few
+
+
+def test_the_needing_action_page_places_each_row_as_the_whole_list_does(registered: Revision) -> None:
+    """The filtered page judges every node without where its reports place it, then places its own rows:
+    the same layers, stages (each peer registered or not), topology and medians as the whole list."""
+    identity.create_node("demo-glm-peer")
+    since = fleet.window_start()
+    needing = [row for row in fleet.node_rows(since) if row.needs_action]
+    assert [row.node.name for row in needing] == ["demo-glm"]
+    page = fleet.node_page(since, needs_action=True)
+    assert page.rows == needing
+    (served,) = page.rows[0].serving
+    assert served.tps is not None and served.layer_range == "0..27" and served.topology_id == TOPOLOGY
+    assert [(s.node, s.registered) for s in served.stages] == [("demo-glm", True), ("demo-glm-peer", True)]
