@@ -781,14 +781,29 @@ class Figures:
 
     reports: int = 0
     bins: list[str] = field(default_factory=list)
+    less: list[str] = field(default_factory=list)  # sketches taken away (``_window_terms``)
     strategies: dict[tuple[str, str, bool], int] = field(default_factory=dict)
 
     @property
     def main_strategy(self) -> tuple[str, str, bool]:
         """The (requested, effective, MTP used) most reports ran with."""
-        if not self.strategies:
+        ran = {pair: n for pair, n in self.strategies.items() if n > 0}
+        if not ran:
             return ("", "", False)
-        return max(self.strategies.items(), key=lambda item: (item[1], item[0]))[0]
+        return max(ran.items(), key=lambda item: (item[1], item[0]))[0]
+
+    @property
+    def tps(self) -> float | None:
+        """The median decode rate of the sketches, less those taken away (bin counts subtract exactly),
+        rounded; None without any report."""
+        if not self.bins:
+            return None
+        bins = throughput.merged_stored(self.bins)
+        if self.less:
+            for index, count in throughput.merged_stored(self.less).items():
+                bins[index] = bins.get(index, 0) - count
+            bins = {index: count for index, count in bins.items() if count > 0}
+        return _rounded(sketch.median(bins))
 
 
 def _group_figures(
@@ -812,43 +827,58 @@ def _window_figures(
         cursor.execute(sql, params)
         rows = cursor.fetchall()
     result: dict[Any, Figures] = {}
-    for *key, reports, text, requested, effective, used in rows:
+    for *key, reports, text, requested, effective, used, sign in rows:
         figures = result.setdefault(tuple(key), Figures())
-        figures.reports += reports
+        figures.reports += sign * reports
         if text is not None:
-            figures.bins.append(text)
+            (figures.bins if sign > 0 else figures.less).append(text)
         pair = (requested, effective, used)
-        figures.strategies[pair] = figures.strategies.get(pair, 0) + reports
+        figures.strategies[pair] = figures.strategies.get(pair, 0) + sign * reports
     return result
 
 
 def _window_cells_sql(
     keys: Sequence[str], groups: list[tuple[Any, ...]], since: datetime, sketches: bool = True
 ) -> SqlPart:
-    """The window's rollup cells of each group: the groups and window parts as a list (``_values``), each
-    row of it read as one range of the natural key (revision, grain, node, bucket start; ``_joined``). An
-    OR of one term a group and part took PostgreSQL 1.07 s to plan for /nodes/?action=1 at 1,000
-    nodes; this query reads their 35,000 cells in 0.12 s. The keys' values come back as passed.
-    Without ``sketches``, the reports per group and strategy, added up by the database."""
-    parts = [(grain, start, end or _END_OF_TIME) for grain, start, end in _window_ranges(since)]
-    values, names, params = _values([(*group, *part) for group in groups for part in parts])
+    """The window's rollup cells of each group, each with the sign it is added with (``_window_terms``):
+    the groups and window terms as a list (``_values``), each row of it read as one range of the natural
+    key (revision, grain, node, bucket start; ``_joined``). An OR of one term a group and part took
+    PostgreSQL 1.07 s to plan for /nodes/?action=1 at 1,000 nodes; this query reads their 35,000 cells
+    in 0.12 s. The keys' values come back as passed. Without ``sketches``, the reports per group and
+    strategy, added up by the database."""
+    values, names, params = _values([(*group, *term) for group in groups for term in _window_terms(since)])
+    grain, start, end, sign = names[-4:]
     quote = connection.ops.quote_name
     matches = [f"t.{quote(key)} = v.{name}" for key, name in zip(keys, names, strict=False)]
-    matches += [
-        f"t.grain = v.{names[-3]}",
-        f"t.bucket_start >= v.{names[-2]}",
-        f"t.bucket_start < v.{names[-1]}",
-    ]
+    matches += [f"t.grain = v.{grain}", f"t.bucket_start >= v.{start}", f"t.bucket_start < v.{end}"]
     where = " AND ".join(matches)
     strategy = "t.requested_strategy, t.strategy, t.mtp_used"
     group = ", ".join(f"v.{name}" for name in names[: len(keys)])
     table = quote(Rollup._meta.db_table)
     picked = f"t.reports, t.tps_sketch, {strategy}"
     if sketches:
-        columns = f"{group}, t.reports, CAST(t.tps_sketch AS TEXT), {strategy}"
+        columns = f"{group}, t.reports, CAST(t.tps_sketch AS TEXT), {strategy}, v.{sign}"
         return _joined(values, names, table, where, picked, columns), params
-    columns = f"{group}, CAST(SUM(t.reports) AS BIGINT), NULL, {strategy}"
+    columns = f"{group}, CAST(SUM(t.reports * v.{sign}) AS BIGINT), NULL, {strategy}, 1"
     return f"{_joined(values, names, table, where, picked, columns)} GROUP BY {group}, {strategy}", params
+
+
+def _window_terms(since: datetime) -> list[tuple[str, datetime, datetime, int]]:
+    """(grain, from, before, sign) of the cells that add up to the window: whole days by day, and since's
+    day by the hours from since's, or, where that is fewer cells, as its day cell less its hours before
+    since's (a day cell holds exactly its hour cells' reports and bins while the hours are kept). So a
+    page reads at most 12 hour cells a strategy instead of 24. Past the hour cells' retention, as
+    ``_window_ranges``."""
+    hour = since.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+    day = hour.replace(hour=0)
+    next_day = day + timedelta(days=1)
+    kept = hourly_since()
+    if hour < kept:
+        return [(Rollup.Grain.DAY.value, day, _END_OF_TIME, 1)]
+    if day >= kept and hour - day < next_day - hour:
+        before = [(Rollup.Grain.HOUR.value, day, hour, -1)] if hour > day else []
+        return [(Rollup.Grain.DAY.value, day, _END_OF_TIME, 1), *before]
+    return [(Rollup.Grain.DAY.value, next_day, _END_OF_TIME, 1), (Rollup.Grain.HOUR.value, hour, next_day, 1)]
 
 
 _END_OF_TIME = datetime(9999, 1, 1, tzinfo=UTC)
@@ -903,18 +933,20 @@ def _node_serving(
         effective=effective,
         first_at=group["first_at_min"],
         last_at=group["last_at_max"],
-        **_placement(group["stage_splits"], topology, run, node_name, figures.bins),
+        **_placement(group["stage_splits"], topology, run, node_name, figures.tps),
     )
 
 
-def _placement(splits: str, topology: Any, run: RunFacts, node_name: str, bins: list[str]) -> dict[str, Any]:
+def _placement(
+    splits: str, topology: Any, run: RunFacts, node_name: str, tps: float | None
+) -> dict[str, Any]:
     """A reported row's fields that advice never reads: the layers and stages the node holds (as the
-    newest report's topology places it, else as its agent registered them), the topology, and the
-    median decode rate of the sketches ``bins``."""
+    newest report's topology places it, else as its agent registered them), the topology, and its
+    median decode rate ``tps``."""
     return {
         "layer_range": _layer_range(topology, node_name) or _layer_range({"stages": run.stages}, node_name),
         "topology_id": _topology_id(topology) or run.topology_id,
-        "tps": _median(bins),
+        "tps": tps,
         "stages": tuple(best_stages(run_stages(run.stages), stages_of(topology), splits)),
     }
 
@@ -942,8 +974,8 @@ def _placed(rows: list[NodeRow], since: datetime) -> list[NodeRow]:
         for s in row.serving:
             key = (row.node.pk, s.revision_id, s.stage_splits)
             if s.reported:
-                run, bins = run_facts.get(key[:2]) or RunFacts(), (figures.get(key) or Figures()).bins
-                s = replace(s, **_placement(s.stage_splits, topologies.get(key), run, row.node.name, bins))
+                run, tps = run_facts.get(key[:2]) or RunFacts(), (figures.get(key) or Figures()).tps
+                s = replace(s, **_placement(s.stage_splits, topologies.get(key), run, row.node.name, tps))
             serving.append(s)
         placed.append(replace(row, serving=serving))
     known = with_registration(s.stages for row in placed for s in row.serving)
@@ -1339,7 +1371,7 @@ def topology_runs(topology_id: str, since: datetime, show_private: bool = False)
         found = figures.get(key) or Figures()
         registered_stages = registrations.get(g["revision_id"], [])
         stages = best_stages(registered_stages, stages_of(bodies.get(key)), g["stage_splits"])
-        runs.append(_topology_run(g, found.reports, found.bins, stages))
+        runs.append(_topology_run(g, found.reports, found.tps, stages))
     known = with_registration(r.stages for r in runs)
     runs = [replace(r, stages=list(mark_registered(r.stages, known))) for r in runs]
     runs.sort(key=lambda r: (-r.reports, r.repo_id, r.commit_sha))
@@ -1371,7 +1403,7 @@ def _topology_figures(
 
 
 def _topology_run(
-    group: Mapping[str, Any], reports: int, bins: list[str], stages: list[Stage]
+    group: Mapping[str, Any], reports: int, tps: float | None, stages: list[Stage]
 ) -> TopologyRun:
     return TopologyRun(
         revision_id=group["revision_id"],
@@ -1381,7 +1413,7 @@ def _topology_run(
         headline=group["revision__headline"] or "",
         stage_splits=group["stage_splits"],
         reports=reports,
-        tps=_median(bins),
+        tps=tps,
         stages=stages,
         alert=bool(group["alert"]),
     )

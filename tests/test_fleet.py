@@ -580,3 +580,31 @@ def test_the_fleet_seed_has_topologies_whose_nodes_serve_one_to_three_revisions_
     )
     assert len(packages) == 5
     assert set(runs.values_list("repo_id", flat=True)) <= packages and not runs.filter(revision=None).exists()
+
+
+@pytest.mark.parametrize("since_hour", [3, 12, 20])
+def test_a_node_row_counts_the_reports_since_the_windows_first_hour_whatever_cells_it_reads(
+    since_hour: int,
+) -> None:
+    """The window's first day is read by its hours from since's, or as its day cell less the hours before
+    since's where that is fewer cells: either way the same reports, strategies and median."""
+    day = (timezone.now() - timedelta(days=2)).replace(hour=0, minute=0, second=0, microsecond=0)
+    since = day + timedelta(hours=since_hour, minutes=30)
+    revision = f.make_revision(f.make_package("meshllm/Window-layers"), "undeclared-mtp")
+    node = f.make_node("window-box")
+    # Left out, and more of them than inside: counted, they would move the median.
+    before = [day + timedelta(hours=h, minutes=m) for h in range(since_hour) for m in range(10)]
+    inside = [day + timedelta(hours=h, minutes=10) for h in range(since_hour, 24)] + [day + timedelta(days=1)]
+    for at in before:
+        f.make_report(
+            node, revision, 90.0, at=at, requested_strategy="ngram-cache", effective_strategy="ngram-cache"
+        )
+    for i, at in enumerate(inside):
+        f.make_report(node, revision, (3.0, 4.0, 5.0)[i % 3], at=at)
+    (row,) = fleet.node_rows(since, name="window-box")
+    (served,) = row.serving
+    expected = sketch.median(sketch.of_values([(3.0, 4.0, 5.0)[i % 3] for i in range(len(inside))]))
+    assert served.reports == len(inside) and served.tps == round(expected or 0, 2)
+    assert (served.requested, served.effective) == ("auto", "disabled")
+    (judged,) = fleet.node_rows(since, name="window-box", placed=False)
+    assert judged.serving[0].reports == len(inside) and judged.serving[0].advice == served.advice
