@@ -846,7 +846,8 @@ def _window_cells_sql(
     PostgreSQL 1.07 s to plan for /nodes/?action=1 at 1,000 nodes; this query reads their 35,000 cells
     in 0.12 s. The keys' values come back as passed. Without ``sketches``, the reports per group and
     strategy, added up by the database."""
-    values, names, params = _values([(*group, *term) for group in groups for term in _window_terms(since)])
+    terms = _window_terms(since)
+    values, names, params = _values([(*group, *term) for group in groups for term in terms])
     grain, start, end, sign = names[-4:]
     quote = connection.ops.quote_name
     matches = [f"t.{quote(key)} = v.{name}" for key, name in zip(keys, names, strict=False)]
