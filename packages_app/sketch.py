@@ -17,8 +17,10 @@ No Django, no I/O: rollups.py stores what this module computes.
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from statistics import NormalDist
 
@@ -68,31 +70,47 @@ def merged(sketches: Iterable[Mapping[int, int]]) -> Sketch:
 
 def quantile(sketch: Mapping[int, int], q: float) -> float | None:
     """The q-quantile as percentile_cont computes it (None for an empty sketch), within ALPHA."""
-    if not 0 <= q <= 1:
-        raise ValueError(f"q must be between 0 and 1, not {q}")
+    return quantiles(sketch, (q,))[0]
+
+
+def quantiles(sketch: Mapping[int, int], qs: Sequence[float]) -> list[float | None]:
+    """Each q-quantile as ``quantile`` computes it, from one sort of the bins (a chart's median and
+    quartiles of hundreds of points each)."""
+    for q in qs:
+        if not 0 <= q <= 1:
+            raise ValueError(f"q must be between 0 and 1, not {q}")
     total = sum(sketch.values())
     if total <= 0:
-        return None
-    rank = (total - 1) * q
-    low, high = math.floor(rank), math.ceil(rank)
-    low_value, high_value = _order_statistics(sketch, low, high)
-    return low_value + (high_value - low_value) * (rank - low)
+        return [None] * len(qs)
+    ranked = _Ranked.of(sketch)
+    found: list[float | None] = []
+    for q in qs:
+        rank = (total - 1) * q
+        low, high = math.floor(rank), math.ceil(rank)
+        low_value, high_value = ranked.value_at(low), ranked.value_at(high)
+        found.append(low_value + (high_value - low_value) * (rank - low))
+    return found
+
+
+@dataclass(frozen=True)
+class _Ranked:
+    """A sketch's bins in order with their running counts: the value at any rank by one bisection."""
+
+    indexes: list[int]
+    seen: list[int]
+
+    @classmethod
+    def of(cls, sketch: Mapping[int, int]) -> _Ranked:
+        indexes = sorted(sketch)
+        return cls(indexes, list(itertools.accumulate(sketch[index] for index in indexes)))
+
+    def value_at(self, rank: int) -> float:
+        """The value at a 0-based rank: the first bin whose running count passes it."""
+        return value_of(self.indexes[bisect.bisect_right(self.seen, rank)])
 
 
 def median(sketch: Mapping[int, int]) -> float | None:
     return quantile(sketch, 0.5)
-
-
-def _order_statistics(sketch: Mapping[int, int], low: int, high: int) -> tuple[float, float]:
-    """The values at 0-based ranks low <= high, in one walk over the sorted bins."""
-    seen, low_value = 0, None
-    for index in sorted(sketch):
-        seen += sketch[index]
-        if low_value is None and seen > low:
-            low_value = value_of(index)
-        if seen > high:
-            return low_value if low_value is not None else value_of(index), value_of(index)
-    raise ValueError("rank beyond the sketch's count")  # unreachable: high < total
 
 
 def to_json(sketch: Mapping[int, int]) -> dict[str, int]:
@@ -112,7 +130,8 @@ def summary(sketch: Mapping[int, int]) -> dict[str, float] | None:
     """p5, p25, p50, p75 and p95 (``{"p5": ..., ...}``), each within ALPHA; None for an empty sketch."""
     if sum(sketch.values()) <= 0:
         return None
-    return {f"p{round(q * 100)}": quantile(sketch, q) or 0.0 for q in SUMMARY_QUANTILES}
+    values = quantiles(sketch, SUMMARY_QUANTILES)
+    return {f"p{round(q * 100)}": value or 0.0 for q, value in zip(SUMMARY_QUANTILES, values, strict=True)}
 
 
 def count(sketch: Mapping[int, int]) -> int:
@@ -123,7 +142,7 @@ def order_statistic(sketch: Mapping[int, int], rank: int) -> float:
     """The value at 0-based ``rank`` in sorted order, within ALPHA."""
     if not 0 <= rank < count(sketch):
         raise ValueError(f"rank {rank} is outside a sketch of {count(sketch)} values")
-    return _order_statistics(sketch, rank, rank)[0]
+    return _Ranked.of(sketch).value_at(rank)
 
 
 # Above this many values the binomial tail is read from the normal approximation (error well under one

@@ -298,17 +298,9 @@ def _series(
         points[key] = (count + reports, texts)
     series = []
     for (at, strategy, splits), (count, texts) in sorted(points.items()):
-        bins = merged_stored(texts)
+        median, p25, p75 = sketch.quantiles(merged_stored(texts), (0.5, 0.25, 0.75))
         series.append(
-            Point(
-                bucket=at,
-                strategy=strategy,
-                topology=splits,
-                tps=sketch.median(bins),
-                reports=count,
-                p25=sketch.quantile(bins, 0.25),
-                p75=sketch.quantile(bins, 0.75),
-            )
+            Point(bucket=at, strategy=strategy, topology=splits, tps=median, reports=count, p25=p25, p75=p75)
         )
     return series
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 import statistics
 
@@ -116,3 +117,18 @@ def test_too_few_values_give_a_ratio_without_an_interval_and_nothing_gives_none(
     # A zero at the low end of the before interval: no upper bound can be given, so no interval.
     zeros = sketch.of_values([0.0] * 3 + [1.0] * 8)
     assert sketch.ratio_of_medians(zeros, sketch.of_values([1.0] * 11)).low is None  # type: ignore[union-attr]
+
+
+def test_quantiles_read_together_are_each_percentile_cont_within_one_percent() -> None:
+    rng = random.Random(11)
+    qs = (0.0, 0.05, 0.25, 0.5, 0.75, 0.95, 1.0)
+    for n in (1, 2, 3, 10, 101, 1000):
+        values = [rng.choice((0.0, rng.lognormvariate(1.5, 0.8))) for _ in range(n)]
+        ordered = sorted(values)
+        found = sketch.quantiles(sketch.of_values(values), qs)
+        for q, value in zip(qs, found, strict=True):
+            rank = (n - 1) * q
+            low, high = ordered[math.floor(rank)], ordered[math.ceil(rank)]
+            exact = low + (high - low) * (rank - math.floor(rank))
+            assert value == pytest.approx(exact, rel=sketch.ALPHA, abs=1e-12), (n, q)
+    assert sketch.quantiles({}, qs) == [None] * len(qs)
