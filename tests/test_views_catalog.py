@@ -158,3 +158,22 @@ def test_an_unknown_release_in_the_refused_by_filter_falls_back_with_a_message(c
     # Issue 11: a bad or stale filter value is ignored with a message naming it, never an error page.
     assert response.status_code == 200
     assert "Ignored refused_by" in text(response)
+
+
+def test_each_rows_links_lead_to_its_own_package(client: Client) -> None:
+    """The package's name, what to do about it and each revision nodes ran link to that package's page
+    (its section or revision), never to another row's."""
+    from django.utils import timezone
+
+    f.qwen35_fleet(timezone.now())
+    f.make_revision(f.make_package("meshllm/Other-layers"), "undeclared-mtp")
+    body = text(client.get("/"))
+    rows = {}  # each row with its notes: from its name's link to the next row's
+    for segment in body.split('<a class="repo" href="')[1:]:
+        href = segment.split('"', 1)[0]
+        rows[href] = segment
+    qwen, other = f"/packages/{f.QWEN35_REPO}/", "/packages/meshllm/Other-layers/"
+    assert set(rows) == {qwen, other}
+    assert f'href="{qwen}?revision={f.QWEN35_SHA}"' in rows[qwen]  # the broken revision its nodes ran
+    assert f'href="{other}#action"' in rows[other] and qwen not in rows[other]
+    assert other not in rows[qwen]
