@@ -7,7 +7,9 @@ there come from models.Serving (a row per revision x node x topology x split, wi
 and its last one showing MTP unused), so the catalog's served-revision filters and the nodes pages
 cost what the revisions x nodes cost, not what the reports or the days do. What the rows shown did
 inside the window (reports, medians from the rollups' sketches, within 1 %) comes from their rollup
-cells (``window_cells``: day cells for whole days, hour cells for the window's first day). The
+cells (day cells for whole days; the window's first day by its hours, or as its day cell less the
+hours before the window, whichever is fewer cells: ``_window_terms``; ``window_cells`` for the catalog's
+every-node cells). The
 topology page reads the same per topology (both keys carry it), the before/after comparison the two
 revisions' total cells. Raw reports are read only for the stage layout of a shown row's newest report.
 /nodes/ is paged (NODES_PER_PAGE); each node's rows start from its few busiest Serving rows, read in
@@ -142,9 +144,9 @@ SqlPart = tuple[str, list[Any]]  # SQL text with %s placeholders, and its parame
 
 def rows_matching(model: type[Model], keys: Sequence[str], groups: Sequence[Sequence[Any]]) -> RawSQL:
     """The ids of ``model``'s rows whose ``keys`` columns equal one group's values, as a subquery for
-    ``pk__in``: the groups as a list (``_values``), each row of it read as one range of an index starting
-    with ``keys``. (An OR of one term a group, each a range of the same index, took PostgreSQL 175 ms
-    to plan for 2,600 groups; the ORM's Q objects cost a millisecond a term to build.)"""
+    ``pk__in``: the groups as a list (``_values``), each row of it looked up on its own (``_joined``)
+    by whichever index serves its keys. (An OR of one term a group took PostgreSQL 175 ms to plan for
+    2,600 groups; the ORM's Q objects cost a millisecond a term to build.)"""
     values, names, params = _values(groups)
     quote = connection.ops.quote_name
     where = " AND ".join(f"t.{quote(key)} = v.{name}" for key, name in zip(keys, names, strict=True))
@@ -154,8 +156,9 @@ def rows_matching(model: type[Model], keys: Sequence[str], groups: Sequence[Sequ
 
 def _values(groups: Sequence[Sequence[Any]]) -> tuple[str, list[str], list[Any]]:
     """These rows of parameters (at least one) as a list to select from: its text, its columns' names
-    (SQLite's own for a VALUES list's) and its parameters. PostgreSQL gets one array a column: a
-    VALUES list of 13,000 placeholders cost psycopg more time to parse than the database to read."""
+    (SQLite's own for a VALUES list's) and its parameters. PostgreSQL gets one array a column: with a
+    VALUES list of 13,000 placeholders the needing-action page's cells query took 229 ms, most of it
+    psycopg parsing them; with arrays 122 ms."""
     width = len(groups[0])
     names = [f"column{i}" for i in range(1, width + 1)]
     if connection.vendor == "postgresql":
@@ -796,14 +799,12 @@ class Figures:
     def tps(self) -> float | None:
         """The median decode rate of the sketches, less those taken away (bin counts subtract exactly),
         rounded; None without any report."""
-        if not self.bins:
-            return None
+        if not self.less:
+            return _median(self.bins)
         bins = throughput.merged_stored(self.bins)
-        if self.less:
-            for index, count in throughput.merged_stored(self.less).items():
-                bins[index] = bins.get(index, 0) - count
-            bins = {index: count for index, count in bins.items() if count > 0}
-        return _rounded(sketch.median(bins))
+        for index, count in throughput.merged_stored(self.less).items():
+            bins[index] = bins.get(index, 0) - count
+        return _rounded(sketch.median({index: count for index, count in bins.items() if count > 0}))
 
 
 def _group_figures(
@@ -843,8 +844,8 @@ def _window_cells_sql(
     """The window's rollup cells of each group, each with the sign it is added with (``_window_terms``):
     the groups and window terms as a list (``_values``), each row of it read as one range of the natural
     key (revision, grain, node, bucket start; ``_joined``). An OR of one term a group and part took
-    PostgreSQL 1.07 s to plan for /nodes/?action=1 at 1,000 nodes; this query reads their 35,000 cells
-    in 0.12 s. The keys' values come back as passed. Without ``sketches``, the reports per group and
+    PostgreSQL 1.07 s to plan for /nodes/?action=1 at 1,000 nodes; this query read the 35,000 cells
+    there in 0.12 s. The keys' values come back as passed. Without ``sketches``, the reports per group and
     strategy, added up by the database."""
     terms = _window_terms(since)
     values, names, params = _values([(*group, *term) for group in groups for term in terms])
