@@ -6,12 +6,12 @@ nodes ran in a window ("served in the last N days"), by how many nodes, and whet
 there come from models.Serving (a row per revision x node x topology x split, with its last report
 and its last one showing MTP unused), so the catalog's served-revision filters and the nodes pages
 cost what the revisions x nodes cost, not what the reports or the days do. What the rows shown did
-inside the window (reports, medians from the rollups' sketches, within 1 %) comes from their rollup
-cells (day cells for whole days; the window's first day by its hours, or as its day cell less the
-hours before the window, whichever is fewer cells: ``_window_terms``; ``window_cells`` for the catalog's
-every-node cells). The
-topology page reads the same per topology (both keys carry it), the before/after comparison the two
-revisions' total cells. Raw reports are read only for the stage layout of a shown row's newest report.
+inside the window (reports, medians from the rollups' sketches, within 1 %) comes from their node's
+NodeRollup cells, every strategy and topology in one (day cells for whole days; the window's first
+day by its hours, or as its day cell less the hours before the window, whichever is fewer cells:
+``_window_terms``; ``window_cells`` for the catalog's every-node cells). The topology page reads the
+Rollup cells of its topology, the before/after comparison the two revisions' total cells. Raw reports
+are read only for the stage layout of a shown row's newest report.
 /nodes/ is paged (NODES_PER_PAGE); each node's rows start from its few busiest Serving rows, read in
 index order (a limited, correlated subquery), so a node that served thousands of revisions costs what
 one that served three does.
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import operator
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -55,7 +56,7 @@ from django.utils import timezone
 from packages_app import sketch, throughput
 from packages_app.audit.advice import Advice, Newer, NodeFacts, advise, moved_on
 from packages_app.audit.assessment import Assessment, Headline
-from packages_app.models import LastServed, Node, NodeRun, Report, Revision, Rollup, Serving
+from packages_app.models import LastServed, Node, NodeRollup, NodeRun, Report, Revision, Rollup, Serving
 from packages_app.rollups import hourly_since
 from packages_app.verdicts import NEEDS_ACTION, Cause, Status, status_of
 
@@ -818,35 +819,67 @@ def _group_figures(
 def _window_figures(
     since: datetime, groups: list[tuple[Any, ...]], keys: tuple[str, ...], sketches: bool = True
 ) -> dict[Any, Figures]:
-    """Reports, sketches and strategies of the rollup cells of each group (the values of ``keys``,
-    naming its revision and node key) in the window, by ``keys`` (one query, ``_window_cells_sql``).
-    Without ``sketches``, the reports per strategy only, added up by the database."""
+    """Reports, sketches and strategies of the cells of each group (the values of ``keys``, naming its
+    revision and node key) in the window, by ``keys`` (one query, ``_window_cells_sql``). A node's groups
+    (``keys`` without a topology) read its NodeRollup cells, every strategy and topology in one; a
+    topology's read the Rollup cells of it, a strategy each. Without ``sketches``, no decode rates."""
     if not groups:
         return {}
-    sql, params = _window_cells_sql(keys, groups, since, sketches)
+    nodes = "topology_id" not in keys
+    strategies = ("t.strategies", "CAST(t.strategies AS TEXT)") if nodes else (_STRATEGIES,) * 2
+    sketch_text = "CAST(t.tps_sketch AS TEXT)" if sketches else "NULL"
+    sql, params = _window_cells_sql(
+        NodeRollup if nodes else Rollup,
+        keys,
+        groups,
+        since,
+        f"t.reports, t.tps_sketch, {strategies[0]}",
+        f"t.reports, {sketch_text}, {strategies[1]}",
+    )
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         rows = cursor.fetchall()
     result: dict[Any, Figures] = {}
-    for *key, reports, text, requested, effective, used, sign in rows:
-        figures = result.setdefault(tuple(key), Figures())
+    width = len(keys)
+    for row in rows:
+        figures = result.setdefault(tuple(row[:width]), Figures())
+        reports, text, *strategy, sign = row[width:]
         figures.reports += sign * reports
         if text is not None:
             (figures.bins if sign > 0 else figures.less).append(text)
-        pair = (requested, effective, used)
-        figures.strategies[pair] = figures.strategies.get(pair, 0) + sign * reports
+        if nodes:
+            counts = [(_strategy(pair), n) for pair, n in json.loads(strategy[0]).items()]
+        else:
+            counts = [((strategy[0], strategy[1], bool(strategy[2])), reports)]
+        for pair, n in counts:
+            figures.strategies[pair] = figures.strategies.get(pair, 0) + sign * n
     return result
 
 
+_STRATEGIES = "t.requested_strategy, t.strategy, t.mtp_used"  # a Rollup cell's strategy
+
+
+@functools.lru_cache(maxsize=1024)
+def _strategy(key: str) -> tuple[str, str, bool]:
+    """(requested, effective, MTP used) of a NodeRollup.strategies key (rollups.strategy_key)."""
+    requested, effective, used = json.loads(key)
+    return str(requested), str(effective), bool(used)
+
+
 def _window_cells_sql(
-    keys: Sequence[str], groups: list[tuple[Any, ...]], since: datetime, sketches: bool = True
+    model: type[Model],
+    keys: Sequence[str],
+    groups: list[tuple[Any, ...]],
+    since: datetime,
+    picked: str,
+    columns: str,
 ) -> SqlPart:
-    """The window's rollup cells of each group, each with the sign it is added with (``_window_terms``):
-    the groups and window terms as a list (``_values``), each row of it read as one range of the natural
-    key (revision, grain, node, bucket start; ``_joined``). An OR of one term a group and part took
-    PostgreSQL 1.07 s to plan for /nodes/?action=1 at 1,000 nodes; this query read the 35,000 cells
-    there in 0.12 s. The keys' values come back as passed. Without ``sketches``, the reports per group and
-    strategy, added up by the database."""
+    """The window's ``model`` cells (Rollup or NodeRollup) of each group, ``columns`` of each (of those
+    ``picked``) and the sign it is added with (``_window_terms``): the groups and window terms as a list
+    (``_values``), each row of it read as one range of the natural key (revision, grain, node, bucket
+    start; ``_joined``). An OR of one term a group and part took PostgreSQL 1.07 s to plan for
+    /nodes/?action=1 at 1,000 nodes; the list read the 35,000 Rollup cells there in 0.12 s. The keys'
+    values come back as passed."""
     terms = _window_terms(since)
     values, names, params = _values([(*group, *term) for group in groups for term in terms])
     grain, start, end, sign = names[-4:]
@@ -854,15 +887,9 @@ def _window_cells_sql(
     matches = [f"t.{quote(key)} = v.{name}" for key, name in zip(keys, names, strict=False)]
     matches += [f"t.grain = v.{grain}", f"t.bucket_start >= v.{start}", f"t.bucket_start < v.{end}"]
     where = " AND ".join(matches)
-    strategy = "t.requested_strategy, t.strategy, t.mtp_used"
     group = ", ".join(f"v.{name}" for name in names[: len(keys)])
-    table = quote(Rollup._meta.db_table)
-    picked = f"t.reports, t.tps_sketch, {strategy}"
-    if sketches:
-        columns = f"{group}, t.reports, CAST(t.tps_sketch AS TEXT), {strategy}, v.{sign}"
-        return _joined(values, names, table, where, picked, columns), params
-    columns = f"{group}, CAST(SUM(t.reports * v.{sign}) AS BIGINT), NULL, {strategy}, 1"
-    return f"{_joined(values, names, table, where, picked, columns)} GROUP BY {group}, {strategy}", params
+    table = quote(model._meta.db_table)
+    return _joined(values, names, table, where, picked, f"{group}, {columns}, v.{sign}"), params
 
 
 def _window_terms(since: datetime) -> list[tuple[str, datetime, datetime, int]]:

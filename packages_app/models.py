@@ -473,6 +473,41 @@ class Rollup(models.Model):
         return f"{self.revision_id}:{self.grain}:{self.bucket_start:%Y-%m-%dT%H}:{self.node_key}"
 
 
+class NodeRollup(models.Model):
+    """A node's report figures per revision x stage split x hour or day, every strategy and topology
+    together: its reports, decode-rate sketch and reports per strategy (``strategies``, keyed by the
+    JSON text of ``[requested, effective, mtp_used]``).
+
+    Kept by packages_app.rollups from the same cells as Rollup, in the same transaction (and rebuilt,
+    pruned and deleted with them). The nodes pages read a node's rows in a window from these: one cell
+    a bucket where Rollup has one per strategy pair and topology (six and more on a busy node).
+    """
+
+    revision = models.ForeignKey(Revision, on_delete=models.CASCADE, related_name="+", db_index=False)
+    node_key = models.BigIntegerField(help_text="Node id (never 0: every node's figures are Rollup's).")
+    grain = models.CharField(max_length=5, choices=Rollup.Grain.choices)
+    bucket_start = models.DateTimeField()
+    stage_splits = models.CharField(max_length=400, blank=True)
+    reports = models.BigIntegerField(default=0)
+    tps_sketch = models.JSONField(default=dict)
+    strategies = models.JSONField(
+        default=dict, help_text='Reports per strategy: {"[requested, effective, mtp_used]": count}.'
+    )
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["revision", "grain", "node_key", "bucket_start", "stage_splits"],
+                name="noderollup_natural_key",
+            ),
+        ]
+        # Pruning hourly rows past their window.
+        indexes = [models.Index(fields=["grain", "bucket_start"], name="noderollup_grain_time")]
+
+    def __str__(self) -> str:
+        return f"{self.revision_id}:{self.grain}:{self.bucket_start:%Y-%m-%dT%H}:{self.node_key}"
+
+
 class Serving(models.Model):
     """Who ran a revision and when: per revision x node x topology x stage split, how many reports, the
     first and the last, and the last that showed MTP unused (``node_key`` as Rollup's: 0 for every node).

@@ -14,7 +14,9 @@ day (or hour) series, never the reports; the catalog reads total cells. Hour cel
 MESHDASH_ROLLUP_HOURLY_DAYS are not written and are pruned (``prune_hourly``): the day cells hold
 them already.
 
-Beside the cells, the same transaction adds to models.Serving (per revision x node x topology x
+Beside them, per node, its hour and day cells with every strategy and topology together
+(models.NodeRollup: reports, decode-rate sketch, reports per strategy), which the nodes pages read.
+And the same transaction adds to models.Serving (per revision x node x topology x
 split: reports, first and last arrival, last report showing MTP unused), derived from the batch's
 total cells, so "which revisions did nodes run since T" is a comparison per Serving row, not a sum
 over cells; and to models.LastServed (per revision: the newest of its every-node Serving rows' times),
@@ -31,6 +33,7 @@ on SQLite, so medians are medians there too.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -41,7 +44,7 @@ from django.db import connections, transaction
 from django.db.models import Count, F, Max, OuterRef, Q, Subquery
 
 from packages_app import report_metrics, sketch
-from packages_app.models import ROLLUP_KEY, LastServed, Report, Revision, Rollup, Serving
+from packages_app.models import ROLLUP_KEY, LastServed, NodeRollup, Report, Revision, Rollup, Serving
 
 # A report "shows MTP unused" unless the operator chose a strategy without MTP: then the package
 # is not at fault, so such reports never raise the alert.
@@ -138,6 +141,7 @@ def add_reports(rows: Iterable[Report], *, using: str = "default") -> int:
         # failure here fails the store.
         with transaction.atomic(using=using, savepoint=False):
             upsert(cells, using=using)
+            upsert_node_rollups(node_rollups_of(cells), using=using)
             servings = servings_of(cells)
             upsert_serving(servings, using=using)
             upsert_last_served(servings, using=using)
@@ -379,6 +383,68 @@ def _json(bins: sketch.Sketch) -> str:
     return "{" + ", ".join(f'"{index}": {count}' for index, count in sorted(bins.items())) + "}"
 
 
+# --- a node's cells, every strategy together (models.NodeRollup) --------------------------------
+
+NodeKey = tuple[int, str, int, datetime, str]  # revision, grain, node, bucket start, stage splits
+NODE_ROLLUP_KEY = ("revision_id", "grain", "node_key", "bucket_start", "stage_splits")
+NODE_ROLLUP_COLUMNS = (*NODE_ROLLUP_KEY, "reports", "tps_sketch", "strategies")
+
+
+@dataclass
+class NodeCell:
+    """What one batch adds to one NodeRollup row."""
+
+    reports: int = 0
+    bins: sketch.Sketch = field(default_factory=dict)
+    strategies: dict[str, int] = field(default_factory=dict)
+
+
+def strategy_key(requested: str, effective: str, mtp_used: bool) -> str:
+    """The key of a strategy in NodeRollup.strategies (as PostgreSQL's jsonb_build_array(...)::text)."""
+    return json.dumps([requested, effective, bool(mtp_used)], ensure_ascii=False)
+
+
+def node_rollups_of(cells: dict[Key, Cell]) -> dict[NodeKey, NodeCell]:
+    """The NodeRollup rows the cells add to: their hour and day cells of one node, summed over
+    strategies and topologies."""
+    merged: dict[NodeKey, NodeCell] = {}
+    for key, cell in cells.items():
+        revision, grain, node, start, splits, requested, strategy, mtp_used, _topology = key
+        if grain == Rollup.Grain.TOTAL or node == Rollup.ALL_NODES:
+            continue
+        found = merged.setdefault((revision, grain, node, start, splits), NodeCell())
+        found.reports += cell.reports
+        for index, count in cell.metrics["tps"].bins.items():
+            found.bins[index] = found.bins.get(index, 0) + count
+        pair = strategy_key(requested, strategy, mtp_used)
+        found.strategies[pair] = found.strategies.get(pair, 0) + cell.reports
+    return merged
+
+
+def upsert_node_rollups(cells: dict[NodeKey, NodeCell], *, using: str = "default") -> None:
+    """Add to the stored NodeRollup rows, in key order (after ``upsert``, as every writer: no deadlock)."""
+    connection = connections[using]
+    adapt = connection.ops.adapt_datetimefield_value
+    rows = [
+        [revision, grain, node, adapt(start), splits, c.reports, _json(c.bins), json.dumps(c.strategies)]
+        for (revision, grain, node, start, splits), c in sorted(cells.items(), key=lambda item: item[0])
+    ]
+    _execute(connection, _node_rollup_upsert_sql(connection.vendor), rows)
+
+
+def _node_rollup_upsert_sql(vendor: str) -> Statement:
+    postgres, table = vendor == "postgresql", NodeRollup._meta.db_table
+    cast = "::jsonb" if postgres else ""
+    updates = [f"reports = {table}.reports + excluded.reports"]
+    updates += [f"{c} = {_merge_bins(postgres, table, c)}" for c in ("tps_sketch", "strategies")]
+    # Only column names are formatted in; every value is a parameter.
+    sql = (
+        f"INSERT INTO {table} ({', '.join(NODE_ROLLUP_COLUMNS)}) VALUES {{rows}} "  # noqa: S608
+        f"ON CONFLICT ({', '.join(NODE_ROLLUP_KEY)}) DO UPDATE SET {', '.join(updates)}"
+    )
+    return Statement(sql, f"(%s, %s, %s, %s, %s, %s, %s{cast}, %s{cast})")
+
+
 # --- who served what (models.Serving) ------------------------------------------------------------
 
 ServingKey = tuple[int, int, str, str]  # revision, node_key, topology, stage splits
@@ -482,8 +548,9 @@ def rebuild_last_served(revision_ids: Sequence[int]) -> None:
 
 def prune_hourly(now: datetime | None = None) -> int:
     """Delete hour cells past their window (their reports are in the day cells); returns how many."""
-    old = Rollup.objects.filter(grain=Rollup.Grain.HOUR, bucket_start__lt=hourly_since(now))
-    deleted, _ = old.delete()
+    since = hourly_since(now)
+    NodeRollup.objects.filter(grain=Rollup.Grain.HOUR, bucket_start__lt=since).delete()
+    deleted, _ = Rollup.objects.filter(grain=Rollup.Grain.HOUR, bucket_start__lt=since).delete()
     return deleted
 
 
@@ -551,13 +618,13 @@ def _rebuild_group(revision_ids: list[int]) -> int:
                 # A group's sorts fit in memory; compiling the statement (JIT) costs more than it saves.
                 cursor.execute("SET LOCAL work_mem = '256MB'")
                 cursor.execute("SET LOCAL jit = off")
-                Rollup.objects.filter(revision_id__in=revision_ids).delete()
-                Serving.objects.filter(revision_id__in=revision_ids).delete()
+                _delete_rollups(revision_ids)
                 _rebuild_serving_in_sql(cursor, revision_ids)
                 rebuild_last_served(revision_ids)
-                return _rebuild_in_sql(cursor, revision_ids)
-        Rollup.objects.filter(revision_id__in=revision_ids).delete()
-        Serving.objects.filter(revision_id__in=revision_ids).delete()
+                total = _rebuild_in_sql(cursor, revision_ids)
+                _rebuild_node_rollups_in_sql(cursor, revision_ids)
+                return total
+        _delete_rollups(revision_ids)
         reports = (
             Report.objects.filter(revision_id__in=revision_ids).order_by("pk").values_list(*SOURCE_FIELDS)
         )
@@ -567,9 +634,15 @@ def _rebuild_group(revision_ids: list[int]) -> int:
         )
         cells, total = cells_of(rows, hourly_since())
         upsert(cells)
+        upsert_node_rollups(node_rollups_of(cells))
         upsert_serving(servings_of(cells))
         rebuild_last_served(revision_ids)
     return total
+
+
+def _delete_rollups(revision_ids: list[int]) -> None:
+    for model in (Rollup, NodeRollup, Serving):
+        model.objects.filter(revision_id__in=revision_ids).delete()
 
 
 # --- rebuilding in SQL (PostgreSQL) --------------------------------------------------------------
@@ -693,3 +766,35 @@ def _rebuild_in_sql(cursor: Any, revision_ids: list[int]) -> int:
         },
     )
     return int(Report.objects.filter(revision_id__in=revision_ids).count())
+
+
+def _rebuild_node_rollups_in_sql(cursor: Any, revision_ids: list[int]) -> None:
+    """The revisions' NodeRollup rows from their rebuilt Rollup cells (as node_rollups_of does)."""
+    keys = ", ".join(NODE_ROLLUP_KEY)
+    # Only column names and constants are formatted in; the revisions are a parameter.
+    cursor.execute(
+        f"""
+        WITH cells AS (
+            SELECT {keys}, reports, tps_sketch,
+                   jsonb_build_array(requested_strategy, strategy, mtp_used)::text AS pair
+            FROM {Rollup._meta.db_table}
+            WHERE revision_id = ANY(%(revisions)s) AND node_key <> 0 AND grain <> 'total'
+        ), pairs AS (
+            SELECT {keys}, sum(n) AS reports, jsonb_object_agg(pair, n) AS strategies
+            FROM (SELECT {keys}, pair, sum(reports) AS n FROM cells GROUP BY {keys}, pair) AS p
+            GROUP BY {keys}
+        ), bins AS (
+            SELECT {keys}, jsonb_object_agg(bin, n) AS tps_sketch
+            FROM (
+                SELECT {keys}, b.key AS bin, sum(b.value::bigint) AS n
+                FROM cells CROSS JOIN LATERAL jsonb_each_text(cells.tps_sketch) AS b
+                GROUP BY {keys}, b.key
+            ) AS s
+            GROUP BY {keys}
+        )
+        INSERT INTO {NodeRollup._meta.db_table} ({", ".join(NODE_ROLLUP_COLUMNS)})
+        SELECT {keys}, pairs.reports, COALESCE(bins.tps_sketch, '{{}}'::jsonb), pairs.strategies
+        FROM pairs LEFT JOIN bins USING ({keys})
+        """,  # noqa: S608
+        {"revisions": revision_ids},
+    )

@@ -27,7 +27,7 @@ from django.db import connection, connections
 from django.db.models import Count, Sum
 
 from packages_app import reports, rollups, sketch
-from packages_app.models import LastServed, Node, Package, Report, Revision, Rollup, Serving
+from packages_app.models import LastServed, Node, NodeRollup, Package, Report, Revision, Rollup, Serving
 from packages_app.nodes.report_schema import validate_report_body
 from tests.migrating import back_to_the_leaf, migrate  # noqa: F401 (a fixture)
 
@@ -105,6 +105,39 @@ def assert_rollups_match_raw(revision: Revision) -> None:
     assert _sum_by_node(totals) == dict(per_node)
     assert_medians_match(revision)
     assert_last_served_matches(revision, assert_serving_matches_raw(revision))
+    assert _node_rollups(revision) == _node_rollups_expected(revision)
+
+
+def _node_rollups_expected(revision: Revision | None = None) -> dict[tuple[Any, ...], dict[str, Any]]:
+    """Each node's hour and day Rollup cells, every strategy and topology together: reports, decode-rate
+    bins and reports per (requested, effective, MTP used)."""
+    cells = Rollup.objects.exclude(node_key=0).exclude(grain="total")
+    if revision is not None:
+        cells = cells.filter(revision=revision)
+    expected: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for *key, count, bins, requested, strategy, used in cells.values_list(
+        *rollups.NODE_ROLLUP_KEY, "reports", "tps_sketch", "requested_strategy", "strategy", "mtp_used"
+    ):
+        row = expected.setdefault(tuple(key), {"reports": 0, "bins": Counter(), "strategies": Counter()})
+        row["reports"] += count
+        row["bins"].update(sketch.from_json(bins))
+        row["strategies"][(requested, strategy, bool(used))] += count
+    return expected
+
+
+def _node_rollups(revision: Revision | None = None) -> dict[tuple[Any, ...], dict[str, Any]]:
+    """The stored NodeRollup rows, their strategy keys read back (rollups.strategy_key)."""
+    rows = NodeRollup.objects.all() if revision is None else NodeRollup.objects.filter(revision=revision)
+    got: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for *key, count, bins, strategies in rows.values_list(
+        *rollups.NODE_ROLLUP_KEY, "reports", "tps_sketch", "strategies"
+    ):
+        pairs: Counter[tuple[str, str, bool]] = Counter()
+        for text, n in strategies.items():
+            requested, effective, used = json.loads(text)
+            pairs[(requested, effective, bool(used))] += n
+        got[tuple(key)] = {"reports": count, "bins": Counter(sketch.from_json(bins)), "strategies": pairs}
+    return got
 
 
 def assert_serving_matches_raw(revision: Revision) -> dict[tuple[int, str, str], dict[str, Any]]:
@@ -262,9 +295,11 @@ def test_rebuild_matches_the_store_paths_on_every_kind_of_row(revision: Revision
 
 
 def assert_rebuild_writes_the_same_rows() -> None:
-    before, servings = _rows(), _serving_rows()
+    before, servings, nodes = _rows(), _serving_rows(), _node_rollups()
     assert servings, "the stores wrote no Serving rows"
+    assert nodes == _node_rollups_expected(), "the stores wrote NodeRollup rows unlike their cells"
     call_command("rebuild_rollups", stdout=StringIO())
+    assert _node_rollups() == nodes
     after = _rows()
     assert after.keys() == before.keys()
     for key, row in before.items():
@@ -469,6 +504,25 @@ def test_migration_0021_fills_last_served_from_the_serving_rows(revision: Revisi
 
     assert set(LastServed.objects.values_list("revision_id", "last_at", "last_unused_at")) == stored
     assert_last_served_matches(revision, assert_serving_matches_raw(revision))
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("back_to_the_leaf")
+def test_migration_0022_fills_each_nodes_cells_from_the_rollups(revision: Revision) -> None:
+    """Topologies, strategies, hours and days of two nodes: the filled rows are the ones the stores wrote,
+    and each node's cells of every strategy and topology added up."""
+    rng = random.Random(22)
+    a, b = node("node-a"), node("node-b")
+    now = datetime.now(UTC)
+    for i, sender in enumerate([a, b, a, b]):
+        reports.store_reports(sender, [valid(body(rng)) for _ in range(40)], now - timedelta(hours=13 * i))
+    stored = _node_rollups()
+    assert len({key[1] for key in stored}) == 2 and len({key[2] for key in stored}) == 2  # grains, nodes
+    migrate([("packages_app", "0021_h25_last_served")])  # no NodeRollup table
+
+    migrate([("packages_app", "0022_h25_node_rollups")])
+
+    assert _node_rollups() == stored == _node_rollups_expected()
 
 
 def _cells_without_topology() -> dict[tuple[Any, ...], tuple[Any, ...]]:
