@@ -135,6 +135,21 @@ def test_the_needing_action_page_shows_each_node_as_the_whole_list_does() -> Non
     assert any(s.tps is not None for row in page.rows for s in row.serving)  # the medians, not left out
 
 
+def test_a_reassessed_revision_is_judged_by_its_new_assessment() -> None:
+    """Assessments are parsed once a process for each stored text: a changed one is read anew."""
+    broken, _ = f.qwen35_fleet(timezone.now())
+    since = fleet.window_start()
+    before = {
+        s.advice.text for row in fleet.node_rows(since) for s in row.serving if s.revision_id == broken.pk
+    }
+    assert before and "The revision is not assessed yet." not in before
+    f.Revision.objects.filter(pk=broken.pk).update(assessment=None)
+    after = {
+        s.advice.text for row in fleet.node_rows(since) for s in row.serving if s.revision_id == broken.pk
+    }
+    assert "The revision is not assessed yet." in after
+
+
 def test_a_node_page_shows_the_revision_it_serves_its_version_and_devices(client: Client) -> None:
     f.qwen35_fleet(timezone.now())
     node = f.Node.objects.get(name="mac-studio")

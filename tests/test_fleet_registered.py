@@ -89,6 +89,25 @@ def cell(body: str, label: str, after: str) -> str:
     return match.group(1)
 
 
+def test_the_needing_action_page_lays_out_a_registered_only_row_as_the_whole_list_does(
+    client: Client,
+) -> None:
+    """A run registered without reports, of a revision its package has since bettered (and the node's
+    release refuses): the filtered page reads its layers, stages and the node's devices from the run, as
+    the whole list does."""
+    package = f.make_package("meshllm/GLM-4.7-Flash-UD-Q4_K_XL-layers")
+    older = f.make_revision(package, "undeclared-mtp")
+    f.make_revision(package, "consistent-mtp")  # the package's latest now, with a better headline
+    register_through_the_agent(client, plan_for(older), identity.create_node("demo-glm").token)
+    since = fleet.window_start()
+    needing = [row for row in fleet.node_rows(since) if row.needs_action]
+    (served,) = needing[0].serving
+    assert not served.reported and served.advice.needs_action
+    assert served.layer_range == "0..27" and [s.node for s in served.stages] == ["demo-glm", "demo-glm-peer"]
+    assert needing[0].devices == ["CUDA0 (CUDA, 24 GiB)"]
+    assert fleet.node_page(since, needs_action=True).rows == needing
+
+
 def test_a_node_page_shows_the_devices_version_and_stage_owners_its_agent_registered(
     client: Client, registered: Revision
 ) -> None:
