@@ -488,7 +488,14 @@ def _rows_of(
 def _window(since: datetime, show_private: bool) -> QuerySet[Serving]:
     """Each node's own Serving rows (never node_key 0) of the rows it served since ``since``."""
     servings = Serving.objects.filter(node_key=OuterRef("pk"), last_at__gte=since)
-    return servings if show_private else servings.filter(revision__package__private=False)
+    return servings if show_private else servings.exclude(revision_id__in=_hidden_revisions())
+
+
+def _hidden_revisions() -> QuerySet[Revision, Any]:
+    """The revisions of packages not known to be public, as a subquery: PostgreSQL hashes it once and
+    probes it per row, where joining each row to its revision and package (to count a node's rows in
+    the window) took 0.75 ms a node."""
+    return Revision.objects.exclude(package__private=False).values("pk")
 
 
 def _flagged(servings: QuerySet[Serving], since: datetime) -> QuerySet[Serving]:

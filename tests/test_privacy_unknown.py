@@ -36,10 +36,13 @@ def text(response: Any) -> str:
 
 def secret_with_a_revision(private: bool | None) -> Package:
     """The secret package with an ingested revision (so it has a verdict to count) and a failed sync
-    (so the ingest page lists it), and a public one."""
+    (so the ingest page lists it), and a public one; a node reported running both."""
     package = f.make_package(SECRET)
-    f.make_revision(package, "undeclared-mtp")
-    f.make_revision(f.make_package(PUBLIC), "consistent-no-mtp")
+    secret = f.make_revision(package, "undeclared-mtp")
+    public = f.make_revision(f.make_package(PUBLIC), "consistent-no-mtp")
+    node = f.make_node("gpu-box")  # it ran both
+    for revision in (secret, public):
+        f.make_report(node, revision, 4.0, at=timezone.now())
     Package.objects.filter(pk=package.pk).update(private=private, sync_error=f"{SECRET}@main: 503")
     package.refresh_from_db()
     return package
@@ -58,6 +61,10 @@ def leaks(client: Client) -> dict[str, bool]:
         "package page": client.get(f"/packages/{SECRET}/").status_code != 404,
         "catalog.csv": any(r["repo_id"] == SECRET for r in rows),
         "ingest page": SECRET_NAME in text(client.get("/ingest/")),
+        # The node's row names it, or counts it among the rows its page has beyond those listed.
+        "nodes page": SECRET_NAME in text(client.get("/nodes/"))
+        or " more on " in text(client.get("/nodes/")),
+        "node page": SECRET_NAME in text(client.get("/nodes/gpu-box/")),
     }
 
 
