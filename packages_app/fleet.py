@@ -870,14 +870,16 @@ def _window_figures(
         rows = cursor.fetchall()
     result: dict[Any, Figures] = {}
     width = len(keys)
-    for row in rows:
+    # A node cell's strategies, parsed as one JSON array (one call into the decoder for thousands of cells).
+    parsed = json.loads("[" + ",".join(row[width + 2] for row in rows) + "]") if nodes else []
+    for i, row in enumerate(rows):
         figures = result.setdefault(tuple(row[:width]), Figures())
         reports, text, *strategy, sign = row[width:]
         figures.reports += sign * reports
         if text is not None:
             (figures.bins if sign > 0 else figures.less).append(text)
         if nodes:
-            counts = [(_strategy(pair), n) for pair, n in json.loads(strategy[0]).items()]
+            counts = [(_strategy(pair), n) for pair, n in parsed[i].items()]
         else:
             counts = [((strategy[0], strategy[1], bool(strategy[2])), reports)]
         for pair, n in counts:
