@@ -463,11 +463,14 @@ def node_rows(
     Private packages' revisions are left out unless ``show_private`` (the edge asks web/access.py).
     Without ``placed``, the rows are for their advice only (7 queries): no median decode rate, and the
     layers, stages and topology only as the node's agent registered them, not as its reports placed it,
-    nor whether each stage's node is registered.
+    nor whether each stage's node is registered; the nodes' names only, and neither their devices nor
+    their registered-only rows' layers.
     """
     nodes = Node.objects.order_by("name")
     if name is not None:
         nodes = nodes.filter(name=name)
+    if not placed:
+        nodes = nodes.only("pk", "name")  # the page's rows read the rest (``_placed``)
     limit = limit or (NODE_PAGE_ROWS if name is not None else NODES_PAGE_ROWS)
     rows = _rows_of(list(nodes), since, show_private, limit, placed)
     return [r for r in rows if r.needs_action] if needs_action else rows
@@ -1015,7 +1018,7 @@ def _placement(
 def _placed(rows: list[NodeRow], since: datetime, show_private: bool) -> list[NodeRow]:
     """Rows judged without their placement (``node_rows(placed=False)``) with it, as node_rows reads
     them: each reported row's ``_placement``, each node's devices and its registered-only row's layers
-    from its newest run, and which stages' nodes are registered (5 queries)."""
+    from its newest run, the nodes whole, and which stages' nodes are registered (6 queries)."""
     groups = [
         {
             "node_key": r.node.pk,
@@ -1031,6 +1034,7 @@ def _placed(rows: list[NodeRow], since: datetime, show_private: bool) -> list[No
     topologies = _last_topologies(groups)
     run_facts = _run_facts(groups)
     newest = _latest_runs([row.node.pk for row in rows], show_private)
+    whole = Node.objects.in_bulk([row.node.pk for row in rows])
     placed: list[NodeRow] = []
     for row in rows:
         serving = []
@@ -1044,7 +1048,7 @@ def _placed(rows: list[NodeRow], since: datetime, show_private: bool) -> list[No
                 s = replace(s, **_registered_layout(latest, row.node.name))
             serving.append(s)
         devices = node_devices(latest.stages, latest.devices, row.node.name) if latest else []
-        placed.append(replace(row, serving=serving, devices=devices))
+        placed.append(replace(row, node=whole.get(row.node.pk, row.node), serving=serving, devices=devices))
     known = with_registration(s.stages for row in placed for s in row.serving)
     return [
         replace(row, serving=[replace(s, stages=mark_registered(s.stages, known)) for s in row.serving])
