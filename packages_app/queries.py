@@ -209,8 +209,8 @@ def _filters_q(filters: CatalogFilters) -> Q:
         q &= Q(latest_revision__status=filters.status)
     if filters.alert:
         since = fleet.window_start(filters.window_days)
-        # Either alert needs a revision whose MTP went unused: the packages of those (LastServed rows,
-        # a few hundred at most) lead the query, not a walk of the catalog in its order.
+        # Either alert needs a revision whose MTP went unused: the packages of those (LastServed rows)
+        # lead the query where they are few, not a walk of the whole catalog in its order.
         unused = Q(id__in=LastServed.objects.filter(last_unused_at__isnull=False).values("package_id"))
         q &= unused & (throughput.latest_alert_q() | fleet.served_alert_q(since))
     if filters.refused_by:
