@@ -52,6 +52,7 @@ def leaks(client: Client) -> dict[str, bool]:
     """On which surface an anonymous reader learns of the secret package."""
     listing = client.get("/api/v1/packages").json()
     rows = list(csv.DictReader(io.StringIO(text(client.get("/catalog.csv")))))
+    nodes = text(client.get("/nodes/"))
     return {
         "catalog page": SECRET_NAME in text(client.get("/")),
         "catalog search": SECRET_NAME in text(client.get("/", {"q": "Secret"})),
@@ -62,8 +63,7 @@ def leaks(client: Client) -> dict[str, bool]:
         "catalog.csv": any(r["repo_id"] == SECRET for r in rows),
         "ingest page": SECRET_NAME in text(client.get("/ingest/")),
         # The node's row names it, or counts it among the rows its page has beyond those listed.
-        "nodes page": SECRET_NAME in text(client.get("/nodes/"))
-        or " more on " in text(client.get("/nodes/")),
+        "nodes page": SECRET_NAME in nodes or " more on " in nodes,
         "node page": SECRET_NAME in text(client.get("/nodes/gpu-box/")),
     }
 
