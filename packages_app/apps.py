@@ -7,3 +7,6 @@ class PackagesAppConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
     name = "packages_app"
     verbose_name = "Layer packages"
+
+    def ready(self) -> None:
+        from packages_app import pgtime  # noqa: F401 - connects its connection_created receiver
