@@ -34,7 +34,9 @@ from packages_app.audit.assessment import synthetic as synthetic_assessment
 from packages_app.audit.releases import known_releases
 from packages_app.layout import FileRole
 from packages_app.models import (
+    LastServed,
     Node,
+    NodeRollup,
     NodeRun,
     Package,
     PackageFile,
@@ -208,7 +210,8 @@ class Seeder:
         # cannot run inside a transaction (a caller's atomic block, or a test), ANALYZE can.
         command = "ANALYZE" if connection.in_atomic_block else "VACUUM ANALYZE"
         with connection.cursor() as cursor:
-            for model in (Node, NodeRun, Package, Revision, PackageFile, Report, ReportKey, Rollup, Serving):
+            written = (Node, NodeRun, Package, Revision, PackageFile, Report, ReportKey, Rollup, NodeRollup)
+            for model in (*written, Serving, LastServed):
                 cursor.execute(f"{command} {connection.ops.quote_name(model._meta.db_table)}")
         self.say(f"{command.lower()}: {time.perf_counter() - start:.1f}s")
 
