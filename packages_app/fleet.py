@@ -884,21 +884,41 @@ def _window_figures(
         rows = cursor.fetchall()
     result: dict[Any, Figures] = {}
     width = len(keys)
-    # A node cell's strategies, parsed as one JSON array (one call into the decoder for thousands of cells).
+    # A node cell's strategies, parsed as one JSON array (one call into the decoder for thousands of cells),
+    # added up by their keys and named once a group (``_named``).
     parsed = json.loads("[" + ",".join(row[width + 2] for row in rows) + "]") if nodes else []
+    by_key: dict[Any, dict[str, int]] = {}
     for i, row in enumerate(rows):
-        figures = result.setdefault(tuple(row[:width]), Figures())
+        key = row[:width]
+        figures = result.get(key)
+        if figures is None:
+            figures = result[key] = Figures()
         reports, text, *strategy, sign = row[width:]
         figures.reports += sign * reports
         if text is not None:
             (figures.bins if sign > 0 else figures.less).append(text)
         if nodes:
-            counts = [(_strategy(pair), n) for pair, n in parsed[i].items()]
+            counts = by_key.get(key)
+            if counts is None:
+                counts = by_key[key] = {}
+            for pair, n in parsed[i].items():
+                counts[pair] = counts.get(pair, 0) + sign * n
         else:
-            counts = [((strategy[0], strategy[1], bool(strategy[2])), reports)]
-        for pair, n in counts:
-            figures.strategies[pair] = figures.strategies.get(pair, 0) + sign * n
+            named = (strategy[0], strategy[1], bool(strategy[2]))
+            figures.strategies[named] = figures.strategies.get(named, 0) + sign * reports
+    for key, counts in by_key.items():
+        result[key].strategies = _named(counts)
     return result
+
+
+def _named(counts: Mapping[str, int]) -> dict[tuple[str, str, bool], int]:
+    """Reports per strategy keyed by NodeRollup.strategies' JSON keys, as (requested, effective, MTP used)
+    (two spellings of one strategy add up)."""
+    named: dict[tuple[str, str, bool], int] = {}
+    for pair, n in counts.items():
+        strategy = _strategy(pair)
+        named[strategy] = named.get(strategy, 0) + n
+    return named
 
 
 _STRATEGIES = "t.requested_strategy, t.strategy, t.mtp_used"  # a Rollup cell's strategy

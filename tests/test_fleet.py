@@ -555,8 +555,6 @@ def test_the_fleet_seed_has_topologies_whose_nodes_serve_one_to_three_revisions_
 
     from django.apps import apps
     from django.core.management import call_command
-    from django.db import connection
-    from django.test.utils import CaptureQueriesContext
 
     from packages_app.models import Report, Serving
 
@@ -633,3 +631,14 @@ def test_a_node_row_counts_the_reports_since_the_windows_first_hour_whatever_cel
     assert (served.requested, served.effective) == ("auto", "disabled")
     (judged,) = fleet.node_rows(since, name="window-box", placed=False)
     assert judged.serving[0].reports == len(inside) and judged.serving[0].advice == served.advice
+
+
+def test_a_strategy_spelt_two_ways_adds_up() -> None:
+    """A node cell's strategy keys are JSON texts (Python's json.dumps, or PostgreSQL's jsonb text when
+    rebuilt in SQL): two spellings of one strategy are one strategy."""
+    counts = {
+        '["auto", "native-mtp", true]': 2,
+        '["auto","native-mtp",true]': 3,
+        '["", "disabled", false]': 1,
+    }
+    assert fleet._named(counts) == {("auto", "native-mtp", True): 5, ("", "disabled", False): 1}
