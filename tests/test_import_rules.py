@@ -51,6 +51,7 @@ LAYERS: Mapping[str, int] = {
     # storage
     "packages_app.models": MODELS,
     "packages_app.apps": MODELS,
+    "packages_app.pgtime": MODELS,  # how a database connection reads timestamps
     "packages_app.migrations": MODELS,
     # services (write) and selectors (read)
     "packages_app.ingest": SERVICES,
