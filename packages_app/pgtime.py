@@ -6,7 +6,7 @@ is final and cannot be subclassed, so Django's parses every timestamp in Python,
 needing-action list reads some 4,000 of them at 1,000 nodes. Django ticket #36960 and psycopg issue
 #1273 record it (Django declined to use psycopg's private ``_get_optimised``); Django 5.2.x and psycopg
 3.3.9, the versions locked here, still do it. Measured on 20,000 values: 49 ms read here, 205 ms read
-by Django's loader (query included).
+by Django's loader (query included; a seed ran beside both, so read the ratio).
 
 So on each new connection, where psycopg-binary is installed, this registers a loader that holds the C
 loader (taken from psycopg's public default adapters map, ``psycopg.adapters.get_loader``, never a

@@ -210,8 +210,8 @@ class Seeder:
         # cannot run inside a transaction (a caller's atomic block, or a test), ANALYZE can.
         command = "ANALYZE" if connection.in_atomic_block else "VACUUM ANALYZE"
         with connection.cursor() as cursor:
-            written = (Node, NodeRun, Package, Revision, PackageFile, Report, ReportKey, Rollup, NodeRollup)
-            for model in (*written, Serving, LastServed):
+            filled = (Node, NodeRun, Package, Revision, PackageFile, Report, ReportKey)
+            for model in (*filled, Rollup, NodeRollup, Serving, LastServed):
                 cursor.execute(f"{command} {connection.ops.quote_name(model._meta.db_table)}")
         self.say(f"{command.lower()}: {time.perf_counter() - start:.1f}s")
 
