@@ -316,7 +316,8 @@ def catalog_counts(filters: CatalogFilters, show_private: bool = False) -> Catal
     packages matching every other filter, grouped by their latest revision's verdict, status and
     architecture; and the broken revisions nodes ran in the window, per package. A package counts
     under each value the facet filter would list it for, so a facet's count is what its filter shows.
-    With any other filter, the architectures (which ignore every filter) take a third query."""
+    With any other filter, the architectures (which ignore every filter) take a third query, and which
+    packages with such revisions it matches a fourth, when there are any (``_served_facets``)."""
     others = _filters_q(filters)
     visible = Package.objects.visible(show_private).filter(others)
     latest = (
@@ -326,7 +327,7 @@ def catalog_counts(filters: CatalogFilters, show_private: bool = False) -> Catal
         .annotate(n=Count("id"))
         .order_by()
     )
-    served = _served_facets(visible, fleet.window_start(filters.window_days))
+    served = _served_facets(others, show_private, fleet.window_start(filters.window_days))
     tally = _Tally(filters, {v: 0 for v in (ANY_INCONSISTENT, *VERDICTS, NOT_AUDITED)})
     tally.statuses = {s: 0 for s in (ANY_NEEDS_ACTION, *STATUSES)}
     architectures: set[str] = set()
@@ -344,13 +345,20 @@ def catalog_counts(filters: CatalogFilters, show_private: bool = False) -> Catal
 
 
 def _served_facets(
-    visible: QuerySet[Package], since: Any
+    others: Q, show_private: bool, since: Any
 ) -> dict[tuple[str, str], dict[int, set[tuple[str, str]]]]:
     """Per (latest verdict, latest status): package id -> the (verdict, status) of the other revisions its
-    nodes ran since ``since`` that count in a facet (an inconsistent verdict or a status needing action)."""
+    nodes ran since ``since`` that count in a facet (an inconsistent verdict or a status needing action),
+    for the visible packages matching ``others``.
+
+    Those rows are few (an older, broken revision still served), so they are read first for every visible
+    package, then kept to those ``others`` matches (a second query, only when both are there). With the
+    filters in the one query, PostgreSQL, not expecting so few, evaluated them for every package before
+    the join that leaves them: 24 ms against 8 for the alert filter in the catalog-shape seed."""
     broken = Q(revision__verdict__in=INCONSISTENT_VERDICTS) | Q(revision__headline__in=NEEDS_ACTION)
-    rows = (
-        LastServed.objects.filter(broken, last_at__gte=since, package__in=visible)
+    visible = Q() if show_private else Q(package__private=False)  # Package.objects.visible, on the join
+    rows = list(
+        LastServed.objects.filter(broken, visible, last_at__gte=since)
         .exclude(revision_id=F("package__latest_revision_id"))
         .values_list(
             "package_id",
@@ -361,6 +369,10 @@ def _served_facets(
         )
         .distinct()
     )
+    if rows and others:
+        kept = Package.objects.filter(others, pk__in={row[0] for row in rows}).values_list("pk", flat=True)
+        matching = set(kept)
+        rows = [row for row in rows if row[0] in matching]
     result: dict[tuple[str, str], dict[int, set[tuple[str, str]]]] = {}
     for package_id, latest_verdict, latest_status, verdict, status in rows:
         packages = result.setdefault((latest_verdict or "", latest_status or ""), {})

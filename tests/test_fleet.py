@@ -16,7 +16,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from packages_app import fleet, glossary, sketch
-from packages_app.models import NodeRun
+from packages_app.models import NodeRun, Package
 from packages_app.verdicts import VERDICTS, Cause
 from tests import dashboard_factories as f
 
@@ -79,6 +79,45 @@ def test_the_inconsistent_facet_counts_packages_matched_through_served_revisions
     facets = client.get("/api/v1/packages").json()["facets"]["verdict"]
     assert facets["inconsistent"] == 1
     assert facets["consistent-mtp"] == 1
+
+
+def test_the_served_revisions_of_a_package_a_filter_or_its_privacy_hides_leave_the_facets(
+    client: Client,
+) -> None:
+    f.qwen35_fleet(timezone.now())
+    f.make_revision(f.make_package("meshllm/Fine-layers"), "consistent-mtp")
+
+    def verdicts(**params: str) -> dict[str, int]:
+        return client.get("/api/v1/packages", params).json()["facets"]["verdict"]
+
+    assert verdicts()["inconsistent"] == 1  # Qwen3.5, through the broken 69cbd9fc its nodes ran
+    assert verdicts(q="Qwen")["inconsistent"] == 1
+    searched = verdicts(q="Fine")
+    assert (searched["inconsistent"], searched["consistent-mtp"]) == (0, 1)
+    Package.objects.filter(repo_id=f.QWEN35_REPO).update(private=True)
+    assert verdicts()["inconsistent"] == 0
+
+
+def test_a_filtered_catalog_whose_packages_nodes_ran_broken_revisions_costs_the_same_queries(
+    client: Client,
+) -> None:
+    def add(count: int, start: int) -> None:
+        node = f.make_node(f"node-{start}")
+        for i in range(start, start + count):
+            package = f.make_package(f"meshllm/p{i}-layers")
+            broken = f.make_revision(package, "undeclared-mtp", latest=False)
+            f.make_revision(package, "consistent-mtp")
+            f.make_report(node, broken, 3.0, at=timezone.now())
+
+    def queries() -> int:
+        with CaptureQueriesContext(connection) as captured:
+            assert "ran" in text(client.get("/", {"q": "layers", "verdict": "inconsistent"}))
+        return len(captured)
+
+    add(3, 0)
+    three = queries()
+    add(27, 100)
+    assert queries() == three
 
 
 # --- nodes and topologies --------------------------------------------------------------------------
