@@ -312,53 +312,61 @@ class _Tally:
 
 
 def catalog_counts(filters: CatalogFilters, show_private: bool = False) -> CatalogCounts:
-    """The count, the verdict and headline facets and the architectures, from two scans: the visible
-    packages matching every other filter, grouped by their latest revision's verdict, status and
-    architecture; and the broken revisions nodes ran in the window, per package. A package counts
-    under each value the facet filter would list it for, so a facet's count is what its filter shows.
-    With any other filter, the architectures (which ignore every filter) take a third query, and which
-    packages with such revisions it matches a fourth, when there are any (``_served_facets``)."""
+    """The count, the verdict and headline facets and the architectures, from two scans: the broken
+    revisions nodes ran in the window, per package (``_served_facets``); and the visible packages
+    matching every other filter, grouped by their latest revision's verdict, status and architecture,
+    and, for each package the first scan found, by the package, so the same scan says which of them
+    the reader may see and the filters keep. A package counts under each value the facet filter would
+    list it for, so a facet's count is what its filter shows. With any other filter, the architectures
+    (which ignore every filter) take a third query."""
     others = _filters_q(filters)
-    visible = Package.objects.visible(show_private).filter(others)
+    served = _served_facets(fleet.window_start(filters.window_days))
+    ran_broken = {package_id for packages in served.values() for package_id in packages}
+    own = Case(When(pk__in=ran_broken, then=F("pk"))) if ran_broken else Value(None, IntegerField())
     latest = (
-        visible.values(
-            "latest_revision__verdict", "latest_revision__headline", "latest_revision__architecture"
+        Package.objects.visible(show_private)
+        .filter(others)
+        .values(
+            "latest_revision__verdict",
+            "latest_revision__headline",
+            "latest_revision__architecture",
+            ran_broken_id=own,
         )
         .annotate(n=Count("id"))
         .order_by()
     )
-    served = _served_facets(others, show_private, fleet.window_start(filters.window_days))
     tally = _Tally(filters, {v: 0 for v in (ANY_INCONSISTENT, *VERDICTS, NOT_AUDITED)})
     tally.statuses = {s: 0 for s in (ANY_NEEDS_ACTION, *STATUSES)}
     architectures: set[str] = set()
+    kept: set[int] = set()
     for row in latest:
         verdict = row["latest_revision__verdict"] or NOT_AUDITED
         status = row["latest_revision__headline"] or Status.NOT_ASSESSED
         tally.add(verdict, status, set(), row["n"])
         architectures.add(row["latest_revision__architecture"] or "")
+        if row["ran_broken_id"] is not None:
+            kept.add(row["ran_broken_id"])
     for (verdict, status), packages in served.items():
-        for extra in packages.values():  # each package once more, with what its nodes ran, less itself
-            tally.add(verdict or NOT_AUDITED, status or Status.NOT_ASSESSED, extra)
-            tally.add(verdict or NOT_AUDITED, status or Status.NOT_ASSESSED, set(), -1)
+        for package_id, extra in packages.items():
+            if package_id in kept:  # once more, with what its nodes ran, less itself
+                tally.add(verdict or NOT_AUDITED, status or Status.NOT_ASSESSED, extra)
+                tally.add(verdict or NOT_AUDITED, status or Status.NOT_ASSESSED, set(), -1)
     names = catalog_architectures(show_private) if others else sorted(architectures - {""})
     return CatalogCounts(tally.matching, tally.verdicts, tally.statuses, names)
 
 
-def _served_facets(
-    others: Q, show_private: bool, since: Any
-) -> dict[tuple[str, str], dict[int, set[tuple[str, str]]]]:
+def _served_facets(since: Any) -> dict[tuple[str, str], dict[int, set[tuple[str, str]]]]:
     """Per (latest verdict, latest status): package id -> the (verdict, status) of the other revisions its
     nodes ran since ``since`` that count in a facet (an inconsistent verdict or a status needing action),
-    for the visible packages matching ``others``.
+    for every package.
 
-    Those rows are few (an older, broken revision still served), so they are read first for every visible
-    package, then kept to those ``others`` matches (a second query, only when both are there). With the
-    filters in the one query, PostgreSQL, not expecting so few, evaluated them for every package before
-    the join that leaves them: 24 ms against 8 for the alert filter in the catalog-shape seed."""
+    Which packages the reader may see and the catalog's other filters keep is left to catalog_counts'
+    scan of the packages: with them in this query, PostgreSQL, not expecting so few rows (an older,
+    broken revision still served), evaluated them for every package before the join that leaves those
+    rows: 24 ms against 8 for the alert filter in the catalog-shape seed."""
     broken = Q(revision__verdict__in=INCONSISTENT_VERDICTS) | Q(revision__headline__in=NEEDS_ACTION)
-    visible = Q() if show_private else Q(package__private=False)  # Package.objects.visible, on the join
-    rows = list(
-        LastServed.objects.filter(broken, visible, last_at__gte=since)
+    rows = (
+        LastServed.objects.filter(broken, last_at__gte=since)
         .exclude(revision_id=F("package__latest_revision_id"))
         .values_list(
             "package_id",
@@ -369,10 +377,6 @@ def _served_facets(
         )
         .distinct()
     )
-    if rows and others:
-        kept = Package.objects.filter(others, pk__in={row[0] for row in rows}).values_list("pk", flat=True)
-        matching = set(kept)
-        rows = [row for row in rows if row[0] in matching]
     result: dict[tuple[str, str], dict[int, set[tuple[str, str]]]] = {}
     for package_id, latest_verdict, latest_status, verdict, status in rows:
         packages = result.setdefault((latest_verdict or "", latest_status or ""), {})
