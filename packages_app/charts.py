@@ -5,6 +5,7 @@ The dicts go to the page through ``json_script`` and static/packages_app/charts.
 
 from __future__ import annotations
 
+import functools
 import html
 import math
 from collections.abc import Iterable
@@ -336,13 +337,9 @@ def _served_markers(
 
 def _band_trace(key: tuple[str, str], points: list[dict[str, Any]], index: int) -> dict[str, Any] | None:
     """The p25..p75 band of a line as one filled polygon (p75 forwards, p25 back); None without quartiles."""
-    points = sorted(points, key=lambda p: plotly_time(p.get("bucket")))
-    quartiles = [(p, _as_float(p.get("p25")), _as_float(p.get("p75"))) for p in points]
-    kept = [
-        (plotly_time(p.get("bucket")), low, high)
-        for p, low, high in quartiles
-        if low is not None and high is not None
-    ]
+    timed = sorted(((plotly_time(p.get("bucket")), p) for p in points), key=lambda t: t[0])
+    quartiles = [(x, _as_float(p.get("p25")), _as_float(p.get("p75"))) for x, p in timed]
+    kept = [(x, low, high) for x, low, high in quartiles if low is not None and high is not None]
     if not kept:
         return None
     strategy, topology = key
@@ -397,7 +394,8 @@ def _who(key: tuple[str, str]) -> list[str]:
 
 def _timeline_trace(key: tuple[str, str], points: list[dict[str, Any]], index: int) -> dict[str, Any]:
     strategy, topology = key
-    points = sorted(points, key=lambda p: plotly_time(p.get("bucket")))
+    timed = sorted(((plotly_time(p.get("bucket")), p) for p in points), key=lambda t: t[0])
+    points = [p for _, p in timed]
     few = len(points) < 4
     return {
         "type": "scatter",
@@ -408,7 +406,7 @@ def _timeline_trace(key: tuple[str, str], points: list[dict[str, Any]], index: i
         "marker": {"size": 9 if few else 6},
         "name": plain(f"{strategy} @ {topology}" if topology else strategy),
         "legendgroup": plain(f"{strategy} @ {topology}" if topology else strategy),
-        "x": [plotly_time(p.get("bucket")) for p in points],
+        "x": [x for x, _ in timed],
         "y": [_as_float(p.get("tps")) for p in points],
         "customdata": [[_as_int(p.get("reports")), *_who(key)] for p in points],
         "hovertemplate": "%{x}<br>%{y:.2f} tok/s (median) from %{customdata[0]} reports" + WHO_HOVER,
@@ -483,10 +481,14 @@ def _percent(value: Any) -> float | None:
 
 def plotly_time(value: Any) -> str:
     """A time plotly's date axis reads: UTC, no offset suffix (it does not parse ``+00:00`` or ``Z``)."""
-    if isinstance(value, datetime):
-        moment: datetime = value.astimezone(UTC) if value.tzinfo is not None else value
-        return moment.strftime("%Y-%m-%d %H:%M:%S")
-    return str(value)
+    return _plotly_moment(value) if isinstance(value, datetime) else str(value)
+
+
+@functools.lru_cache(maxsize=4096)
+def _plotly_moment(value: datetime) -> str:
+    # A busy package's timeline names each of its hundreds of buckets in several traces: format each once.
+    moment = value.astimezone(UTC) if value.tzinfo is not None else value
+    return moment.strftime("%Y-%m-%d %H:%M:%S")
 
 
 def _strategy_label(row: dict[str, Any]) -> str:
