@@ -335,9 +335,14 @@ def _served_markers(
     return shapes, annotations
 
 
+def _in_time_order(points: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
+    """Each point with its bucket as plotly's date axis reads it, in time order (formatted once)."""
+    return sorted(((plotly_time(p.get("bucket")), p) for p in points), key=lambda t: t[0])
+
+
 def _band_trace(key: tuple[str, str], points: list[dict[str, Any]], index: int) -> dict[str, Any] | None:
     """The p25..p75 band of a line as one filled polygon (p75 forwards, p25 back); None without quartiles."""
-    timed = sorted(((plotly_time(p.get("bucket")), p) for p in points), key=lambda t: t[0])
+    timed = _in_time_order(points)
     quartiles = [(x, _as_float(p.get("p25")), _as_float(p.get("p75"))) for x, p in timed]
     kept = [(x, low, high) for x, low, high in quartiles if low is not None and high is not None]
     if not kept:
@@ -394,7 +399,7 @@ def _who(key: tuple[str, str]) -> list[str]:
 
 def _timeline_trace(key: tuple[str, str], points: list[dict[str, Any]], index: int) -> dict[str, Any]:
     strategy, topology = key
-    timed = sorted(((plotly_time(p.get("bucket")), p) for p in points), key=lambda t: t[0])
+    timed = _in_time_order(points)
     points = [p for _, p in timed]
     few = len(points) < 4
     return {
