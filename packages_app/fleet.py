@@ -55,7 +55,7 @@ from django.db.models.functions import Cast, RowNumber
 from django.utils import timezone
 
 from packages_app import sketch, throughput
-from packages_app.audit.advice import Advice, Newer, NodeFacts, advise, moved_on
+from packages_app.audit.advice import Advice, Newer, NodeFacts, advise, moved_on, strategy_can_change_cause
 from packages_app.audit.assessment import Assessment, Headline, parse_stored
 from packages_app.models import LastServed, Node, NodeRollup, NodeRun, Report, Revision, Rollup, Serving
 from packages_app.rollups import hourly_since
@@ -438,7 +438,8 @@ def node_page(
     SQL flag only ranks, it cannot see what a node's own release refuses (an upgrade to make), so filtering
     on it would hide such a node from the answer to "which of my nodes need action". Every node is judged
     without what advice never reads (where each report's topology placed the node, the decode-rate
-    sketches); then the page's rows get them (``_placed``)."""
+    sketches) and, where the node's release is unknown, the strategies that change only its advice's
+    text; then the page's rows get them (``_placed``)."""
     if needs_action:
         judged = node_rows(since, needs_action=True, show_private=show_private, placed=False)
         page_of_rows = Paginator(judged, NODES_PER_PAGE).get_page(number)
@@ -671,13 +672,16 @@ def _serving(
     topologies, the node's mesh-llm version for each and which stages' nodes are registered (6 queries,
     however many groups or reports the window holds). The node's latest registered run joins as a row
     when no report of its revision is shown. Without ``placed``, neither the sketches, the topologies
-    nor the stages' registration (4 queries)."""
+    nor the stages' registration (4 queries), and the cells only of the groups whose cause their
+    strategies can change (``_judged_by_strategy``): the others' reports, strategies and advice text
+    are ``_placed``'s."""
     shown, hidden = _shown_groups(since, show_private, tops, limit)
     registered = _registered_only(shown, runs, show_private)
     revisions = _revisions([g["revision_id"] for g in shown] + [r.revision_id or 0 for r in registered])
-    figures = _group_figures(since, shown, sketches=placed)
-    topologies = _last_topologies(shown) if placed else {}
     run_facts = _run_facts(shown, stages=placed)
+    judged = shown if placed else [g for g in shown if _judged_by_strategy(run_facts, g)]
+    figures = _group_figures(since, judged, sketches=placed)
+    topologies = _last_topologies(shown) if placed else {}
     result: dict[int, list[NodeServing]] = {}
     for group in shown:
         key = (group["node_key"], group["revision_id"], group["stage_splits"])
@@ -819,6 +823,14 @@ def _run_facts(groups: list[dict[str, Any]], stages: bool = True) -> dict[tuple[
     for node_id, revision_id, *values in rows.values_list("node_id", "revision_id", *columns):
         facts[(node_id, revision_id)] = RunFacts(*values)  # the newest wins
     return facts
+
+
+def _judged_by_strategy(run_facts: Mapping[tuple[int, int], RunFacts], group: Mapping[str, Any]) -> bool:
+    """Whether the group's strategies can change the cause of its advice: its node's run names a release
+    the matrix knows (audit.advice.strategy_can_change_cause). At noon, a thousand nodes' groups read up
+    to 18 cells each for them."""
+    run = run_facts.get((group["node_key"], group["revision_id"])) or RunFacts()
+    return strategy_can_change_cause(run.version)
 
 
 @dataclass
@@ -1007,11 +1019,7 @@ def _node_serving(
     node_name: str,
     run: RunFacts,
 ) -> NodeServing:
-    requested, effective, used = figures.main_strategy
     alert = bool(group["unused_recently"]) and bool(group["revision__mtp_detected"])
-    facts = NodeFacts(
-        node_name, run.version, requested, effective, used, unused=alert, certification=run.certification
-    )
     return NodeServing(
         revision_id=group["revision_id"],
         repo_id=revision["package__repo_id"],
@@ -1020,16 +1028,25 @@ def _node_serving(
         headline=revision["headline"] or "",
         is_latest=group["revision_id"] == revision["package__latest_revision_id"],
         stage_splits=group["stage_splits"],
-        reports=figures.reports,
         alert=alert,
-        advice=advise(revision["assessment"], facts, _newer(revision)),
         version=run.version,
-        requested=requested,
-        effective=effective,
         first_at=group["first_at_min"],
         last_at=group["last_at_max"],
+        **_ran(revision, figures, run, node_name, alert),
         **_placement(group["stage_splits"], topology, run, node_name, figures.tps),
     )
+
+
+def _ran(
+    revision: Mapping[str, Any], figures: Figures, run: RunFacts, node_name: str, alert: bool
+) -> dict[str, Any]:
+    """A reported row's reports in the window, its most-reported strategy and its advice."""
+    requested, effective, used = figures.main_strategy
+    facts = NodeFacts(
+        node_name, run.version, requested, effective, used, unused=alert, certification=run.certification
+    )
+    advice = advise(revision["assessment"], facts, _newer(revision))
+    return {"reports": figures.reports, "requested": requested, "effective": effective, "advice": advice}
 
 
 def _placement(
@@ -1048,9 +1065,11 @@ def _placement(
 
 def _placed(rows: list[NodeRow], since: datetime, show_private: bool) -> list[NodeRow]:
     """Rows judged without their placement (``node_rows(placed=False)``) with it, as node_rows reads
-    them: each reported row's ``_placement``, each node's devices and its registered-only row's layers
-    from its newest run, the nodes whole, and which stages' nodes are registered (6 queries)."""
-    groups = [
+    them: each reported row's ``_placement``, and, where its strategies were left out of the judging
+    (``_judged_by_strategy``), its reports, strategy and advice text; each node's devices and its
+    registered-only row's layers from its newest run, the nodes whole, and which stages' nodes are
+    registered (7 queries)."""
+    groups: list[dict[str, Any]] = [
         {
             "node_key": r.node.pk,
             "revision_id": s.revision_id,
@@ -1064,6 +1083,8 @@ def _placed(rows: list[NodeRow], since: datetime, show_private: bool) -> list[No
     figures = _group_figures(since, groups)
     topologies = _last_topologies(groups)
     run_facts = _run_facts(groups)
+    unjudged = {(g["node_key"], g["revision_id"]) for g in groups if not _judged_by_strategy(run_facts, g)}
+    revisions = _revisions(revision for _, revision in unjudged)
     newest = _latest_runs([row.node.pk for row in rows], show_private)
     whole = Node.objects.in_bulk([row.node.pk for row in rows])
     placed: list[NodeRow] = []
@@ -1073,8 +1094,13 @@ def _placed(rows: list[NodeRow], since: datetime, show_private: bool) -> list[No
         for s in row.serving:
             key = (row.node.pk, s.revision_id, s.stage_splits)
             if s.reported:
-                run, tps = run_facts.get(key[:2]) or RunFacts(), (figures.get(key) or Figures()).tps
-                s = replace(s, **_placement(s.stage_splits, topologies.get(key), run, row.node.name, tps))
+                run, found = run_facts.get(key[:2]) or RunFacts(), figures.get(key) or Figures()
+                if key[:2] in unjudged and s.revision_id in revisions:
+                    ran = _ran(revisions[s.revision_id], found, run, row.node.name, s.alert)
+                    s = replace(s, **{**ran, "advice": _unless_moved_on(s.advice, ran["advice"])})
+                s = replace(
+                    s, **_placement(s.stage_splits, topologies.get(key), run, row.node.name, found.tps)
+                )
             elif latest is not None:
                 s = replace(s, **_registered_layout(latest, row.node.name))
             serving.append(s)
@@ -1085,6 +1111,12 @@ def _placed(rows: list[NodeRow], since: datetime, show_private: bool) -> list[No
         replace(row, serving=[replace(s, stages=mark_registered(s.stages, known)) for s in row.serving])
         for row in placed
     ]
+
+
+def _unless_moved_on(judged: Advice, advice: Advice) -> Advice:
+    """``advice`` in place of the judged one, unless that said the node moved on (``_with_moves``): a
+    text the strategies never change."""
+    return judged if judged.cause is Cause.MOVED_ON else advice
 
 
 def _topology_id(topology: Any) -> str:

@@ -3,7 +3,11 @@ outdated, uncertified, or on a release the matrix does not know (which never rai
 
 from __future__ import annotations
 
-from packages_app.audit.advice import Newer, NodeFacts, advise
+import itertools
+
+import pytest
+
+from packages_app.audit.advice import Newer, NodeFacts, advise, strategy_can_change_cause
 from packages_app.audit.assessment import Assessment
 from packages_app.audit.releases import known_releases
 from packages_app.verdicts import Cause, Status
@@ -135,3 +139,44 @@ def test_the_most_urgent_cause_wins() -> None:
     facts = NodeFacts("n", NEWEST_VERSION, "auto", "disabled", unused=True)
     advice = advise(V2_DECLARED, facts, Newer(FIXED_SHA, Status.SERVES_MTP))
     assert advice.cause is Cause.CONTRADICTION  # rank 0, ahead of MTP unused
+
+
+STRATEGIES = [
+    ("", "", False),
+    ("auto", "disabled", False),
+    ("auto", "native-mtp", True),
+    ("ngram-cache", "ngram-cache", False),
+    ("disabled", "native-mtp+ngram-suffix", True),
+]
+
+
+@pytest.mark.parametrize("version", ["", "0.64.0", "0.76.0-rc9"])
+def test_without_a_known_release_the_strategy_changes_the_advice_text_never_its_cause(version: str) -> None:
+    """What the nodes page leans on to judge a thousand nodes without reading their strategies
+    (fleet._judged_by_strategy): on a release the matrix does not know, every strategy gets one cause."""
+    assert not strategy_can_change_cause(version)
+    for assessment, newer, unused, certification in itertools.product(
+        (V1_UNDECLARED, V2_DECLARED, V2_UNDECLARED, None),
+        (None, Newer(FIXED_SHA, Status.SERVES_MTP)),
+        (False, True),
+        ("", "uncertified_override"),
+    ):
+        judged = {
+            (a.cause, a.release, a.predicted)
+            for requested, effective, used in STRATEGIES
+            for a in [
+                advise(
+                    assessment,
+                    NodeFacts("n", version, requested, effective, used, unused, certification=certification),
+                    newer,
+                )
+            ]
+        }
+        assert len(judged) == 1, (assessment, newer, unused, certification, judged)
+
+
+def test_on_a_known_release_the_strategy_can_change_the_cause() -> None:
+    """The control: there, what the node ran can contradict the prediction."""
+    assert strategy_can_change_cause(NEWEST_VERSION)
+    causes = {advise(V2_DECLARED, NodeFacts("n", NEWEST_VERSION, r, e, u)).cause for r, e, u in STRATEGIES}
+    assert Cause.CONTRADICTION in causes and Cause.OK in causes

@@ -14,13 +14,16 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
+from django.utils.html import escape
 
 from packages_app import fleet, glossary, sketch
+from packages_app.audit.releases import known_releases
 from packages_app.models import NodeRun, Package
 from packages_app.verdicts import VERDICTS, Cause
 from tests import dashboard_factories as f
 
 pytestmark = pytest.mark.django_db
+NEWEST_VERSION = known_releases()[-1].release.removeprefix("v")
 
 
 def text(response: Any) -> str:
@@ -669,7 +672,34 @@ def test_a_node_row_counts_the_reports_since_the_windows_first_hour_whatever_cel
     assert served.reports == len(inside) and served.tps == round(expected or 0, 2)
     assert (served.requested, served.effective) == ("auto", "disabled")
     (judged,) = fleet.node_rows(since, name="window-box", placed=False)
-    assert judged.serving[0].reports == len(inside) and judged.serving[0].advice == served.advice
+    assert judged.serving[0].advice.cause is served.advice.cause
+
+
+@pytest.mark.parametrize("version", ["", "0.64.0", NEWEST_VERSION])
+def test_the_needing_action_page_names_the_strategy_whether_the_judging_read_it_or_not(
+    client: Client, version: str
+) -> None:
+    """Judging which nodes need action reads a row's strategies only where the node's release is known
+    (there, what it ran can contradict the audit); elsewhere the page's rows read them afterwards. The
+    row, its advice text and its reports are the whole list's either way."""
+    revision = f.make_revision(f.make_package("meshllm/Judged-layers"), "undeclared-mtp")
+    node = f.make_node("judged-box")
+    for i in range(5):
+        f.make_report(
+            node, revision, 3.2, at=timezone.now() - timedelta(hours=i), effective_strategy="ngram-cache"
+        )
+    if version:
+        NodeRun.objects.create(node=node, run_id="r1", revision=revision, version=version)
+    since = fleet.window_start()
+    (whole,) = fleet.node_rows(since)
+    (served,) = whole.serving
+    assert whole.needs_action and served.reports == 5 and served.effective == "ngram-cache"
+    (judged,) = fleet.node_rows(since, needs_action=True, placed=False)
+    assert judged.serving[0].advice.cause is served.advice.cause
+    assert (judged.serving[0].reports == 5) is (version == NEWEST_VERSION)  # read to judge, or left out
+    assert fleet.node_page(since, needs_action=True).rows == [whole]
+    assert "requested auto, ran ngram-cache" in served.advice.text or version == NEWEST_VERSION
+    assert escape(served.advice.text) in text(client.get("/nodes/", {"action": "1"}))
 
 
 def test_a_strategy_spelt_two_ways_adds_up() -> None:

@@ -92,6 +92,14 @@ def advise(assessment: Assessment | None, facts: NodeFacts, newer: Newer | None 
     return Advice(Cause.OK, f"Runs it as {release} with {facts.setting} allows.", release, _code(row))
 
 
+def strategy_can_change_cause(version: str) -> bool:
+    """Whether the strategy a node ran (``NodeFacts.requested``, ``effective``, ``mtp_used``) can change
+    the cause of its advice: only against a release the matrix knows, where what it ran can contradict
+    the prediction. Without one, every candidate but MTP unused ignores the strategy, and that one names
+    it in its text alone; so a page judging which nodes need action can leave the strategies out there."""
+    return release_for(version) is not None
+
+
 def _code(row: Resolution | None) -> str:
     return row.outcome if row else ""
 
