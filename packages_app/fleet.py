@@ -692,6 +692,7 @@ def _serving(
             topologies.get(key),
             names[key[0]],
             run_facts.get(key[:2]) or RunFacts(),
+            placed,
         )
         result.setdefault(key[0], []).append(serving)
     for run in registered:
@@ -1018,7 +1019,9 @@ def _node_serving(
     topology: Any,
     node_name: str,
     run: RunFacts,
+    placed: bool = True,
 ) -> NodeServing:
+    """A reported row; without ``placed``, with ``_UNPLACED`` for what ``_placed`` fills in."""
     alert = bool(group["unused_recently"]) and bool(group["revision__mtp_detected"])
     return NodeServing(
         revision_id=group["revision_id"],
@@ -1033,7 +1036,7 @@ def _node_serving(
         first_at=group["first_at_min"],
         last_at=group["last_at_max"],
         **_ran(revision, figures, run, node_name, alert),
-        **_placement(group["stage_splits"], topology, run, node_name, figures.tps),
+        **(_placement(group["stage_splits"], topology, run, node_name, figures.tps) if placed else _UNPLACED),
     )
 
 
@@ -1061,6 +1064,9 @@ def _placement(
         "tps": tps,
         "stages": tuple(best_stages(run_stages(run.stages), stages_of(topology), splits)),
     }
+
+
+_UNPLACED: dict[str, Any] = {"layer_range": "", "topology_id": "", "tps": None, "stages": ()}
 
 
 def _placed(rows: list[NodeRow], since: datetime, show_private: bool) -> list[NodeRow]:

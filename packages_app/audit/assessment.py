@@ -186,7 +186,12 @@ class ReleaseOutcomes:
     pinned: bool = True  # False where the release's admission is not pinned down
 
     def row(self, setting: str) -> Resolution | None:
-        return next((r for r in self.rows if r.setting == setting), None)
+        return self._by_setting.get(setting)
+
+    @functools.cached_property
+    def _by_setting(self) -> dict[str, Resolution]:
+        """``rows`` by setting, the first of each (asked for each row of the nodes page)."""
+        return {r.setting: r for r in reversed(self.rows)}
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -223,12 +228,22 @@ class Assessment:
         return self.headline.status
 
     def servable_on(self, release: str) -> Servable | None:
-        return next((s for s in self.servable if s.release == release), None)
+        return self._servable_by_release.get(release)
 
     def outcome(self, release: str, setting: str) -> Resolution | None:
         """What ``setting`` does on ``release`` (None: a release or setting this assessment does not know)."""
-        table = next((o for o in self.outcomes if o.release == release), None)
+        table = self._outcomes_by_release.get(release)
         return table.row(setting) if table else None
+
+    # ``servable`` and ``outcomes`` by release, the first of each: a stored assessment is parsed once a
+    # process, then asked for each of a thousand nodes' rows on the nodes page.
+    @functools.cached_property
+    def _servable_by_release(self) -> dict[str, Servable]:
+        return {s.release: s for s in reversed(self.servable)}
+
+    @functools.cached_property
+    def _outcomes_by_release(self) -> dict[str, ReleaseOutcomes]:
+        return {o.release: o for o in reversed(self.outcomes)}
 
     @property
     def admitting_releases(self) -> list[str]:

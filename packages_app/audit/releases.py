@@ -248,9 +248,17 @@ def release_for(version: str, releases: tuple[Release, ...] | None = None) -> st
     """The release row a node's reported mesh-llm version (``/api/status`` ``version``, e.g. ``0.78.0``
     or ``v0.78.0``) names, or None when the matrix does not know it. Matched exactly: a build such as
     ``0.76.0-rc9`` is not ``v0.76.0``; a row built from a commit (``kind = "build"``) has no version."""
+    if releases is None:
+        return _known_release_for(version)
     text = version.strip().removeprefix("mesh-llm").strip()
     if not text:
         return None
     wanted = text if text.startswith("v") else f"v{text}"
-    rows = releases if releases is not None else known_releases()
-    return next((r.release for r in rows if r.release == wanted and r.kind == "tag"), None)
+    return next((r.release for r in releases if r.release == wanted and r.kind == "tag"), None)
+
+
+@functools.lru_cache(maxsize=1024)
+def _known_release_for(version: str) -> str | None:
+    """release_for against the matrix shipped with meshdash, once a process for each version string: the
+    nodes page asks it twice for each of a thousand nodes' rows, a scan of the matrix each time."""
+    return release_for(version, known_releases())
