@@ -58,6 +58,9 @@ def setup_django() -> None:
     from django.conf import settings
 
     django.setup()
+    from meshdash.startup import settle
+
+    settle()  # as meshdash/wsgi.py does once Django is set up
     # Plain storage: {% static %} must not need a collectstatic manifest for an in-process benchmark.
     settings.STORAGES = {
         **settings.STORAGES,

@@ -51,6 +51,19 @@ def test_the_web_starts_with_them() -> None:
     assert result.returncode == 0, result.stderr
 
 
+@pytest.mark.parametrize("entry", ["meshdash.wsgi", "meshdash.asgi"])
+def test_the_web_keeps_its_start_up_objects_out_of_the_garbage_collectors_scans(entry: str) -> None:
+    """Django set up, the serving process freezes what it made (meshdash.startup); Django alone does not."""
+    production = {"SECRET_KEY": "x" * 60, "ALLOWED_HOSTS": "meshdash.example.org"}
+    frozen = python(f"import gc, {entry}; print(gc.get_freeze_count())", **production)
+    assert frozen.returncode == 0, frozen.stderr
+    assert int(frozen.stdout) > 10_000
+    control = "import gc, django; django.setup(); print(gc.get_freeze_count())"
+    alone = python(control, DJANGO_SETTINGS_MODULE="meshdash.settings", **production)
+    assert alone.returncode == 0, alone.stderr
+    assert int(alone.stdout) == 0
+
+
 def test_offline_commands_need_no_production_settings(tmp_path: Path) -> None:
     # A package builder runs audit_package with nothing configured; DEBUG off must not stop it.
     result = subprocess.run(
