@@ -263,6 +263,55 @@ def test_a_node_lists_at_most_its_limit_stale_revisions_first_and_counts_the_res
     assert fixed.pk not in [s.revision_id for s in row.serving]  # 31 reports: fewer than the others' 40
 
 
+@pytest.mark.parametrize("limit", [2, 5])
+def test_nodes_read_from_the_windows_rows_rank_as_when_read_node_by_node(
+    monkeypatch: pytest.MonkeyPatch, limit: int
+) -> None:
+    """A fleet with few rows in the window is ranked from all of them (one query); one with many, node by
+    node from each one's busiest and flagged rows. Both give every node the same rows, in the same
+    order, with the same count of the rest: busier revisions, flagged ones, several splits and
+    topologies of one revision, and a private package's, for a reader who may see it and one who may not."""
+    now = timezone.now()
+    f.qwen35_fleet(now)
+    node = f.Node.objects.get(name="gpu-box-1")
+    secret = f.make_package("meshllm/Secret-layers")
+    f.Package.objects.filter(pk=secret.pk).update(private=True)
+    revisions = [
+        f.make_revision(
+            f.make_package(f"meshllm/Mixed-{i}-layers"), ("undeclared-mtp", "consistent-mtp")[i % 2]
+        )
+        for i in range(5)
+    ] + [f.make_revision(secret, "consistent-mtp")]
+    for i, revision in enumerate(revisions):
+        for j in range(2 + 3 * i):
+            at = now - timedelta(hours=j)
+            splits, topology = ("0..41", "solo") if j % 3 else ("0..27|27..41", f"lab-{j % 2}")
+            f.make_report(
+                node, revision, 4.0, at=at, mtp_used=bool(j % 2), stage_splits=splits, topology_id=topology
+            )
+    since = fleet.window_start()
+    few = fleet._few_window_rows
+    monkeypatch.setattr(
+        fleet, "_few_window_rows", lambda ids, since, private, cap: few(ids, since, private, 10**6)
+    )
+
+    def everything() -> list[Any]:
+        rows = [fleet.node_rows(since, show_private=private, limit=limit) for private in (False, True)]
+        return [
+            *rows,
+            fleet.node_page(since, needs_action=True).rows,
+            fleet.node_rows(since, name="gpu-box-1"),
+        ]
+
+    from_the_window = everything()
+    monkeypatch.setattr(fleet, "_few_window_rows", lambda *args: None)
+    assert everything() == from_the_window
+    (busy,) = [row for row in from_the_window[0] if row.node.name == "gpu-box-1"]
+    assert len(busy.serving) == limit and busy.hidden > 0
+    assert all(s.repo_id != "meshllm/Secret-layers" for row in from_the_window[0] for s in row.serving)
+    assert any(s.repo_id == "meshllm/Secret-layers" for row in from_the_window[1] for s in row.serving)
+
+
 def test_a_nodes_median_comes_from_the_rollups_sketch_within_one_percent() -> None:
     f.qwen35_fleet(timezone.now())
     (served,) = [s for s in fleet.node_rows(fleet.window_start(), name="gpu-box-1")[0].serving if s.is_latest]
