@@ -14,7 +14,8 @@ Rollup cells of its topology, the before/after comparison the two revisions' tot
 are read only for the stage layout of a shown row's newest report.
 /nodes/ is paged (NODES_PER_PAGE); each node's rows start from its few busiest Serving rows, read in
 index order (a limited, correlated subquery), so a node that served thousands of revisions costs what
-one that served three does.
+one that served three does; where the nodes' rows in the window are fewer than the page shows of them
+(a thousand nodes running a few revisions each), all of them are read in one query instead.
 """
 
 from __future__ import annotations
