@@ -458,15 +458,16 @@ def node_rows(
     limit: int | None = None,
     placed: bool = True,
 ) -> list[NodeRow]:
-    """Every node (or the one named) with what it served since ``since`` (9 queries), at most
+    """Every node (or the one named) with what it served since ``since`` (9 queries; 10 where the
+    nodes' rows in the window outnumber those shown: ``_few_window_rows``), at most
     ``limit`` rows a node (NODES_PAGE_ROWS, or NODE_PAGE_ROWS for one node), each with its advice;
     a run the node's agent registered without any report in the window is a row too.
 
     Private packages' revisions are left out unless ``show_private`` (the edge asks web/access.py).
-    Without ``placed``, the rows are for their advice only (7 queries): no median decode rate, and the
-    layers, stages and topology only as the node's agent registered them, not as its reports placed it,
-    nor whether each stage's node is registered; the nodes' names only, and neither their devices nor
-    their registered-only rows' layers.
+    Without ``placed``, the rows are for their advice only (7 queries, or 8): no median decode rate, no
+    layers, stages or topology, and, where the node's release is unknown, neither the reports nor the
+    strategy in the window (the advice's cause is the same; its text may name the strategy); the nodes'
+    names only, and neither their devices nor their registered-only rows' layers (``_placed``).
     """
     nodes = Node.objects.order_by("name")
     if name is not None:
