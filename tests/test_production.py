@@ -14,6 +14,7 @@ from django.test import Client
 from django.views.debug import SafeExceptionReporterFilter
 
 from meshdash.reporting import redact_userinfo
+from meshdash.startup import FULL_EVERY
 from packages_app.web import pages
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -53,15 +54,19 @@ def test_the_web_starts_with_them() -> None:
 
 @pytest.mark.parametrize("entry", ["meshdash.wsgi", "meshdash.asgi"])
 def test_the_web_keeps_its_start_up_objects_out_of_the_garbage_collectors_scans(entry: str) -> None:
-    """Django set up, the serving process freezes what it made (meshdash.startup); Django alone does not."""
+    """Django set up, the serving process freezes what it made and spaces its full collections out
+    (meshdash.startup); Django alone does neither."""
     production = {"SECRET_KEY": "x" * 60, "ALLOWED_HOSTS": "meshdash.example.org"}
-    frozen = python(f"import gc, {entry}; print(gc.get_freeze_count())", **production)
+    show = "print(gc.get_freeze_count(), *gc.get_threshold())"
+    frozen = python(f"import gc, {entry}; {show}", **production)
     assert frozen.returncode == 0, frozen.stderr
-    assert int(frozen.stdout) > 10_000
-    control = "import gc, django; django.setup(); print(gc.get_freeze_count())"
-    alone = python(control, DJANGO_SETTINGS_MODULE="meshdash.settings", **production)
+    count, young, middle, full = map(int, frozen.stdout.split())
+    assert count > 10_000 and full == FULL_EVERY
+    alone = python(
+        f"import gc, django; django.setup(); {show}", DJANGO_SETTINGS_MODULE="meshdash.settings", **production
+    )
     assert alone.returncode == 0, alone.stderr
-    assert int(alone.stdout) == 0
+    assert alone.stdout.split() == ["0", str(young), str(middle), "10"]  # CPython's defaults
 
 
 def test_offline_commands_need_no_production_settings(tmp_path: Path) -> None:
