@@ -1165,7 +1165,7 @@ def _placed(rows: list[NodeRow], since: datetime, show_private: bool) -> list[No
     them: each reported row's ``_placement``, and, where its strategies were left out of the judging
     (``_judged_by_strategy``), its reports, strategy and advice text; each node's devices and its
     registered-only row's layers from its newest run, the nodes whole, and which stages' nodes are
-    registered (7 queries)."""
+    registered (7 queries; 6 where every row's strategies were read to judge it)."""
     groups: list[dict[str, Any]] = [
         {
             "node_key": r.node.pk,
