@@ -439,8 +439,8 @@ def node_page(
     SQL flag only ranks, it cannot see what a node's own release refuses (an upgrade to make), so filtering
     on it would hide such a node from the answer to "which of my nodes need action". Every node is judged
     without what advice never reads (where each report's topology placed the node, the decode-rate
-    sketches) and, where the node's release is unknown, the strategies that change only its advice's
-    text; then the page's rows get them (``_placed``)."""
+    sketches, the reports in the window) and the cells' strategies where its reports all ran one or the
+    node's release is unknown (``_read_to_judge``); then the page's rows get them (``_placed``)."""
     if needs_action:
         judged = node_rows(since, needs_action=True, show_private=show_private, placed=False)
         page_of_rows = Paginator(judged, NODES_PER_PAGE).get_page(number)
@@ -465,9 +465,10 @@ def node_rows(
 
     Private packages' revisions are left out unless ``show_private`` (the edge asks web/access.py).
     Without ``placed``, the rows are for their advice only (7 queries, or 8): no median decode rate, no
-    layers, stages or topology, and, where the node's release is unknown, neither the reports nor the
-    strategy in the window (the advice's cause is the same; its text may name the strategy); the nodes'
-    names only, and neither their devices nor their registered-only rows' layers (``_placed``).
+    layers, stages or topology, and the reports and strategies in the window read only where the
+    advice's cause needs them (``_read_to_judge``; elsewhere its text may name the strategy otherwise);
+    the nodes' names only, and neither their devices nor their registered-only rows' layers
+    (``_placed``).
     """
     nodes = Node.objects.order_by("name")
     if name is not None:
@@ -570,6 +571,7 @@ _WINDOW_ROW = (
     "revision__package__latest_revision__headline",
     "revision__headline",
     "revision__mtp_detected",
+    "sole_strategy",
 )
 
 
@@ -732,15 +734,15 @@ def _serving(
     topologies, the node's mesh-llm version for each and which stages' nodes are registered (6 queries,
     however many groups or reports the window holds). The node's latest registered run joins as a row
     when no report of its revision is shown. Without ``placed``, neither the sketches, the topologies
-    nor the stages' registration (4 queries), and the cells only of the groups whose cause their
-    strategies can change (``_judged_by_strategy``): the others' reports, strategies and advice text
-    are ``_placed``'s."""
+    nor the stages' registration (4 queries), and the cells only of the groups that ran several
+    strategies and whose cause their strategy can change (``_read_to_judge``): the others are judged by
+    the strategy they all ran, or by none, and their reports (and advice text) are ``_placed``'s."""
     shown, hidden = _shown_groups(since, show_private, tops, limit, window)
     registered = _registered_only(shown, runs, show_private)
     revisions = _revisions([g["revision_id"] for g in shown] + [r.revision_id or 0 for r in registered])
     run_facts = _run_facts(shown, stages=placed)
-    judged = shown if placed else [g for g in shown if _judged_by_strategy(run_facts, g)]
-    figures = _group_figures(since, judged, sketches=placed)
+    read = shown if placed else [g for g in shown if _read_to_judge(run_facts, g)]
+    figures = _group_figures(since, read, sketches=placed)
     topologies = _last_topologies(shown) if placed else {}
     result: dict[int, list[NodeServing]] = {}
     for group in shown:
@@ -748,7 +750,7 @@ def _serving(
         serving = _node_serving(
             group,
             revisions[group["revision_id"]],
-            figures.get(key) or Figures(),
+            figures.get(key) or _sole(group),
             topologies.get(key),
             names[key[0]],
             run_facts.get(key[:2]) or RunFacts(),
@@ -816,10 +818,18 @@ def _ranked_groups(servings: QuerySet[Serving], since: datetime) -> list[dict[st
             last_at_max=Max("last_at"),
             first_at_min=Min("first_at"),
             unused_recently=Max(Case(When(last_unused_at__gte=since, then=Value(1)), default=Value(0))),
+            sole_low=Min("sole_strategy"),
+            sole_high=Max("sole_strategy"),
         )
         .order_by()
     )
-    return [{**row, "stale": int(_likely_stale(row))} for row in rows]
+    return [{**row, "stale": int(_likely_stale(row)), "sole_strategy": _one_of(row)} for row in rows]
+
+
+def _one_of(row: Mapping[str, Any]) -> str:
+    """The strategy a group's Serving rows all ran, or "" (``Serving.sole_strategy``)."""
+    low, high = row["sole_low"], row["sole_high"]
+    return str(low) if low == high else ""
 
 
 def _groups_of(
@@ -846,6 +856,8 @@ def _groups_of(
         group["last_at_max"] = max(group["last_at_max"], row["last_at"])
         group["first_at_min"] = min(group["first_at_min"], row["first_at"])
         group["unused_recently"] = max(group["unused_recently"], unused)
+        if group["sole_strategy"] != row["sole_strategy"]:
+            group["sole_strategy"] = ""
     return [{**group, "stale": int(_likely_stale(group))} for group in groups.values()]
 
 
@@ -917,12 +929,21 @@ def _run_facts(groups: list[dict[str, Any]], stages: bool = True) -> dict[tuple[
     return facts
 
 
-def _judged_by_strategy(run_facts: Mapping[tuple[int, int], RunFacts], group: Mapping[str, Any]) -> bool:
-    """Whether the group's strategies can change the cause of its advice: its node's run names a release
-    the matrix knows (audit.advice.strategy_can_change_cause). At noon, a thousand nodes' groups read up
-    to 18 cells each for them."""
+def _read_to_judge(run_facts: Mapping[tuple[int, int], RunFacts], group: Mapping[str, Any]) -> bool:
+    """Whether judging the group's advice reads its cells' strategies: its reports ran more than one
+    (``Serving.sole_strategy``), and the strategy can change the advice's cause, as it can where the
+    node's run names a release the matrix knows (audit.advice.strategy_can_change_cause). At noon, a
+    thousand nodes' groups read up to 18 cells each."""
+    if group["sole_strategy"]:
+        return False
     run = run_facts.get((group["node_key"], group["revision_id"])) or RunFacts()
     return strategy_can_change_cause(run.version)
+
+
+def _sole(group: Mapping[str, Any]) -> Figures:
+    """The figures of a group whose cells were not read: the strategy its reports all ran, if one."""
+    sole = group.get("sole_strategy")
+    return Figures(strategies={_strategy(sole): 1}) if sole else Figures()
 
 
 @dataclass
@@ -1162,10 +1183,10 @@ _UNPLACED: dict[str, Any] = {"layer_range": "", "topology_id": "", "tps": None, 
 
 def _placed(rows: list[NodeRow], since: datetime, show_private: bool) -> list[NodeRow]:
     """Rows judged without their placement (``node_rows(placed=False)``) with it, as node_rows reads
-    them: each reported row's ``_placement``, and, where its strategies were left out of the judging
-    (``_judged_by_strategy``), its reports, strategy and advice text; each node's devices and its
-    registered-only row's layers from its newest run, the nodes whole, and which stages' nodes are
-    registered (7 queries; 6 where every row's strategies were read to judge it)."""
+    them: each reported row's ``_placement``, its reports and strategy in the window, and its advice
+    again with them (the same cause: ``_read_to_judge``); each node's devices and its registered-only
+    row's layers from its newest run, the nodes whole, and which stages' nodes are registered
+    (7 queries)."""
     groups: list[dict[str, Any]] = [
         {
             "node_key": r.node.pk,
@@ -1180,8 +1201,7 @@ def _placed(rows: list[NodeRow], since: datetime, show_private: bool) -> list[No
     figures = _group_figures(since, groups)
     topologies = _last_topologies(groups)
     run_facts = _run_facts(groups)
-    unjudged = {(g["node_key"], g["revision_id"]) for g in groups if not _judged_by_strategy(run_facts, g)}
-    revisions = _revisions(revision for _, revision in unjudged)
+    revisions = _revisions(g["revision_id"] for g in groups)
     newest = _latest_runs([row.node.pk for row in rows], show_private)
     whole = Node.objects.in_bulk([row.node.pk for row in rows])
     placed: list[NodeRow] = []
@@ -1192,7 +1212,7 @@ def _placed(rows: list[NodeRow], since: datetime, show_private: bool) -> list[No
             key = (row.node.pk, s.revision_id, s.stage_splits)
             if s.reported:
                 run, found = run_facts.get(key[:2]) or RunFacts(), figures.get(key) or Figures()
-                if key[:2] in unjudged and s.revision_id in revisions:
+                if s.revision_id in revisions:
                     ran = _ran(revisions[s.revision_id], found, run, row.node.name, s.alert)
                     s = replace(s, **{**ran, "advice": _unless_moved_on(s.advice, ran["advice"])})
                 s = replace(

@@ -510,7 +510,9 @@ class NodeRollup(models.Model):
 
 class Serving(models.Model):
     """Who ran a revision and when: per revision x node x topology x stage split, how many reports, the
-    first and the last, and the last that showed MTP unused (``node_key`` as Rollup's: 0 for every node).
+    first and the last, the last that showed MTP unused, and the strategy they ran when they all ran one
+    (``node_key`` as Rollup's: 0 for every node). A node runs the strategy its configuration names, so
+    judging its advice (packages_app.fleet) reads the cells' strategies only of the rows that ran several.
 
     Kept by packages_app.rollups beside the rollups, in the same transaction from the same rows, so
     "served in the last N days" is one comparison per row: the catalog's served-revision filters, the
@@ -530,6 +532,12 @@ class Serving(models.Model):
     first_at = models.DateTimeField()
     last_at = models.DateTimeField()
     last_unused_at = models.DateTimeField(null=True, help_text="The newest report showing MTP unused.")
+    sole_strategy = models.TextField(
+        blank=True,
+        default="",
+        help_text="The strategy every report of the row ran (rollups.strategy_key); empty when they ran more "
+        "than one.",
+    )
 
     class Meta:
         constraints = [

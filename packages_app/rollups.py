@@ -110,6 +110,7 @@ class Cell:
     proposed: int = 0
     windows: int = 0
     last_unused_at: datetime | None = None  # for models.Serving, not a Rollup column
+    sole_strategy: str | None = None  # for models.Serving: the strategy key of its cells, "" for several
     metrics: dict[str, Metric] = field(default_factory=lambda: {name: Metric() for name in METRICS})
 
 
@@ -456,21 +457,26 @@ SERVING_COLUMNS = (
     "first_at",
     "last_at",
     "last_unused_at",
+    "sole_strategy",
 )
 
 
 def servings_of(cells: dict[Key, Cell]) -> dict[ServingKey, Cell]:
     """The Serving rows the cells add to: their total-grain cells (each report is in exactly one per
-    node key) summed per revision x node x topology x split."""
+    node key) summed per revision x node x topology x split, with the strategy they all ran (or "")."""
     servings: dict[ServingKey, Cell] = {}
     for key, cell in cells.items():
-        revision, grain, node, _start, splits, _requested, _strategy, _mtp_used, topology = key
+        revision, grain, node, _start, splits, requested, strategy, mtp_used, topology = key
         if grain != Rollup.Grain.TOTAL:
             continue
         serving_key = (revision, node, topology, splits)
         serving = servings.get(serving_key)
+        ran = strategy_key(requested, strategy, mtp_used)
         if serving is None:
             serving = servings[serving_key] = Cell(first_at=cell.first_at, last_at=cell.last_at)
+            serving.sole_strategy = ran
+        elif serving.sole_strategy != ran:
+            serving.sole_strategy = ""
         serving.reports += cell.reports
         serving.unused += cell.unused
         serving.first_at = min(serving.first_at, cell.first_at)
@@ -484,7 +490,15 @@ def upsert_serving(servings: dict[ServingKey, Cell], *, using: str = "default") 
     connection = connections[using]
     adapt = connection.ops.adapt_datetimefield_value
     rows = [
-        [*key, c.reports, c.unused, adapt(c.first_at), adapt(c.last_at), adapt(c.last_unused_at)]
+        [
+            *key,
+            c.reports,
+            c.unused,
+            adapt(c.first_at),
+            adapt(c.last_at),
+            adapt(c.last_unused_at),
+            c.sole_strategy or "",
+        ]
         for key, c in sorted(servings.items(), key=lambda item: item[0])
     ]
     _execute(connection, _serving_upsert_sql(connection.vendor), rows)
@@ -495,6 +509,11 @@ def _serving_upsert_sql(vendor: str) -> Statement:
     updates = [f"{c} = {table}.{c} + excluded.{c}" for c in ("reports", "unused")]
     updates.append(f"first_at = {_least(postgres, table, 'first_at')}")
     updates += [f"{c} = {_greatest(postgres, table, c)}" for c in ("last_at", "last_unused_at")]
+    # One strategy stays the row's only while every batch adds that one.
+    updates.append(
+        f"sole_strategy = CASE WHEN {table}.sole_strategy = excluded.sole_strategy"
+        f" THEN {table}.sole_strategy ELSE '' END"
+    )
     # Only column names are formatted in; every value is a parameter.
     sql = (
         f"INSERT INTO {table} ({', '.join(SERVING_COLUMNS)}) VALUES {{rows}} "  # noqa: S608
@@ -673,11 +692,13 @@ def _rebuild_serving_in_sql(cursor: Any, revision_ids: list[int]) -> None:
         f"""
         INSERT INTO {Serving._meta.db_table} ({", ".join(SERVING_COLUMNS)})
         SELECT {", ".join(SERVING_KEY)}, count(*), sum(unused), min(received_at),
-               max(received_at), max(CASE WHEN unused = 1 THEN received_at END)
+               max(received_at), max(CASE WHEN unused = 1 THEN received_at END),
+               CASE WHEN min(pair) = max(pair) THEN min(pair) ELSE '' END
         FROM (
             SELECT revision_id, CASE WHEN n.every THEN 0 ELSE node_id END AS node_key, topology_id,
                    stage_splits, received_at,
-                   (NOT mtp_used AND requested_strategy NOT IN ({non_mtp}))::int AS unused
+                   (NOT mtp_used AND requested_strategy NOT IN ({non_mtp}))::int AS unused,
+                   jsonb_build_array(requested_strategy, effective_strategy, mtp_used)::text AS pair
             FROM {Report._meta.db_table} CROSS JOIN (VALUES (false), (true)) AS n (every)
             WHERE revision_id = ANY(%(revisions)s)
         ) AS r

@@ -18,7 +18,7 @@ from django.utils.html import escape
 
 from packages_app import fleet, glossary, sketch
 from packages_app.audit.releases import known_releases
-from packages_app.models import NodeRun, Package
+from packages_app.models import NodeRun, Package, Serving
 from packages_app.verdicts import VERDICTS, Cause
 from tests import dashboard_factories as f
 
@@ -310,6 +310,31 @@ def test_nodes_read_from_the_windows_rows_rank_as_when_read_node_by_node(
     assert len(busy.serving) == limit and busy.hidden > 0
     assert all(s.repo_id != "meshllm/Secret-layers" for row in from_the_window[0] for s in row.serving)
     assert any(s.repo_id == "meshllm/Secret-layers" for row in from_the_window[1] for s in row.serving)
+
+
+def test_a_group_ran_one_strategy_only_when_every_topology_of_it_ran_that_one() -> None:
+    """A (node, revision, split) group adds up one Serving row a topology: it ran one strategy when each
+    ran the same one, read from the window's rows or ranked in SQL alike."""
+    now = timezone.now()
+    revision = f.make_revision(f.make_package("meshllm/Topologies-layers"), "undeclared-mtp")
+    node = f.make_node("two-topologies")
+    for topology, splits, mtp_used in (
+        ("lab-a", "0..41", False),
+        ("lab-b", "0..41", False),
+        ("lab-a", "0..27|27..41", False),
+        ("lab-b", "0..27|27..41", True),  # each topology's row ran one strategy, not the same one
+    ):
+        f.make_report(
+            node, revision, 4.0, at=now, stage_splits=splits, topology_id=topology, mtp_used=mtp_used
+        )
+    since = fleet.window_start()
+    window = fleet._few_window_rows([node.pk], since, False, 100)
+    assert window is not None and len(window) == 4
+    from_window = fleet._groups_of(window, since, {(node.pk, revision.pk)})
+    ranked = fleet._ranked_groups(Serving.objects.filter(node_key=node.pk), since)
+    sole = {g["stage_splits"]: g["sole_strategy"] for g in from_window}
+    assert sole == {g["stage_splits"]: g["sole_strategy"] for g in ranked}
+    assert sole == {"0..41": '["auto", "disabled", false]', "0..27|27..41": ""}
 
 
 def test_a_nodes_median_comes_from_the_rollups_sketch_within_one_percent() -> None:
@@ -672,6 +697,21 @@ def test_the_fleet_seed_has_topologies_whose_nodes_serve_one_to_three_revisions_
     for node, revision in Serving.objects.exclude(node_key=0).values_list("node_key", "revision_id"):
         served.setdefault(node, set()).add(revision)
     assert served and all(1 <= len(revisions) <= 3 for revisions in served.values())
+    # Each report ran what its node's setting resolves to on the revision: native MTP only where declared.
+    ran = Report.objects.values_list(
+        "requested_strategy",
+        "effective_strategy",
+        "mtp_used",
+        "revision__mtp_declared",
+        "revision__mtp_detected",
+    )
+    for requested, effective, used, declared, detected in ran:
+        on = requested == "auto" and bool(declared and detected)
+        assert (effective, used) == (
+            ("native-mtp", True) if on else (requested.replace("auto", "disabled"), False)
+        )
+    rows = Serving.objects.exclude(node_key=0)
+    assert rows.exclude(sole_strategy="").count() >= 0.8 * rows.count()  # a node runs what it is set to
     runs = NodeRun.objects.filter(repo_id__startswith="fleet-test/")
     assert runs.count() >= 12 and all(run.version and run.stages and run.revision_id for run in runs)
     topology = Serving.objects.filter(node_key=0).values_list("topology_id", flat=True).first()
@@ -724,28 +764,35 @@ def test_a_node_row_counts_the_reports_since_the_windows_first_hour_whatever_cel
     assert judged.serving[0].advice.cause is served.advice.cause
 
 
+@pytest.mark.parametrize("mixed", [False, True])
 @pytest.mark.parametrize("version", ["", "0.64.0", NEWEST_VERSION])
 def test_the_needing_action_page_names_the_strategy_whether_the_judging_read_it_or_not(
-    client: Client, version: str
+    client: Client, version: str, mixed: bool
 ) -> None:
-    """Judging which nodes need action reads a row's strategies only where the node's release is known
-    (there, what it ran can contradict the audit); elsewhere the page's rows read them afterwards. The
-    row, its advice text and its reports are the whole list's either way."""
+    """Judging which nodes need action reads a row's cells' strategies only where its reports ran several
+    and the node's release is known (there, what it ran can contradict the audit); a row that ran one is
+    judged by it (Serving.sole_strategy), and the page's rows read their reports afterwards. The row, its
+    advice text and its reports are the whole list's either way."""
     revision = f.make_revision(f.make_package("meshllm/Judged-layers"), "undeclared-mtp")
     node = f.make_node("judged-box")
     for i in range(5):
         f.make_report(
             node, revision, 3.2, at=timezone.now() - timedelta(hours=i), effective_strategy="ngram-cache"
         )
+    for i in range(2 if mixed else 0):  # fewer: the most-reported strategy is still ngram-cache
+        f.make_report(node, revision, 3.2, at=timezone.now() - timedelta(hours=i, minutes=30))
     if version:
         NodeRun.objects.create(node=node, run_id="r1", revision=revision, version=version)
     since = fleet.window_start()
     (whole,) = fleet.node_rows(since)
     (served,) = whole.serving
-    assert whole.needs_action and served.reports == 5 and served.effective == "ngram-cache"
+    assert whole.needs_action and served.reports == (7 if mixed else 5) and served.effective == "ngram-cache"
     (judged,) = fleet.node_rows(since, needs_action=True, placed=False)
     assert judged.serving[0].advice.cause is served.advice.cause
-    assert (judged.serving[0].reports == 5) is (version == NEWEST_VERSION)  # read to judge, or left out
+    read = mixed and version == NEWEST_VERSION
+    assert (judged.serving[0].reports == served.reports) is read  # read to judge, or left out
+    if not mixed:  # judged by the strategy its reports all ran: the same advice, word for word
+        assert judged.serving[0].advice == served.advice and judged.serving[0].effective == "ngram-cache"
     assert fleet.node_page(since, needs_action=True).rows == [whole]
     assert "requested auto, ran ngram-cache" in served.advice.text or version == NEWEST_VERSION
     assert escape(served.advice.text) in text(client.get("/nodes/", {"action": "1"}))

@@ -140,23 +140,37 @@ def _node_rollups(revision: Revision | None = None) -> dict[tuple[Any, ...], dic
     return got
 
 
-def assert_serving_matches_raw(revision: Revision) -> dict[tuple[int, str, str], dict[str, Any]]:
+def assert_serving_matches_raw(
+    revision: Revision, sole: bool = True
+) -> dict[tuple[int, str, str], dict[str, Any]]:
     """Per node x topology x split and the same for every node: reports, MTP-unused reports, first
-    and last arrival and the last unused one, exactly as the raw reports say."""
+    and last arrival, the last unused one and the strategy they all ran (or ""), exactly as the raw
+    reports say (without ``sole``, before the strategy's column: migration 0023)."""
     expected: dict[tuple[int, str, str], dict[str, Any]] = {}
-    for node_id, topology, splits, at, mtp_used, requested in Report.objects.filter(
-        revision=revision
-    ).values_list("node_id", "topology_id", "stage_splits", "received_at", "mtp_used", "requested_strategy"):
+    ran: dict[tuple[int, str, str], set[str]] = {}
+    raw = Report.objects.filter(revision=revision).values_list(
+        "node_id",
+        "topology_id",
+        "stage_splits",
+        "received_at",
+        "mtp_used",
+        "requested_strategy",
+        "effective_strategy",
+    )
+    for node_id, topology, splits, at, mtp_used, requested, effective in raw:
         unused = rollups.shows_mtp_unused(mtp_used, requested)
         for key in ((node_id, topology, splits), (Rollup.ALL_NODES, topology, splits)):
             row = expected.setdefault(
                 key, {"reports": 0, "unused": 0, "first_at": at, "last_at": at, "last_unused_at": None}
             )
+            ran.setdefault(key, set()).add(rollups.strategy_key(requested, effective, mtp_used))
             row["reports"] += 1
             row["unused"] += int(unused)
             row["first_at"], row["last_at"] = min(row["first_at"], at), max(row["last_at"], at)
             if unused and (row["last_unused_at"] is None or at > row["last_unused_at"]):
                 row["last_unused_at"] = at
+    for key, strategies in ran.items() if sole else ():
+        expected[key]["sole_strategy"] = strategies.pop() if len(strategies) == 1 else ""
     got = {
         (row.pop("node_key"), row.pop("topology_id"), row.pop("stage_splits")): row
         for row in Serving.objects.filter(revision=revision).values(
@@ -168,6 +182,7 @@ def assert_serving_matches_raw(revision: Revision) -> dict[tuple[int, str, str],
             "first_at",
             "last_at",
             "last_unused_at",
+            *(["sole_strategy"] if sole else []),
         )
     }
     assert got == expected
@@ -481,7 +496,7 @@ def test_migration_0012_fills_serving_from_the_stored_reports_and_going_back_add
 
     migrate([("packages_app", "0012_issue12_serving")])
 
-    assert_serving_matches_raw(revision)
+    assert_serving_matches_raw(revision, sole=False)
     pairs = set(Report.objects.filter(revision=revision).values_list("topology_id", "stage_splits"))
     assert (
         Serving.objects.filter(node_key=Rollup.ALL_NODES).count() == len(pairs) == 4
@@ -503,7 +518,7 @@ def test_migration_0021_fills_last_served_from_the_serving_rows(revision: Revisi
     migrate([("packages_app", "0021_h25_last_served")])
 
     assert set(LastServed.objects.values_list("revision_id", "last_at", "last_unused_at")) == stored
-    assert_last_served_matches(revision, assert_serving_matches_raw(revision))
+    assert_last_served_matches(revision, assert_serving_matches_raw(revision, sole=False))
 
 
 @pytest.mark.django_db(transaction=True)
@@ -523,6 +538,31 @@ def test_migration_0022_fills_each_nodes_cells_from_the_rollups(revision: Revisi
     migrate([("packages_app", "0022_h25_node_rollups")])
 
     assert _node_rollups() == stored == _node_rollups_expected()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("back_to_the_leaf")
+def test_migration_0023_fills_the_strategy_each_serving_row_ran_alone(revision: Revision) -> None:
+    """One node ran one strategy, the other several: the first's rows get it, the second's and the
+    every-node rows none, as the stores wrote them."""
+    rng = random.Random(23)
+    a, b = node("node-a"), node("node-b")
+    now = datetime.now(UTC)
+    for i, sender in enumerate([a, b, a, b]):
+        bodies = [body(rng) for _ in range(30)]
+        if sender == a:
+            for data in bodies:
+                data["speculative"] = {"requested_strategy": "auto", "effective_strategy": "disabled"}
+        reports.store_reports(sender, [valid(data) for data in bodies], now - timedelta(hours=13 * i))
+    stored = _serving_rows()
+    sole = Serving.objects.exclude(sole_strategy="").values_list("node_key", "sole_strategy").distinct()
+    assert list(sole) == [(a.pk, rollups.strategy_key("auto", "disabled", False))]
+    migrate([("packages_app", "0022_h25_node_rollups")])  # no sole_strategy column
+
+    migrate([("packages_app", "0023_h25_serving_sole_strategy")])
+
+    assert _serving_rows() == stored
+    assert_serving_matches_raw(revision)
 
 
 def _cells_without_topology() -> dict[tuple[Any, ...], tuple[Any, ...]]:

@@ -8,7 +8,10 @@ Two shapes of fleet: ``--shape catalog`` (the default) has 40 nodes that each re
 revision; ``--shape fleet`` has 1,000 nodes in a few hundred topologies (splits over 1 to 4 nodes),
 each topology serving 1 to 3 revisions one after another over the 30 days (an older revision, then
 the package's latest, sometimes another package), with the runs the nodes' agents registered
-(``NodeRun``: mesh-llm release, stages, devices) as a real fleet has them.
+(``NodeRun``: mesh-llm release, stages, devices) as a real fleet has them. Each fleet node runs the
+strategy its operator's ``speculative.strategy`` setting resolves to on the revision it serves (most
+``auto``: native MTP only where the package declares it; a few changed their setting once), where the
+catalog shape's reports each pick one at random.
 """
 
 from __future__ import annotations
@@ -61,6 +64,7 @@ class Latest:
     mtp_detected: bool
     repo_id: str
     commit_sha: str
+    mtp_declared: bool = False  # the fleet shape's: what auto resolves to on it
 
 
 @dataclass(frozen=True)
@@ -162,10 +166,12 @@ class Seeder:
         self.audits: dict[tuple[Profile, str], dict[str, Any]] = {}
         self.assessments: dict[tuple[Profile, str, int], dict[str, Any]] = {}
         self.node_names: dict[int, str] = {}
-        # The fleet shape: its topologies, each node's mesh-llm release and its device.
+        # The fleet shape: its topologies, each node's mesh-llm release, its device and its operator's
+        # speculative.strategy setting (from when, oldest first).
         self.fleet: list[FleetTopology] = []
         self.versions: dict[int, str] = {}
         self.devices: dict[int, tuple[str, int]] = {}
+        self.settings: dict[int, list[tuple[datetime, str]]] = {}
 
     def timed(self, label: str, action: Callable[[], int]) -> None:
         start = time.perf_counter()
@@ -404,7 +410,10 @@ class Seeder:
     def servable_revisions(self) -> dict[int, list[Latest]]:
         """Per package, its audited revisions, oldest first (the latest last)."""
         rows = Revision.objects.filter(package__repo_id__startswith=self.prefix).exclude(block_count=None)
-        fields = ("id", "block_count", "mtp_detected", "package__repo_id", "commit_sha", "package_id")
+        fields = (
+            *("id", "block_count", "mtp_detected", "package__repo_id", "commit_sha", "mtp_declared"),
+            "package_id",
+        )
         by_package: dict[int, list[Latest]] = {}
         for *row, package_id in rows.order_by("committed_at", "id").values_list(*fields):
             by_package.setdefault(package_id, []).append(Latest(*row))
@@ -441,15 +450,24 @@ class Seeder:
         start, end = topology.segments[0].start, topology.segments[-1].end
         at = start + timedelta(seconds=self.random.uniform(0, (end - start).total_seconds()))
         segment = next(s for s in topology.segments if at <= s.end)
-        row = self.report_row(segment.revision, at)
-        row.node_id = self.random.choice(topology.nodes)
+        node = self.random.choice(topology.nodes)
+        requested = next(value for since, value in reversed(self.settings[node]) if since <= at)
+        row = self.report_row(segment.revision, at, ran=resolved(requested, segment.revision))
+        row.node_id = node
         row.stage_splits = segment.splits
         row.topology_id = topology.topology_id
         return row
 
-    def report_row(self, revision: Latest, at: datetime | None = None) -> SyntheticReport:
-        mtp_used = bool(revision.mtp_detected) and self.random.random() < 0.6
-        strategy = self.random.choice(STRATEGIES_ON if mtp_used else STRATEGIES_OFF)
+    def report_row(
+        self, revision: Latest, at: datetime | None = None, ran: tuple[str, str, bool] | None = None
+    ) -> SyntheticReport:
+        """A report on ``revision``, with the (requested, effective strategy, MTP used) it ``ran``, or
+        (the catalog shape) a strategy picked at random."""
+        if ran is None:
+            mtp_used = bool(revision.mtp_detected) and self.random.random() < 0.6
+            requested, strategy = "auto", self.random.choice(STRATEGIES_ON if mtp_used else STRATEGIES_OFF)
+        else:
+            requested, strategy, mtp_used = ran
         tps = self.random.gauss(9.5 if mtp_used else 3.2, 0.6)
         proposed = self.random.randint(50, 200) if mtp_used else 0
         if at is None:
@@ -465,6 +483,7 @@ class Seeder:
             commit_sha=revision.commit_sha,
             revision_id=revision.id,
             stage_splits=self.random.choice(["0..27|27..41", "0..41", "0..20|20..41"]),
+            requested_strategy=requested,
             effective_strategy=strategy,
             mtp_source="Integrated" if mtp_used else "Disabled",
             predicted_per_second=max(0.1, tps),
@@ -528,6 +547,10 @@ FLEET_VERSIONS = [
 ]
 # (backend device, VRAM bytes) as mesh-llm's selected_device names them.
 FLEET_DEVICES = [("CUDA0", 24 * 2**30), ("CUDA0", 80 * 2**30), ("ROCm0", 64 * 2**30), ("Vulkan0", 16 * 2**30)]
+# The operators' speculative.strategy settings (rules: the resolver), and how many of those who set one
+# other than auto went back to auto within the span.
+FLEET_SETTINGS = [("auto", 85), ("disabled", 7), ("ngram-cache", 5), ("ngram-suffix", 3)]
+CHANGED_SETTING = 0.3
 TOPOLOGY_SIZES = [1, 2, 2, 3, 3, 4]  # nodes a topology splits its package over
 POPULAR_PACKAGES = 300  # the packages topologies choose from, a few of them far more often
 
@@ -603,6 +626,7 @@ class FleetPlan:
         names, weights = zip(*FLEET_VERSIONS, strict=True)
         seeder.versions = {node: str(rng.choices(names, weights=weights)[0]) for node in seeder.nodes}
         seeder.devices = {node: rng.choice(FLEET_DEVICES) for node in seeder.nodes}
+        seeder.settings = {node: FleetPlan.settings(rng) for node in seeder.nodes}
         packages = sorted(revisions)
         rng.shuffle(packages)
         popular = packages[:POPULAR_PACKAGES]
@@ -616,6 +640,17 @@ class FleetPlan:
             topologies.append(FleetTopology(topology_id, members, FleetPlan.segments(rng, served, size)))
         rng.shuffle(topologies)  # which topologies are the busiest
         return topologies
+
+    @staticmethod
+    def settings(rng: random.Random) -> list[tuple[datetime, str]]:
+        """A node's speculative.strategy setting over the span: one, or (CHANGED_SETTING of them) one
+        until a moment, then auto."""
+        names, weights = zip(*FLEET_SETTINGS, strict=True)
+        first = str(rng.choices(names, weights=weights)[0])
+        setting = [(NOW - REPORT_SPAN, first)]
+        if first != "auto" and rng.random() < CHANGED_SETTING:
+            setting.append((NOW - REPORT_SPAN * rng.uniform(0.1, 0.9), "auto"))
+        return setting
 
     @staticmethod
     def served(rng: random.Random, popular: list[int], revisions: dict[int, list[Latest]]) -> list[Latest]:
@@ -698,6 +733,16 @@ class CopyLoader:
 
 
 REPORT_SPAN = timedelta(days=30)
+
+
+def resolved(requested: str, revision: Latest) -> tuple[str, str, bool]:
+    """(requested, effective strategy, MTP used) of a node set to ``requested`` serving ``revision``, as
+    mesh-llm's resolver runs it on a package (rules: auto runs native MTP only when the package's default
+    strategy does; ngram-cache and ngram-suffix turn native MTP off) and as the seeded audits predict."""
+    if requested == "auto":
+        on = bool(revision.mtp_declared) and bool(revision.mtp_detected)
+        return requested, "native-mtp" if on else "disabled", on
+    return requested, requested, False
 
 
 def reserve_report_ids(count: int) -> int:
