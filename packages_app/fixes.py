@@ -33,7 +33,7 @@ from packages_app import stored_audit
 from packages_app.audit import Assessment
 from packages_app.manifest import MANIFEST_FILE
 from packages_app.models import FixProposal, Package, Revision
-from packages_app.verdicts import ActionKind, Status, status_of
+from packages_app.verdicts import ActionKind, Status, improves, status_of
 
 if TYPE_CHECKING:  # the Hub client loads only where a PR is sent or read (workers, the command)
     from packages_app import hub
@@ -118,7 +118,7 @@ def plan(package: Package, revision: Revision) -> Plan:
             ", ".join(sorted({p.code for p in result.problems if p.severity == "error"})) or result.verdict
         )
         raise FixRefused(f"The patched manifest does not validate ({codes}); nothing is sent.")
-    if after is Status.NOT_ASSESSED or after.rank <= before.rank:
+    if not improves(after, before):
         raise FixRefused(
             f"The patched manifest would be \u201c{after.label}\u201d, no better than "
             f"\u201c{before.label}\u201d; nothing is sent."

@@ -60,7 +60,7 @@ from packages_app.audit.advice import Advice, Newer, NodeFacts, advise, moved_on
 from packages_app.audit.assessment import Assessment, Headline, parse_stored
 from packages_app.models import LastServed, Node, NodeRollup, NodeRun, Report, Revision, Rollup, Serving
 from packages_app.rollups import hourly_since
-from packages_app.verdicts import NEEDS_ACTION, Cause, Status, status_of
+from packages_app.verdicts import NEEDS_ACTION, Cause, Status, improves, status_of
 
 DEFAULT_WINDOW_DAYS = 7
 # Below this many reports on either side a before/after ratio is noise, and is marked so.
@@ -519,10 +519,11 @@ def _hidden_revisions() -> QuerySet[Revision, Any]:
 
 def _flagged(servings: QuerySet[Serving], since: datetime) -> QuerySet[Serving]:
     """The rows likely to need action: a revision whose headline calls for action, one whose
-    package's latest revision has a better headline, or MTP unused in the window (the advice itself
+    package's latest revision has a better headline (verdicts.improves), or MTP unused in the window (the advice itself
     is judged in Python for the rows shown, against the node's release)."""
     unused = Q(last_unused_at__gte=since, revision__mtp_detected=True)
-    flagged = Q(revision__headline__in=NEEDS_ACTION) | Q(latest_rank__gt=F("own_rank")) | unused
+    better = Q(latest_rank__gt=F("own_rank")) & ~Q(latest_rank=Status.NOT_ASSESSED.rank)  # verdicts.improves
+    flagged = Q(revision__headline__in=NEEDS_ACTION) | better | unused
     return servings.annotate(own_rank=HEADLINE_RANK, latest_rank=LATEST_HEADLINE_RANK).filter(flagged)
 
 
@@ -867,7 +868,7 @@ def _likely_stale(row: Mapping[str, Any]) -> bool:
         status_of(row["revision__package__latest_revision__headline"]),
     )
     unused = bool(row["unused_recently"]) and bool(row["revision__mtp_detected"])
-    return own.value in NEEDS_ACTION or latest.rank > own.rank or unused
+    return own.value in NEEDS_ACTION or improves(latest, own) or unused
 
 
 _SERVED_REVISION = (

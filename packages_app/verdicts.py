@@ -406,6 +406,12 @@ def is_consistent(verdict: str) -> bool:
     return verdict in CONSISTENT_VERDICTS
 
 
+def improves(after: Status, before: Status) -> bool:
+    """Whether ``after`` is a better headline than ``before``. An unassessed one never is: what it does is
+    not known yet, so it is no fix to recommend (a revision just published, before its ingest)."""
+    return after is not Status.NOT_ASSESSED and after.rank > before.rank
+
+
 def status_of(value: str | None) -> Status:
     """The status a stored value names; an empty, unknown or older value is "not assessed"."""
     return _STATUS_OF.get(value or "", Status.NOT_ASSESSED)

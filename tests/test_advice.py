@@ -127,6 +127,19 @@ def test_outdated_only_when_the_newer_revision_has_a_better_headline() -> None:
     assert worse.cause is Cause.OUTDATED and worse.text == "Outdated: upgrade to eeeeeeee (serves with MTP)."
 
 
+def test_a_newer_revision_not_assessed_yet_is_no_fix_to_recommend() -> None:
+    """Just published, before its ingest: what it does is not known, so it is neither an upgrade to make
+    nor the fix for MTP left unused (the own revision's fix is); assessed, it is both."""
+    facts = NodeFacts("n", "0.72.1", "auto", "disabled", unused=True)
+    pending = Newer(FIXED_SHA, Status.NOT_ASSESSED)
+    unused = advise(V1_UNDECLARED, facts, pending)
+    assert unused.cause is Cause.MTP_UNUSED and "eeeeeeee" not in unused.text
+    assert unused.text.endswith(V1_UNDECLARED.headline.action.text)
+    plain = NodeFacts("n", NEWEST_VERSION, "auto", "disabled")
+    assert advise(V2_UNDECLARED, plain, pending).cause is not Cause.OUTDATED
+    assert advise(V2_UNDECLARED, plain, Newer(FIXED_SHA, Status.SERVES_MTP)).cause is Cause.OUTDATED
+
+
 def test_a_split_served_with_the_override_is_flagged() -> None:
     facts = NodeFacts(
         "n", NEWEST_VERSION, "auto", "native-mtp", mtp_used=True, certification="uncertified_override"
@@ -153,7 +166,7 @@ STRATEGIES = [
 @pytest.mark.parametrize("version", ["", "0.64.0", "0.76.0-rc9"])
 def test_without_a_known_release_the_strategy_changes_the_advice_text_never_its_cause(version: str) -> None:
     """What the nodes page leans on to judge a thousand nodes without reading their strategies
-    (fleet._judged_by_strategy): on a release the matrix does not know, every strategy gets one cause."""
+    (fleet._read_to_judge): on a release the matrix does not know, every strategy gets one cause."""
     assert not strategy_can_change_cause(version)
     for assessment, newer, unused, certification in itertools.product(
         (V1_UNDECLARED, V2_DECLARED, V2_UNDECLARED, None),

@@ -337,6 +337,28 @@ def test_a_group_ran_one_strategy_only_when_every_topology_of_it_ran_that_one() 
     assert sole == {"0..41": '["auto", "disabled", false]', "0..27|27..41": ""}
 
 
+def test_a_newer_revision_not_assessed_yet_puts_no_node_in_need_of_action() -> None:
+    """Its package's latest, published and not assessed yet, is no upgrade to make: neither the SQL flag
+    that ranks /nodes/ nor the advice calls for one; once assessed as better, both do."""
+    package = f.make_package("meshllm/Pending-layers")
+    served = f.make_revision(package, "consistent-no-mtp", schema_version=2)
+    assert served.headline == "serves-no-mtp"
+    pending = f.make_revision(package, "", audit=None)
+    node = f.make_node("pending-box")
+    for i in range(3):
+        f.make_report(node, served, 3.2, at=timezone.now() - timedelta(hours=i))
+    since = fleet.window_start()
+
+    def judged() -> tuple[bool, bool]:
+        flagged = fleet._flagged(Serving.objects.filter(node_key=node.pk), since).exists()
+        (row,) = fleet.node_rows(since, name="pending-box")
+        return flagged, row.needs_action
+
+    assert judged() == (False, False)
+    f.Revision.objects.filter(pk=pending.pk).update(headline="serves-mtp")
+    assert judged() == (True, True)
+
+
 def test_a_nodes_median_comes_from_the_rollups_sketch_within_one_percent() -> None:
     f.qwen35_fleet(timezone.now())
     (served,) = [s for s in fleet.node_rows(fleet.window_start(), name="gpu-box-1")[0].serving if s.is_latest]

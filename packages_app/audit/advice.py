@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from packages_app.audit.assessment import Assessment
 from packages_app.audit.model import Resolution
 from packages_app.audit.releases import release_for
-from packages_app.verdicts import Cause, Status
+from packages_app.verdicts import Cause, Status, improves
 
 UNCERTIFIED_OVERRIDE = "uncertified_override"
 _FAILS = ("load-fails", "refused")
@@ -166,7 +166,7 @@ def _unused_advice(
         lead = "MTP weights unused (its reports do not name the strategy)"
     newest = assessment.headline.release
     auto = assessment.outcome(release or newest, "auto")
-    if newer is not None and newer.status.rank > assessment.status.rank:
+    if newer is not None and improves(newer.status, assessment.status):
         fix = f"run {newer.short_sha} ({newer.status.label})"
     elif assessment.status.needs_action:
         fix = assessment.headline.action.text
@@ -181,7 +181,7 @@ def _unused_advice(
 
 
 def _outdated_advice(assessment: Assessment, newer: Newer | None, release: str | None) -> Advice | None:
-    if newer is None or newer.status.rank <= assessment.status.rank:
+    if newer is None or not improves(newer.status, assessment.status):
         return None
     return Advice(Cause.OUTDATED, f"Outdated: upgrade to {newer.short_sha} ({newer.status.label}).", release)
 
