@@ -439,8 +439,8 @@ def node_page(
     SQL flag only ranks, it cannot see what a node's own release refuses (an upgrade to make), so filtering
     on it would hide such a node from the answer to "which of my nodes need action". Every node is judged
     without what advice never reads (where each report's topology placed the node, the decode-rate
-    sketches, the reports in the window) and the cells' strategies where its reports all ran one or the
-    node's release is unknown (``_read_to_judge``); then the page's rows get them (``_placed``)."""
+    sketches, the reports in the window), and without its cells' strategies where its reports all ran
+    one or its release is unknown (``_read_to_judge``); then the page's rows get them (``_placed``)."""
     if needs_action:
         judged = node_rows(since, needs_action=True, show_private=show_private, placed=False)
         page_of_rows = Paginator(judged, NODES_PER_PAGE).get_page(number)
@@ -519,8 +519,8 @@ def _hidden_revisions() -> QuerySet[Revision, Any]:
 
 def _flagged(servings: QuerySet[Serving], since: datetime) -> QuerySet[Serving]:
     """The rows likely to need action: a revision whose headline calls for action, one whose
-    package's latest revision has a better headline (verdicts.improves), or MTP unused in the window (the advice itself
-    is judged in Python for the rows shown, against the node's release)."""
+    package's latest revision has a better headline (verdicts.improves), or MTP unused in the window
+    (the advice itself is judged in Python for the rows shown, against the node's release)."""
     unused = Q(last_unused_at__gte=since, revision__mtp_detected=True)
     better = Q(latest_rank__gt=F("own_rank")) & ~Q(latest_rank=Status.NOT_ASSESSED.rank)  # verdicts.improves
     flagged = Q(revision__headline__in=NEEDS_ACTION) | better | unused
