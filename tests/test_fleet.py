@@ -17,7 +17,8 @@ from django.utils import timezone
 from django.utils.html import escape
 
 from packages_app import fleet, glossary, sketch
-from packages_app.audit.releases import known_releases
+from packages_app.audit.assessment import parse_stored
+from packages_app.audit.releases import known_releases, release_for
 from packages_app.models import NodeRun, Package, Serving
 from packages_app.verdicts import VERDICTS, Cause
 from tests import dashboard_factories as f
@@ -719,19 +720,16 @@ def test_the_fleet_seed_has_topologies_whose_nodes_serve_one_to_three_revisions_
     for node, revision in Serving.objects.exclude(node_key=0).values_list("node_key", "revision_id"):
         served.setdefault(node, set()).add(revision)
     assert served and all(1 <= len(revisions) <= 3 for revisions in served.values())
-    # Each report ran what its node's setting resolves to on the revision: native MTP only where declared.
-    ran = Report.objects.values_list(
-        "requested_strategy",
-        "effective_strategy",
-        "mtp_used",
-        "revision__mtp_declared",
-        "revision__mtp_detected",
-    )
-    for requested, effective, used, declared, detected in ran:
-        on = requested == "auto" and bool(declared and detected)
-        assert (effective, used) == (
-            ("native-mtp", True) if on else (requested.replace("auto", "disabled"), False)
-        )
+    # A node serves a revision only on a release that admits it, and runs what the revision's assessment
+    # predicts its setting does there: the seeded fleet never contradicts its audits.
+    for run in NodeRun.objects.filter(repo_id__startswith="fleet-test/").select_related("revision"):
+        release = release_for(run.version)
+        assessment = parse_stored(json.dumps(run.revision.assessment))
+        assert release is None or assessment.servable_on(release).admitted, (run.version, run.repo_id)
+    judged = fleet.node_rows(fleet.window_start(), placed=False)
+    causes = {s.advice.cause for row in judged for s in row.serving}
+    assert Cause.CONTRADICTION not in causes and Cause.REFUSED not in causes
+    assert sum(bool(row.serving) for row in judged) >= 6
     rows = Serving.objects.exclude(node_key=0)
     assert rows.exclude(sole_strategy="").count() >= 0.8 * rows.count()  # a node runs what it is set to
     runs = NodeRun.objects.filter(repo_id__startswith="fleet-test/")

@@ -8,10 +8,11 @@ Two shapes of fleet: ``--shape catalog`` (the default) has 40 nodes that each re
 revision; ``--shape fleet`` has 1,000 nodes in a few hundred topologies (splits over 1 to 4 nodes),
 each topology serving 1 to 3 revisions one after another over the 30 days (an older revision, then
 the package's latest, sometimes another package), with the runs the nodes' agents registered
-(``NodeRun``: mesh-llm release, stages, devices) as a real fleet has them. Each fleet node runs the
-strategy its operator's ``speculative.strategy`` setting resolves to on the revision it serves (most
-``auto``: native MTP only where the package declares it; a few changed their setting once), where the
-catalog shape's reports each pick one at random.
+(``NodeRun``: mesh-llm release, stages, devices) as a real fleet has them. A fleet node serves a
+revision only on a release that admits it (its own, else the newest that does: its operator moved it
+there), and runs what its operator's ``speculative.strategy`` setting does there as the revision's
+stored assessment predicts (most ``auto``; a few changed their setting once; a setting whose load
+fails is turned off). The catalog shape's reports each pick a strategy at random.
 """
 
 from __future__ import annotations
@@ -24,17 +25,19 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connection, transaction
-from django.db.models import Model, OuterRef, Subquery
+from django.db.models import Model, OuterRef, Subquery, TextField
+from django.db.models.functions import Cast
 
 from packages_app import partitions, rollups
+from packages_app.audit.assessment import Assessment, parse_stored
 from packages_app.audit.assessment import synthetic as synthetic_assessment
-from packages_app.audit.releases import known_releases
+from packages_app.audit.releases import known_releases, release_for
 from packages_app.layout import FileRole
 from packages_app.models import (
     LastServed,
@@ -64,7 +67,9 @@ class Latest:
     mtp_detected: bool
     repo_id: str
     commit_sha: str
-    mtp_declared: bool = False  # the fleet shape's: what auto resolves to on it
+    mtp_declared: bool = False
+    # The fleet shape's: its stored assessment (what each release and setting does with it).
+    assessment: Assessment | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -408,16 +413,33 @@ class Seeder:
         return len(runs)
 
     def servable_revisions(self) -> dict[int, list[Latest]]:
-        """Per package, its audited revisions, oldest first (the latest last)."""
+        """Per package, its audited revisions that some release admits, oldest first (the latest last);
+        packages without one are left out (no node can load them)."""
         rows = Revision.objects.filter(package__repo_id__startswith=self.prefix).exclude(block_count=None)
         fields = (
             *("id", "block_count", "mtp_detected", "package__repo_id", "commit_sha", "mtp_declared"),
             "package_id",
         )
+        rows = rows.annotate(assessment_text=Cast("assessment", TextField()))
         by_package: dict[int, list[Latest]] = {}
-        for *row, package_id in rows.order_by("committed_at", "id").values_list(*fields):
-            by_package.setdefault(package_id, []).append(Latest(*row))
+        for *named, package_id, text in rows.order_by("committed_at", "id").values_list(
+            *fields, "assessment_text"
+        ):
+            latest = replace(Latest(*named), assessment=parse_stored(text))
+            if admitting(latest):
+                by_package.setdefault(package_id, []).append(latest)
         return by_package
+
+    def release_on(self, node: int, revision: Latest) -> tuple[str, str | None]:
+        """The node's mesh-llm version while it serves ``revision``, and the release the matrix names it:
+        its own when that admits the revision or the matrix does not know it (it predicts nothing
+        there), else the newest release that admits it."""
+        version = self.versions[node]
+        release = release_for(version)
+        admitted = admitting(revision)
+        if release is None or release in admitted:
+            return version, release
+        return admitted[-1], admitted[-1]
 
     def fleet_last_seen(self) -> dict[int, datetime]:
         seen: dict[int, datetime] = {}
@@ -452,7 +474,8 @@ class Seeder:
         segment = next(s for s in topology.segments if at <= s.end)
         node = self.random.choice(topology.nodes)
         requested = next(value for since, value in reversed(self.settings[node]) if since <= at)
-        row = self.report_row(segment.revision, at, ran=resolved(requested, segment.revision))
+        _version, release = self.release_on(node, segment.revision)
+        row = self.report_row(segment.revision, at, ran=resolved(requested, segment.revision, release))
         row.node_id = node
         row.stage_splits = segment.splits
         row.topology_id = topology.topology_id
@@ -589,7 +612,7 @@ class FleetTopology:
                     repo_id=segment.revision.repo_id,
                     commit_sha=segment.revision.commit_sha,
                     revision_id=segment.revision.id,
-                    version=seeder.versions[node],
+                    version=seeder.release_on(node, segment.revision)[0],
                     stage_splits=segment.splits,
                     stages=stages,
                     devices=[stage["raw"]["selected_device"]],
@@ -735,14 +758,28 @@ class CopyLoader:
 REPORT_SPAN = timedelta(days=30)
 
 
-def resolved(requested: str, revision: Latest) -> tuple[str, str, bool]:
-    """(requested, effective strategy, MTP used) of a node set to ``requested`` serving ``revision``, as
-    mesh-llm's resolver runs it on a package (rules: auto runs native MTP only when the package's default
-    strategy does; ngram-cache and ngram-suffix turn native MTP off) and as the seeded audits predict."""
-    if requested == "auto":
-        on = bool(revision.mtp_declared) and bool(revision.mtp_detected)
-        return requested, "native-mtp" if on else "disabled", on
-    return requested, requested, False
+def admitting(revision: Latest) -> list[str]:
+    """The releases, oldest first, whose admission the revision's stored assessment grants."""
+    assessment = revision.assessment
+    if assessment is None:
+        return []
+    return [s.release for s in assessment.servable if s.admitted]
+
+
+def resolved(requested: str, revision: Latest, release: str | None) -> tuple[str, str, bool]:
+    """(requested, effective strategy, MTP used) of a node set to ``requested`` serving ``revision`` on
+    ``release`` (None: one the matrix does not know, run as the newest that admits it), as the revision's
+    assessment predicts mesh-llm's resolver runs it (rules: auto runs native MTP only when the package's
+    default strategy does; ngram-cache and ngram-suffix turn native MTP off). A setting whose load fails
+    or is refused there cannot serve it: its operator turned speculative decoding off to load it."""
+    where = release or admitting(revision)[-1]
+    row = revision.assessment.outcome(where, requested) if revision.assessment else None
+    outcome = row.outcome if row else "no-mtp"
+    if outcome in ("load-fails", "refused"):
+        return "disabled", "disabled", False
+    if outcome == "native-mtp":
+        return requested, "native-mtp", True
+    return requested, requested if requested in ("ngram-cache", "ngram-suffix") else "disabled", False
 
 
 def reserve_report_ids(count: int) -> int:
