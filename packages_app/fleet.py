@@ -236,38 +236,47 @@ class ServedRevision(_Names):
 
 def served_revisions(package_ids: Iterable[int], since: datetime) -> dict[int, list[ServedRevision]]:
     """Per package, the revisions nodes reported since ``since``, broken first (2 queries): which, by
-    how many nodes and with which headline from the Serving rows, the window's reports from the
-    all-node cells."""
-    rows = list(
-        Serving.objects.filter(revision__package_id__in=list(package_ids), last_at__gte=since)
+    how many nodes and with which headline, each revision counting its nodes' Serving rows in a
+    subquery (from the serving_revision_recent index alone); the window's reports from the all-node
+    cells. Not each Serving row joined to its revision and grouped: PostgreSQL then read the
+    revision's assessment for every row (a page of the catalog shape: 2,451 rows, 40 nodes each, for
+    49 revisions, 6.6 ms against 1.3 ms)."""
+    window = (
+        Serving.objects.filter(revision_id=OuterRef("pk"), last_at__gte=since)
         .exclude(node_key=Rollup.ALL_NODES)
+        .order_by()
+    )
+    nodes = window.values("revision_id").annotate(n=Count("node_key", distinct=True)).values("n")
+    rows = list(
+        Revision.objects.filter(package_id__in=list(package_ids))
+        .annotate(nodes=Subquery(nodes), unused=Exists(window.filter(last_unused_at__gte=since)))
+        .filter(nodes__gt=0)
         .values(
-            "revision_id",
-            "revision__package_id",
-            "revision__package__repo_id",
-            "revision__commit_sha",
-            "revision__verdict",
-            "revision__headline",
-            "revision__mtp_detected",
-            "revision__assessment__headline",
-        )
-        .annotate(
-            latest_id=F("revision__package__latest_revision_id"),
-            nodes=Count("node_key", distinct=True),
-            unused=Count("node_key", filter=Q(last_unused_at__gte=since)),
+            "pk",
+            "package_id",
+            "package__repo_id",
+            "package__latest_revision_id",
+            "commit_sha",
+            "verdict",
+            "headline",
+            "mtp_detected",
+            "assessment__headline",
+            "nodes",
+            "unused",
         )
         .order_by()
     )
-    revision_ids = [row["revision_id"] for row in rows]
     reports = dict(
-        Rollup.objects.filter(window_cells(since), node_key=Rollup.ALL_NODES, revision_id__in=revision_ids)
+        Rollup.objects.filter(
+            window_cells(since), node_key=Rollup.ALL_NODES, revision_id__in=[row["pk"] for row in rows]
+        )
         .values_list("revision_id")
         .annotate(n=Sum("reports"))
         .order_by()
     )
     result: dict[int, list[ServedRevision]] = {}
     for row in rows:
-        served = _served(row, reports.get(row["revision_id"], 0))
+        served = _served(row, reports.get(row["pk"], 0))
         result.setdefault(served.package_id, []).append(served)
     for items in result.values():
         items.sort(key=lambda s: (not s.broken, s.status.rank, -s.nodes, s.commit_sha))
@@ -275,18 +284,18 @@ def served_revisions(package_ids: Iterable[int], since: datetime) -> dict[int, l
 
 
 def _served(row: Mapping[str, Any], reports: int) -> ServedRevision:
-    headline = Headline.from_json(row["revision__assessment__headline"])
+    headline = Headline.from_json(row["assessment__headline"])
     return ServedRevision(
-        package_id=row["revision__package_id"],
-        revision_id=row["revision_id"],
-        repo_id=row["revision__package__repo_id"],
-        commit_sha=row["revision__commit_sha"],
-        verdict=row["revision__verdict"] or "",
-        headline=row["revision__headline"] or "",
-        is_latest=row["revision_id"] == row["latest_id"],
+        package_id=row["package_id"],
+        revision_id=row["pk"],
+        repo_id=row["package__repo_id"],
+        commit_sha=row["commit_sha"],
+        verdict=row["verdict"] or "",
+        headline=row["headline"] or "",
+        is_latest=row["pk"] == row["package__latest_revision_id"],
         nodes=row["nodes"],
         reports=reports,
-        alert=bool(row["unused"]) and bool(row["revision__mtp_detected"]),
+        alert=row["unused"] and bool(row["mtp_detected"]),
         sentence=headline.sentence if headline else "",
         action=headline.action.text if headline else "",
     )

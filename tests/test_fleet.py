@@ -58,6 +58,29 @@ def test_the_alert_and_inconsistent_filters_match_a_package_through_a_served_rev
     assert api["results"][0]["served_revisions"][0]["nodes"] == 4
 
 
+def test_a_served_revision_counts_each_node_once_and_only_its_rows_in_the_window() -> None:
+    now = timezone.now()
+    package = f.make_package("meshllm/Served-layers")
+    old = f.make_revision(package, "undeclared-mtp")
+    latest = f.make_revision(
+        package, "consistent-mtp", commit_sha="b" * 40, committed_at=f.BASE_TIME + timedelta(1)
+    )
+    a, b, gone = f.make_node("box-a"), f.make_node("box-b"), f.make_node("box-gone")
+    for topology in ("lab-1", "lab-2"):  # two Serving rows of one node
+        f.make_report(a, old, 3.1, at=now - timedelta(hours=1), topology_id=topology)
+    f.make_report(b, old, 3.2, at=now - timedelta(hours=2), mtp_used=True)
+    f.make_report(gone, old, 3.3, at=now - timedelta(days=9))  # MTP unused, before the window
+    f.make_report(b, latest, 5.3, at=now - timedelta(hours=1), mtp_used=True)
+
+    served = fleet.served_revisions([package.pk], fleet.window_start())[package.pk]
+
+    assert [(s.commit_sha, s.is_latest, s.nodes, s.reports) for s in served] == [
+        (old.commit_sha, False, 2, 3),
+        ("b" * 40, True, 1, 1),
+    ]
+    assert served[0].alert and not served[1].alert  # box-a's reports left MTP unused in the window
+
+
 def test_reports_older_than_the_window_no_longer_flag_the_package(client: Client) -> None:
     f.qwen35_fleet(timezone.now() - timedelta(days=10))
     assert "Qwen3.5" not in text(client.get("/", {"alert": "on"}))
