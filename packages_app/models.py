@@ -147,11 +147,23 @@ class Revision(models.Model):
         ]
         indexes = [
             # The catalog's facets (every page counts the packages per latest verdict, status and
-            # architecture) and its MTP filters (in the weights, declared): an index-only scan, not a
-            # read of every wide revision row.
+            # architecture), its filters (MTP in the weights, declared; schema; ingest status) and its
+            # sort keys (committed, size, layers): an index-only scan, not a read of every wide
+            # revision row (queries._packages_of).
             models.Index(
                 fields=["id"],
-                include=["verdict", "headline", "architecture", "mtp_detected", "mtp_declared"],
+                include=[
+                    "verdict",
+                    "headline",
+                    "architecture",
+                    "mtp_detected",
+                    "mtp_declared",
+                    "committed_at",
+                    "total_bytes",
+                    "block_count",
+                    "schema_version",
+                    "status",
+                ],
                 name="revision_facets",
             ),
         ]

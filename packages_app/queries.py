@@ -433,18 +433,21 @@ def catalog_page(
     return CatalogResult(page, rows, counts.facets, counts.architectures, counts.headlines)
 
 
-# Past the first page, a page of at most this many rows is read as its ids first.
+# A page of at most this many rows is read as its ids first.
 PAGE_BY_IDS = 1000
 
 
 def _packages_of(page: Page[Package], packages_in_order: QuerySet[Package]) -> list[Package]:
-    """The page's packages. Past the first page, its ids first, then their rows: PostgreSQL evaluates a
-    query's columns for every row an OFFSET skips, so one query reads the latest revision's assessment
-    of every earlier package too (page 100 of 10,000 packages: 38 ms in one query, 6 ms in two)."""
-    if page.number == 1 or page.paginator.per_page > PAGE_BY_IDS:
+    """The page's packages: its ids first, in order, then their rows. PostgreSQL computes a query's
+    columns for every row it sorts or an OFFSET skips, so one query read the latest revision's
+    assessment for every package the filters keep, not only the page's (page 100 of 10,000 packages:
+    38 ms in one query, 6 ms in two). The ids' query reads the revisions' sort and filter columns from
+    the revision_facets index alone (the 3,631 packages with MTP weights not declared, newest first:
+    13.5 ms in one query, 4 ms in two)."""
+    if page.paginator.per_page > PAGE_BY_IDS:
         return list(page.object_list)
     ids = list(page.object_list.values_list("pk", flat=True))  # type: ignore[attr-defined]
-    rows = {package.pk: package for package in packages_in_order.filter(pk__in=ids)}
+    rows = {package.pk: package for package in packages_in_order.filter(pk__in=ids).order_by()}
     return [rows[pk] for pk in ids if pk in rows]
 
 
