@@ -42,7 +42,7 @@ def test_the_list_is_paginated_with_links_that_keep_the_filters(client: Client) 
 
 @pytest.mark.parametrize("sort", ["repo", "-size", "-updated"])
 def test_walking_the_pages_gives_the_one_page_list_in_its_order(client: Client, sort: str) -> None:
-    for i, size in enumerate([5, 1, 9, 3, 7, 2, 8]):  # each page read by its ids first
+    for i, size in enumerate([5, 1, 9, 3, 7, 2, 8]):  # pages past the first are read by their ids first
         f.make_revision(f.make_package(f"meshllm/w{i}-layers"), total_bytes=size * 10**9)
     whole = client.get("/api/v1/packages", {"sort": sort, "per_page": "200"}).json()["results"]
     walked = [
