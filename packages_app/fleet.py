@@ -240,7 +240,7 @@ def served_revisions(package_ids: Iterable[int], since: datetime) -> dict[int, l
     subquery (from the serving_revision_recent index alone); the window's reports from the all-node
     cells. Not each Serving row joined to its revision and grouped: PostgreSQL then read the
     revision's assessment for every row (a page of the catalog shape: 2,451 rows, 40 nodes each, for
-    49 revisions, 6.6 ms against 1.3 ms)."""
+    49 revisions, 6.6 ms against 1.6 ms)."""
     window = (
         Serving.objects.filter(revision_id=OuterRef("pk"), last_at__gte=since)
         .exclude(node_key=Rollup.ALL_NODES)
