@@ -295,7 +295,7 @@ def _served(row: Mapping[str, Any], reports: int) -> ServedRevision:
         is_latest=row["pk"] == row["package__latest_revision_id"],
         nodes=row["nodes"],
         reports=reports,
-        alert=row["unused"] and bool(row["mtp_detected"]),
+        alert=bool(row["unused"]) and bool(row["mtp_detected"]),
         sentence=headline.sentence if headline else "",
         action=headline.action.text if headline else "",
     )

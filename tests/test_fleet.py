@@ -78,7 +78,7 @@ def test_a_served_revision_counts_each_node_once_and_only_its_rows_in_the_window
         (old.commit_sha, False, 2, 3),
         ("b" * 40, True, 1, 1),
     ]
-    assert served[0].alert and not served[1].alert  # box-a's reports left MTP unused in the window
+    assert served[0].alert is True and served[1].alert is False  # box-a left MTP unused in the window
 
 
 def test_reports_older_than_the_window_no_longer_flag_the_package(client: Client) -> None:
