@@ -240,7 +240,8 @@ class GGUFHeader:
         return value if isinstance(value, int) and not isinstance(value, bool) else None
 
     def to_json(self) -> dict[str, object]:
-        """design.md's header JSON; non-finite floats become "NaN"/"Infinity"/"-Infinity" (strict JSON)."""
+        """docs/design.md's header JSON; non-finite floats become "NaN", "Infinity", "-Infinity" (strict
+        JSON)."""
         return {
             "version": self.version,
             "header_bytes": self.header_bytes,

@@ -29,7 +29,7 @@ PROBLEMS: dict[str, str] = {
     **detection.GLOSSARY,
 }
 
-# What a node reports it did: effective strategies and MTP sources (node-report.md).
+# What a node reports it did: effective strategies and MTP sources (docs/node-report.md).
 RUNTIME: dict[str, str] = {
     "disabled": "No speculative decoding: one token per forward pass.",
     "native-mtp": "The package's MTP (NextN) head drafts tokens that the main model verifies.",

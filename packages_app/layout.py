@@ -2,7 +2,7 @@
 
 Pure (no Django, no I/O). Every module that needs to know what a layer package looks like on disk or on
 the Hub asks here, so a change to the convention is one edit. The conventions are mesh-llm's
-(domain.md section 1): `model-package.json` at the root, `layers/layer-NNNNN.gguf` per transformer block
+(docs/domain.md section 1): `model-package.json` at the root, `layers/layer-NNNNN.gguf` per transformer block
 (split blocks as `-partMM`), `shared/metadata.gguf` as the v2 metadata carrier.
 """
 
@@ -21,7 +21,8 @@ METADATA_ONLY_KEY = "skippy.package.metadata_only"
 HOUSEKEEPING_FILES = frozenset({MANIFEST_FILE, ".gitattributes", "README.md"})
 
 # `layer-00040.gguf`, `layer-00047-part02.gguf`, anywhere in the tree. The writer pads to five digits, but
-# mesh-llm does not check artifact naming (rules.md section 2), so any width up to six digits is a layer file.
+# mesh-llm does not check artifact naming (docs/rules.md section 2), so any width up to six digits is a
+# layer file.
 LAYER_FILE_RE = re.compile(r"(?:^|/)layer-(\d{1,6})(?:-part(\d{1,4}))?\.gguf$")
 
 

@@ -1,7 +1,7 @@
 """The stored state: packages, their pinned revisions and files, serving nodes and their reports.
 
 Every table has a natural key under a unique constraint, so a re-run, a retry or two racing
-workers write the same rows (design.md).
+workers write the same rows (docs/design.md).
 """
 
 from __future__ import annotations

@@ -220,7 +220,7 @@ def mtp_used(report: ReportIn) -> bool:
     """Native MTP really ran: the node says it was on, and the speculative counters moved.
 
     `mtp_source=Disabled` with every counter 0 is the silent failure the dashboard exists for
-    (domain.md section 4), so either signal alone is not enough.
+    (docs/domain.md section 4), so either signal alone is not enough.
     """
     spec, t = report.speculative, report.timings
     counters = [t.plausible(key) for key in MTP_COUNTERS]

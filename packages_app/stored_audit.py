@@ -11,7 +11,7 @@ from packages_app.models import PackageFile, Revision
 
 
 def stored_header_json(f: PackageFile) -> dict[str, object]:
-    """The header JSON of design.md, rebuilt from a stored file row."""
+    """The header JSON of docs/design.md, rebuilt from a stored file row."""
     kv = f.kv or {}
     return {
         "version": f.gguf_version,

@@ -365,7 +365,7 @@ def _recent(revision_id: int) -> list[dict[str, Any]]:
 
 
 PLAN_ROWS = 50
-# Requests whose outcome is known (node-report.md section 4); "auto" and a package's own strategy
+# Requests whose outcome is known (docs/node-report.md section 4); "auto" and a package's own strategy
 # names may resolve to anything, so they are never called unmet.
 JUDGED_REQUESTS = ("mtp", "disabled", "ngram-cache", "ngram-suffix")
 

@@ -149,7 +149,7 @@ def mtp_name(schema: int) -> str:
 
 
 def mtp_generation(schema: int, layers: list[int], depth: int = 1) -> dict[str, Any]:
-    """What a correct writer emits (domain.md section 3), v1 or v2 naming."""
+    """What a correct writer emits (docs/domain.md section 3), v1 or v2 naming."""
     name = mtp_name(schema)
     strategy = auditing.writer_mtp_strategy(layers)
     strategy["prediction_depth"] = depth

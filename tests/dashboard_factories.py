@@ -1,6 +1,6 @@
 """Plain factories for dashboard tests: packages, revisions, files, reports; audits as auditing.py writes.
 
-The motivating case (domain.md section 9) is ``qwen35_package``: qwen35moe, 41 blocks, block 40 holds
+The motivating case (docs/domain.md section 9) is ``qwen35_package``: qwen35moe, 41 blocks, block 40 holds
 the NextN tensors, the manifest declares nothing, so the verdict is ``undeclared-mtp``.
 """
 

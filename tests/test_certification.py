@@ -1,5 +1,5 @@
-"""The split-certification gate (rules.md section 6a; issue 20 items 1-3): the bundled rosters, the gate per
-release, the release rows after v0.76.2, and `manage.py import_roster`."""
+"""The split-certification gate (docs/rules.md section 6a; issue 20 items 1-3): the bundled rosters, the gate
+per release, the release rows after v0.76.2, and `manage.py import_roster`."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The command-line contract: audit_package, inspect_gguf, ingest, track, reaudit (design.md)."""
+"""The command-line contract: audit_package, inspect_gguf, ingest, track, reaudit (docs/design.md)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Detection of the newer draft-MTP architectures (issue 20 item 5; rules.md section 6a): cohere2moe, glm-dsa
-and qwen4exp NextN heads, and NextN tensors without the nextn_predict_layers key those loaders read as
+"""Detection of the newer draft-MTP architectures (issue 20 item 5; docs/rules.md section 6a): cohere2moe,
+glm-dsa and qwen4exp NextN heads, and NextN tensors without the nextn_predict_layers key those loaders read as
 optional."""
 
 from __future__ import annotations

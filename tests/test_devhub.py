@@ -594,7 +594,7 @@ def test_layer_files_are_sparse_on_disk(demo_catalog: Path) -> None:
     assert stat.st_blocks * 512 < 16 * MiB
 
 
-# --- the demo catalog mirrors the real one (rules.md, domain.md "The real catalog") ---------------
+# --- the demo catalog mirrors the real one (docs/rules.md, docs/domain.md "The real catalog") ---------------
 
 
 def _parse_error(manifest: dict[str, Any]) -> str | None:

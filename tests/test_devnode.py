@@ -1,4 +1,4 @@
-"""devnode says what a mesh-llm node says: the fields node-report.md lists, with their types."""
+"""devnode says what a mesh-llm node says: the fields docs/node-report.md lists, with their types."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 from packages_app.devnode import payloads
 from packages_app.devnode.server import DevNode
 
-# node-report.md section 2, StageStatus, in the document's order.
+# docs/node-report.md section 2, StageStatus, in the document's order.
 STAGE_STATUS_FIELDS = [
     "topology_id",
     "run_id",
@@ -42,7 +42,8 @@ STAGE_STATUS_FIELDS = [
     "weight_quantization",
     "error",
     "shutdown_generation",
-    # The split-certification status (rules.md 6a; the JSON key is not pinned down, devnode uses the log's).
+    # The split-certification status (docs/rules.md 6a; the JSON key is not pinned down, devnode uses the
+    # log's).
     "split_certification",
 ]
 ALWAYS_TIMINGS = [

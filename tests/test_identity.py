@@ -1,4 +1,4 @@
-"""The canonical package_id, computed as mesh-llm's computed_package_id does (rules.md section 4)."""
+"""The canonical package_id, computed as mesh-llm's computed_package_id does (docs/rules.md section 4)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from packages_app.manifest.identity import package_id_of
 from packages_app.manifest.v2schema import DecodeError
 
 DIGEST = "0123456789abcdef" * 4
-# mesh-llm's own tests.rs::fixture(), byte for byte as rules.md gives it.
+# mesh-llm's own tests.rs::fixture(), byte for byte as docs/rules.md gives it.
 FIXTURE = (
     '{"schema_version":2,"package_id":"","model_id":"fixture/model","source_model":{"sha256":"'
     + DIGEST

@@ -1,4 +1,4 @@
-"""Every timings object a real mesh-llm node emits is stored (node-report.md section 1.5, verbatim)."""
+"""Every timings object a real mesh-llm node emits is stored (docs/node-report.md section 1.5, verbatim)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from packages_app.throughput import revision_throughput
 QWEN = "meshllm/Qwen3.5-35B-A3B-UD-Q4_K_XL-layers"
 SHA = "a" * 40
 
-# node-report.md section 1.5, copied verbatim.
+# docs/node-report.md section 1.5, copied verbatim.
 NO_TELEMETRY = """{"draft_n":0,"draft_n_accepted":0,"native_mtp_proposal_compute_us":0,"native_mtp_rejected":0,"native_mtp_verification_compute_us":0,"native_mtp_verifications":0,"predicted_ms":100.0,"predicted_n":8,"predicted_per_second":80.0,"prompt_ms":20.0,"prompt_n":4,"prompt_per_second":200.0}"""  # noqa: E501
 NATIVE_MTP = """{"draft_n":7,"draft_n_accepted":5,"native_mtp_proposal_compute_us":100,"native_mtp_rejected":2,"native_mtp_verification_compute_us":200,"native_mtp_verifications":7,"predicted_ms":100.0,"predicted_n":7,"predicted_per_second":70.0,"prompt_ms":20.0,"prompt_n":4,"prompt_per_second":200.0}"""  # noqa: E501
 STANDALONE_NGRAM = """{"draft_n":12,"draft_n_accepted":9,"native_mtp_proposal_compute_us":0,"native_mtp_rejected":0,"native_mtp_verification_compute_us":0,"native_mtp_verifications":0,"predicted_ms":100.0,"predicted_n":8,"predicted_per_second":80.0,"prompt_ms":20.0,"prompt_n":4,"prompt_per_second":200.0,"speculative_accept_rate":0.75,"speculative_accepted_n":9,"speculative_proposed_n":12,"speculative_rejected_n":3,"speculative_windows":3,"verify_window_downstream_wait_ms":0.0,"verify_window_forward_write_ms":0.0,"verify_window_stage0_compute_ms":0.0,"verify_window_verify_elapsed_ms":0.0}"""  # noqa: E501

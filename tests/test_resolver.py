@@ -1,4 +1,4 @@
-"""The resolver table (rules.md section 5) and the release matrix (section 6), one manifest per row."""
+"""The resolver table (docs/rules.md section 5) and the release matrix (section 6), one manifest per row."""
 
 from __future__ import annotations
 
@@ -163,7 +163,7 @@ def test_the_table_says_what_is_not_pinned_down() -> None:
 
 
 # A release without PR #1959's ABI check, as the catch-all row used to stand for one: no row of the real table
-# is pinned down to it any more (rules.md section 7), so the rule is exercised on this row.
+# is pinned down to it any more (docs/rules.md section 7), so the rule is exercised on this row.
 AFTER_1959 = Release("after PR #1959", "any", "", False, True, True, "test")
 
 

@@ -1,6 +1,6 @@
-"""Manifest validity as mesh-llm judges it: one manifest per code, built from rules.md, both schemas.
+"""Manifest validity as mesh-llm judges it: one manifest per code, built from docs/rules.md, both schemas.
 
-v2 is mesh-llm's serde shape + validate_root (rules.md sections 1-2), v1 its preflight (section 3).
+v2 is mesh-llm's serde shape + validate_root (docs/rules.md sections 1-2), v1 its preflight (section 3).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ REV = "a" * 40
 
 
 def v2_base() -> Doc:
-    """mesh-llm's own tests.rs::fixture(), with a real package_id (rules.md section 4)."""
+    """mesh-llm's own tests.rs::fixture(), with a real package_id (docs/rules.md section 4)."""
     doc: Doc = {
         "schema_version": 2,
         "package_id": "",

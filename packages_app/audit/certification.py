@@ -1,4 +1,4 @@
-"""Pure: mesh-llm's split-certification gate (PRs #1845, #1893; rules.md section 6a) and its rosters.
+"""Pure: mesh-llm's split-certification gate (PRs #1845, #1893; docs/rules.md section 6a) and its rosters.
 
 Split serving fails closed: a node split-serves a package only when the GGUF ``general.architecture`` of its
 metadata carrier is on the roster compiled into the binary; ``--split --allow-uncertified-split`` overrides,
@@ -261,7 +261,7 @@ def split_gate(
     """Whether ``release`` split-serves a package whose carrier says ``general.architecture`` = architecture.
 
     ``has_gate`` None and ``roster_name`` None mean "not pinned down"; the sentences say so rather than
-    guess (rules.md section 6a).
+    guess (docs/rules.md section 6a).
     """
     rosters = known_rosters() if rosters is None else rosters
     if has_gate is False:

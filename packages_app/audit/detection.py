@@ -37,12 +37,12 @@ _BLOCK_RE = re.compile(r"blk\.(\d{1,6})\.([A-Za-z0-9_]+)")
 _MOE_RE = re.compile(r"ffn_[a-z_]+_exps")
 _DENSE_FFN = frozenset({"ffn_up", "ffn_down", "ffn_gate"})
 _ARCH_BY_NAME = {name: arch for arch, name in MODEL_ARCH_NAMES.items()}
-# gguf 0.19 lists no NextN tensors for these architectures; domain.md section 5 records what they hold.
+# gguf 0.19 lists no NextN tensors for these architectures; docs/domain.md section 5 records what they hold.
 _DOCUMENTED_NEXTN = {
     "qwen35": ("eh_proj", "enorm", "hnorm", "shared_head_norm"),
     "qwen35moe": ("eh_proj", "enorm", "hnorm", "shared_head_norm"),
     # DeepSeek-V4 projects with nextn.e_proj + nextn.h_proj instead of eh_proj, and its head carries its
-    # own hyper-connection mixer (nextn.hc_head_*) (domain.md, real catalog). Only the pair is required.
+    # own hyper-connection mixer (nextn.hc_head_*) (docs/domain.md, real catalog). Only the pair is required.
     "deepseek4": ("e_proj", "h_proj"),
     # gguf 0.19 has no cohere2moe. llama.cpp's loader (ggml-org/llama.cpp@00487aad
     # src/models/cohere2moe.cpp, load_block_mtp) creates these six for the MTP block.
@@ -65,7 +65,7 @@ _REQUIRED_NEXTN = {
     "qwen4exp": ("eh_proj", "enorm", "hnorm"),
 }
 # Draft-MTP architectures whose loader reads <arch>.nextn_predict_layers as optional, so NextN tensors can
-# come without the key (rules.md section 6a: step35, cohere2moe, glm-dsa #25980, qwen4exp #28610; the
+# come without the key (docs/rules.md section 6a: step35, cohere2moe, glm-dsa #25980, qwen4exp #28610; the
 # cohere2moe, glm-dsa and qwen4exp loaders above read it with get_key(..., false)).
 OPTIONAL_NEXTN_KEY = frozenset({"step35", "cohere2moe", "glm-dsa", "qwen4exp"})
 NEXTN_KEY_ABSENT = "nextn_key_absent"

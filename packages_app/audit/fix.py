@@ -72,7 +72,7 @@ def _with_package_id(patched: Json, manifest: Manifest) -> Json:
 
 
 def writer_mtp_strategy(layer_indices: Sequence[int]) -> Json:
-    """The native-MTP strategy a correct writer emits (domain.md section 3)."""
+    """The native-MTP strategy a correct writer emits (docs/domain.md section 3)."""
     return {
         "type": NATIVE_MTP,
         "prediction_depth": 1,

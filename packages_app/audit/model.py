@@ -157,8 +157,8 @@ class Provenance:
 
 UNCERTAIN = (
     "Whether a split package load's model path exposes a GGUF with nextn metadata is not pinned down "
-    "(rules.md section 7). If it does, auto and mtp turn native MTP on through the local GGUF even without "
-    "a declaration; this table assumes a package load has no local GGUF signal.",
+    "(docs/rules.md section 7). If it does, auto and mtp turn native MTP on through the local GGUF even "
+    "without a declaration; this table assumes a package load has no local GGUF signal.",
     "Whether host admission runs the full validate() or validate_root() is not confirmed; this table "
     "applies validate_root (the tensor-catalog checks need the metadata carrier).",
 )

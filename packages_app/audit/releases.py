@@ -1,4 +1,4 @@
-"""Pure: which mesh-llm release admits a manifest, and if not, why (rules.md sections 6 and 6a).
+"""Pure: which mesh-llm release admits a manifest, and if not, why (docs/rules.md sections 6 and 6a).
 
 The releases are data, in releases.toml beside this module (one table per release, sourced); the only
 I/O is reading that bundled file once. No Django, no network.

@@ -2,7 +2,8 @@
 
 A package-v2 manifest may carry ``generation.request_defaults``: named profiles (max tokens, sampling,
 reasoning) each sourced to a publisher commit, and a ``selection`` naming the profile per reasoning mode
-(rules.md section 2; lib.rs ``GenerationProfileSelection``: "Selects a package profile after the request's
+(docs/rules.md section 2; lib.rs ``GenerationProfileSelection``:
+"Selects a package profile after the request's
 reasoning mode has been resolved. `default` is used when the mode remains automatic or unknown."). mesh-llm
 applies them below the request's own values and the operator's settings ("advisory package data ...
 resolved below explicit request and deployment/operator settings by the serving runtime"). It may also

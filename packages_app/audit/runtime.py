@@ -1,8 +1,9 @@
 """Pure: the resolver as a table: what mesh-llm does with each operator ``speculative.strategy`` setting
-for one manifest (rules.md section 5: resolver/speculative.rs, frontend/speculative.rs). No Django, no I/O.
+for one manifest (docs/rules.md section 5: resolver/speculative.rs, frontend/speculative.rs). No Django,
+no I/O.
 
 Each row is one of ``native-mtp``, ``no-mtp``, ``load-fails``, ``refused`` with a sentence. Where
-mesh-llm's behaviour is not pinned down (rules.md section 7) the table says so in ``UNCERTAIN``.
+mesh-llm's behaviour is not pinned down (docs/rules.md section 7) the table says so in ``UNCERTAIN``.
 """
 
 from __future__ import annotations

@@ -78,7 +78,7 @@ _FIXED_WINDOW = {"default": "fixed", "initial_window": 1, "min_window": 1, "max_
 
 
 def mtp_generation(layer: int, name: str = "mtp") -> dict[str, Any]:
-    """The declaration a correct writer emits for one MTP block (domain.md section 3)."""
+    """The declaration a correct writer emits for one MTP block (docs/domain.md section 3)."""
     strategy = {
         "type": "native-mtp",
         "prediction_depth": 1,
@@ -122,13 +122,13 @@ def mtp_suffix_generation(layer: int) -> dict[str, Any]:
     }
 
 
-# mesh-llm releases as the real catalog shows them (rules.md section 6, mesh-llm #1956): the writer's
+# mesh-llm releases as the real catalog shows them (docs/rules.md section 6, mesh-llm #1956): the writer's
 # version and the native ABI it stamps. v0.76.1/v0.76.2 admit only ABI 0.1.53.
 RC9 = ("0.76.0-rc9", "0.1.53")
 V0760 = ("0.76.0", "0.1.54")
 V0761 = ("0.76.1", "0.1.54")
 V0761_ABI57 = ("0.76.1", "0.1.57")
-# mesh-llm v0.78.0's native runtimes carry skippy ABI 0.1.66 (its native-runtimes.json, rules.md 6a).
+# mesh-llm v0.78.0's native runtimes carry skippy ABI 0.1.66 (its native-runtimes.json, docs/rules.md 6a).
 V0780 = ("0.78.0", "0.1.66")
 
 
@@ -472,7 +472,7 @@ def _plans() -> tuple[PackagePlan, ...]:
 
 
 def _glm51_plan() -> PackagePlan:
-    """glm-dsa, which neither known split-certification roster lists (rules.md 6a): every release whose
+    """glm-dsa, which neither known split-certification roster lists (docs/rules.md 6a): every release whose
     roster is known refuses to split-serve it, and the demo's override node serves it anyway."""
     return PackagePlan(
         GLM51_REPO,
@@ -622,7 +622,7 @@ def manifest_v1(plan: PackagePlan, rev: RevisionPlan, spec: ModelSpec, files: Pa
 
 
 def manifest_v2(plan: PackagePlan, rev: RevisionPlan, spec: ModelSpec, files: PackageFiles) -> dict[str, Any]:
-    """A v2 manifest with mesh-llm's field names, in its struct order (rules.md sections 1 and 4)."""
+    """A v2 manifest with mesh-llm's field names, in its struct order (docs/rules.md sections 1 and 4)."""
     v1_source = _source(plan, spec, files)
     primary = v1_source["files"][0]
     source_files = [

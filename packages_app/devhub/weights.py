@@ -736,7 +736,7 @@ def glm4moe_spec(name: str = "GLM-5.3-Flash", nextn_tensors: bool = True) -> Mod
 def glm_dsa_spec() -> ModelSpec:
     """A glm-dsa model shaped like GLM-5.1 (llama.cpp src/models/glm-dsa.cpp): MLA attention with the DSA
     lightning indexer, 78 trunk blocks (block 0 dense) + MTP block 78 with the six nextn tensors. No known
-    split-certification roster lists glm-dsa (rules.md 6a), which is what the demo shows with it."""
+    split-certification roster lists glm-dsa (docs/rules.md 6a), which is what the demo shows with it."""
     t, h, vocab, n_blocks, experts, eff = _Tensors(MODEL_ARCH.GLM_DSA), 6144, 151552, 79, 256, 2048
     mla = _Mla(heads=64, q_lora=2048, kv_lora=512, rope=64, nope=192, v_dim=256)
     idx_heads, idx_dim = 32, 128

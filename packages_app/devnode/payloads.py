@@ -1,6 +1,6 @@
 """Pure: what a mesh-llm node says about one run - console API bodies, response timings, decode spans.
 
-Shapes from node-report.md: ``GET /api/runtime/stages`` (section 2), ``GET /api/status`` (section 3),
+Shapes from docs/node-report.md: ``GET /api/runtime/stages`` (section 2), ``GET /api/status`` (section 3),
 ``timings`` (section 1, keys in alphabetical order as serde's BTreeMap writes them) and the
 ``stage.openai_decode`` span's attributes (section 4).
 """
@@ -29,7 +29,7 @@ class StagePlan:
     layer_end: int
     device: str = "CUDA0"
     # "certified", or "uncertified_override" for a split served with --allow-uncertified-split
-    # (rules.md 6a); None: the stage says nothing, as nodes before the gate do.
+    # (docs/rules.md 6a); None: the stage says nothing, as nodes before the gate do.
     certification: str | None = "certified"
     weight_quantization: str = "auto"  # StageWeightQuantization::Auto, the stage loader's default
 
@@ -126,8 +126,8 @@ def _stage_status(plan: RunPlan, index: int, stage: StagePlan) -> dict[str, Any]
 
 
 def _certification(stage: StagePlan) -> dict[str, Any]:
-    # Which key /api/runtime/stages uses is not pinned down (rules.md 6a); mesh-llm logs the status as the
-    # field `split_certification`, so devnode writes that one.
+    # Which key /api/runtime/stages uses is not pinned down (docs/rules.md 6a); mesh-llm logs the status as
+    # the field `split_certification`, so devnode writes that one.
     return {} if stage.certification is None else {"split_certification": stage.certification}
 
 
@@ -196,7 +196,7 @@ def decode(plan: RunPlan, rng: random.Random, max_tokens: int) -> Decode:
 
 
 def timings(plan: RunPlan, d: Decode) -> dict[str, Any]:
-    """The ``timings`` object (node-report.md 1.1, 1.4), sorted as a BTreeMap serializes it."""
+    """The ``timings`` object (docs/node-report.md 1.1, 1.4), sorted as a BTreeMap serializes it."""
     ngram = plan.effective_strategy.startswith("ngram")
     out: dict[str, Any] = {
         "prompt_n": d.prompt_n,
@@ -229,7 +229,7 @@ def timings(plan: RunPlan, d: Decode) -> dict[str, Any]:
 
 
 def span_attributes(plan: RunPlan, d: Decode, stage_id: str) -> dict[str, Any]:
-    """The ``stage.openai_decode`` attributes mesh-llm sets (node-report.md section 4)."""
+    """The ``stage.openai_decode`` attributes mesh-llm sets (docs/node-report.md section 4)."""
     attrs: dict[str, Any] = {
         "skippy.run_id": plan.run_id,
         "skippy.stage_id": stage_id,

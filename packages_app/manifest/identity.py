@@ -1,4 +1,4 @@
-"""Pure: the canonical package_id mesh-llm computes for a package-v2 manifest (rules.md section 4).
+"""Pure: the canonical package_id mesh-llm computes for a package-v2 manifest (docs/rules.md section 4).
 
 The id is ``sha256:`` + the SHA-256 of the compact serialization of the decoded root with
 ``package_id`` set to "" and ``created_at_unix_secs`` to 0, source files sorted by path, artifacts by

@@ -1,5 +1,5 @@
 """Pure: schema 1 (``layer-package``) judged by mesh-llm's v1 preflight (skippy-model-package
-preflight.rs, rules.md section 3): its struct (extra keys ignored), its codes, its order.
+preflight.rs, docs/rules.md section 3): its struct (extra keys ignored), its codes, its order.
 
 Only the checks a manifest alone can answer are made here; artifact existence, size and sha256 need the
 files (audit_package on a folder, or the Hub listing in the audit). No Django, no I/O.

@@ -1,5 +1,5 @@
 """Pure: mesh-llm's ``validate_root`` for a decoded package-v2 root: the same ValidationCodes, paths and
-order (skippy-package-format lib.rs, rules.md section 2). No Django, no I/O.
+order (skippy-package-format lib.rs, docs/rules.md section 2). No Django, no I/O.
 
 The tensor-catalog checks of the full ``validate()`` need the metadata carrier's inventory and are not
 made here. Input is what v2schema.decode_root returns, so every field is present and typed.

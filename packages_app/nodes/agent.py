@@ -54,7 +54,7 @@ SHA = re.compile(r"^[0-9a-f]{40}$")
 DECIMAL = re.compile(r"[0-9]+")
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
 REF = re.compile(r"^(?:hf://)?(?P<repo>[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+)(?:@(?P<rev>[^\s@]+))?$")
-# A stage's split-certification status (rules.md 6a: "certified", or "uncertified_override" when the node
+# A stage's split-certification status (docs/rules.md 6a: "certified", or "uncertified_override" when the node
 # split-serves with --allow-uncertified-split). Which JSON key /api/runtime/stages uses is not pinned down,
 # so the spellings mesh-llm's own names suggest are all read (its log field is `split_certification`).
 CERTIFICATION_KEYS = (

@@ -1,7 +1,7 @@
 """Pure: OTLP trace export bodies -> the ``stage.openai_decode`` spans meshdash stores as reports.
 
 Decodes OTLP/protobuf and OTLP/JSON (hex trace and span ids, per the OTLP spec), gunzips with the
-decompressed size capped, and maps the span attributes mesh-llm sets (node-report.md section 4) to a
+decompressed size capped, and maps the span attributes mesh-llm sets (docs/node-report.md section 4) to a
 typed ``DecodeSpan``. Every other span, and a decode span missing what a report needs, is counted as
 rejected with a reason, for the OTLP partial-success answer. No Django and no I/O here.
 
@@ -61,7 +61,7 @@ ELAPSED_MS = "llama_stage.elapsed_ms"
 TOKEN_COUNTS = ("llama_stage.decode_token_count", "llama_stage.completion_token_count")
 REQUIRED = (RUN_ID, EFFECTIVE)
 
-# Span attribute -> the timings key a response would carry for the same counter (node-report.md 1.1).
+# Span attribute -> the timings key a response would carry for the same counter (docs/node-report.md 1.1).
 TIMINGS_FROM_ATTRIBUTES = {
     "llama_stage.native_mtp.drafted": "native_mtp_drafted",
     "llama_stage.native_mtp.accepted": "native_mtp_accepted",

@@ -66,7 +66,7 @@ Strategy = Annotated[str, Strict(), Field(pattern=r"^[a-z0-9][a-z0-9+._-]{0,63}$
 
 
 def _check_repo_id(value: str) -> str:
-    # The Hub's rules beyond the character set (domain.md section 8); pydantic regexes lack lookahead.
+    # The Hub's rules beyond the character set (docs/domain.md section 8); pydantic regexes lack lookahead.
     if "--" in value or ".." in value or value.endswith(".git"):
         raise PydanticCustomError("repo_id", "A repo id must not contain '--' or '..' nor end in '.git'")
     return value
@@ -143,7 +143,7 @@ class Speculative(_Strict):
 
 TIMINGS_DOC = """The ``timings`` object of a mesh-llm response, every key kept with its JSON type.
 
-A real node's ``timings`` is a free-form map (node-report.md section 1): integers, floats, booleans,
+A real node's ``timings`` is a free-form map (docs/node-report.md section 1): integers, floats, booleans,
 strings, ``null`` (serde writes NaN and infinities as null) and arrays of numbers. Known keys are
 typed, never bounded: a value outside plausible bounds is kept and named by ``implausible_keys``,
 so the report is stored, flagged, and the value left out of medians. Only the hard limits below

@@ -164,7 +164,7 @@ def speculative(target: Target, mtp_on: bool) -> dict[str, str]:
         return {"requested_strategy": "disabled", "effective_strategy": "disabled", "mtp_source": "Disabled"}
     if mtp_on:
         return {"requested_strategy": "auto", "effective_strategy": "native-mtp", "mtp_source": "Integrated"}
-    # "auto" on a package without a declaration: the runtime silently stays off (domain.md 4).
+    # "auto" on a package without a declaration: the runtime silently stays off (docs/domain.md 4).
     return {"requested_strategy": "auto", "effective_strategy": "disabled", "mtp_source": "Disabled"}
 
 
