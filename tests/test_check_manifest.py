@@ -136,7 +136,10 @@ def test_in_a_package_folder_the_carrier_beside_the_manifest_feeds_the_split_gat
 
     assert code == 1
     assert headline["status"] == "not-servable" and headline["action"]["kind"] == "split-override"
-    assert "architecture glm-dsa is not certified for split serving" in headline["sentence"]
+    assert headline["sentence"].startswith(
+        "Not servable split by v0.78.0 (roster inferred from its ABI 0.1.66)"
+    )
+    assert "does not list glm-dsa" in headline["sentence"]
     (folder / "shared" / "metadata.gguf").unlink()  # control: without the carrier the gate cannot tell
     code, out, _ = run(folder / "model-package.json", "--json")
     assert json.loads(out)["assessment"]["headline"]["status"] == "weights-unread"

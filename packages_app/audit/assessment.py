@@ -145,14 +145,26 @@ class Servable:
     split: Tristate = None
     split_why: str = ""
     gate: Tristate = None  # the gate alone: the architecture on the release's roster (or no gate)
+    architecture: str = ""  # the carrier's general.architecture the gate judged ("" when not read)
+    roster_inferred: bool = False  # the release's roster is inferred from its ABI (docs/rules.md 6b)
+    gate_unjudged: bool = False  # the release has a known roster, but no carrier was read to judge it
+
+    @property
+    def split_label(self) -> str:
+        """The split answer in a few words, saying where the roster is inferred."""
+        word = "certified" if self.split else "refused" if self.split is False else "not pinned down"
+        return f"{word} (roster inferred from its ABI)" if self.roster_inferred else word
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "release": self.release,
-            "admitted": self.admitted,
-            "why": self.why,
-            "split": {"admitted": self.split, "why": self.split_why, "gate": self.gate},
+        split = {
+            "admitted": self.split,
+            "why": self.split_why,
+            "gate": self.gate,
+            "architecture": self.architecture,
+            "roster_inferred": self.roster_inferred,
+            "gate_unjudged": self.gate_unjudged,
         }
+        return {"release": self.release, "admitted": self.admitted, "why": self.why, "split": split}
 
     @classmethod
     def from_json(cls, doc: Any) -> Servable | None:
@@ -167,13 +179,27 @@ class Servable:
             _tristate(split.get("admitted")),
             _text(split.get("why")),
             _tristate(split.get("gate")),
+            _text(split.get("architecture")),
+            split.get("roster_inferred") is True,
+            split.get("gate_unjudged") is True,
         )
 
     @classmethod
     def of(cls, a: Admission) -> Servable:
         split = a.split.admitted if a.split else a.admitted
         split_why = a.split.why if a.split else a.why
-        return cls(a.release, a.admitted, a.why, split, split_why, a.gate.admitted if a.gate else None)
+        gate = a.gate
+        return cls(
+            a.release,
+            a.admitted,
+            a.why,
+            split,
+            split_why,
+            gate.admitted if gate else None,
+            (gate.architecture or "") if gate else "",
+            bool(gate and gate.roster_inferred),
+            bool(gate and gate.roster is not None and gate.architecture is None),
+        )
 
 
 @dataclass(frozen=True)
@@ -312,6 +338,7 @@ class ReleaseTable:
     groups: tuple[OutcomeGroup, ...]
     split: Tristate = None
     split_why: str = ""
+    roster_inferred: bool = False  # the split answer rests on a roster inferred from the release's ABI
 
     @property
     def settings(self) -> int:
@@ -341,7 +368,13 @@ def release_tables(assessment: Assessment) -> list[ReleaseTable]:
         outcomes = next((o for o in assessment.outcomes if o.release == servable.release), None)
         groups = _grouped(outcomes.rows if outcomes else ())
         table = ReleaseTable(
-            (servable.release,), servable.admitted, servable.why, groups, servable.split, servable.split_why
+            (servable.release,),
+            servable.admitted,
+            servable.why,
+            groups,
+            servable.split,
+            servable.split_why,
+            servable.roster_inferred and servable.admitted is not False,  # moot where it refuses to load
         )
         same = next((t for t in tables if replace(t, releases=()) == replace(table, releases=())), None)
         if same is not None:
@@ -435,7 +468,7 @@ def headline(facts: Facts, servable: Sequence[Servable], outcomes: Sequence[Rele
         return _not_servable_split(newest, gated)
     caveat = "" if newest.admitted else f" ({newest.why})"
     if facts.verdict is None:
-        return _weights_unread(facts, newest.release, caveat)
+        return _weights_unread(facts, newest.release, caveat, _gate_unjudged(servable))
     auto = table.row("auto")
     if auto is not None and auto.outcome == "load-fails":
         return _fails_at_load(facts, newest.release, auto, caveat)
@@ -515,7 +548,14 @@ def _refused_split(servable: Sequence[Servable]) -> Servable | None:
 
 def _not_servable_split(newest: Servable, gated: Servable) -> Headline:
     why = gated.split_why.rstrip(".")
-    if gated is newest:
+    if gated is newest and newest.roster_inferred:
+        abi = f" {_abi_of(why)}" if _abi_of(why) else ""
+        sentence = (
+            f"Not servable split by {newest.release} (roster inferred from its ABI{abi}): its "
+            f"split-certification roster does not list {newest.architecture or 'the architecture'}, and "
+            f"`--allow-uncertified-split` overrides. On one node {newest.release} admits it."
+        )
+    elif gated is newest:
         sentence = f"Not servable split by {newest.release}: {why}. On one node it is admitted."
     else:
         sentence = (
@@ -530,7 +570,24 @@ def _not_servable_split(newest: Servable, gated: Servable) -> Headline:
     return Headline(Status.NOT_SERVABLE, sentence, Action(ActionKind.SPLIT_OVERRIDE, text), newest.release)
 
 
-def _weights_unread(facts: Facts, release: str, caveat: str) -> Headline:
+def _abi_of(why: str) -> str:
+    """The ABI an inferred roster's sentence names ("inferred from its ABI 0.1.66: ...")."""
+    marker = "inferred from its ABI "
+    return why.split(marker, 1)[1].split(":", 1)[0] if marker in why else ""
+
+
+def _gate_unjudged(servable: Sequence[Servable]) -> str:
+    """What the headline says when the newest release's split gate could not be judged: no carrier read."""
+    newest = servable[-1] if servable else None
+    if newest is None or not newest.gate_unjudged:
+        return ""
+    return (
+        f"; whether {newest.release} split-serves it was not judged: its split-certification gate reads "
+        "general.architecture from the metadata carrier, and no carrier was read (a manifest alone has none)"
+    )
+
+
+def _weights_unread(facts: Facts, release: str, caveat: str, unjudged: str = "") -> Headline:
     command = f"{AUDIT_COMMAND} {facts.source or '<package folder or owner/repo>'}"
     if facts.scope == "manifest":
         sentence = (
@@ -548,6 +605,7 @@ def _weights_unread(facts: Facts, release: str, caveat: str) -> Headline:
             f"; it declares native MTP on {describe_layers(list(layers))}, which auto runs if those blocks "
             "hold NextN tensors"
         )
+    sentence += unjudged
     text = "Run audit_package on the package folder or its Hub repo: it reads every GGUF header."
     action = Action(ActionKind.READ_WEIGHTS, text, command)
     return Headline(Status.WEIGHTS_UNREAD, sentence + ".", action, release)
