@@ -391,10 +391,24 @@ class ThroughputSummaryOut(BaseModel):
     )
 
 
+class SplitOut(BaseModel):
+    """Split serving on one release: the package verdict and its split-certification gate."""
+
+    admitted: bool | None = Field(description="null: not pinned down.")
+    why: str
+    gate: bool | None = Field(description="The gate alone: the architecture on the release's roster.")
+    architecture: str = Field("", description="The carrier's general.architecture it judged; '' if unread.")
+    roster_inferred: bool = Field(
+        False, description="The release's roster is inferred from its Skippy ABI, not read for its tag."
+    )
+    gate_unjudged: bool = Field(False, description="The roster is known but no metadata carrier was read.")
+
+
 class ServableOut(BaseModel):
     release: str
     admitted: bool | None = Field(description="null: not pinned down in mesh-llm's code.")
     why: str
+    split: SplitOut | None = None
 
 
 class SettingOutcomeOut(BaseModel):
@@ -493,6 +507,10 @@ class ManifestCheckOut(BaseModel):
 
     schema_: int | None = Field(alias="schema")
     valid: bool
+    passes: bool = Field(
+        description="What `manage.py check_manifest` exits 0 on: valid, admitted by the newest release, "
+        "not refused split by a known roster, no error finding. The same for the same bytes on every surface."
+    )
     assessment: AssessmentOut
     problems: list[CheckProblemOut]
     package_id: PackageIdOut
