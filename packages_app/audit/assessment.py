@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
+from packages_app.audit.fix import generation_text
 from packages_app.audit.model import Declared, Detected, Resolution, Runtime, Suggestion
 from packages_app.audit.releases import Admission
 from packages_app.manifest import MANIFEST_FILE, ManifestResult, Problem, describe_layers
@@ -521,19 +522,29 @@ def _not_servable(facts: Facts, newest: Servable, servable: Sequence[Servable]) 
     sentence = f"Not servable by {newest.release}: {newest.why}{only}"
     manifest = facts.parsed.manifest if facts.parsed else None
     if manifest is not None and manifest.schema_version == 1:
-        mtp = facts.detected is not None and facts.detected.has_mtp_weights
-        declare = (
-            f", which declares the MTP block at {describe_layers(list(facts.detected.mtp_blocks))}"
-            if mtp and facts.detected is not None
-            else ""
-        )
-        text = (
-            "Republish it as package-v2 with `mesh-llm models package` "
-            f"(the writer since PR #1937{declare}); schema v1 is offline-only since PR #1693."
-        )
+        text = _republish_v2_text(facts)
         return Headline(Status.NOT_SERVABLE, sentence, Action(ActionKind.REPUBLISH_V2, text), newest.release)
     text = f"Republish it in a form {newest.release} admits: {newest.why}"
     return Headline(Status.NOT_SERVABLE, sentence, Action(ActionKind.FIX_MANIFEST, text), newest.release)
+
+
+def _republish_v2_text(facts: Facts) -> str:
+    """A v1 package's action: republish as package-v2, with the writer where it emits the MTP block, and
+    where it refuses the source, the block to write by hand (docs/rules.md section 6b)."""
+    d = facts.detected
+    mtp = d is not None and d.has_mtp_weights
+    writer = facts.suggestion.writer if facts.suggestion else None
+    offline = "schema v1 is offline-only since PR #1693."
+    if mtp and d is not None and writer is not None and not writer.emits and facts.suggestion is not None:
+        block = generation_text(facts.suggestion.generation)
+        return (
+            "Republish it as package-v2, but `mesh-llm models package` refuses this source: "
+            f"{writer.reason}. Write the package-v2 manifest's block by hand, "
+            f'"generation": {block}; {offline}'
+        )
+    declare = f", which declares the MTP block at {describe_layers(list(d.mtp_blocks))}" if mtp and d else ""
+    writer_text = f"`mesh-llm models package` (the writer since PR #1937{declare})"
+    return f"Republish it as package-v2 with {writer_text}; {offline}"
 
 
 def _refused_split(servable: Sequence[Servable]) -> Servable | None:
@@ -665,9 +676,26 @@ def _patch_text(facts: Facts) -> str:
     verb = "corrects the declaration to" if facts.verdict is Verdict.DECLARATION_MISMATCH else "declares"
     manifest = facts.parsed.manifest if facts.parsed else None
     identity = " and recomputes package_id" if manifest is not None and manifest.schema_version == 2 else ""
-    return (
+    text = (
         f"Apply the patched {MANIFEST_FILE}: it {verb} native MTP on {blocks}{identity}; publish it as a new "
-        "revision."
+        "revision"
+    )
+    return text + _writer_clause(facts.suggestion)
+
+
+def _writer_clause(suggestion: Suggestion | None) -> str:
+    """Whether republishing with mesh-llm's writer would do the same (docs/rules.md section 6b): it emits
+    the block for one MTP shape only; for the others the block is written by hand, quoted here."""
+    writer = suggestion.writer if suggestion else None
+    if suggestion is None or writer is None:
+        return "."
+    if writer.emits:
+        return (
+            " (or republish with `mesh-llm models package`, whose writer emits this block for this source)."
+        )
+    return (
+        f". `mesh-llm models package` refuses this source ({writer.reason}), so add the block by hand: "
+        f'"generation": {generation_text(suggestion.generation)}.'
     )
 
 

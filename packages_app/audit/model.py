@@ -188,12 +188,41 @@ class Runtime:
         return {r.setting: r.to_json() for r in self.rows}
 
 
+WRITER_SHAPES = ("writer", "key-absent", "deep", "not-last", "no-tensors")
+
+
+@dataclass(frozen=True)
+class WriterShape:
+    """Whether mesh-llm's package writer (PR #1937, ``mesh-llm models package``) emits the declaration for
+    this source itself (docs/rules.md section 6b): only for ``<arch>.nextn_predict_layers == 1`` with NextN
+    tensors exactly at the last block; for every other MTP shape it refuses the source, and the block must
+    be written by hand."""
+
+    shape: str  # one of WRITER_SHAPES; "writer" is the one shape it emits
+    reason: str = ""  # why it refuses, in a clause; "" for the writer's shape
+
+    @property
+    def emits(self) -> bool:
+        return self.shape == "writer"
+
+    def to_json(self) -> Json:
+        return {"shape": self.shape, "emits": self.emits, "reason": self.reason}
+
+    @classmethod
+    def from_json(cls, doc: Any) -> WriterShape | None:
+        if not isinstance(doc, Mapping) or doc.get("shape") not in WRITER_SHAPES:
+            return None
+        reason = doc.get("reason")
+        return cls(str(doc["shape"]), reason if isinstance(reason, str) else "")
+
+
 @dataclass(frozen=True)
 class Suggestion:
     generation: Json
     patched_manifest: str
     diff: str
-    advice: str | None = None  # v1: republish as package-v2; the block alone does not make it servable
+    advice: str | None = None  # what to do with the block: the writer, or by hand (and v1: republish as v2)
+    writer: WriterShape | None = None  # whether mesh-llm's writer emits this block for the source
 
     def to_json(self) -> Json:
         return {
@@ -201,4 +230,5 @@ class Suggestion:
             "patched_manifest": self.patched_manifest,
             "diff": self.diff,
             "advice": self.advice,
+            "writer": self.writer.to_json() if self.writer else None,
         }
