@@ -530,6 +530,7 @@ _DETECTED = {
     "key_and_tensors_agree",
     "expected_nextn_tensors",
     "missing_nextn_tensors",
+    "mtp_sidecar",
     "blocks",
 }
 _DECLARED = {

@@ -18,7 +18,14 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from packages_app.audit.fix import generation_text
-from packages_app.audit.model import Declared, Detected, Resolution, Runtime, Suggestion
+from packages_app.audit.model import (
+    Declared,
+    Detected,
+    Resolution,
+    ResolverAssumptions,
+    Runtime,
+    Suggestion,
+)
 from packages_app.audit.releases import Admission
 from packages_app.manifest import MANIFEST_FILE, ManifestResult, Problem, describe_layers
 from packages_app.verdicts import ActionKind, Status, Verdict, status_of, verdict_of
@@ -249,6 +256,8 @@ class Assessment:
     outcomes: tuple[ReleaseOutcomes, ...] = ()
     cannot_see: tuple[str, ...] = ()
     scope: Scope = "revision"
+    # What the resolver table (``outcomes``) assumes of a node; advice from what a node reports reads it.
+    assumptions: ResolverAssumptions = field(default_factory=ResolverAssumptions)
 
     @property
     def status(self) -> Status:
@@ -284,6 +293,7 @@ class Assessment:
             "servable": [s.to_json() for s in self.servable],
             "outcomes": [o.to_json() for o in self.outcomes],
             "cannot_see": list(self.cannot_see),
+            "assumptions": self.assumptions.to_json(),
         }
 
     @classmethod
@@ -303,6 +313,7 @@ class Assessment:
             _each(ReleaseOutcomes.from_json, doc.get("outcomes")),
             tuple(_text(t) for t in doc.get("cannot_see") or () if isinstance(t, str)),
             scope if scope in ("revision", "folder", "manifest") else "revision",
+            ResolverAssumptions.from_json(doc.get("assumptions")),
         )
 
 
@@ -433,6 +444,7 @@ def assess(facts: Facts) -> Assessment:
         outcomes=outcomes,
         cannot_see=unseen,
         scope=facts.scope,
+        assumptions=facts.runtime.assumptions,
     )
 
 
@@ -480,6 +492,9 @@ def headline(facts: Facts, servable: Sequence[Servable], outcomes: Sequence[Rele
         blocks = describe_layers(list(facts.declared.layer_indices))
         sentence = f"Admitted by {newest.release}; nodes on auto decode with native MTP ({blocks}){caveat}."
         return Headline(Status.SERVES_MTP, sentence, _nothing(), newest.release)
+    sidecar = _sidecar_only(facts, table)
+    if sidecar:
+        return _sidecar_unused(sidecar, newest.release, caveat)
     if facts.detected is not None and facts.detected.has_mtp_weights:
         return _mtp_unused(facts, newest.release, caveat)
     sentence = (
@@ -668,6 +683,28 @@ def _mtp_unused(facts: Facts, release: str, caveat: str) -> Headline:
         )
     sentence = f"Admitted by {release}{caveat}, but nodes on auto decode without MTP: {why}."
     return Headline(Status.MTP_UNUSED, sentence, action, release)
+
+
+def _sidecar_only(facts: Facts, table: ReleaseOutcomes) -> str:
+    """The MTP draft sidecar, when it is the package's only MTP and only explicit mtp runs it."""
+    d = facts.detected
+    mtp = table.row("mtp")
+    if d is None or d.has_mtp_weights or not d.sidecar or not d.sidecar_mtp_blocks:
+        return ""
+    return d.sidecar if mtp is not None and mtp.outcome == "native-mtp" else ""
+
+
+def _sidecar_unused(sidecar: str, release: str, caveat: str) -> Headline:
+    only = 'which mesh-llm runs only under an explicit speculative.strategy = "mtp"'
+    sentence = (
+        f"Admitted by {release}{caveat}, but nodes on auto decode without MTP: the package's MTP is "
+        f"the draft sidecar {sidecar}, {only}."
+    )
+    text = (
+        f'Set speculative.strategy = "mtp" on the nodes to run native MTP through {sidecar} (mesh-llm turns '
+        "it off without an error if it finds the pair incompatible: pairing_fault warn_disable)."
+    )
+    return Headline(Status.MTP_UNUSED, sentence, Action(ActionKind.SET_STRATEGY, text), release)
 
 
 def _patch_text(facts: Facts) -> str:

@@ -71,6 +71,7 @@ def render(path: str, result: ManifestCheck, tracked: Revision | None = None) ->
     lines += [f"  [{p['severity']}] {p['code']} at {p['path']}: {p['message']}" for p in doc["problems"]]
     lines.append("runtime (speculative.strategy -> outcome):")
     lines += [f"  {setting}: {row['outcome']}: {row['why']}" for setting, row in doc["runtime"].items()]
+    lines += [f"  (assumes) {sentence}" for sentence in result.runtime.assumptions.sentences()]
     lines += [f"  (not pinned down) {note}" for note in result.runtime.uncertain]
     lines.append("releases:")
     lines += [f"  {a['release']}: {_admitted(a['admitted'])}: {a['why']}" for a in doc["compatibility"]]
