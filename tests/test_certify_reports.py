@@ -131,7 +131,7 @@ def test_import_certify_ties_the_report_to_the_revision_it_tested_and_the_page_a
     assert code == 0 and f"for {QWEN38_REPO} at {rev.commit_sha[:12]}" in out
     page = client.get("/packages/meshllm/Qwen3.8-27B-UD-Q4_K_XL-layers/").content.decode()
     box = page[page.index('id="certify"') : page.index('id="certify"') + 1500]
-    assert "failed at v1_chat_completions</span> certified by olga on " in box
+    assert "certified by olga on " in box and ">failed at v1_chat_completions</span>" in box
     detail = client.get("/api/v1/packages/meshllm/Qwen3.8-27B-UD-Q4_K_XL-layers").json()
     (shown,) = detail["certify_reports"]
     assert shown["summary"] == "failed at v1_chat_completions" and shown["certified_by"] == "olga"

@@ -63,7 +63,7 @@ def test_the_package_page_shows_single_node_and_split_apart_and_marks_the_inferr
     box = page[page.index('id="assessment"') : page.index('id="findings"')]
     text = badge_text(box)
     assert f"Not servable split by v0.78.0 ({INFERRED} 0.1.66)" in text
-    assert f"v0.78.0 admits split refused ({INFERRED})" in text  # one node admits; split refused
+    assert f"v0.78.0 admits , split refused ({INFERRED})" in text  # one node admits; split refused
     releases = page[page.index('id="releases"') :]
     assert '<th scope="col">On one node</th><th scope="col">Split across nodes</th>' in releases
     assert f">{INFERRED}</span>" in releases

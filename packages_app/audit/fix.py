@@ -70,14 +70,14 @@ def writer_shape(manifest: Manifest | None, d: Detected) -> WriterShape:
         depth = d.nextn_predict_layers
         return WriterShape(
             "deep",
-            f"{key} = {depth} declares {depth}-step native MTP, and the writer runs depth 1 only, so it "
-            "emits no declaration (it bails)",
+            f"{key} = {depth} declares {depth}-step native MTP, and the writer runs depth 1 only: it bails "
+            "rather than emit a declaration",
         )
     if not d.nextn_predict_layers:
         state = "absent" if d.nextn_predict_layers is None else "0"
         return WriterShape(
             "key-absent",
-            f"the NextN tensors sit at {where} but {key} is {state} (the qwen4exp layout), which the writer "
+            f"the NextN tensors sit at {where} but {key} is {state}, the qwen4exp layout, which the writer "
             "refuses as inconsistent evidence",
         )
     if not blocks:
@@ -86,7 +86,7 @@ def writer_shape(manifest: Manifest | None, d: Detected) -> WriterShape:
         return WriterShape(
             "not-last",
             f"{key} = 1 but the NextN tensors sit at {where}, not at the last block ({layers - 1}) where "
-            "the writer expects them (DeepSeek-V4 style), so it refuses the source",
+            "the writer expects them, DeepSeek-V4 style",
         )
     return WriterShape("writer")
 
@@ -97,7 +97,7 @@ def generation_text(generation: Json) -> str:
 
 
 def _advice(manifest: Manifest, writer: WriterShape, generation: Json) -> str:
-    block = f'`"generation": {generation_text(generation)}`'
+    block = f'"generation": {generation_text(generation)}'
     if manifest.schema_version == 1:
         lead = (
             "This package is schema v1, which every serving load refuses (offline-only since PR #1693): "
@@ -120,7 +120,7 @@ def _advice(manifest: Manifest, writer: WriterShape, generation: Json) -> str:
         )
     return (
         f"`mesh-llm models package` refuses this source ({writer.reason}), so republishing with it does not "
-        f"declare MTP: add the block by hand, {block}, as the patched manifest does."
+        f"declare MTP. Add the block by hand, as the patched manifest does: {block}"
     )
 
 
