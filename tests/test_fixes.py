@@ -102,7 +102,7 @@ def test_the_fix_goes_from_finding_to_a_merged_revision_that_serves_with_mtp(
     # A maintainer merges it; the Hub's webhooks bring the new revision in.
     HfApi(endpoint=devhub.url, token=DEVHUB_TOKEN).merge_pull_request(QWEN38_REPO, 1)
     with django_capture_on_commit_callbacks(execute=True):
-        assert deliver(client, events[1:]) == [202, 202]
+        assert deliver(client, events[1:]) == [202, 202, 202]
     proposal.refresh_from_db()
     merged = Revision.objects.get(package=package, commit_sha=record.branches["main"])
     assert merged.headline == Status.SERVES_MTP
