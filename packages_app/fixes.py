@@ -400,6 +400,12 @@ def update_fix(proposal: FixProposal, *, writer: hub.HubWriter | None = None) ->
     return proposal
 
 
+def record_check_failure(proposal: FixProposal, message: str) -> FixProposal:
+    """Reading the PR back failed: its status stays what it was, and the proposal says why."""
+    proposal.refresh_from_db()
+    return _say(proposal, f"Reading the pull request back from the Hub failed: {message}")
+
+
 def _say(proposal: FixProposal, message: str) -> FixProposal:
     proposal.message, proposal.checked_at = message, timezone.now()
     proposal.save(update_fields=["message", "checked_at", "updated_at"])

@@ -392,6 +392,7 @@ def check_fix(self: Task, proposal_id: int) -> str:
         raise self.retry(exc=exc, countdown=retry_countdown(exc, self.request.retries)) from exc
     except hub.HubError as exc:
         log.warning("checking fix proposal %s failed: %s", proposal_id, exc)
+        fixes.record_check_failure(proposal, str(exc))
         return "failed"
 
 

@@ -447,3 +447,94 @@ def test_a_refused_token_fails_the_proposal_and_a_later_one_may_go(writable: Any
     assert run("propose_fix", QWEN38_REPO)[0] == 0
     opened = FixProposal.objects.get(status=FixProposal.Status.OPEN)
     assert fixes.refresh_fix(opened).author == "meshdash-bot"
+
+
+def test_closed_without_merge_then_reopened_is_followed_and_said(writable: Any) -> None:
+    devhub, _ = writable
+    ingested(devhub)
+    assert run("propose_fix", QWEN38_REPO)[0] == 0
+    proposal = FixProposal.objects.get()
+    maintainer = HfApi(endpoint=devhub.url, token=DEVHUB_TOKEN)
+    maintainer.change_discussion_status(QWEN38_REPO, 1, "closed", comment="Not this week.")
+    fixes.follow_fix(proposal)
+    assert (
+        proposal.status == FixProposal.Status.CLOSED
+        and "closed on the Hub without merging" in proposal.message
+    )
+    assert proposal.pk in fixes.proposals_to_check()  # still followed: it may be reopened
+    maintainer.change_discussion_status(QWEN38_REPO, 1, "open")
+    fixes.follow_fix(proposal)
+    assert proposal.status == FixProposal.Status.OPEN and "reopened" in proposal.message
+    maintainer.merge_pull_request(QWEN38_REPO, 1)
+    fixes.follow_fix(proposal)
+    assert (
+        proposal.status == FixProposal.Status.MERGED and proposal.verdict_comment_id == ""
+    )  # not ingested yet
+    ingested(devhub)
+    fixes.settle_revision(Revision.objects.get(commit_sha=proposal.merge_commit).pk)
+    proposal.refresh_from_db()
+    fixes.follow_fix(proposal)
+    assert proposal.verdict_comment_id and proposal.reported_at is not None
+    comments = [e for e in devhub.discussions[QWEN38_REPO][0].events if e["type"] == "comment"]
+    assert sum("meshdash checked this merge" in e["data"]["latest"]["raw"] for e in comments) == 1
+    fixes.follow_fix(proposal)  # a second check says nothing more
+    comments = [e for e in devhub.discussions[QWEN38_REPO][0].events if e["type"] == "comment"]
+    assert sum("meshdash checked this merge" in e["data"]["latest"]["raw"] for e in comments) == 1
+    assert proposal.pk not in fixes.proposals_to_check()
+
+
+def test_a_mismatch_is_said_on_the_pr_and_on_the_page(writable: Any, client: Client) -> None:
+    devhub, _ = writable
+    ingested(devhub)
+    assert run("propose_fix", QWEN38_REPO)[0] == 0
+    proposal = FixProposal.objects.get()
+    HfApi(endpoint=devhub.url, token=DEVHUB_TOKEN).merge_pull_request(QWEN38_REPO, 1)
+    fixes.refresh_fix(proposal)
+    ingested(devhub)
+    Revision.objects.filter(commit_sha=proposal.merge_commit).update(headline=Status.MTP_UNUSED)
+    fixes.settle_revision(Revision.objects.get(commit_sha=proposal.merge_commit).pk)
+    proposal.refresh_from_db()
+    fixes.report_verdict(proposal)
+    text = devhub.discussions[QWEN38_REPO][0].events[-1]["data"]["latest"]["raw"]
+    assert (
+        "did not land as promised" in text and "**MTP weights unused**, not the **serves with MTP**" in text
+    )
+    owner, name = QWEN38_REPO.split("/")
+    page = client.get(f"/packages/{owner}/{name}/").content.decode()
+    assert "landed as" in page and "not the promised serves with MTP" in page and "error-box" in page
+
+
+def test_an_opening_proposal_whose_task_hit_a_bug_or_died_ends_failed(
+    writable: Any, eager_tasks: None, monkeypatch: Any
+) -> None:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from packages_app import tasks
+
+    devhub, _ = writable
+    package = ingested(devhub)
+    base = package.latest_revision
+    assert base is not None
+    proposal, _ = fixes.request_fix(package, base)
+
+    def bug(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(fixes, "open_fix", bug)
+    with pytest.raises(RuntimeError):
+        tasks.open_fix_task.delay(proposal.pk).get()
+    proposal.refresh_from_db()
+    assert proposal.status == FixProposal.Status.FAILED and "RuntimeError" in proposal.message
+    # a worker killed mid-call leaves it opening: past the lease, the periodic check ends it failed
+    stuck, _ = fixes.request_fix(package, base)
+    FixProposal.objects.filter(pk=stuck.pk).update(updated_at=timezone.now() - timedelta(hours=1))
+    fresh = FixProposal.objects.create(
+        package=package, revision=base, base_sha="f" * 40, title="t", description="d", diff="", manifest=""
+    )
+    fixes.proposals_to_check()
+    stuck.refresh_from_db()
+    fresh.refresh_from_db()
+    assert stuck.status == FixProposal.Status.FAILED and "never finished" in stuck.message
+    assert fresh.status == FixProposal.Status.OPENING  # control: inside the lease it is left alone
