@@ -481,11 +481,12 @@ def settle_landed(proposal: FixProposal) -> FixProposal:
     proposal.landed_headline = landed.headline
     proposal.mismatch = landed.headline != proposal.promised_headline
     promised, got = status_of(proposal.promised_headline).label, status_of(landed.headline).label
+    # The summary says what landed; the message says what was checked and what to look at.
     if proposal.mismatch:
-        proposal.message = f"Landed as {landed.commit_sha[:12]}: {got}, not the promised {promised}."
+        proposal.message = f"Checked on its ingest: see the audit of {landed.commit_sha[:12]} for why."
         log.warning("fix for %s landed as %s, not %s", proposal.package.repo_id, got, promised)
     else:
-        proposal.message = f"Landed as {landed.commit_sha[:12]}: {got}, as promised."
+        proposal.message = f"Checked on the ingest of {landed.commit_sha[:12]}."
     proposal.save()
     return proposal
 
@@ -519,8 +520,10 @@ def verdict_comment(proposal: FixProposal) -> str:
             f"**meshdash checked this merge.** `{proposal.package.repo_id}` is now at `{landed.commit_sha}`, "
             f"whose audit says **{got.label}**, as promised when this pull request was opened.",
         ]
-    if action is not None and action.text:
-        lines += ["", f"{action.kind.label}: {action.text}"]
+    if assessment is not None:
+        lines += ["", assessment.headline.sentence]
+    if action is not None and action.kind != ActionKind.NOTHING and action.text:
+        lines += ["", f"What to do now: {action.text}"]
     if settings.MESHDASH_PUBLIC_URL:
         lines += ["", f"Audit and evidence: {package_url(proposal.package)}?revision={landed.commit_sha}"]
     return "\n".join(lines)
@@ -545,7 +548,8 @@ def report_verdict(proposal: FixProposal, *, writer: hub.HubWriter | None = None
         FixProposal.objects.filter(pk=proposal.pk).update(verdict_comment_id="")  # the next check posts it
         raise
     proposal.verdict_comment_id, proposal.reported_at = comment_id, timezone.now()
-    proposal.save(update_fields=["verdict_comment_id", "reported_at", "updated_at"])
+    proposal.message = f"{proposal.message} meshdash said so on the pull request.".strip()
+    proposal.save(update_fields=["verdict_comment_id", "reported_at", "message", "updated_at"])
     return proposal
 
 

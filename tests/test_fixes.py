@@ -234,7 +234,7 @@ def test_a_landed_headline_other_than_the_promised_one_is_flagged(writable: Any)
     Revision.objects.filter(commit_sha=proposal.merge_commit).update(headline=Status.MTP_UNUSED)
     fixes.settle_revision(Revision.objects.get(commit_sha=proposal.merge_commit).pk)
     proposal.refresh_from_db()
-    assert proposal.mismatch is True and "not the promised" in proposal.message
+    assert proposal.mismatch is True and "not the promised serves with MTP" in proposal.summary
     assert package.fix_proposals.count() == 1
 
 
