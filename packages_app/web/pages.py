@@ -270,6 +270,7 @@ def _fix_context(
         "fix_pr_link": hub_pr_link(fix.pr_url if fix else ""),
         "fix_pr_v1": fixes.v1_refusal(revision) if suggested else None,
         "fix_pr_superseded": fixes.supersede_refusal(package, revision) if applies else None,
+        "fix_pr_better": fixes.find_better_revision(package, revision) if applies else None,
         "fix_pr_offer": applies and revision.schema_version == 2,
         "fix_author": fixes.author_label(),
         "fix_token": bool(fixes.write_token()),
