@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('packages_app', '0025_package_model_card_and_catalog_rows'),
+        ('packages_app', '0026_package_model_card_and_catalog_rows'),
     ]
 
     operations = [
