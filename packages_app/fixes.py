@@ -42,6 +42,7 @@ from django.utils import timezone
 
 from packages_app import stored_audit
 from packages_app.audit import Assessment
+from packages_app.audit.model import WriterShape
 from packages_app.manifest import MANIFEST_FILE
 from packages_app.models import FixProposal, Package, Revision
 from packages_app.verdicts import ActionKind, Status, improves, status_of
@@ -100,7 +101,8 @@ def v1_refusal(revision: Revision) -> str | None:
         return (
             "This package is layer-package schema v1, which every serving load refuses: a pull request "
             "with a generation block would not make it servable. Republish it as package-v2 "
-            "with mesh-llm models package, whose writer (since PR #1937) declares the MTP block."
+            "with mesh-llm models package, whose writer (since PR #1937) declares the MTP block where it "
+            "accepts the source's layout (the revision's action says whether it does)."
         )
     return None
 
@@ -169,8 +171,29 @@ def plan(package: Package, revision: Revision) -> Plan:
     id_before = _package_id(revision.manifest_json)
     id_after = _package_id(_json(patched))
     title = f"Declare the MTP block in {MANIFEST_FILE} (found by meshdash)"
-    description = _description(package, revision, result.to_json(), before, after, id_before, id_after)
+    description = _description(
+        package,
+        revision,
+        result.to_json(),
+        before,
+        after,
+        id_before,
+        id_after,
+        writer=suggested.get("writer"),
+    )
     return Plan(package, revision, patched, diff, title, description, before, after, id_before, id_after)
+
+
+def _writer_line(writer: object) -> str:
+    """How the description names the block's origin: the writer's own shape, or written by hand because
+    the writer refuses this source (audit.fix.writer_shape; docs/rules.md section 6b)."""
+    shape = WriterShape.from_json(writer)
+    if shape is None or shape.emits:
+        return "as the fixed writer (mesh-llm PR #1937) emits it for this source"
+    return (
+        "written by hand in the shape that writer emits: `mesh-llm models package` (PR #1937) refuses this "
+        f"source ({shape.reason}), so republishing with it would not declare MTP"
+    )
 
 
 def _json(text: str) -> object:
@@ -199,6 +222,8 @@ def _description(
     after: Status,
     id_before: str,
     id_after: str,
+    *,
+    writer: object = None,  # the suggestion's writer shape (audit.fix.writer_shape), as stored
 ) -> str:
     detected = audit.get("detected") if isinstance(audit.get("detected"), dict) else {}
     assert isinstance(detected, dict)
@@ -224,8 +249,8 @@ def _description(
         "",
         "### What this change does",
         f"- Adds `generation.speculative_decoding` to `{MANIFEST_FILE}` with the strategy `mtp` "
-        f"(`native-mtp`, `prediction_depth` 1, `layer_indices` {layer_indices}) as its default, as the "
-        "fixed writer (mesh-llm PR #1937) emits it.",
+        f"(`native-mtp`, `prediction_depth` 1, `layer_indices` {layer_indices}) as its default, "
+        f"{_writer_line(writer)}.",
         f"- Recomputes `package_id` (it binds the generation block): `{id_before or '(none)'}` → "
         f"`{id_after or '(none)'}`.",
         f"- Changes no other file: the weights stay as they are. It is made from `{revision.commit_sha}`.",

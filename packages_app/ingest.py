@@ -142,7 +142,7 @@ def confirm_package(repo_id: str, source: hub.PackageSource | None = None) -> Pa
     if package is not None:
         return package
     if not within_tracking_rules(repo_id, settings.MESHDASH_NAMESPACES):
-        log.info("not tracking %s: outside the tracking rules (MESHDASH_NAMESPACES, -layers)", repo_id)
+        log.info("not tracking %s: outside the tracking rules (MESHDASH_NAMESPACES)", repo_id)
         return None
     source = source or hub.HubSource(repo_id)
     try:
@@ -152,9 +152,13 @@ def confirm_package(repo_id: str, source: hub.PackageSource | None = None) -> Pa
             raise
         log.info("not tracking %s: the Hub does not confirm it (%s)", repo_id, exc)
         return None
+    if getattr(source, "holds_manifest", None) is False:  # None: the source did not say; the ingest will
+        log.info("not tracking %s: its head holds no %s, so it is no package", repo_id, hub.MANIFEST_PATH)
+        return None
     with transaction.atomic():
         package = track_package(repo_id)
         record_privacy(package, source)
+        record_card(package, source)
     return package
 
 
@@ -170,6 +174,7 @@ def sync_package(repo_id: str, source: hub.PackageSource | None = None) -> list[
         Package.objects.filter(pk=package.pk).update(sync_error=str(exc), last_synced_at=timezone.now())
         raise
     record_privacy(package, source)
+    record_card(package, source)
     revisions = [_revision_for_commit(package, c) for c in commits]
     _refresh_latest(package)
     Package.objects.filter(pk=package.pk).update(sync_error="", last_synced_at=timezone.now())
@@ -185,7 +190,9 @@ class Discovery:
 def discover_packages(
     namespaces: list[str], catalog_dataset: str | None, on_skip: hub.SkipFn | None = None
 ) -> Discovery:
-    """Track every ``-layers`` repo of the namespaces and every package the curated catalog lists.
+    """Track every package of the namespaces (a repo holding model-package.json, whatever it is called:
+    docs/rules.md section 6b) and every package the curated catalog lists, whose catalog rows (with the
+    source model's revision) are stored with it.
 
     A listed repo id that is not valid is skipped and reported (``on_skip``, and the log), never fatal.
     """
@@ -195,23 +202,25 @@ def discover_packages(
     for namespace in namespaces:
         listed.update(hub.namespace_packages(namespace, on_skip=skip))
     found.update(listed)
+    rows: dict[str, list[dict[str, object]]] = {}
     if catalog_dataset:
         try:
-            found.update(
-                r
-                for r in hub.catalog_package_repos(catalog_dataset, on_skip=skip)
-                if r.split("/")[0] in namespaces
-            )
+            for row in hub.catalog_package_rows(catalog_dataset, on_skip=skip):
+                if row.repo.split("/")[0] in namespaces:
+                    found.add(row.repo)
+                    rows.setdefault(row.repo, []).append(row.to_json())
         except hub.HubNotFound:
             log.info("catalog dataset %s not found; skipped", catalog_dataset)
     stored = {p.repo_id: p for p in Package.objects.filter(repo_id__in=found)}
     new = sorted(found - set(stored))
     for repo_id in new:
-        track_package(repo_id, listed.get(repo_id))
+        stored[repo_id] = track_package(repo_id, listed.get(repo_id))
     for repo_id, package in stored.items():
         said = listed.get(repo_id)
         if said is not None:
             _record_listed_privacy(package, said)
+        if catalog_dataset and package.catalog_rows != rows.get(repo_id, []):
+            Package.objects.filter(pk=package.pk).update(catalog_rows=rows.get(repo_id, [])[:50])
     return Discovery(found=sorted(found), tracked=new)
 
 
@@ -347,6 +356,18 @@ def record_privacy(package: Package, source: hub.PackageSource) -> None:
     if private is not None and private != package.private:
         Package.objects.filter(pk=package.pk).update(private=private)
         package.private = private
+
+
+def record_card(package: Package, source: hub.PackageSource) -> None:
+    """Store what the head's model card says (base_model, tags); a source that never asked says nothing."""
+    card = getattr(source, "card", None)
+    if not isinstance(card, hub.ModelCard):
+        return
+    base = card.base_model[0] if card.base_model else ""
+    tags = list(card.tags)
+    if (package.base_model, package.card_tags) != (base, tags):
+        Package.objects.filter(pk=package.pk).update(base_model=base, card_tags=tags)
+        package.base_model, package.card_tags = base, tags
 
 
 def _learn_privacy(package: Package, source: hub.PackageSource) -> None:

@@ -46,6 +46,14 @@ class Package(models.Model):
     latest_revision = models.ForeignKey(
         "Revision", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
+    # The model card at the head, as the Hub parses it (hub.ModelCard; docs/rules.md section 6b, card.rs):
+    # the source model the package was cut from, and the card's tags (mesh-llm's writer adds "experimental").
+    base_model = models.CharField(max_length=200, blank=True, help_text="The card's base_model: the source.")
+    card_tags = models.JSONField(
+        default=list, blank=True, help_text="The card's tags, as the Hub lists them."
+    )
+    # The rows of the curated catalog dataset that list this package (hub.CatalogRow.to_json), from discover.
+    catalog_rows = models.JSONField(default=list, blank=True)
 
     objects = PackageQuerySet.as_manager()
 
@@ -72,6 +80,11 @@ class Package(models.Model):
     @property
     def name(self) -> str:
         return self.repo_id.split("/", 1)[-1]
+
+    @property
+    def experimental(self) -> bool:
+        """The card says so: mesh-llm's writer tags an unqualified package "experimental", with a warning."""
+        return isinstance(self.card_tags, list) and "experimental" in self.card_tags
 
 
 class RevisionQuerySet(models.QuerySet["Revision"]):
@@ -817,3 +830,32 @@ class FixProposal(models.Model):
         promised = verdicts.status_of(self.promised_headline).label
         line = f"fix merged: PR #{self.pr_number} landed as {self.merge_commit[:8]}: {landed}"
         return line + (f", not the promised {promised}" if self.mismatch else ", as promised")
+
+
+class CertifyReport(models.Model):
+    """A ``mesh-llm models certify`` report (audit.certify_report; docs/rules.md section 6b): mesh-llm's own
+    "did this package load and answer", for the package bytes it names by ``manifest_sha256``. Kept whether or
+    not meshdash tracks those bytes: the revision holding them is found by that digest when read."""
+
+    class Via(models.TextChoices):
+        IMPORT = "import", "manage.py import_certify"
+        API = "api", "POST /api/v1/certify-reports"
+
+    digest = models.CharField(max_length=64, unique=True, help_text="sha256 of the report's canonical JSON.")
+    manifest_sha256 = models.CharField(max_length=64, db_index=True)
+    status = models.CharField(max_length=16, help_text="passed | failed | incomplete | not_required")
+    failed_gate = models.CharField(max_length=100, blank=True)
+    summary = models.CharField(max_length=300, help_text="passed, or failed at <gate>")
+    model_id = models.CharField(max_length=300, blank=True)
+    resolved_package_ref = models.CharField(max_length=500, blank=True)
+    layer_count = models.PositiveIntegerField(default=0)
+    certified_by = models.CharField(max_length=150, help_text="The node or user that handed it in.")
+    via = models.CharField(max_length=8, choices=Via.choices)
+    received_at = models.DateTimeField()
+    body = models.JSONField(help_text="The report as handed in.")
+
+    class Meta:
+        ordering = ["-received_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.model_id or self.manifest_sha256[:12]}: {self.summary}"

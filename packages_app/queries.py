@@ -529,14 +529,20 @@ def judge_manifest(data: bytes, show_private: bool = False) -> tuple[ManifestChe
     bytes, its carrier's architecture feeds the split-certification gate and ``audit_package`` is
     pointed at it. A pasted manifest arrives with the browser's CRLF line ends: the LF bytes count too.
     The lookup is best effort: without a database the check still answers."""
-    digests = {hashlib.sha256(d).hexdigest() for d in (data, data.replace(b"\r\n", b"\n"))}
-    try:
-        tracked = revision_with_manifest(digests, show_private)
-    except DatabaseError:
-        tracked = None
+    tracked = tracked_manifest(data, show_private)
     source = f"{tracked.package.repo_id} --revision {tracked.commit_sha}" if tracked else ""
     architecture = (tracked.architecture or None) if tracked else None
     return check_manifest(data, source=source, architecture=architecture), tracked
+
+
+def tracked_manifest(data: bytes, show_private: bool = False) -> Revision | None:
+    """The newest stored revision holding these manifest bytes (or their LF form, as a browser pastes CRLF);
+    None without one, or without a database (the check answers without it: best effort)."""
+    digests = {hashlib.sha256(d).hexdigest() for d in (data, data.replace(b"\r\n", b"\n"))}
+    try:
+        return revision_with_manifest(digests, show_private)
+    except DatabaseError:
+        return None
 
 
 def revision_with_manifest(digests: set[str], show_private: bool = False) -> Revision | None:

@@ -102,10 +102,11 @@ def _hub_path(url: str, endpoints: list[str]) -> tuple[str, str]:
 
 
 def within_tracking_rules(repo_id: str, namespaces: list[str]) -> bool:
-    """A repo meshdash may start following on the word of a node or a webhook (once the Hub confirms it):
-    a ``-layers`` repo of a followed namespace, as discovery tracks them."""
+    """A repo meshdash may start following on the word of a node or a webhook, once the Hub confirms it
+    holds model-package.json: a repo of a followed namespace, whatever it is called (mesh-llm finds a
+    package by its manifest, docs/rules.md section 6b)."""
     owner, _, name = repo_id.partition("/")
-    return owner in namespaces and name.endswith("-layers")
+    return owner in namespaces and bool(name)
 
 
 def is_commit_sha(value: object) -> bool:

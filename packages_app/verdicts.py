@@ -258,7 +258,9 @@ _ACTION_TERMS: dict[str, Term] = {
         1,
         Tone.BAD,
         "Layer-package schema v1 is offline-only: republish with `mesh-llm models package`, whose writer "
-        "(since PR #1937) declares the MTP block when the source has one.",
+        "(since PR #1937) declares the MTP block for the one layout it accepts (nextn_predict_layers = 1, "
+        "NextN tensors at the last block); for any other it refuses the source, and the action gives the "
+        "block to write by hand.",
     ),
     ActionKind.SPLIT_OVERRIDE: Term(
         "serve on one node, or override",

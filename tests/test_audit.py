@@ -530,6 +530,7 @@ _DETECTED = {
     "key_and_tensors_agree",
     "expected_nextn_tensors",
     "missing_nextn_tensors",
+    "mtp_sidecar",
     "blocks",
 }
 _DECLARED = {
@@ -560,7 +561,7 @@ def test_to_json_has_exactly_the_documented_shape(schema: int) -> None:
     assert all(set(a) == _ADMISSION for a in doc["compatibility"])
     assert all(set(a["split"]) == {"admitted", "why", "gate"} for a in doc["compatibility"])
     assert all(set(a["single_node"]) == {"admitted", "why"} for a in doc["compatibility"])
-    assert set(doc["suggested_generation"]) == {"generation", "patched_manifest", "diff", "advice"}
+    assert set(doc["suggested_generation"]) == {"generation", "patched_manifest", "diff", "advice", "writer"}
     assert all(set(p) == {"code", "severity", "message", "evidence"} for p in doc["problems"])
     assert doc["detected"]["missing_nextn_tensors"] == {"40": ["enorm", "hnorm", "shared_head_norm"]}
 

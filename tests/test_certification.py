@@ -1,5 +1,6 @@
-"""The split-certification gate (docs/rules.md section 6a; issue 20 items 1-3): the bundled rosters, the gate
-per release, the release rows after v0.76.2, and `manage.py import_roster`."""
+"""The split-certification gate (docs/rules.md sections 6a and 6b; issue 20 items 1-3, issue 41 item 1):
+the bundled rosters, the gate per release (v0.78.0's roster inferred from its ABI), the release rows after
+v0.76.2, and `manage.py import_roster`."""
 
 from __future__ import annotations
 
@@ -25,6 +26,8 @@ from tests.test_rulebook import mtp_sd, v2_base
 
 ROSTERS = Path(certification.__file__).parent / "rosters"
 OLD, NEW = "mesh-llm-173b7cd6", "mesh-llm-00caec16"
+ABI_0_1_66 = ("mesh-llm-5d067fec", "mesh-llm-97372534")  # both stored rosters for v0.78.0's ABI (rules.md 6b)
+ABI_0_1_67 = "mesh-llm-b51ef30e"  # a build after v0.78.0 whose tag is unknown
 ADDED_IN_0_1_63 = {"bailingmoe2", "deepseek4", "minimax-m2", "mistral3", "muse-glimmer", "nemotron_h"}
 ON_BOTH = {"qwen35moe", "qwen35", "deepseek2", "glm4moe", "nemotron_h_moe", "llama", "qwen4exp"}
 # A release whose roster is known and which admits any package ABI: the gate alone decides split serving.
@@ -37,7 +40,12 @@ KNOWN = Release("built at 00caec16", "any", "0.1.63", False, True, True, "test",
 def test_the_known_rosters_are_read_from_their_files_with_the_commit_each_comes_from() -> None:
     rosters = certification.known_rosters()
 
-    assert set(rosters) == {OLD, NEW}
+    assert set(rosters) == {OLD, NEW, *ABI_0_1_66, ABI_0_1_67}
+    for name in (*ABI_0_1_66, ABI_0_1_67):  # the same 84 as 00caec16, for another native recipe each
+        assert rosters[name].architectures == rosters[NEW].architectures
+        assert rosters[name].recipe != rosters[NEW].recipe
+    assert {rosters[n].recipe.skippy_abi for n in ABI_0_1_66} == {"0.1.66"}
+    assert rosters[ABI_0_1_66[0]].source.path == "skippy/crates/skippy-api/src/split-certified.json"
     old, new = rosters[OLD], rosters[NEW]
     assert (old.recipe.skippy_abi, len(old.architectures)) == ("0.1.59", 78)
     assert (new.recipe.skippy_abi, len(new.architectures)) == ("0.1.63", 84)
@@ -49,7 +57,7 @@ def test_the_known_rosters_are_read_from_their_files_with_the_commit_each_comes_
     assert new.source.repo == "Mesh-LLM/mesh-llm" and new.source.path.endswith("split-certified.json")
 
 
-@pytest.mark.parametrize("name", [OLD, NEW])
+@pytest.mark.parametrize("name", [OLD, NEW, *ABI_0_1_66, ABI_0_1_67])
 def test_a_bundled_roster_file_is_in_mesh_llms_own_format(name: str) -> None:
     doc = json.loads((ROSTERS / f"{name}.json").read_text())
 
@@ -89,12 +97,56 @@ def test_qwen35moe_is_admitted_and_glm_dsa_refused_by_a_release_whose_roster_is_
         assert refused.single_node is not None and refused.single_node.admitted is not False
 
 
+def test_v0_78_0_refuses_a_glm_dsa_split_and_admits_qwen35moe_on_the_roster_inferred_from_its_abi() -> None:
+    qwen = admission(build(QWEN35, 2, mtp_generation(2, [40])).audit(), "v0.78.0")
+    glm = admission(build(GLM_DSA, 2, mtp_generation(2, [78])).audit(), "v0.78.0")
+
+    assert qwen.gate is not None and glm.gate is not None
+    assert (qwen.gate.outcome, glm.gate.outcome) == ("admitted", "refused")
+    assert qwen.split is not None and qwen.split.admitted is True
+    assert glm.split is not None and glm.split.admitted is False
+    assert glm.single_node is not None and glm.single_node.admitted is True  # one node is not gated
+    for gate in (qwen.gate, glm.gate):
+        assert gate.roster_inferred and gate.to_json()["roster_inferred"] is True
+        assert (
+            "roster inferred from its ABI 0.1.66: mesh-llm-5d067fec, mesh-llm-97372534 list the same 84"
+            in (gate.why)
+        )
+    assert glm.gate.why.startswith("architecture glm-dsa is not certified for split serving by v0.78.0")
+
+
+def test_a_roster_read_for_its_commit_is_not_marked_inferred() -> None:
+    glm = admission(build(GLM_DSA, 2, mtp_generation(2, [78])).audit(), "mesh-llm@00caec16")
+    assert glm.gate is not None and glm.gate.outcome == "refused" and not glm.gate.roster_inferred
+    assert "inferred" not in glm.gate.why
+
+
+def test_a_roster_inferred_from_an_abi_no_bundled_roster_is_for_stays_unknown() -> None:
+    gate = split_gate("glm-dsa", "v9.9.9", True, certification.INFERRED_FROM_ABI, skippy_abi="0.1.99")
+
+    assert gate.outcome == "not-pinned-down" and not gate.roster_inferred
+    assert "Skippy ABI 0.1.99 matches no known roster" in gate.why
+
+
+def test_rosters_bundled_for_one_abi_that_disagree_leave_the_inferred_roster_unknown() -> None:
+    bundled = certification.known_rosters()
+    other = bundled[ABI_0_1_66[1]]
+    rosters = dict(bundled) | {
+        other.name: Roster(other.name, other.recipe, frozenset({"llama"}), other.source)
+    }
+
+    gate = split_gate("llama", "v0.78.0", True, certification.INFERRED_FROM_ABI, "0.1.66", rosters)
+    assert gate.outcome == "not-pinned-down"
+    assert "list different architectures" in gate.why
+    # The control: with the bundled rosters (which agree) the same call judges.
+    assert (
+        split_gate("llama", "v0.78.0", True, certification.INFERRED_FROM_ABI, "0.1.66").outcome == "admitted"
+    )
+
+
 def test_where_the_roster_or_the_gate_is_not_pinned_down_the_gate_says_so() -> None:
     glm = build(GLM_DSA, 2, mtp_generation(2, [78])).audit()
 
-    v078 = admission(glm, "v0.78.0")
-    assert v078.gate is not None and v078.gate.outcome == "not-pinned-down"
-    assert "Skippy ABI 0.1.66 matches no known roster (0.1.59, 0.1.63)" in v078.gate.why
     for release in ("v0.76.1", "v0.76.2"):
         gate = admission(glm, release).gate
         assert gate is not None and gate.outcome == "not-pinned-down"
@@ -148,7 +200,8 @@ def test_a_manifest_checked_alone_leaves_the_split_gate_not_pinned_down() -> Non
 def test_each_release_row_names_its_skippy_abi_and_its_roster_or_says_it_is_not_pinned_down() -> None:
     rows = {r.release: r for r in known_releases()}
 
-    assert rows["v0.78.0"].runtime_abi == "0.1.66" and rows["v0.78.0"].roster is None
+    assert rows["v0.78.0"].runtime_abi == "0.1.66"
+    assert rows["v0.78.0"].roster == certification.INFERRED_FROM_ABI
     assert rows["mesh-llm@173b7cd6"].roster == OLD and rows["mesh-llm@00caec16"].roster == NEW
     assert rows["v0.76.1"].split_gate is None and rows["v0.76.2"].split_gate is None
     assert all(r.runtime_abi for r in rows.values())
@@ -197,11 +250,13 @@ def snapshot(folder: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
 
 
-@pytest.mark.parametrize("name", [OLD, NEW])
+@pytest.mark.parametrize("name", [OLD, NEW, *ABI_0_1_66, ABI_0_1_67])
 def test_import_roster_adds_each_known_roster_from_its_file_unchanged(tmp_path: Path, name: str) -> None:
     known: Roster = certification.known_rosters()[name]
 
-    code, out, _ = import_roster(tmp_path, ROSTERS / f"{name}.json", "--commit", known.source.commit)
+    source = known.source
+    flags = ("--commit", source.commit, "--repo", source.repo, "--path", source.path)
+    code, out, _ = import_roster(tmp_path, ROSTERS / f"{name}.json", *flags)
 
     assert code == 0 and f"imported roster {name}" in out
     assert certification.load_rosters(tmp_path) == {name: known}
@@ -353,7 +408,8 @@ def test_import_roster_of_a_roster_already_bundled_changes_nothing(folder: Path)
     known = certification.known_rosters()[NEW]
     before = snapshot(folder)
 
-    code, out, _ = import_roster(folder, ROSTERS / f"{NEW}.json", "--commit", known.source.commit)
+    flags = ("--commit", known.source.commit, "--path", known.source.path)
+    code, out, _ = import_roster(folder, ROSTERS / f"{NEW}.json", *flags)
 
     assert code == 0 and out.strip() == f"roster {NEW} is already bundled, unchanged"
     assert snapshot(folder) == before
@@ -396,4 +452,17 @@ def test_the_demos_glm_dsa_package_is_refused_split_serving_where_the_roster_is_
         why = rows[release]["split"]["why"]
         assert why.startswith(f"architecture glm-dsa is not certified for split serving by {release}")
     assert rows["v0.78.0"]["single_node"]["admitted"] is True  # written by v0.78.0's packager at its ABI
-    assert rows["v0.78.0"]["split"]["admitted"] is None
+    assert rows["v0.78.0"]["split"]["admitted"] is False
+    assert rows["v0.78.0"]["split"]["gate"]["roster_inferred"] is True
+    headline = rev.assessment["headline"]
+    assert (headline["status"], headline["release"]) == ("not-servable", "v0.78.0")
+    assert headline["sentence"].startswith(
+        "Not servable split by v0.78.0 (roster inferred from its ABI 0.1.66)"
+    )
+    assert "00caec16" not in headline["sentence"]  # judged on the newest release, not an older build
+
+
+def test_the_default_roster_path_is_where_the_tree_keeps_it_now() -> None:
+    from packages_app.management.commands.import_roster import ROSTER_PATH
+
+    assert ROSTER_PATH == "skippy/crates/skippy-api/src/split-certified.json"

@@ -385,7 +385,8 @@ def _entry_packages(api: HfApi, path: str, tmp_path: Path) -> list[dict[str, Any
         CATALOG_REPO, path, repo_type="dataset", endpoint=api.endpoint, cache_dir=tmp_path
     )
     entry = json.loads(Path(local).read_text())
-    return [p for v in entry["variants"].values() for p in v["packages"]]
+    variants = entry["variants"]  # an object by variant name, or an array (docs/rules.md section 6b)
+    return [p for v in (variants.values() if isinstance(variants, dict) else variants) for p in v["packages"]]
 
 
 # --- errors, auth, faults, counters -----------------------------------------------------------

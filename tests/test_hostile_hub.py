@@ -703,9 +703,13 @@ def test_an_ingest_whose_hub_budget_ran_out_stops_with_the_reason(
 def namespace_with_bad_ids(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     listed = ["meshllm/a--b-layers", "meshllm/Good-layers", "meshllm/..-layers", "meshllm/Fine-layers"]
 
+    class Sibling:
+        rfilename = "model-package.json"
+
     class Model:
         def __init__(self, repo_id: str) -> None:
             self.id = repo_id
+            self.siblings = [Sibling()]  # the listing (full) names each repo's files
 
     monkeypatch.setattr(hub.client.HfApi, "list_models", lambda self, **kw: iter(Model(r) for r in listed))
     return listed

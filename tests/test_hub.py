@@ -242,10 +242,15 @@ def test_the_catalog_dataset_lists_its_packages(devhub: DevHub) -> None:
     assert QWEN35_REPO in repos and GLM47_REPO in repos
 
 
-def test_the_namespace_listing_finds_layer_packages_only(devhub: DevHub) -> None:
+def test_the_namespace_listing_finds_the_repos_that_hold_a_manifest_whatever_their_name(
+    devhub: DevHub,
+) -> None:
+    from packages_app.devhub.generator import QWEN38_MTP2_REPO, QWEN38_MTP2_SOURCE
+
     repos = hub.list_namespace_packages("meshllm", endpoint=devhub.url)
     assert QWEN35_REPO in repos
-    assert all(r.endswith("-layers") for r in repos)
+    assert QWEN38_MTP2_REPO in repos and not QWEN38_MTP2_REPO.endswith("-layers")
+    assert QWEN38_MTP2_SOURCE not in repos  # a GGUF repo of the namespace, without model-package.json
 
 
 def test_v2_layer_headers_are_read_with_small_reads_when_the_metadata_does_not_describe_them(

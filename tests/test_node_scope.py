@@ -238,9 +238,12 @@ def test_a_repo_outside_the_tracking_rules_is_refused_without_asking_the_hub(
     hub_settings: DevHub, db: None
 ) -> None:
     before = hub_settings.counters.requests
-    assert ingest.confirm_package("meshllm/not-a-package") is None  # no -layers suffix
     assert ingest.confirm_package("elsewhere/Model-layers") is None  # not a followed namespace
     assert not Package.objects.exists() and hub_settings.counters.requests == before
+    # A name decides nothing within a followed namespace (mesh-llm finds packages by their manifest,
+    # docs/rules.md 6b): the Hub is asked, and a repo it does not know is not tracked.
+    assert ingest.confirm_package("meshllm/not-a-package") is None
+    assert not Package.objects.exists()
 
 
 def forged_webhook(client: Client, repo: str) -> Any:

@@ -133,7 +133,7 @@ def test_an_undeclared_name_is_refused() -> None:
     row = table(judged(mtp()))["native-mtp-n1"]
 
     assert row.outcome == "refused"
-    assert "must be auto, disabled, mtp, ngram-cache, ngram-suffix, or a strategy declared" in row.why
+    assert "must be auto, disabled, mtp, ngram-cache, ngram-suffix, dflash, or a strategy declared" in row.why
 
 
 def test_a_v1_package_resolves_like_any_other_where_a_release_loads_it() -> None:

@@ -17,7 +17,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from packages_app.audit.model import Declared, Detected, Resolution, Runtime, Suggestion
+from packages_app.audit.fix import generation_text
+from packages_app.audit.model import (
+    Declared,
+    Detected,
+    Resolution,
+    ResolverAssumptions,
+    Runtime,
+    Suggestion,
+)
 from packages_app.audit.releases import Admission
 from packages_app.manifest import MANIFEST_FILE, ManifestResult, Problem, describe_layers
 from packages_app.verdicts import ActionKind, Status, Verdict, status_of, verdict_of
@@ -145,14 +153,26 @@ class Servable:
     split: Tristate = None
     split_why: str = ""
     gate: Tristate = None  # the gate alone: the architecture on the release's roster (or no gate)
+    architecture: str = ""  # the carrier's general.architecture the gate judged ("" when not read)
+    roster_inferred: bool = False  # the release's roster is inferred from its ABI (docs/rules.md 6b)
+    gate_unjudged: bool = False  # the release has a known roster, but no carrier was read to judge it
+
+    @property
+    def split_label(self) -> str:
+        """The split answer in a few words, saying where the roster is inferred."""
+        word = "certified" if self.split else "refused" if self.split is False else "not pinned down"
+        return f"{word} (roster inferred from its ABI)" if self.roster_inferred else word
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "release": self.release,
-            "admitted": self.admitted,
-            "why": self.why,
-            "split": {"admitted": self.split, "why": self.split_why, "gate": self.gate},
+        split = {
+            "admitted": self.split,
+            "why": self.split_why,
+            "gate": self.gate,
+            "architecture": self.architecture,
+            "roster_inferred": self.roster_inferred,
+            "gate_unjudged": self.gate_unjudged,
         }
+        return {"release": self.release, "admitted": self.admitted, "why": self.why, "split": split}
 
     @classmethod
     def from_json(cls, doc: Any) -> Servable | None:
@@ -167,13 +187,27 @@ class Servable:
             _tristate(split.get("admitted")),
             _text(split.get("why")),
             _tristate(split.get("gate")),
+            _text(split.get("architecture")),
+            split.get("roster_inferred") is True,
+            split.get("gate_unjudged") is True,
         )
 
     @classmethod
     def of(cls, a: Admission) -> Servable:
         split = a.split.admitted if a.split else a.admitted
         split_why = a.split.why if a.split else a.why
-        return cls(a.release, a.admitted, a.why, split, split_why, a.gate.admitted if a.gate else None)
+        gate = a.gate
+        return cls(
+            a.release,
+            a.admitted,
+            a.why,
+            split,
+            split_why,
+            gate.admitted if gate else None,
+            (gate.architecture or "") if gate else "",
+            bool(gate and gate.roster_inferred),
+            bool(gate and gate.roster is not None and gate.architecture is None),
+        )
 
 
 @dataclass(frozen=True)
@@ -222,6 +256,8 @@ class Assessment:
     outcomes: tuple[ReleaseOutcomes, ...] = ()
     cannot_see: tuple[str, ...] = ()
     scope: Scope = "revision"
+    # What the resolver table (``outcomes``) assumes of a node; advice from what a node reports reads it.
+    assumptions: ResolverAssumptions = field(default_factory=ResolverAssumptions)
 
     @property
     def status(self) -> Status:
@@ -257,6 +293,7 @@ class Assessment:
             "servable": [s.to_json() for s in self.servable],
             "outcomes": [o.to_json() for o in self.outcomes],
             "cannot_see": list(self.cannot_see),
+            "assumptions": self.assumptions.to_json(),
         }
 
     @classmethod
@@ -276,6 +313,7 @@ class Assessment:
             _each(ReleaseOutcomes.from_json, doc.get("outcomes")),
             tuple(_text(t) for t in doc.get("cannot_see") or () if isinstance(t, str)),
             scope if scope in ("revision", "folder", "manifest") else "revision",
+            ResolverAssumptions.from_json(doc.get("assumptions")),
         )
 
 
@@ -312,6 +350,7 @@ class ReleaseTable:
     groups: tuple[OutcomeGroup, ...]
     split: Tristate = None
     split_why: str = ""
+    roster_inferred: bool = False  # the split answer rests on a roster inferred from the release's ABI
 
     @property
     def settings(self) -> int:
@@ -341,7 +380,13 @@ def release_tables(assessment: Assessment) -> list[ReleaseTable]:
         outcomes = next((o for o in assessment.outcomes if o.release == servable.release), None)
         groups = _grouped(outcomes.rows if outcomes else ())
         table = ReleaseTable(
-            (servable.release,), servable.admitted, servable.why, groups, servable.split, servable.split_why
+            (servable.release,),
+            servable.admitted,
+            servable.why,
+            groups,
+            servable.split,
+            servable.split_why,
+            servable.roster_inferred and servable.admitted is not False,  # moot where it refuses to load
         )
         same = next((t for t in tables if replace(t, releases=()) == replace(table, releases=())), None)
         if same is not None:
@@ -399,6 +444,7 @@ def assess(facts: Facts) -> Assessment:
         outcomes=outcomes,
         cannot_see=unseen,
         scope=facts.scope,
+        assumptions=facts.runtime.assumptions,
     )
 
 
@@ -435,7 +481,7 @@ def headline(facts: Facts, servable: Sequence[Servable], outcomes: Sequence[Rele
         return _not_servable_split(newest, gated)
     caveat = "" if newest.admitted else f" ({newest.why})"
     if facts.verdict is None:
-        return _weights_unread(facts, newest.release, caveat)
+        return _weights_unread(facts, newest.release, caveat, _gate_unjudged(servable))
     auto = table.row("auto")
     if auto is not None and auto.outcome == "load-fails":
         return _fails_at_load(facts, newest.release, auto, caveat)
@@ -446,6 +492,9 @@ def headline(facts: Facts, servable: Sequence[Servable], outcomes: Sequence[Rele
         blocks = describe_layers(list(facts.declared.layer_indices))
         sentence = f"Admitted by {newest.release}; nodes on auto decode with native MTP ({blocks}){caveat}."
         return Headline(Status.SERVES_MTP, sentence, _nothing(), newest.release)
+    sidecar = _sidecar_only(facts, table)
+    if sidecar:
+        return _sidecar_unused(sidecar, newest.release, caveat)
     if facts.detected is not None and facts.detected.has_mtp_weights:
         return _mtp_unused(facts, newest.release, caveat)
     sentence = (
@@ -488,19 +537,29 @@ def _not_servable(facts: Facts, newest: Servable, servable: Sequence[Servable]) 
     sentence = f"Not servable by {newest.release}: {newest.why}{only}"
     manifest = facts.parsed.manifest if facts.parsed else None
     if manifest is not None and manifest.schema_version == 1:
-        mtp = facts.detected is not None and facts.detected.has_mtp_weights
-        declare = (
-            f", which declares the MTP block at {describe_layers(list(facts.detected.mtp_blocks))}"
-            if mtp and facts.detected is not None
-            else ""
-        )
-        text = (
-            "Republish it as package-v2 with `mesh-llm models package` "
-            f"(the writer since PR #1937{declare}); schema v1 is offline-only since PR #1693."
-        )
+        text = _republish_v2_text(facts)
         return Headline(Status.NOT_SERVABLE, sentence, Action(ActionKind.REPUBLISH_V2, text), newest.release)
     text = f"Republish it in a form {newest.release} admits: {newest.why}"
     return Headline(Status.NOT_SERVABLE, sentence, Action(ActionKind.FIX_MANIFEST, text), newest.release)
+
+
+def _republish_v2_text(facts: Facts) -> str:
+    """A v1 package's action: republish as package-v2, with the writer where it emits the MTP block, and
+    where it refuses the source, the block to write by hand (docs/rules.md section 6b)."""
+    d = facts.detected
+    mtp = d is not None and d.has_mtp_weights
+    writer = facts.suggestion.writer if facts.suggestion else None
+    offline = "schema v1 is offline-only since PR #1693."
+    if mtp and d is not None and writer is not None and not writer.emits and facts.suggestion is not None:
+        block = generation_text(facts.suggestion.generation)
+        return (
+            "Republish it as package-v2, but `mesh-llm models package` refuses this source: "
+            f"{writer.reason}. Write the package-v2 manifest's block by hand, "
+            f'"generation": {block}; {offline}'
+        )
+    declare = f", which declares the MTP block at {describe_layers(list(d.mtp_blocks))}" if mtp and d else ""
+    writer_text = f"`mesh-llm models package` (the writer since PR #1937{declare})"
+    return f"Republish it as package-v2 with {writer_text}; {offline}"
 
 
 def _refused_split(servable: Sequence[Servable]) -> Servable | None:
@@ -515,7 +574,14 @@ def _refused_split(servable: Sequence[Servable]) -> Servable | None:
 
 def _not_servable_split(newest: Servable, gated: Servable) -> Headline:
     why = gated.split_why.rstrip(".")
-    if gated is newest:
+    if gated is newest and newest.roster_inferred:
+        abi = f" {_abi_of(why)}" if _abi_of(why) else ""
+        sentence = (
+            f"Not servable split by {newest.release} (roster inferred from its ABI{abi}): its "
+            f"split-certification roster does not list {newest.architecture or 'the architecture'}, and "
+            f"`--allow-uncertified-split` overrides. On one node {newest.release} admits it."
+        )
+    elif gated is newest:
         sentence = f"Not servable split by {newest.release}: {why}. On one node it is admitted."
     else:
         sentence = (
@@ -530,7 +596,24 @@ def _not_servable_split(newest: Servable, gated: Servable) -> Headline:
     return Headline(Status.NOT_SERVABLE, sentence, Action(ActionKind.SPLIT_OVERRIDE, text), newest.release)
 
 
-def _weights_unread(facts: Facts, release: str, caveat: str) -> Headline:
+def _abi_of(why: str) -> str:
+    """The ABI an inferred roster's sentence names ("inferred from its ABI 0.1.66: ...")."""
+    marker = "inferred from its ABI "
+    return why.split(marker, 1)[1].split(":", 1)[0] if marker in why else ""
+
+
+def _gate_unjudged(servable: Sequence[Servable]) -> str:
+    """What the headline says when the newest release's split gate could not be judged: no carrier read."""
+    newest = servable[-1] if servable else None
+    if newest is None or not newest.gate_unjudged:
+        return ""
+    return (
+        f"; whether {newest.release} split-serves it was not judged: its split-certification gate reads "
+        "general.architecture from the metadata carrier, and no carrier was read (a manifest alone has none)"
+    )
+
+
+def _weights_unread(facts: Facts, release: str, caveat: str, unjudged: str = "") -> Headline:
     command = f"{AUDIT_COMMAND} {facts.source or '<package folder or owner/repo>'}"
     if facts.scope == "manifest":
         sentence = (
@@ -548,6 +631,7 @@ def _weights_unread(facts: Facts, release: str, caveat: str) -> Headline:
             f"; it declares native MTP on {describe_layers(list(layers))}, which auto runs if those blocks "
             "hold NextN tensors"
         )
+    sentence += unjudged
     text = "Run audit_package on the package folder or its Hub repo: it reads every GGUF header."
     action = Action(ActionKind.READ_WEIGHTS, text, command)
     return Headline(Status.WEIGHTS_UNREAD, sentence + ".", action, release)
@@ -601,15 +685,54 @@ def _mtp_unused(facts: Facts, release: str, caveat: str) -> Headline:
     return Headline(Status.MTP_UNUSED, sentence, action, release)
 
 
+def _sidecar_only(facts: Facts, table: ReleaseOutcomes) -> str:
+    """The MTP draft sidecar, when it is the package's only MTP and only explicit mtp runs it."""
+    d = facts.detected
+    mtp = table.row("mtp")
+    if d is None or d.has_mtp_weights or not d.sidecar or not d.sidecar_mtp_blocks:
+        return ""
+    return d.sidecar if mtp is not None and mtp.outcome == "native-mtp" else ""
+
+
+def _sidecar_unused(sidecar: str, release: str, caveat: str) -> Headline:
+    only = 'which mesh-llm runs only under an explicit speculative.strategy = "mtp"'
+    sentence = (
+        f"Admitted by {release}{caveat}, but nodes on auto decode without MTP: the package's MTP is "
+        f"the draft sidecar {sidecar}, {only}."
+    )
+    text = (
+        f'Set speculative.strategy = "mtp" on the nodes to run native MTP through {sidecar} (mesh-llm turns '
+        "it off without an error if it finds the pair incompatible: pairing_fault warn_disable)."
+    )
+    return Headline(Status.MTP_UNUSED, sentence, Action(ActionKind.SET_STRATEGY, text), release)
+
+
 def _patch_text(facts: Facts) -> str:
     d = facts.detected
     blocks = describe_layers(list(d.mtp_blocks)) if d is not None and d.mtp_blocks else "the MTP block"
     verb = "corrects the declaration to" if facts.verdict is Verdict.DECLARATION_MISMATCH else "declares"
     manifest = facts.parsed.manifest if facts.parsed else None
     identity = " and recomputes package_id" if manifest is not None and manifest.schema_version == 2 else ""
-    return (
+    text = (
         f"Apply the patched {MANIFEST_FILE}: it {verb} native MTP on {blocks}{identity}; publish it as a new "
-        "revision."
+        "revision"
+    )
+    return text + _writer_clause(facts.suggestion)
+
+
+def _writer_clause(suggestion: Suggestion | None) -> str:
+    """Whether republishing with mesh-llm's writer would do the same (docs/rules.md section 6b): it emits
+    the block for one MTP shape only; for the others the block is written by hand, quoted here."""
+    writer = suggestion.writer if suggestion else None
+    if suggestion is None or writer is None:
+        return "."
+    if writer.emits:
+        return (
+            " (or republish with `mesh-llm models package`, whose writer emits this block for this source)."
+        )
+    return (
+        f". `mesh-llm models package` refuses this source ({writer.reason}), so add the block by hand: "
+        f'"generation": {generation_text(suggestion.generation)}.'
     )
 
 

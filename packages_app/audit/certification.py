@@ -80,10 +80,19 @@ class Roster:
     recipe: NativeRecipe
     architectures: frozenset[str]
     source: RosterSource
+    # The bundled rosters it was inferred from by the release's Skippy ABI (``roster = "inferred-from-abi"``);
+    # empty for a roster read from one file.
+    inferred_from: tuple[str, ...] = ()
 
     @property
     def label(self) -> str:
-        """How a sentence names the roster, e.g. ``mesh-llm-00caec16 (Skippy ABI 0.1.63, ...)``."""
+        """How a sentence names the roster, e.g. ``mesh-llm-00caec16: Skippy ABI 0.1.63, ...``, or for an
+        inferred one ``inferred from its ABI 0.1.66: mesh-llm-5d067fec, mesh-llm-97372534 list ...``."""
+        if self.inferred_from:
+            return (
+                f"inferred from its ABI {self.recipe.skippy_abi}: {', '.join(self.inferred_from)} list the "
+                f"same {len(self.architectures)} architectures"
+            )
         return f"{self.name}: {self.recipe.describe()}"
 
     def certifies(self, architecture: str) -> bool:
@@ -137,8 +146,8 @@ def _json_object(data: bytes | str, what: str) -> dict[str, Any]:
         doc = json.loads(raw, object_pairs_hook=_no_duplicates)
     except UnicodeDecodeError:
         raise RosterError(f"{what} is not UTF-8") from None
-    except ValueError as exc:
-        raise RosterError(f"{what} is not JSON: {exc}") from None
+    except (ValueError, RecursionError) as exc:  # RecursionError: arrays nested thousands deep
+        raise RosterError(f"{what} is not JSON: {str(exc)[:200]}") from None
     if not isinstance(doc, dict):
         raise RosterError(f"{what} must be a JSON object, not {type(doc).__name__}")
     return doc
@@ -232,6 +241,7 @@ class SplitGate:
     why: str
     architecture: str | None = None
     roster: str | None = None  # the roster's name, when the release's roster is known
+    roster_inferred: bool = False  # the roster is inferred from the release's ABI, not read for its tag
 
     @property
     def admitted(self) -> bool | None:
@@ -244,10 +254,27 @@ class SplitGate:
             "why": self.why,
             "architecture": self.architecture,
             "roster": self.roster,
+            "roster_inferred": self.roster_inferred,
         }
 
 
 CARRIER_NOT_READ = "not pinned down: the architecture is read from the metadata carrier, which was not read"
+# A release row's ``roster`` when no file ties the release's tag to a commit, only its Skippy ABI to rosters
+# (docs/rules.md section 6b: v0.78.0's roster is inferred from ABI 0.1.66).
+INFERRED_FROM_ABI = "inferred-from-abi"
+
+
+def inferred_roster(skippy_abi: str, rosters: Mapping[str, Roster]) -> Roster | None:
+    """The roster a release at ``skippy_abi`` carries, inferred from the bundled rosters for that ABI: they
+    must exist and all list the same architectures (they may differ in patch queue, which only the
+    release's own build pins); None when none is for that ABI or they disagree."""
+    same = sorted((r for r in rosters.values() if r.recipe.skippy_abi == skippy_abi), key=lambda r: r.name)
+    if not skippy_abi or not same or any(r.architectures != same[0].architectures for r in same[1:]):
+        return None
+    llama = {r.recipe.llama_upstream_sha for r in same}
+    recipe = NativeRecipe(llama.pop() if len(llama) == 1 else "", skippy_abi, "")
+    names = tuple(r.name for r in same)
+    return Roster(f"inferred from ABI {skippy_abi}", recipe, same[0].architectures, same[0].source, names)
 
 
 def split_gate(
@@ -269,24 +296,38 @@ def split_gate(
     if has_gate is None:
         why = f"not pinned down: whether {release} already has the split-certification gate is not known."
         return SplitGate("not-pinned-down", why, architecture)
-    roster = rosters.get(roster_name) if roster_name else None
+    inferring = roster_name == INFERRED_FROM_ABI
+    if inferring:
+        roster = inferred_roster(skippy_abi, rosters)
+    else:
+        roster = rosters.get(roster_name) if roster_name else None
     if roster is None:
-        return SplitGate("not-pinned-down", _unknown_roster(release, skippy_abi, rosters), architecture)
+        why = _unknown_roster(release, skippy_abi, rosters, inferring)
+        return SplitGate("not-pinned-down", why, architecture)
+    name, inferred = (roster.name, bool(roster.inferred_from))
     if architecture is None:
-        return SplitGate("not-pinned-down", CARRIER_NOT_READ + ".", None, roster.name)
+        return SplitGate("not-pinned-down", CARRIER_NOT_READ + ".", None, name, inferred)
     if roster.certifies(architecture):
         why = f"architecture {architecture} is certified for split serving by {release} "
         why += f"(roster {roster.label})."
-        return SplitGate("admitted", why, architecture, roster.name)
+        return SplitGate("admitted", why, architecture, name, inferred)
     why = (
         f"architecture {architecture} is not certified for split serving by {release} "
         f"(roster {roster.label}); `{OVERRIDE_FLAG}` overrides"
     )
-    return SplitGate("refused", why, architecture, roster.name)
+    return SplitGate("refused", why, architecture, name, inferred)
 
 
-def _unknown_roster(release: str, skippy_abi: str, rosters: Mapping[str, Roster]) -> str:
+def _unknown_roster(
+    release: str, skippy_abi: str, rosters: Mapping[str, Roster], inferring: bool = False
+) -> str:
     known = sorted({r.recipe.skippy_abi for r in rosters.values()})
+    at_abi = sorted(r.name for r in rosters.values() if r.recipe.skippy_abi == skippy_abi)
+    if inferring and len(at_abi) > 1:
+        return (
+            f"not pinned down: {release}'s roster is inferred from its Skippy ABI {skippy_abi}, and the "
+            f"rosters bundled for that ABI ({', '.join(at_abi)}) list different architectures."
+        )
     if skippy_abi and skippy_abi not in known:
         return (
             f"not pinned down: which roster {release} carries is not known; its Skippy ABI {skippy_abi} "
@@ -298,7 +339,12 @@ def _unknown_roster(release: str, skippy_abi: str, rosters: Mapping[str, Roster]
 def check_roster_binding(
     release: str, roster_name: str, skippy_abi: str, rosters: Mapping[str, Roster]
 ) -> None:
-    """A release row may name only a known roster whose recipe is for the release's own Skippy ABI."""
+    """A release row may name only a known roster whose recipe is for the release's own Skippy ABI (or infer
+    its roster from that ABI, which it must then state)."""
+    if roster_name == INFERRED_FROM_ABI:
+        if not skippy_abi:
+            raise ValueError(f"releases.toml: {release!r} infers its roster from its ABI but states none")
+        return
     roster = rosters.get(roster_name)
     if roster is None:
         raise ValueError(f"releases.toml: {release!r} names roster {roster_name!r}, which is not in rosters/")

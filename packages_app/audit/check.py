@@ -59,6 +59,7 @@ class ManifestCheck:
         return {
             "schema": self.schema,
             "valid": self.valid,
+            "passes": self.passes,
             "assessment": self.assessment.to_json(),
             "problems": [
                 {"code": p.code, "severity": p.severity, "message": p.message, "path": p.path}

@@ -69,8 +69,15 @@ _REQUIRED_NEXTN = {
 # cohere2moe, glm-dsa and qwen4exp loaders above read it with get_key(..., false)).
 OPTIONAL_NEXTN_KEY = frozenset({"step35", "cohere2moe", "glm-dsa", "qwen4exp"})
 NEXTN_KEY_ABSENT = "nextn_key_absent"
-# The glossary entry of the problem code this module adds (packages_app/glossary.py lists it).
+MTP_SIDECAR = "mtp_sidecar"
+# The names mesh-llm's discover_sibling_draft_model picks as a draft beside the model (docs/rules.md 6b).
+DRAFT_NAME_PARTS = ("draft", "eagle")
+# The glossary entries of the problem codes this module adds (packages_app/glossary.py lists them).
 GLOSSARY = {
+    MTP_SIDECAR: "The package ships a GGUF named like a draft (*draft* or *eagle*) that holds NextN (MTP) "
+    "tensors: mesh-llm's draft_selection_policy auto picks it as an MTP sidecar, which only an explicit "
+    'speculative.strategy = "mtp" runs (auto does not), and pairing_fault warn_disable quietly turns off '
+    "when the pair is incompatible. Its tensors are not the package's own blocks.",
     NEXTN_KEY_ABSENT: "The weights hold NextN (MTP) tensors and the GGUF has no nextn_predict_layers key, "
     "which llama.cpp reads as optional for this architecture (cohere2moe, glm-dsa, qwen4exp, step35): "
     "a shape the converter writes, not a key/tensor disagreement, but the header then marks no block "
@@ -152,9 +159,33 @@ class _Weights:
     listed: set[str] = field(default_factory=set)  # headers that carried a tensor list
 
 
+def is_draft_name(path: str) -> bool:
+    """A GGUF mesh-llm would pick as a sibling draft model: its file name holds "draft" or "eagle"."""
+    name = path.rsplit("/", 1)[-1].lower()
+    return name.endswith(".gguf") and any(part in name for part in DRAFT_NAME_PARTS)
+
+
+def _drafts(manifest: Manifest | None, headers: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """The draft-named GGUFs of the package (not its carrier, not a layer file), sorted as mesh-llm sorts
+    them: separate draft models, whose tensors are not the package's blocks."""
+    carrier = manifest.metadata_path if manifest else None
+    return sorted(p for p in headers if is_draft_name(p) and p != carrier and not LAYER_FILE_RE.search(p))
+
+
+def _shipped(manifest: Manifest | None, drafts: list[str]) -> str | None:
+    """The sidecar a node has beside the model: the first draft the manifest lists (a node downloads only
+    what it lists; an unlisted file gets its own finding, unlisted_file)."""
+    listed = {a.path for a in manifest.artifacts} if manifest else set()
+    return next((p for p in drafts if p in listed), None)
+
+
 def detect(manifest: Manifest | None, headers: Mapping[str, Mapping[str, Any]]) -> Detected:
-    """What the parsed headers say about blocks and NextN (MTP) tensors."""
+    """What the parsed headers say about blocks and NextN (MTP) tensors (an MTP draft sidecar apart)."""
     usable = {p: h for p, h in headers.items() if isinstance(h, Mapping)}
+    drafts = _drafts(manifest, usable)
+    sidecar = _shipped(manifest, drafts)
+    sidecar_blocks = _sidecar_mtp_blocks(usable[sidecar]) if sidecar else ()
+    usable = {p: h for p, h in usable.items() if p not in drafts}
     w = _read_weights(manifest, usable)
     layer_files = manifest.layer_files() if manifest else {}
     found = {i: _nextn_suffixes(names) for i, names in w.tensors.items()}
@@ -182,7 +213,28 @@ def detect(manifest: Manifest | None, headers: Mapping[str, Mapping[str, Any]]) 
         evidence={i: w.source[i] for i in found},
         directory=w.directory,
         uninspected=tuple(b.index for b in blocks if b.index not in inspected),
+        sidecar=sidecar,
+        sidecar_mtp_blocks=sidecar_blocks,
     )
+
+
+def _sidecar_mtp_blocks(header: Mapping[str, Any]) -> tuple[int, ...]:
+    tensors = header.get("tensors")
+    names = [name for name, _ in _tensor_entries(tensors)] if isinstance(tensors, list) else []
+    return tuple(sorted({int(m[1]) for n in names if (m := _NEXTN_RE.match(n))}))
+
+
+def sidecar_problems(d: Detected) -> list[Problem]:
+    """The MTP draft sidecar mesh-llm would pick, when it holds NextN tensors (docs/rules.md section 6b)."""
+    if not d.sidecar or not d.sidecar_mtp_blocks:
+        return []
+    message = (
+        f"{d.sidecar} holds NextN tensors ({describe_layers(list(d.sidecar_mtp_blocks))}) and is named "
+        "like a draft, so mesh-llm's draft_selection_policy auto picks it as an MTP sidecar: an explicit "
+        'speculative.strategy = "mtp" runs native MTP through it (auto does not), and pairing_fault '
+        "warn_disable, the default, turns it off without an error when it finds the pair incompatible."
+    )
+    return [problem(MTP_SIDECAR, "info", message, path=d.sidecar, blocks=list(d.sidecar_mtp_blocks))]
 
 
 def _read_weights(manifest: Manifest | None, headers: Mapping[str, Mapping[str, Any]]) -> _Weights:

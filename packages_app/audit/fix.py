@@ -1,14 +1,19 @@
-"""Pure: the suggested generation block, the patched manifest and its diff; no Django, no I/O."""
+"""Pure: the suggested generation block, the patched manifest and its diff, and whether mesh-llm's package
+writer would emit that block itself (docs/rules.md section 6b: only for one MTP shape); no Django, no I/O."""
 
 from __future__ import annotations
 
 import copy
 import difflib
+import json
 from collections.abc import Sequence
+
+from gguf.constants import Keys
 
 from packages_app.audit.model import (
     Detected,
     Suggestion,
+    WriterShape,
 )
 from packages_app.manifest import (
     MANIFEST_FILE,
@@ -16,6 +21,7 @@ from packages_app.manifest import (
     NATIVE_MTP,
     Json,
     Manifest,
+    describe_layers,
     render_manifest,
 )
 from packages_app.manifest.identity import package_id_of
@@ -47,16 +53,74 @@ def suggest(verdict: str, manifest: Manifest | None, d: Detected) -> Suggestion 
         f"a/{MANIFEST_FILE}",
         f"b/{MANIFEST_FILE}",
     )
-    return Suggestion(generation, after, "".join(diff), _advice(manifest))
+    writer = writer_shape(manifest, d)
+    return Suggestion(generation, after, "".join(diff), _advice(manifest, writer, generation), writer)
 
 
-def _advice(manifest: Manifest) -> str | None:
-    if manifest.schema_version != 1:
-        return None
+def writer_shape(manifest: Manifest | None, d: Detected) -> WriterShape:
+    """What mesh-llm's writer (PR #1937, ``infer_native_mtp_generation``) does with this source's MTP
+    evidence: emits the declaration only when ``<arch>.nextn_predict_layers`` is 1 and the NextN tensors sit
+    exactly at the last block (``layer_count - 1``); it bails for depth > 1, for NextN tensors with the key
+    absent or 0 (the qwen4exp layout), and for NextN tensors elsewhere (DeepSeek-V4 style)."""
+    key = Keys.LLM.NEXTN_PREDICT_LAYERS.format(arch=d.architecture or "<arch>")
+    blocks = list(d.mtp_blocks)
+    layers = d.block_count or (manifest.layer_count if manifest else None) or 0
+    where = describe_layers(blocks) if blocks else ""
+    if d.nextn_predict_layers is not None and d.nextn_predict_layers > 1:
+        depth = d.nextn_predict_layers
+        return WriterShape(
+            "deep",
+            f"{key} = {depth} declares {depth}-step native MTP, and the writer runs depth 1 only: it bails "
+            "rather than emit a declaration",
+        )
+    if not d.nextn_predict_layers:
+        state = "absent" if d.nextn_predict_layers is None else "0"
+        return WriterShape(
+            "key-absent",
+            f"the NextN tensors sit at {where} but {key} is {state}, the qwen4exp layout, which the writer "
+            "refuses as inconsistent evidence",
+        )
+    if not blocks:
+        return WriterShape("no-tensors", f"{key} = 1 but no block holds NextN tensors")
+    if blocks != [layers - 1]:
+        return WriterShape(
+            "not-last",
+            f"{key} = 1 but the NextN tensors sit at {where}, not at the last block ({layers - 1}) where "
+            "the writer expects them, DeepSeek-V4 style",
+        )
+    return WriterShape("writer")
+
+
+def generation_text(generation: Json) -> str:
+    """The block as one line to paste, as the advice quotes it."""
+    return json.dumps(generation, separators=(",", ":"))
+
+
+def _advice(manifest: Manifest, writer: WriterShape, generation: Json) -> str:
+    block = f'"generation": {generation_text(generation)}'
+    if manifest.schema_version == 1:
+        lead = (
+            "This package is schema v1, which every serving load refuses (offline-only since PR #1693): "
+            "adding the block is not enough to serve it. "
+        )
+        if writer.emits:
+            return lead + (
+                "Republish it as package-v2 with `mesh-llm models package` (PR #1937): its writer emits this "
+                "generation block for this source and recomputes package_id."
+            )
+        return lead + (
+            f"Republishing it as package-v2 with `mesh-llm models package` fails for this source: its writer "
+            f"(PR #1937) refuses it ({writer.reason}). Until it accepts this layout the package-v2 manifest "
+            f"needs the block written by hand: {block}."
+        )
+    if writer.emits:
+        return (
+            "Or republish with `mesh-llm models package`: its writer (since PR #1937) emits this same block "
+            "for this source."
+        )
     return (
-        "This package is schema v1, which every serving load refuses (offline-only since PR #1693): "
-        "adding the block is not enough to serve it. Republish it as package-v2 (the fixed writer, "
-        "PR #1937) with this generation block; the writer recomputes package_id."
+        f"`mesh-llm models package` refuses this source ({writer.reason}), so republishing with it does not "
+        f"declare MTP. Add the block by hand, as the patched manifest does: {block}"
     )
 
 

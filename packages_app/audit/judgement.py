@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 
 from gguf.constants import Keys
 
-from packages_app.audit.detection import key_absent_blocks, nextn_key_absent_problems
+from packages_app.audit.detection import key_absent_blocks, nextn_key_absent_problems, sidecar_problems
 from packages_app.audit.model import (
     Declared,
     Detected,
@@ -156,7 +156,7 @@ def _head_problems(d: Detected) -> list[Problem]:
                 problem("incomplete_mtp_head", "warning", message, block=block, missing=list(missing))
             )
     absent = key_absent_blocks(d)  # the key is optional for the architecture: detection.py reports it
-    problems += nextn_key_absent_problems(d)
+    problems += nextn_key_absent_problems(d) + sidecar_problems(d)
     stray = [b for b in d.mtp_blocks if b not in d.key_blocks and b not in absent]
     if stray:
         message = (

@@ -73,6 +73,10 @@ class Detected:
     evidence: Mapping[int, str] = field(default_factory=dict)  # block -> header that listed its tensors
     directory: str | None = None  # the header describing every tensor (v2 shared/metadata.gguf)
     uninspected: tuple[int, ...] = ()
+    # An MTP draft sidecar: the GGUF beside the model whose name holds "draft" or "eagle", which mesh-llm's
+    # draft_selection_policy auto picks (docs/rules.md section 6b); its tensors are not the package's blocks.
+    sidecar: str | None = None
+    sidecar_mtp_blocks: tuple[int, ...] = ()  # the blocks of the sidecar holding NextN tensors
 
     @property
     def has_mtp_weights(self) -> bool:
@@ -92,6 +96,9 @@ class Detected:
             "expected_nextn_tensors": list(self.expected_nextn_tensors),
             "missing_nextn_tensors": {str(k): list(v) for k, v in self.missing_nextn_tensors.items()},
             "blocks": [b.to_json() for b in self.blocks],
+            "mtp_sidecar": {"path": self.sidecar, "mtp_blocks": list(self.sidecar_mtp_blocks)}
+            if self.sidecar
+            else None,
         }
 
 
@@ -155,6 +162,69 @@ class Provenance:
         }
 
 
+@dataclass(frozen=True)
+class ResolverAssumptions:
+    """What the resolver table assumes of the node it predicts for (docs/rules.md sections 5 and 6b), as a
+    typed value: where a node reports otherwise (a serving strategy, a tripped gate), the node's answer wins
+    over the table's, and advice can say which assumption did not hold.
+
+    ``operator_config`` "default": no ``[models.*]`` or ``[defaults.speculative]`` key besides the strategy of
+    the row (no ngram_min/ngram_max, no draft_model, mode auto); ``serving_strategy`` "balanced": the default
+    ``--strategy`` (#2112's interactive and throughput set the strategy to ngram-suffix / disabled where the
+    operator left it unset); ``spec_default`` True (false: auto never enables MTP unless a strategy is set
+    explicitly); ``sidecar``: the MTP draft sidecar the table judged ("" for none), whose pairing it takes as
+    compatible (``pairing_fault = warn_disable``, the default, quietly turns an incompatible one off);
+    ``gate_tripped`` False: the break-even gate has not switched speculation off while running (whether it
+    is on by default is not pinned down)."""
+
+    operator_config: str = "default"
+    serving_strategy: str = "balanced"
+    spec_default: bool = True
+    sidecar: str = ""
+    gate_tripped: bool = False
+
+    def sentences(self) -> tuple[str, ...]:
+        """The assumptions as the pages and the CLI state them under the table."""
+        sidecar = (
+            f"the MTP draft sidecar {self.sidecar} pairs with the model (pairing_fault warn_disable, the "
+            "default, quietly turns an incompatible pair off)"
+            if self.sidecar
+            else "no MTP draft sidecar (a *draft* or *eagle* GGUF beside the model) is picked"
+        )
+        return (
+            "The node runs the default operator config: no [models.*] or [defaults.speculative] key but the "
+            "strategy of the row (no ngram_min/ngram_max, no draft_model, mode auto).",
+            f"The serving strategy is {self.serving_strategy} (--strategy interactive or throughput sets "
+            'speculative.strategy to "ngram-suffix" or "disabled" where the operator left it unset, #2112).',
+            "spec_default is true (false: auto never enables MTP unless a strategy is set explicitly).",
+            f"{sidecar[0].upper()}{sidecar[1:]}.",
+            "The break-even gate has not switched speculation off while running (SKIPPY_SPECULATION_GATE; "
+            "whether it is on by default is not pinned down).",
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "operator_config": self.operator_config,
+            "serving_strategy": self.serving_strategy,
+            "spec_default": self.spec_default,
+            "sidecar": self.sidecar,
+            "gate_tripped": self.gate_tripped,
+        }
+
+    @classmethod
+    def from_json(cls, doc: Any) -> ResolverAssumptions:
+        doc = doc if isinstance(doc, Mapping) else {}
+        text = {k: v for k, v in doc.items() if isinstance(v, str)}
+        flags = {k: v for k, v in doc.items() if isinstance(v, bool)}
+        return cls(
+            text.get("operator_config", "default"),
+            text.get("serving_strategy", "balanced"),
+            flags.get("spec_default", True),
+            text.get("sidecar", ""),
+            flags.get("gate_tripped", False),
+        )
+
+
 UNCERTAIN = (
     "Whether a split package load's model path exposes a GGUF with nextn metadata is not pinned down "
     "(docs/rules.md section 7). If it does, auto and mtp turn native MTP on through the local GGUF even "
@@ -180,6 +250,7 @@ class Resolution:
 class Runtime:
     rows: tuple[Resolution, ...]
     uncertain: tuple[str, ...] = UNCERTAIN
+    assumptions: ResolverAssumptions = field(default_factory=ResolverAssumptions)
 
     def row(self, setting: str) -> Resolution | None:
         return next((r for r in self.rows if r.setting == setting), None)
@@ -188,12 +259,41 @@ class Runtime:
         return {r.setting: r.to_json() for r in self.rows}
 
 
+WRITER_SHAPES = ("writer", "key-absent", "deep", "not-last", "no-tensors")
+
+
+@dataclass(frozen=True)
+class WriterShape:
+    """Whether mesh-llm's package writer (PR #1937, ``mesh-llm models package``) emits the declaration for
+    this source itself (docs/rules.md section 6b): only for ``<arch>.nextn_predict_layers == 1`` with NextN
+    tensors exactly at the last block; for every other MTP shape it refuses the source, and the block must
+    be written by hand."""
+
+    shape: str  # one of WRITER_SHAPES; "writer" is the one shape it emits
+    reason: str = ""  # why it refuses, in a clause; "" for the writer's shape
+
+    @property
+    def emits(self) -> bool:
+        return self.shape == "writer"
+
+    def to_json(self) -> Json:
+        return {"shape": self.shape, "emits": self.emits, "reason": self.reason}
+
+    @classmethod
+    def from_json(cls, doc: Any) -> WriterShape | None:
+        if not isinstance(doc, Mapping) or doc.get("shape") not in WRITER_SHAPES:
+            return None
+        reason = doc.get("reason")
+        return cls(str(doc["shape"]), reason if isinstance(reason, str) else "")
+
+
 @dataclass(frozen=True)
 class Suggestion:
     generation: Json
     patched_manifest: str
     diff: str
-    advice: str | None = None  # v1: republish as package-v2; the block alone does not make it servable
+    advice: str | None = None  # what to do with the block: the writer, or by hand (and v1: republish as v2)
+    writer: WriterShape | None = None  # whether mesh-llm's writer emits this block for the source
 
     def to_json(self) -> Json:
         return {
@@ -201,4 +301,5 @@ class Suggestion:
             "patched_manifest": self.patched_manifest,
             "diff": self.diff,
             "advice": self.advice,
+            "writer": self.writer.to_json() if self.writer else None,
         }

@@ -11,6 +11,8 @@ results: ``single_node`` (the package verdict; the split-certification gate does
 from __future__ import annotations
 
 import functools
+import json
+import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -262,3 +264,159 @@ def _known_release_for(version: str) -> str | None:
     """release_for against the matrix shipped with meshdash, once a process for each version string: the
     nodes page asks it twice for each of a thousand nodes' rows, a scan of the matrix each time."""
     return release_for(version, known_releases())
+
+
+# --- adding a release from its published native-runtimes.json ---------------------------------------
+
+MAX_RUNTIMES_BYTES = 4 * 1024 * 1024
+RELEASES_FILE = "releases.toml"
+_VERSION = re.compile(r"v?(\d{1,6})\.(\d{1,6})\.(\d{1,6})")
+_RUNTIMES_SCHEMA = 2
+
+
+class RuntimesError(ValueError):
+    """A native-runtimes.json meshdash cannot take; the message names what is wrong."""
+
+
+@dataclass(frozen=True)
+class PublishedRelease:
+    """What a release's native-runtimes.json pins: its version and the Skippy ABI of its native runtimes."""
+
+    release: str  # "v0.78.0"
+    skippy_abi: str
+    artifacts: int
+    key: str  # "release_version" (schema 2) or "mesh_version" (legacy)
+
+
+def parse_native_runtimes(data: bytes) -> PublishedRelease:
+    """A release from its ``native-runtimes.json`` (docs/rules.md section 6b): schema 2 names the version
+    ``release_version``, the legacy file ``mesh_version``; a file naming both, at the top or in an artifact,
+    is refused, as is an artifact whose ``skippy_abi`` is not the file's (mesh-llm's own check)."""
+    doc = _runtimes_doc(data)
+    key = _version_key(doc, "the file")
+    version, abi = doc.get(key), doc.get("skippy_abi")
+    if not isinstance(version, str) or not _VERSION.fullmatch(version.strip()):
+        raise RuntimesError(f"{key} is {str(version)[:40]!r}; a release version is MAJOR.MINOR.PATCH")
+    if not isinstance(abi, str) or not _VERSION.fullmatch(abi) or abi.startswith("v"):
+        raise RuntimesError(f"skippy_abi is {str(abi)[:40]!r}; a Skippy ABI is MAJOR.MINOR.PATCH")
+    artifacts = doc.get("artifacts", [])
+    if not isinstance(artifacts, list):
+        raise RuntimesError("artifacts must be a list")
+    for index, artifact in enumerate(artifacts):
+        _check_artifact(index, artifact, key, abi)
+    release = version.strip() if version.strip().startswith("v") else f"v{version.strip()}"
+    return PublishedRelease(release, abi, len(artifacts), key)
+
+
+def _runtimes_doc(data: bytes) -> dict[str, Any]:
+    if len(data) > MAX_RUNTIMES_BYTES:
+        raise RuntimesError(f"it is over the {MAX_RUNTIMES_BYTES}-byte limit")
+    try:
+        doc = json.loads(data)
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise RuntimesError(f"it is not JSON ({str(exc)[:120]})") from None
+    if not isinstance(doc, dict):
+        raise RuntimesError(f"it must be a JSON object, not {type(doc).__name__}")
+    schema = doc.get("schema_version")
+    if schema is not None and (type(schema) is not int or schema != _RUNTIMES_SCHEMA):
+        raise RuntimesError(
+            f"schema_version is {str(schema)[:20]!r}; only schema {_RUNTIMES_SCHEMA} is known"
+        )
+    if schema == _RUNTIMES_SCHEMA and "mesh_version" in doc:
+        raise RuntimesError("schema 2 names the version release_version, not mesh_version")
+    return doc
+
+
+def _version_key(doc: dict[str, Any], where: str) -> str:
+    both = "release_version" in doc and "mesh_version" in doc
+    if both:
+        raise RuntimesError(f"{where} names both release_version (schema 2) and mesh_version (legacy)")
+    if "release_version" in doc:
+        return "release_version"
+    if "mesh_version" in doc:
+        return "mesh_version"
+    raise RuntimesError(f"{where} names neither release_version (schema 2) nor mesh_version (legacy)")
+
+
+def _check_artifact(index: int, artifact: Any, key: str, abi: str) -> None:
+    where = f"artifacts[{index}]"
+    if not isinstance(artifact, dict):
+        raise RuntimesError(f"{where} must be an object")
+    named = "release_version" in artifact or "mesh_version" in artifact
+    if named and (own := _version_key(artifact, where)) != key:
+        raise RuntimesError(f"{where} names {own}, the file {key}: mixed shapes")
+    if artifact.get("skippy_abi") != abi:
+        found = str(artifact.get("skippy_abi"))[:40]
+        raise RuntimesError(f"{where} has skippy_abi {found!r}, expected {abi} (the file's)")
+
+
+def _abi_order(abi: str) -> tuple[int, ...]:
+    match = _VERSION.fullmatch(abi)
+    return tuple(int(g) for g in match.groups()) if match else ()
+
+
+def release_table_text(published: PublishedRelease, releases: tuple[Release, ...]) -> str:
+    """The ``[[release]]`` table for a published release: its version and ABI as its native-runtimes.json
+    states them; what that file does not say (ABI rule, parsers, the gate) taken from the newest known tag
+    at a lower ABI and marked inferred; its roster inferred from its ABI (certification.INFERRED_FROM_ABI)."""
+    order = _abi_order(published.skippy_abi)
+    earlier = [r for r in releases if r.kind == "tag" and r.runtime_abi and _abi_order(r.runtime_abi) < order]
+    base = earlier[-1] if earlier else None
+    rows = [
+        "[[release]]",
+        f"# Imported from its native-runtimes.json ({published.key} {published.release.lstrip('v')}, "
+        f"skippy_abi {published.skippy_abi}, {published.artifacts} artifacts) by manage.py import_release.",
+        f"release = {json.dumps(published.release)}",
+        f'abi_rule = "{base.abi_rule if base else "unknown"}"',
+        f"runtime_abi = {json.dumps(published.skippy_abi)}",
+        "serves_v1 = false",
+        f"request_defaults = {_toml_tristate(base.request_defaults if base else None)}",
+        f"publisher_metadata = {_toml_tristate(base.publisher_metadata if base else None)}",
+        f"split_gate = {_toml_tristate(base.split_gate if base else None)}",
+        'roster = "inferred-from-abi"',
+    ]
+    like = (
+        f"as {base.release} (the newest release at a lower ABI)" if base else "no earlier release to follow"
+    )
+    rows.append(f"note = {json.dumps(f'inferred: what its native-runtimes.json does not say, {like}')}")
+    source = f"native-runtimes.json ({published.release}, skippy_abi {published.skippy_abi})"
+    rows.append(f"source = {json.dumps(source)}")
+    return "\n".join(rows) + "\n"
+
+
+def _toml_tristate(value: Tristate) -> str:
+    return '"unknown"' if value is None else str(value).lower()
+
+
+def with_release(text: str, published: PublishedRelease) -> str | None:
+    """releases.toml text with the published release added in ABI order (None: that exact release and ABI
+    are already there). Raises RuntimesError when the table already has the release at another ABI, or the
+    result would not parse."""
+    releases = parse_releases(text)
+    same = next((r for r in releases if r.release == published.release), None)
+    if same is not None:
+        if same.runtime_abi == published.skippy_abi:
+            return None
+        raise RuntimesError(
+            f"{published.release} is already in {RELEASES_FILE} at Skippy ABI {same.runtime_abi}, "
+            f"not {published.skippy_abi}"
+        )
+    blocks = re.split(r"(?m)^(?=\[\[release\]\]\s*$)", text)
+    head, tables = blocks[0], blocks[1:]
+    order = _abi_order(published.skippy_abi)
+    later = [i for i, r in enumerate(releases) if r.runtime_abi and _abi_order(r.runtime_abi) > order]
+    at = later[0] if later else len(tables)
+    table = release_table_text(published, releases)
+    before = "".join(tables[:at]).rstrip("\n") + "\n\n" if at else ""
+    after = "".join(tables[at:])
+    result = head + before + table + ("\n" + after if after else "")
+    try:
+        parse_releases(result)
+    except ValueError as exc:
+        raise RuntimesError(f"the new table would not parse: {exc}") from None
+    return result
+
+
+def clear_release_lookups() -> None:
+    """Forget the cached version lookups (after the bundled table changed in this process)."""
+    _known_release_for.cache_clear()

@@ -1,14 +1,16 @@
 """Pure: the resolver as a table: what mesh-llm does with each operator ``speculative.strategy`` setting
-for one manifest (docs/rules.md section 5: resolver/speculative.rs, frontend/speculative.rs). No Django,
-no I/O.
+for one manifest (docs/rules.md section 5: resolver/speculative.rs, frontend/speculative.rs; section 6b: the
+resolver as it is now, mesh-llm-skippy-adapter config/speculative.rs and dflash.rs). No Django, no I/O.
 
-Each row is one of ``native-mtp``, ``no-mtp``, ``load-fails``, ``refused`` with a sentence. Where
-mesh-llm's behaviour is not pinned down (docs/rules.md section 7) the table says so in ``UNCERTAIN``.
+Each row is one of ``native-mtp``, ``no-mtp``, ``load-fails``, ``refused`` with a sentence. The table holds
+under stated assumptions (``Runtime.assumptions``, a ``ResolverAssumptions``: the default operator config,
+the balanced serving strategy, ``spec_default`` true, the MTP sidecar it saw or none, the break-even gate not
+tripped); where mesh-llm's behaviour is not pinned down (docs/rules.md section 7) it says so in ``UNCERTAIN``.
 """
 
 from __future__ import annotations
 
-from packages_app.audit.model import Detected, Resolution, Runtime
+from packages_app.audit.model import Detected, Resolution, ResolverAssumptions, Runtime
 from packages_app.manifest import (
     COMPOSITE,
     MANIFEST_FILE,
@@ -21,11 +23,20 @@ from packages_app.manifest import (
 )
 
 OUTCOMES = ("native-mtp", "no-mtp", "load-fails", "refused")
-OPERATOR_SETTINGS = ("auto", MTP_NAME, "disabled", "ngram-cache", "ngram-suffix")
+DFLASH = "dflash"
+OPERATOR_SETTINGS = ("auto", MTP_NAME, "disabled", "ngram-cache", "ngram-suffix", DFLASH)
 UNDECLARED_SAMPLES = ("native-mtp-n1", "ngram")
 _REFUSED_NAME = (
-    "the resolver refuses it: a strategy must be auto, disabled, mtp, ngram-cache, ngram-suffix, or a "
-    f"strategy declared by {MANIFEST_FILE}"
+    "the resolver refuses it: a strategy must be auto, disabled, mtp, ngram-cache, ngram-suffix, dflash, or "
+    f"a strategy declared by {MANIFEST_FILE}"
+)
+_DFLASH = (
+    'dflash decodes with a DFlash draft model, never native MTP: it "requires a draft_model whose GGUF '
+    'architecture is dflash" (none is configured by default); with one it runs effective dflash, without MTP.'
+)
+_PAIRING = (
+    "pairing_fault warn_disable, the default, turns it off without an error when mesh-llm finds the pair "
+    "incompatible"
 )
 
 
@@ -37,9 +48,17 @@ def resolve(parsed: ManifestResult | None, detected: Detected | None = None) -> 
     if manifest is None or parsed is None:
         why = f"there is no {MANIFEST_FILE}" if parsed is None else _first_error(parsed)
         return _every(_settings(None), "load-fails", f"the load fails: {why}.")
+    assumptions = ResolverAssumptions(sidecar=_sidecar(detected) or "")
     if not parsed.trusted:
         return _every(_settings(manifest), "load-fails", f"the load fails: {_first_error(parsed)}.")
-    return Runtime(tuple(_resolve(manifest, s, detected) for s in _settings(manifest)))
+    rows = tuple(_resolve(manifest, s, detected) for s in _settings(manifest))
+    return Runtime(rows, assumptions=assumptions)
+
+
+def _sidecar(d: Detected | None) -> str | None:
+    """The MTP draft sidecar mesh-llm would pick and run native MTP through: a *draft*/*eagle* GGUF of the
+    package that holds NextN tensors (docs/rules.md section 6b)."""
+    return d.sidecar if d is not None and d.sidecar and d.sidecar_mtp_blocks else None
 
 
 def _first_error(parsed: ManifestResult) -> str:
@@ -65,6 +84,8 @@ def _resolve(m: Manifest, setting: str, d: Detected | None) -> Resolution:
         return _mtp(m, d)
     if setting == "disabled":
         return Resolution(setting, "no-mtp", "disabled clears every speculative setting: effective disabled.")
+    if setting == DFLASH:
+        return Resolution(setting, "refused", _DFLASH)
     sd = m.speculative_decoding
     declared = sd.strategy(setting) if sd else None
     if declared is not None:
@@ -81,22 +102,38 @@ def _resolve(m: Manifest, setting: str, d: Detected | None) -> Resolution:
 
 def _auto(m: Manifest, d: Detected | None) -> Resolution:
     sd = m.speculative_decoding
+    sidecar = _sidecar(d)
     if sd is None:
+        unused = f" auto does not run the MTP sidecar {sidecar}; only explicit mtp does." if sidecar else ""
         return Resolution(
             "auto",
             "no-mtp",
             f"{MANIFEST_FILE} declares no generation.speculative_decoding, and a package load has no local "
-            "GGUF to prove MTP: effective disabled.",
+            f"GGUF to prove MTP: effective disabled.{unused}",
         )
     default = sd.strategy(sd.default)
     if default is None:  # validate_root reports unknown_strategy, so a trusted manifest never gets here
         return Resolution("auto", "load-fails", f"the default strategy {sd.default} is not declared.")
-    return _run("auto", default, d, f"auto runs the default strategy {default.name}")
+    row = _run("auto", default, d, f"auto runs the default strategy {default.name}")
+    if sidecar and row.outcome == "native-mtp":
+        return Resolution(
+            "auto", row.outcome, f"{row.why} It runs through the sidecar {sidecar}; {_PAIRING}."
+        )
+    return row
 
 
 def _mtp(m: Manifest, d: Detected | None) -> Resolution:
     sd = m.speculative_decoding
     keyed = sd.strategy(MTP_NAME) if sd else None
+    sidecar = _sidecar(d)
+    if (keyed is None or not keyed.uses_native_mtp) and sidecar and d is not None:
+        blocks = describe_layers(list(d.sidecar_mtp_blocks))
+        return Resolution(
+            MTP_NAME,
+            "native-mtp",
+            f"explicit mtp runs native MTP through the MTP sidecar {sidecar} (NextN tensors at {blocks}), "
+            f"which draft_selection_policy auto picks beside the model; {_PAIRING}.",
+        )
     if keyed is None or not keyed.uses_native_mtp:
         others = [s.name for s in sd.native_mtp_strategies()] if sd else []
         hint = f"; strategy {', '.join(others)} is native MTP but is not keyed mtp" if others else ""

@@ -451,12 +451,14 @@ def qwen38_giant_spec() -> ModelSpec:
     return qwen35moe_spec(QWEN38_2T)
 
 
-def qwen35_dense_spec() -> ModelSpec:
-    """Qwen3.8-27B: 64 dense trunk blocks (SSM and full attention) plus the MTP block 64 (65 blocks)."""
+def qwen35_dense_spec(mtp_depth: int = 1) -> ModelSpec:
+    """Qwen3.8-27B: 64 dense trunk blocks (SSM and full attention) plus the MTP block 64 (65 blocks); with
+    ``mtp_depth`` 2, two MTP blocks (64, 65) and ``nextn_predict_layers = 2``: a deep-MTP source, which
+    mesh-llm's writer refuses (docs/rules.md section 6b)."""
     t, h, vocab, n_trunk, ffn = _Tensors(MODEL_ARCH.QWEN35), 5120, 248320, 64, 17408
 
     def block(bid: int) -> list[TensorSpec]:
-        mtp_block = bid == n_trunk
+        mtp_block = bid >= n_trunk
         if (bid + 1) % 4 == 0 or mtp_block:
             mixer = _gated_attention(t, bid, h, n_head=24, n_kv=4, head_dim=256)
         else:
@@ -474,7 +476,7 @@ def qwen35_dense_spec() -> ModelSpec:
     hparams = [
         _hp(Keys.LLM.CONTEXT_LENGTH, 262144),
         _hp(Keys.LLM.EMBEDDING_LENGTH, h),
-        _hp(Keys.LLM.BLOCK_COUNT, n_trunk + 1),
+        _hp(Keys.LLM.BLOCK_COUNT, n_trunk + mtp_depth),
         _hp(Keys.LLM.FEED_FORWARD_LENGTH, ffn),
         _hp(Keys.Attention.HEAD_COUNT, 24),
         _hp(Keys.Attention.HEAD_COUNT_KV, 4),
@@ -486,12 +488,12 @@ def qwen35_dense_spec() -> ModelSpec:
         _hp(Keys.Attention.LAYERNORM_RMS_EPS, 1e-6, _F32),
         *_ssm_hparams(conv=4, state=128, groups=16, rank=48, inner=6144),
         _hp(Keys.LLM.FULL_ATTENTION_INTERVAL, 4),
-        _hp(Keys.LLM.NEXTN_PREDICT_LAYERS, 1),
+        _hp(Keys.LLM.NEXTN_PREDICT_LAYERS, mtp_depth),
     ]
     emb, out = _globals(t, h, vocab)
     return _spec(
         MODEL_ARCH.QWEN35,
-        "Qwen3.8-27B",
+        "Qwen3.8-27B" if mtp_depth == 1 else f"Qwen3.8-27B-MTP{mtp_depth}",
         "27B",
         "apache-2.0",
         h,
@@ -499,7 +501,7 @@ def qwen35_dense_spec() -> ModelSpec:
         QWEN35_TOKENIZER,
         emb,
         out,
-        [block(b) for b in range(n_trunk + 1)],
+        [block(b) for b in range(n_trunk + mtp_depth)],
     )
 
 

@@ -31,8 +31,10 @@ from packages_app.hub.records import (
     MANIFEST_MAX_BYTES,
     MANIFEST_PATH,
     SHA_RE,
+    CatalogRow,
     CommitInfo,
     FetchStats,
+    ModelCard,
     RemoteFile,
 )
 
@@ -131,6 +133,10 @@ class HubSource:
         self.api = HfApi(endpoint=self.endpoint, token=self.token or False)
         self.label = f"hf://{repo_id}"
         self.private: bool | None = None  # what the Hub's repo info said, once resolve_revision ran
+        # Whether the head holds model-package.json (None: the repo info did not list its files), and what
+        # its model card says: both from the same repo info, once resolve_revision ran.
+        self.holds_manifest: bool | None = None
+        self.card: ModelCard | None = None
 
     def _bounded(self, what: str, *, listing: bool = False) -> Any:
         limits = self.config.limits
@@ -161,6 +167,8 @@ class HubSource:
         sha = getattr(info, "sha", None)
         private = getattr(info, "private", None)
         self.private = private if isinstance(private, bool) else None  # not said: stays unknown
+        self.holds_manifest = _holds_manifest(info)
+        self.card = model_card(info)
         if not isinstance(sha, str) or not SHA_RE.match(sha):
             raise HubError(f"{what}: the Hub did not return a commit sha")
         return sha
@@ -255,6 +263,35 @@ def _date(value: object) -> datetime | None:
 
 
 SkipFn = Callable[[str, str], None]
+MAX_MANIFEST_PROBES = 200  # repos of a namespace whose listing does not say which files they hold
+_CARD_LIMIT = 64  # tags or base models kept from a card, each at most 200 characters
+
+
+def _sibling_names(info: object) -> set[str] | None:
+    """The file names a model listing or repo info names (None when it does not list them)."""
+    siblings = getattr(info, "siblings", None)
+    if not isinstance(siblings, list):
+        return None
+    return {s.rfilename for s in siblings if isinstance(getattr(s, "rfilename", None), str)}
+
+
+def _holds_manifest(info: object) -> bool | None:
+    names = _sibling_names(info)
+    return None if names is None else MANIFEST_PATH in names
+
+
+def _short_texts(value: object) -> tuple[str, ...]:
+    items = [value] if isinstance(value, str) else value if isinstance(value, list) else []
+    return tuple(v[:200] for v in items[:_CARD_LIMIT] if isinstance(v, str) and v)
+
+
+def model_card(info: object) -> ModelCard:
+    """The card facts of a repo info: ``base_model`` (a string or a list on the Hub), tags, library_name."""
+    data = getattr(info, "card_data", None)
+    base = getattr(data, "base_model", None) if data is not None else None
+    library = getattr(data, "library_name", None) if data is not None else None
+    tags = _short_texts(getattr(info, "tags", None)) or _short_texts(getattr(data, "tags", None))
+    return ModelCard(_short_texts(base), tags, library[:100] if isinstance(library, str) else "")
 
 
 def _ignore(repo_id: str, reason: str) -> None:
@@ -273,15 +310,21 @@ def _valid_ids(candidates: Iterable[str], on_skip: SkipFn) -> Iterator[str]:
 def list_namespace_packages(
     namespace: str, *, endpoint: str | None = None, on_skip: SkipFn = _ignore
 ) -> list[str]:
-    """Model repos of ``namespace`` named like layer packages (``...-layers``); invalid ids skipped."""
+    """The packages of ``namespace``: its model repos that hold model-package.json; invalid ids skipped."""
     return sorted(namespace_packages(namespace, endpoint=endpoint, on_skip=on_skip))
 
 
 def namespace_packages(
     namespace: str, *, endpoint: str | None = None, on_skip: SkipFn = _ignore
 ) -> dict[str, bool | None]:
-    """The ``-layers`` model repos of ``namespace``, each with what the listing says of its privacy
-    (None when it does not say); invalid ids skipped."""
+    """The model repos of ``namespace`` that hold ``model-package.json`` at their head, each with what the
+    listing says of its privacy (None when it does not say); invalid ids skipped.
+
+    mesh-llm finds a package by its manifest, whatever the repo is called ("Repo naming is intentionally
+    ignored", docs/rules.md section 6b), so the listing asks for each repo's files (``full``) instead of
+    searching names. A repo the listing lists without files is asked for its own repo info (at most
+    MAX_MANIFEST_PROBES a namespace; those past it are reported to ``on_skip``, never dropped silently).
+    """
     endpoint = endpoint or default_endpoint()
     config = config_from_settings()
     policy = Policy.for_endpoint(
@@ -292,39 +335,124 @@ def namespace_packages(
     limits = config.limits
     with bounded_call(policy, what, max_requests=limits.max_pages, max_bytes=limits.max_listing_bytes):
         try:
-            models = list(api.list_models(author=namespace, search="-layers"))
+            models = list(api.list_models(author=namespace, full=True))
         except EXPECTED_ERRORS as exc:
             raise translate(exc, what, max_retry_after=limits.max_retry_after) from exc
-    privacy: dict[str, bool | None] = {}
-    for m in models:
-        if isinstance(m.id, str) and m.id.endswith("-layers"):
-            private = getattr(m, "private", None)
-            privacy[m.id] = private if isinstance(private, bool) else None
-    return {repo_id: privacy.get(repo_id) for repo_id in _valid_ids(list(privacy), on_skip)}
+    listed = {m.id: m for m in models if isinstance(getattr(m, "id", None), str)}
+    valid = list(_valid_ids(list(listed), on_skip))
+    found: dict[str, bool | None] = {}
+    unlisted: list[str] = []
+    for repo_id in valid:
+        holds = _holds_manifest(listed[repo_id])
+        if holds is None:
+            unlisted.append(repo_id)
+        elif holds:
+            private = getattr(listed[repo_id], "private", None)
+            found[repo_id] = private if isinstance(private, bool) else None
+    for repo_id in unlisted[MAX_MANIFEST_PROBES:]:
+        on_skip(
+            repo_id,
+            f"the listing does not say whether it holds {MANIFEST_PATH}, and past "
+            f"{MAX_MANIFEST_PROBES} repos meshdash does not ask each one",
+        )
+    for repo_id in unlisted[:MAX_MANIFEST_PROBES]:
+        found |= _probe_manifest(api, policy, config, repo_id, on_skip)
+    return found
+
+
+def _probe_manifest(
+    api: HfApi, policy: Policy, config: HubConfig, repo_id: str, on_skip: SkipFn
+) -> dict[str, bool | None]:
+    """One repo's own info (as mesh-llm's probe, hf_model_repo_has_file): {repo: privacy} when its head
+    holds model-package.json, {} when not; a Hub error is reported and skipped, not fatal."""
+    what = f"{repo_id} files"
+    limits = config.limits
+    try:
+        with bounded_call(policy, what, max_requests=limits.max_pages, max_bytes=limits.max_listing_bytes):
+            try:
+                info = api.model_info(repo_id)
+            except EXPECTED_ERRORS as exc:
+                raise translate(exc, what, max_retry_after=limits.max_retry_after) from exc
+    except HubError as exc:
+        on_skip(repo_id, f"could not read which files it holds: {str(exc)[:200]}")
+        return {}
+    if not _holds_manifest(info):
+        return {}
+    private = getattr(info, "private", None)
+    return {repo_id: private if isinstance(private, bool) else None}
 
 
 def catalog_package_repos(
     dataset_id: str, *, endpoint: str | None = None, on_skip: SkipFn = _ignore
 ) -> list[str]:
     """Package repos listed by the curated ``meshllm/catalog`` dataset (``entries/<owner>/<repo>.json``)."""
+    return sorted({row.repo for row in catalog_package_rows(dataset_id, endpoint=endpoint, on_skip=on_skip)})
+
+
+def catalog_package_rows(
+    dataset_id: str, *, endpoint: str | None = None, on_skip: SkipFn = _ignore
+) -> list[CatalogRow]:
+    """Every package row of the curated catalog dataset, with its entry, variant and source model."""
     source = HubSource(dataset_id, endpoint=endpoint, repo_type="dataset")
     sha = source.resolve_revision(None)
-    repos: set[str] = set()
+    rows: list[CatalogRow] = []
     for f in source.list_files(sha):
         if not (f.path.startswith("entries/") and f.path.endswith(".json")) or f.size > 1024 * 1024:
             continue
         try:
             entry = json.loads(source.read_small_file(sha, f.path, 1024 * 1024))
-        except (ValueError, HubError):
+        except (ValueError, RecursionError, HubError):
+            on_skip(f.path, "the catalog entry is not readable JSON")
             continue
-        repos.update(_valid_ids(_catalog_entry_repos(entry), on_skip))
-    return sorted(repos)
+        rows += _valid_rows(catalog_entry_rows(f.path, entry), on_skip)
+    return rows
 
 
-def _catalog_entry_repos(entry: object) -> Iterator[str]:
+def _valid_rows(rows: Iterable[CatalogRow], on_skip: SkipFn) -> Iterator[CatalogRow]:
+    for row in rows:
+        if list(_valid_ids([row.repo], on_skip)):
+            yield row
+
+
+def catalog_entry_rows(path: str, entry: object) -> Iterator[CatalogRow]:
+    """The layer-package rows of one catalog entry. ``variants`` is an object keyed by variant or an array
+    of variants (mesh-llm reads both; an array item names itself under ``name``); a row's ``source_revision``
+    is the source model's revision, falling back to the variant's ``source.revision``."""
     variants = entry.get("variants") if isinstance(entry, dict) else None
-    for variant in variants.values() if isinstance(variants, dict) else ():
-        for pkg in variant.get("packages", []) if isinstance(variant, dict) else ():
-            repo = pkg.get("repo") if isinstance(pkg, dict) else None
-            if isinstance(repo, str) and pkg.get("type", "layer-package") == "layer-package":
-                yield repo
+    if isinstance(variants, dict):
+        named = list(variants.items())
+    elif isinstance(variants, list):
+        named = [
+            (str(v.get("name") or i) if isinstance(v, dict) else str(i), v) for i, v in enumerate(variants)
+        ]
+    else:
+        named = []
+    for name, variant in named[:1000]:
+        if isinstance(variant, dict):
+            yield from _variant_rows(path, name[:200], variant)
+
+
+def _variant_rows(path: str, name: str, variant: dict[str, Any]) -> Iterator[CatalogRow]:
+    found = variant.get("source")
+    source: dict[str, Any] = found if isinstance(found, dict) else {}
+    packages = variant.get("packages")
+    for pkg in packages[:1000] if isinstance(packages, list) else ():
+        repo = pkg.get("repo") if isinstance(pkg, dict) else None
+        if not isinstance(repo, str) or pkg.get("type", "layer-package") != "layer-package":
+            continue
+        revision = pkg.get("source_revision") or source.get("revision")
+        count = pkg.get("layer_count")
+        yield CatalogRow(
+            repo=repo,
+            entry=path,
+            variant=name,
+            source_repo=_text(source.get("repo"), 96),
+            source_revision=_text(revision, 64),
+            layer_count=count
+            if isinstance(count, int) and not isinstance(count, bool) and count > 0
+            else None,
+        )
+
+
+def _text(value: object, limit: int) -> str:
+    return value[:limit] if isinstance(value, str) else ""

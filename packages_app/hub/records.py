@@ -34,6 +34,43 @@ class RemoteFile:
     blob_id: str = ""
 
 
+@dataclass(frozen=True)
+class CatalogRow:
+    """One package row of the curated catalog dataset (``entries/<owner>/<repo>.json``): which package a
+    variant lists, and ``source_revision``, the *source model's* revision (not the package's; docs/rules.md
+    section 6b)."""
+
+    repo: str
+    entry: str  # the entry file, e.g. entries/unsloth/Qwen3.5-35B-A3B-MTP-GGUF.json
+    variant: str
+    source_repo: str = ""
+    source_revision: str = ""
+    layer_count: int | None = None
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "entry": self.entry,
+            "variant": self.variant,
+            "source_repo": self.source_repo,
+            "source_revision": self.source_revision,
+            "layer_count": self.layer_count,
+        }
+
+
+@dataclass(frozen=True)
+class ModelCard:
+    """What a package's model card says (the Hub's cardData and tags), as mesh-llm's writer fills it
+    (docs/rules.md section 6b, card.rs): the source model it was cut from, and the experimental tag."""
+
+    base_model: tuple[str, ...] = ()
+    tags: tuple[str, ...] = ()
+    library_name: str = ""
+
+    @property
+    def experimental(self) -> bool:
+        return "experimental" in self.tags
+
+
 @dataclass
 class FetchStats:
     """Requests and bytes spent on ranged reads; shared by the threads of one ingest."""

@@ -1,4 +1,5 @@
-"""The JSON API: node report endpoints (authenticated POSTs), a health ping and the OpenAPI document.
+"""The JSON API: node report endpoints (authenticated POSTs; `models certify` reports too), a health ping and
+the OpenAPI document.
 
 Views stay thin: small decorators do auth, rate limiting and body parsing; report_schema.py
 validates; reports.py stores. Every answer, errors included, is JSON.
@@ -19,8 +20,10 @@ from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET
 
-from packages_app import metrics, queries, queueing, reports
-from packages_app.models import Node
+from packages_app import certify_reports, metrics, queries, queueing, reports
+from packages_app.audit.certify_report import MAX_REPORT_BYTES as CERTIFY_MAX_BYTES
+from packages_app.audit.certify_report import CertifyReportError
+from packages_app.models import CertifyReport, Node
 from packages_app.nodes import identity as nodes
 from packages_app.nodes.report_schema import BodyError, validate_batch, validate_report_body
 from packages_app.reports import Stored
@@ -265,3 +268,35 @@ def ping(request: HttpRequest) -> JsonResponse:
 @require_GET
 def openapi_json(request: HttpRequest) -> JsonResponse:
     return JsonResponse(openapi_document())
+
+
+MAX_CERTIFY_BYTES = CERTIFY_MAX_BYTES
+
+
+@node_json_endpoint(MAX_CERTIFY_BYTES, source="certify")
+def certify_report_create(request: HttpRequest, node: Node, data: Any) -> HttpResponse:
+    """``POST /api/v1/certify-reports``: a `mesh-llm models certify` JSON report, handed in by a node (its
+    bearer token, as the timing reports): 201 stored, 200 the same report again, 400 a malformed one."""
+    try:
+        stored = certify_reports.store_certify_report(
+            data, certified_by=f"node {node.name}", via=CertifyReport.Via.API, now=timezone.now()
+        )
+    except CertifyReportError as exc:
+        return error_response(400, f"Not a models certify report: {exc.message}.", exc.field or None)
+    body = certify_reports.report_json(stored.report, [stored.revision] if stored.revision else [])
+    return JsonResponse(body | {"duplicate": not stored.created}, status=201 if stored.created else 200)
+
+
+@csrf_exempt
+def certify_reports_api(request: HttpRequest) -> HttpResponse:
+    """``/api/v1/certify-reports``: POST hands one in (a node's token), GET lists those the reader may see,
+    those for bytes meshdash does not track included for a reader who may see private packages."""
+    if request.method != "GET":
+        return certify_report_create(request)
+    if not (settings.MESHDASH_PUBLIC_READ or request.user.is_authenticated):  # it skips the login middleware
+        return error_response(401, "Sign in first: this dashboard is not public.")
+    show_private = access.can_see_private(request.user)
+    rows = certify_reports.visible_certify_reports(show_private)
+    held = certify_reports.revisions_by_manifest(rows, show_private)
+    results = [certify_reports.report_json(r, held.get(r.manifest_sha256, [])) for r in rows]
+    return JsonResponse({"results": results})

@@ -17,7 +17,7 @@ from django.http import HttpRequest, JsonResponse
 from django.urls import reverse
 from pydantic import BaseModel, Field
 
-from packages_app import fleet, queries
+from packages_app import certify_reports, fleet, queries
 from packages_app.audit.assessment import Assessment
 from packages_app.models import Package, Revision
 from packages_app.throughput import Plan, RevisionThroughput, revision_throughput
@@ -178,9 +178,23 @@ def package_detail(request: HttpRequest, owner: str, name: str) -> JsonResponse:
         "revision": _revision_summary(revision, headline) if revision else None,
         "assessment": assessment.to_json() if assessment else None,
         "revisions": [_history_entry(r) for r in history],
+        "model_card": package_card_json(package),
+        "catalog": package.catalog_rows if isinstance(package.catalog_rows, list) else [],
+        "certify_reports": [
+            certify_reports.report_json(r, [revision])
+            for r in certify_reports.revision_certify_reports(revision)
+        ]
+        if revision
+        else [],
     }
     body.update(_audit_json(revision) if revision else _empty_audit())
     return JsonResponse(body)
+
+
+def package_card_json(package: Package) -> dict[str, Any]:
+    """The package's model card facts: its source model (base_model) and whether it is experimental."""
+    tags = [t for t in package.card_tags if isinstance(t, str)] if isinstance(package.card_tags, list) else []
+    return {"base_model": package.base_model or None, "experimental": package.experimental, "tags": tags}
 
 
 def _history_entry(revision: Revision) -> dict[str, Any]:
@@ -391,10 +405,24 @@ class ThroughputSummaryOut(BaseModel):
     )
 
 
+class SplitOut(BaseModel):
+    """Split serving on one release: the package verdict and its split-certification gate."""
+
+    admitted: bool | None = Field(description="null: not pinned down.")
+    why: str
+    gate: bool | None = Field(description="The gate alone: the architecture on the release's roster.")
+    architecture: str = Field("", description="The carrier's general.architecture it judged; '' if unread.")
+    roster_inferred: bool = Field(
+        False, description="The release's roster is inferred from its Skippy ABI, not read for its tag."
+    )
+    gate_unjudged: bool = Field(False, description="The roster is known but no metadata carrier was read.")
+
+
 class ServableOut(BaseModel):
     release: str
     admitted: bool | None = Field(description="null: not pinned down in mesh-llm's code.")
     why: str
+    split: SplitOut | None = None
 
 
 class SettingOutcomeOut(BaseModel):
@@ -417,6 +445,41 @@ class AssessmentOut(BaseModel):
     servable: list[ServableOut]
     outcomes: list[ReleaseOutcomesOut]
     cannot_see: list[str] = Field(description="What this check could not see (e.g. the weights).")
+
+
+class ModelCardOut(BaseModel):
+    base_model: str | None = Field(description="The source model the card names (base_model).")
+    experimental: bool = Field(description="The card's experimental tag (mesh-llm's writer warns with it).")
+    tags: list[str]
+
+
+class CatalogRowOut(BaseModel):
+    entry: str
+    variant: str
+    source_repo: str
+    source_revision: str = Field(description="The source model's revision, not the package's.")
+    layer_count: int | None
+
+
+class CertifyRevisionOut(BaseModel):
+    repo_id: str
+    commit_sha: str
+
+
+class CertifyReportOut(BaseModel):
+    """One `mesh-llm models certify` report as meshdash stored it."""
+
+    status: str = Field(description="passed | failed | incomplete | not_required")
+    summary: str = Field(description="passed, failed at <gate>, incomplete (<gates>), not required")
+    failed_gate: str | None
+    manifest_sha256: str
+    model_id: str
+    resolved_package_ref: str
+    layer_count: int
+    certified_by: str = Field(description="The node (its token) or user that handed it in.")
+    received_at: str
+    via: str = Field(description="import | api")
+    revision: CertifyRevisionOut | None = Field(description="The revision with these bytes; null: untracked.")
 
 
 class PackageDetailOut(BaseModel):
@@ -443,6 +506,14 @@ class PackageDetailOut(BaseModel):
     )
     throughput: ThroughputSummaryOut | None
     alerts: list[AlertOut]
+    model_card: ModelCardOut | None = None
+    catalog: list[CatalogRowOut] = Field(
+        default_factory=list, description="The curated catalog's rows that list this package."
+    )
+    certify_reports: list[CertifyReportOut] = Field(
+        default_factory=list,
+        description="`mesh-llm models certify` reports for this revision's manifest bytes, newest first.",
+    )
 
 
 def catalog_query_parameters() -> list[dict[str, Any]]:
@@ -493,6 +564,10 @@ class ManifestCheckOut(BaseModel):
 
     schema_: int | None = Field(alias="schema")
     valid: bool
+    passes: bool = Field(
+        description="What `manage.py check_manifest` exits 0 on: valid, admitted by the newest release, "
+        "not refused split by a known roster, no error finding. The same for the same bytes on every surface."
+    )
     assessment: AssessmentOut
     problems: list[CheckProblemOut]
     package_id: PackageIdOut

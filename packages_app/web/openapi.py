@@ -13,6 +13,7 @@ from typing import Any, Literal
 from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
+from packages_app.audit.certify_report import MAX_REPORT_BYTES
 from packages_app.layout import MAX_MANIFEST_BYTES
 from packages_app.nodes.report_schema import (
     MAX_BATCH,
@@ -25,6 +26,7 @@ from packages_app.nodes.report_schema import (
     RunsIn,
 )
 from packages_app.web.api_read import (
+    CertifyReportOut,
     ManifestCheckOut,
     PackageDetailOut,
     PackageListOut,
@@ -45,6 +47,7 @@ SCHEMA_MODELS: list[tuple[type[BaseModel], JsonMode]] = [
     (PackageListOut, "serialization"),
     (PackageDetailOut, "serialization"),
     (ManifestCheckOut, "serialization"),
+    (CertifyReportOut, "serialization"),
 ]
 
 
@@ -136,6 +139,44 @@ def _path_check_manifest() -> PathItem:
         },
     }
     return "/api/v1/check-manifest", {"post": operation}
+
+
+def _path_certify_reports() -> PathItem:
+    report = {
+        "type": "object",
+        "description": "The JSON `mesh-llm models certify` writes (schema_version 1): status, input, "
+        "resolved_package_ref, model_id, manifest_sha256, layer_count, package_gate, materialized_stages, "
+        "runtime_gates (docs/rules.md section 6b).",
+        "required": ["schema_version", "status", "manifest_sha256", "package_gate", "runtime_gates"],
+        "maxProperties": 64,
+    }
+    post = {
+        "operationId": "certify_report_create",
+        "summary": f"Hand in one `mesh-llm models certify` report (at most {MAX_REPORT_BYTES // 1024} KiB).",
+        "description": "Authenticated like the timing reports: a node's bearer token, which names who "
+        "certified it. Stored once per report (a replay answers 200), whether or not meshdash tracks the "
+        "revision whose manifest_sha256 it names.",
+        "security": [{"nodeToken": []}],
+        "requestBody": {"required": True, **json_content(report)},
+        "responses": {
+            "201": {"description": "Stored.", **json_content(ref("CertifyReportOut"))},
+            "200": {
+                "description": "The same report again; nothing stored.",
+                **json_content(ref("CertifyReportOut")),
+            },
+            **node_errors(),
+        },
+    }
+    listed = {
+        "type": "object",
+        "properties": {"results": {"type": "array", "items": ref("CertifyReportOut")}},
+    }
+    get = {
+        "operationId": "certify_reports_list",
+        "summary": "The certify reports a reader may see (untracked: to readers of private ones).",
+        "responses": {"200": {"description": "The reports.", **json_content(listed)}},
+    }
+    return "/api/v1/certify-reports", {"post": post, "get": get}
 
 
 def _path_runs() -> PathItem:
@@ -245,6 +286,7 @@ PATHS: list[Callable[[], PathItem]] = [
     _path_packages,
     _path_package,
     _path_check_manifest,
+    _path_certify_reports,
 ]
 
 

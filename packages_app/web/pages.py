@@ -21,7 +21,17 @@ from django.utils import timezone
 from django.utils.http import content_disposition_header
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from packages_app import background, charts, fixes, fleet, queries, queueing, staticfinders
+from packages_app import (
+    background,
+    certify_reports,
+    charts,
+    fixes,
+    fleet,
+    queries,
+    queueing,
+    repo_ids,
+    staticfinders,
+)
 from packages_app.audit.assessment import Assessment, release_tables, shared_outcomes
 from packages_app.audit.check import ManifestCheck
 from packages_app.audit.model import UNCERTAIN as RESOLVER_UNCERTAIN
@@ -194,8 +204,19 @@ def package_detail(request: HttpRequest, owner: str, name: str) -> HttpResponse:
         context["previous"] = _previous_in(history, revision)
         context.update(_fix_context(package, revision, context["assessment"], context["suggested"]))
     context["hub_url"] = hub_url(package, revision)
+    context["base_model_url"] = source_model_url(package.base_model)
     context["plotly_guard_ids"] = staticfinders.installed_plotly_guard_ids()
     return render(request, "packages_app/package_detail.html", context)
+
+
+def source_model_url(base_model: str) -> str:
+    """The Hub page of the source model a card names, when it names a repo id ("" otherwise: the card is
+    untrusted text, shown as text)."""
+    try:
+        repo_id = repo_ids.validate_repo_id(base_model)
+    except repo_ids.InvalidRepoId:
+        return ""
+    return f"{settings.HF_ENDPOINT.rstrip('/')}/{repo_id}"
 
 
 def hub_url(package: Package, revision: Revision | None, path: str = "") -> str:
@@ -256,6 +277,7 @@ def _revision_context(
         ),
         "throughput_charts": _throughput_charts(throughput, served),
         "stage_boundaries": charts.stage_boundaries(splits),
+        "certify_reports": certify_reports.revision_certify_reports(revision),
     }
 
 

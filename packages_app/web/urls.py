@@ -15,6 +15,8 @@ _NODE_ENDPOINTS = [
     path("api/v1/runs", login_not_required(api_telemetry.runs_register), name="api_runs"),
     path("v1/traces", login_not_required(api_telemetry.traces_export), name="otlp_traces"),
     path("api/v1/ping", login_not_required(api.ping), name="api_ping"),
+    # POST: a node hands in a models certify report (its token); GET: the reports a reader may see.
+    path("api/v1/certify-reports", login_not_required(api.certify_reports_api), name="api_certify_reports"),
     path("api/v1/hooks/hub", login_not_required(webhooks.hub_webhook), name="api_hook_hub"),
 ]
 

@@ -93,6 +93,7 @@ def render_report(result: inspection.PackageAudit, doc: dict[str, Any]) -> str:
         + (f", layer_indices {declared['layer_indices']}" if declared["layer_indices"] else ""),
         "runtime (speculative.strategy -> outcome):",
         *(f"  {setting}: {row['outcome']}: {row['why']}" for setting, row in runtime.items()),
+        *(f"  (assumes) {s}" for s in (assessment.assumptions.sentences() if assessment else ())),
     ]
     if doc["problems"]:
         lines.append("problems:")

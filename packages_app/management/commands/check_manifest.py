@@ -1,12 +1,14 @@
 """`manage.py check_manifest PATH [--json]`: one model-package.json judged as mesh-llm judges it.
 
-No weights, no network, no database; the metadata carrier's header is read when it sits beside the
-manifest (the split-certification gate needs its architecture). It leads with the assessment's headline,
-which says what a manifest alone cannot see (the weights: run `audit_package` on the folder). Exit 0:
-valid, admitted by the newest known mesh-llm release, not refused split by a known roster, and no error
-finding; 1: otherwise (a file that is not JSON, or does not parse, is
-invalid); 2: the file cannot be read. `--json` prints the same JSON as the check page's API, with the
-assessment under "assessment".
+No weights, no network. The split-certification gate needs the metadata carrier's ``general.architecture``:
+it is read from the carrier's header when that file sits beside the manifest, else taken from the revision
+meshdash tracks with the same bytes (as the check page and ``POST /api/v1/check-manifest`` do, so the three
+give the same headline and the same ``passes`` for the same bytes); with neither, the headline says the gate
+was not judged. It leads with the assessment's headline, which says what a manifest alone cannot see (the
+weights: run `audit_package` on the folder). Exit 0: valid, admitted by the newest known mesh-llm release,
+not refused split by a known roster, and no error finding (``passes`` in the JSON); 1: otherwise (a file that
+is not JSON, or does not parse, is invalid); 2: the file cannot be read. `--json` prints the same JSON as the
+check page's API, with the assessment under "assessment".
 """
 
 import json
@@ -16,10 +18,12 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
+from packages_app import queries
 from packages_app.audit.check import ManifestCheck, check_manifest
 from packages_app.gguf_header import GGUFHeaderError, parse_file
 from packages_app.layout import MAX_MANIFEST_BYTES
 from packages_app.manifest import parse_manifest, unsafe_path_reason
+from packages_app.models import Revision
 
 
 class Command(BaseCommand):
@@ -38,18 +42,28 @@ class Command(BaseCommand):
             self.stderr.write(f"error: cannot read {options['path']}: {exc.strerror or exc}")
             sys.exit(2)
         folder = Path(options["path"]).resolve().parent
-        result = check_manifest(data, source=str(folder), architecture=carrier_architecture(data, folder))
+        architecture = carrier_architecture(data, folder)
+        tracked = queries.tracked_manifest(data, show_private=True) if architecture is None else None
+        if tracked is not None:
+            architecture = tracked.architecture or None
+        result = check_manifest(data, source=str(folder), architecture=architecture)
         if options["json"]:
             self.stdout.write(json.dumps(result.to_json(), indent=2, ensure_ascii=False))
         else:
-            self.stdout.write(render(options["path"], result))
+            self.stdout.write(render(options["path"], result, tracked))
         sys.exit(0 if result.passes else 1)
 
 
-def render(path: str, result: ManifestCheck) -> str:
+def render(path: str, result: ManifestCheck, tracked: Revision | None = None) -> str:
     doc = result.to_json()
     ids = doc["package_id"]
     lines = [*result.assessment.headline.lines(), ""]
+    if tracked is not None:
+        lines += [
+            f"meshdash tracks this exact manifest: {tracked.package.repo_id} at {tracked.commit_sha[:12]}; "
+            f"the split gate used its carrier's architecture ({tracked.architecture or 'unknown'})",
+            "",
+        ]
     lines += [
         f"{path}: schema {doc['schema']}, {'valid' if doc['valid'] else 'INVALID'} as mesh-llm judges it",
         f"package_id: declared {ids['declared']}, computed {ids['computed']}, matches {ids['matches']}",
@@ -57,6 +71,7 @@ def render(path: str, result: ManifestCheck) -> str:
     lines += [f"  [{p['severity']}] {p['code']} at {p['path']}: {p['message']}" for p in doc["problems"]]
     lines.append("runtime (speculative.strategy -> outcome):")
     lines += [f"  {setting}: {row['outcome']}: {row['why']}" for setting, row in doc["runtime"].items()]
+    lines += [f"  (assumes) {sentence}" for sentence in result.runtime.assumptions.sentences()]
     lines += [f"  (not pinned down) {note}" for note in result.runtime.uncertain]
     lines.append("releases:")
     lines += [f"  {a['release']}: {_admitted(a['admitted'])}: {a['why']}" for a in doc["compatibility"]]

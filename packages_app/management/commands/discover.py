@@ -9,7 +9,10 @@ from packages_app import hub, ingest, queueing
 
 
 class Command(BaseCommand):
-    help = "Track every -layers repo of MESHDASH_NAMESPACES and every package of the catalog dataset."
+    help = (
+        "Track every package of MESHDASH_NAMESPACES (a repo holding model-package.json, whatever its name) "
+        "and every package of the catalog dataset."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--namespace", action="append", help="namespace (default: MESHDASH_NAMESPACES)")

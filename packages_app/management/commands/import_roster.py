@@ -22,7 +22,9 @@ from django.core.management.base import BaseCommand, CommandParser
 from packages_app.audit import certification
 from packages_app.audit.certification import MAX_ROSTER_BYTES, RosterError
 
-ROSTER_PATH = "crates/mesh-llm-host-runtime/src/inference/skippy/split-certified.json"
+# Where the roster lives since the tree moved to mesh/crates/ and skippy/crates/ (#1897; docs/rules.md
+# section 6b); rosters of older commits sit at crates/mesh-llm-host-runtime/src/inference/skippy/ (--path).
+ROSTER_PATH = "skippy/crates/skippy-api/src/split-certified.json"
 
 
 class Command(BaseCommand):
@@ -50,8 +52,8 @@ class Command(BaseCommand):
         if roster is None:
             self.stdout.write(f"roster {name} is already bundled, unchanged")
             return
-        _write(folder / (name + certification.SOURCE_SUFFIX), certification.source_json(source).encode())
-        _write(folder / (name + ".json"), data)
+        write_whole(folder / (name + certification.SOURCE_SUFFIX), certification.source_json(source).encode())
+        write_whole(folder / (name + ".json"), data)
         certification.known_rosters.cache_clear()
         self.stdout.write(
             f"imported roster {name}: {roster.recipe.describe()}, {len(roster.architectures)} architectures, "
@@ -67,7 +69,7 @@ def _read(path: str) -> bytes:
         raise RosterError(f"cannot read it: {exc.strerror or exc}") from None
 
 
-def _write(target: Path, data: bytes) -> None:
+def write_whole(target: Path, data: bytes) -> None:
     """Whole file or nothing: a temporary file in the same folder, renamed over the target."""
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     try:
