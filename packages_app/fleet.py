@@ -1507,17 +1507,23 @@ def _median(sketches: list[str]) -> float | None:
     return _rounded(sketch.median(throughput.merged_stored(sketches))) if sketches else None
 
 
-def default_comparison_pair(revisions: list[Revision], latest_id: int | None) -> tuple[int, int] | None:
-    """(old, new) ids: the latest against the newest older revision that nodes ran and whose headline
-    differs (the change a fix made), else the newest older one nodes ran, else the one before."""
-    if len(revisions) < 2:
+def default_comparison_pair(revisions: list[Revision], new_id: int | None) -> tuple[int, int] | None:
+    """(old, new) ids: ``new_id`` (the latest when it is None or not listed) against the newest revision
+    older than it that nodes ran and whose headline differs (the change a fix made), else the newest
+    older one nodes ran, else the one just before it. None when nothing is older.
+
+    The package page's compare form and ``/compare`` opened directly both default to this pair, so
+    "Compare throughput" never lands on a revision without decode figures when one with them exists."""
+    ids = [r.pk for r in revisions]
+    at = ids.index(new_id) if new_id in ids else 0
+    if at + 1 >= len(revisions):
         return None
-    new = next((r for r in revisions if r.pk == latest_id), revisions[0])
-    older = [r for r in revisions if r.pk != new.pk]
+    new, older = revisions[at], revisions[at + 1 :]
     totals = Rollup.objects.filter(
         revision_id__in=[r.pk for r in older], grain=Rollup.Grain.TOTAL, node_key=Rollup.ALL_NODES
     )
-    ran = [r for r in older if r.pk in set(totals.values_list("revision_id", flat=True))]
+    reported = set(totals.values_list("revision_id", flat=True))
+    ran = [r for r in older if r.pk in reported]
     changed = [r for r in ran if r.headline != new.headline]
     old = (changed or ran or older)[0]
     return old.pk, new.pk

@@ -15,7 +15,7 @@ from django.utils.http import content_disposition_header
 from django.views.decorators.http import require_GET
 
 from packages_app import charts, fleet, glossary, queries, report_metrics, staticfinders
-from packages_app.models import Report, Revision
+from packages_app.models import Package, Report, Revision
 from packages_app.verdicts import STATUSES_BY_RANK, VERDICTS_BY_RANK, ActionKind, Cause
 from packages_app.web import access
 from packages_app.web.forms import WINDOW_DAYS
@@ -100,17 +100,7 @@ def compare(request: HttpRequest, owner: str, name: str) -> HttpResponse:
     """Two revisions' throughput side by side; by default the latest against the last one nodes ran."""
     package = queries.get_package(owner, name, access.can_see_private(request.user))
     history = queries.revision_history(package)
-    old_ref, new_ref = request.GET.get("from"), request.GET.get("to")
-    if not (old_ref and new_ref):
-        pair = fleet.default_comparison_pair(history, package.latest_revision_id)
-        if pair is None:
-            raise queries.LookupFailed(
-                f"{package.repo_id} has a single revision; there is nothing to compare."
-            )
-        by_id = {r.pk: r for r in history}
-        old, new = by_id[pair[0]], by_id[pair[1]]
-    else:
-        old, new = queries.require_revision(package, old_ref), queries.require_revision(package, new_ref)
+    old, new = _compared_pair(package, history, request.GET.get("from"), request.GET.get("to"))
     comparison = fleet.compare_revisions(old, new)
     context = {
         "package": package,
@@ -120,6 +110,27 @@ def compare(request: HttpRequest, owner: str, name: str) -> HttpResponse:
         "plotly_guard_ids": staticfinders.installed_plotly_guard_ids(),
     }
     return render(request, "packages_app/compare.html", context)
+
+
+def _compared_pair(
+    package: Package, history: list[Revision], old_ref: str | None, new_ref: str | None
+) -> tuple[Revision, Revision]:
+    """The revisions named, or the default pair (fleet.default_comparison_pair) for what is missing:
+    ``to`` alone gets the revision nodes ran before it, ``from`` alone the latest."""
+    if old_ref:
+        new = queries.require_revision(package, new_ref)
+        return queries.require_revision(package, old_ref), new
+    new_id = queries.require_revision(package, new_ref).pk if new_ref else package.latest_revision_id
+    pair = fleet.default_comparison_pair(history, new_id)
+    if pair is None:
+        single = len(history) < 2
+        raise queries.LookupFailed(
+            f"{package.repo_id} has a single revision; there is nothing to compare."
+            if single
+            else f"{new_ref} is the oldest revision; there is nothing to compare it with."
+        )
+    by_id = {r.pk: r for r in history}
+    return by_id[pair[0]], by_id[pair[1]]
 
 
 def comparison_charts(c: fleet.Comparison) -> dict[str, Any]:

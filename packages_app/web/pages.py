@@ -190,7 +190,8 @@ def package_detail(request: HttpRequest, owner: str, name: str) -> HttpResponse:
         context["range_form"] = range_form
         if "files_page" in request.GET or request.GET.get("files") == "all":
             context["files"] = queries.revision_files(revision, _page_param(request.GET.get("files_page")))
-        context["previous"] = _previous_in(history, revision)
+        pair = fleet.default_comparison_pair(history, revision.pk)
+        context["previous"] = next((r for r in history if pair and r.pk == pair[0]), None)
         context.update(_fix_context(package, revision, context["assessment"], context["suggested"]))
     context["hub_url"] = hub_url(package, revision)
     context["plotly_guard_ids"] = staticfinders.installed_plotly_guard_ids()

@@ -4,6 +4,7 @@ light and dark. Sections are one click from the top, charts take the page's colo
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
@@ -252,4 +253,39 @@ def test_the_range_picker_waits_for_custom_dates_and_draws_only_them(
     tab.page.fill("input[name=end]", today.date().isoformat())
     tab.page.dispatch_event("input[name=end]", "change")
     assert tab.page.input_value("#time-range") == "custom"
+    tab.assert_quiet()
+
+
+def fleet_with_an_unran_revision_between() -> tuple[Any, Any]:
+    """The issue's fleet, plus a revision committed between the two that no node ran (issue 45 item 1)."""
+    broken, fixed = f.qwen35_fleet(timezone.now())
+    f.make_revision(
+        broken.package,
+        "undeclared-mtp",
+        commit_sha=f.sha("qwen35-unran"),
+        committed_at=f.BASE_TIME + timedelta(hours=12),
+        latest=False,
+        title="Touch the README",
+    )
+    return broken, fixed
+
+
+def test_the_package_pages_compare_form_defaults_to_the_pair_compare_picks(open_tab: Any) -> None:
+    broken, fixed = fleet_with_an_unran_revision_between()
+    tab = open_tab(LAPTOP)
+    tab.open(f"{QWEN}compare")
+    picked = tab.page.input_value("#compare-from"), tab.page.input_value("#compare-to")
+    assert picked == (broken.commit_sha, fixed.commit_sha)
+    tab.open(QWEN)
+    form = "#compare form.compare-form"
+    assert tab.page.input_value(f"{form} select[name=from]") == broken.commit_sha
+    assert tab.page.input_value(f"{form} select[name=to]") == fixed.commit_sha
+    with tab.page.expect_navigation():
+        tab.page.click(f"{form} button:has-text('Compare throughput')")
+    effect = tab.page.locator("#effect").inner_text()
+    assert re.match(rf"{broken.short_sha} -> {fixed.short_sha}: 3\.1\d -> 5\.3\d tok/s", effect), effect
+    assert "no decode figures" not in effect
+    # /compare?to=<the fixed one> alone picks the same "before".
+    tab.open(f"{QWEN}compare?to={fixed.short_sha}")
+    assert tab.page.input_value("#compare-from") == broken.commit_sha
     tab.assert_quiet()
