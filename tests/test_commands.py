@@ -154,3 +154,13 @@ def test_wait_ingested_counts_failed_ingests_as_failed() -> None:
     assert (
         out.getvalue().strip() == "all 2 revisions finished: 1 ingested, 1 failed (the ingest page says why)"
     )
+
+
+def test_audit_package_takes_the_short_sha_every_page_shows(devhub: DevHub) -> None:
+    done = manage(
+        "audit_package", QWEN35_REPO, "--revision", QWEN35_FIRST_SHA[:8], "--json", endpoint=devhub.url
+    )
+    assert done.returncode == 1, done.stderr  # judged (exit 1: it needs action), not "revision not found" (2)
+    doc = json.loads(done.stdout)
+    assert doc["provenance"]["revision"] == QWEN35_FIRST_SHA
+    assert doc["verdict"] == "undeclared-mtp"
