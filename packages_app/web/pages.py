@@ -24,6 +24,7 @@ from packages_app import background, charts, fixes, fleet, queries, queueing, st
 from packages_app.audit.assessment import Assessment, release_tables, shared_outcomes
 from packages_app.audit.check import ManifestCheck
 from packages_app.audit.model import UNCERTAIN as RESOLVER_UNCERTAIN
+from packages_app.layout import METADATA_CARRIER, FileRole
 from packages_app.models import ActionLog, Package, Revision
 from packages_app.throughput import RevisionThroughput, revision_throughput
 from packages_app.verdicts import STATUSES_BY_RANK, VERDICTS_BY_RANK, ActionKind, Cause
@@ -247,7 +248,8 @@ def _revision_context(
         "request_defaults": queries.audit_section(revision, "request_defaults"),
         "suggested": suggested,
         "suggested_json": _pretty_json(suggested.get("generation")) if suggested else "",
-        "file_overview": queries.revision_file_overview(revision, _mtp_blocks(detected)),
+        "file_overview": (overview := queries.revision_file_overview(revision, _mtp_blocks(detected))),
+        "metadata_path": metadata_path(overview.items),
         "throughput": throughput,
         "layout_chart": charts.layer_layout_figure(
             queries.audit_blocks(revision),
@@ -296,6 +298,17 @@ def _throughput_charts(
         "strategies": charts.strategy_figure([asdict(row) for row in throughput.by_strategy]),
         "mtp": charts.mtp_comparison_figure(asdict(throughput.mtp_on), asdict(throughput.mtp_off)),
     }
+
+
+def metadata_path(rows: list[Any]) -> str:
+    """The path of the v2 metadata carrier among the file rows: it describes the layer files whose
+    headers were not read (``skipped``), so the files table names it for them. mesh-llm's own name
+    (docs/domain.md section 1) when the rows do not hold it."""
+    for row in rows:
+        file = getattr(row, "file", None)
+        if file is not None and file.role == FileRole.METADATA:
+            return str(file.path)
+    return METADATA_CARRIER
 
 
 def _previous_in(history: list[Revision], revision: Revision) -> Revision | None:

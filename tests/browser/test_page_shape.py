@@ -289,3 +289,28 @@ def test_the_package_pages_compare_form_defaults_to_the_pair_compare_picks(open_
     tab.open(f"{QWEN}compare?to={fixed.short_sha}")
     assert tab.page.input_value("#compare-from") == broken.commit_sha
     tab.assert_quiet()
+
+
+def test_a_v2_packages_layer_files_read_as_described_by_the_metadata_carrier_not_as_not_a_gguf(
+    open_tab: Any,
+) -> None:
+    package = f.make_package("meshllm/V2-layers")
+    revision = f.make_revision(package, "consistent-mtp", schema_version=2, files=True)
+    # As the ingest leaves a v2 package: the carrier read, the layer headers skipped (it describes them).
+    revision.files.filter(role="layer").update(header_status="skipped", header_bytes=None)
+    revision.files.filter(layer_index=40).update(lfs_sha256=f.sha256("other"))  # one row of its own
+    revision.files.create(
+        path="shared/metadata.gguf",
+        role="metadata",
+        size=9_000_000,
+        header_status="parsed",
+        header_bytes=8_900_000,
+    )
+    tab = open_tab(LAPTOP)
+    tab.open("/packages/meshllm/V2-layers/#files")
+    table = tab.page.locator("table.files")
+    assert "not a GGUF" not in table.locator("tr", has_text="layer-040").inner_text()
+    assert "described by shared/metadata.gguf" in table.locator("tr", has_text="layer-040").inner_text()
+    assert "described by shared/metadata.gguf" in table.locator("tr.file-range").first.inner_text()
+    assert "not a GGUF" in table.locator("tr", has_text="model-package.json").inner_text()
+    tab.assert_quiet()
