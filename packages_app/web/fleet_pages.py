@@ -12,7 +12,7 @@ from typing import Any
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.utils.http import content_disposition_header
-from django.views.decorators.http import require_GET
+from django.views.decorators.http import require_safe
 
 from packages_app import charts, fleet, glossary, queries, report_metrics, staticfinders
 from packages_app.models import Package, Report, Revision
@@ -30,7 +30,7 @@ def _window_days(request: HttpRequest) -> int:
     return int(raw) if raw.isdigit() and int(raw) in WINDOW_DAYS else fleet.DEFAULT_WINDOW_DAYS
 
 
-@require_GET
+@require_safe
 def nodes(request: HttpRequest) -> HttpResponse:
     days = _window_days(request)
     # ?stale=1 is the filter's name before issue 19, kept so bookmarks still work.
@@ -48,7 +48,7 @@ def nodes(request: HttpRequest) -> HttpResponse:
     return render(request, "packages_app/nodes.html", context)
 
 
-@require_GET
+@require_safe
 @lookup_errors
 def node_detail(request: HttpRequest, name: str) -> HttpResponse:
     days = _window_days(request)
@@ -65,7 +65,7 @@ def node_detail(request: HttpRequest, name: str) -> HttpResponse:
     return render(request, "packages_app/node_detail.html", context)
 
 
-@require_GET
+@require_safe
 @lookup_errors
 def topology_detail(request: HttpRequest, topology_id: str) -> HttpResponse:
     days = _window_days(request)
@@ -94,7 +94,7 @@ def _layout_chart(revision_id: int, splits: list[str]) -> dict[str, Any]:
     return charts.layer_layout_figure(queries.audit_blocks(revision), [s for s in splits if s])
 
 
-@require_GET
+@require_safe
 @lookup_errors
 def compare(request: HttpRequest, owner: str, name: str) -> HttpResponse:
     """Two revisions' throughput side by side; by default the latest against the last one nodes ran."""
@@ -148,7 +148,7 @@ def comparison_charts(c: fleet.Comparison) -> dict[str, Any]:
     }
 
 
-@require_GET
+@require_safe
 def glossary_page(request: HttpRequest) -> HttpResponse:
     context = {
         "statuses": STATUSES_BY_RANK,
@@ -208,7 +208,7 @@ CATALOG_COLUMNS = [
 ]
 
 
-@require_GET
+@require_safe
 def catalog_csv(request: HttpRequest) -> HttpResponse:
     """The whole filtered catalog (every page) as CSV; same filters as the page."""
     form = valid_catalog_form(request)
@@ -266,7 +266,7 @@ def report_columns(metrics: Sequence[report_metrics.ReportMetric] | None = None)
 REPORT_COLUMNS = report_columns()
 
 
-@require_GET
+@require_safe
 @lookup_errors
 def reports_csv(request: HttpRequest, owner: str, name: str) -> HttpResponse:
     """Every report of one revision (newest first) as CSV."""

@@ -18,7 +18,7 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.http import content_disposition_header
-from django.views.decorators.http import require_GET, require_http_methods, require_POST
+from django.views.decorators.http import require_http_methods, require_POST, require_safe
 
 from packages_app import background, charts, fixes, fleet, queries, queueing, staticfinders
 from packages_app.audit.assessment import Assessment, release_tables, shared_outcomes
@@ -66,7 +66,7 @@ def _error_page(
 # --- catalog -------------------------------------------------------------------------------------
 
 
-@require_GET
+@require_safe
 def catalog(request: HttpRequest) -> HttpResponse:
     form = valid_catalog_form(request)
     result = queries.catalog_page(
@@ -175,7 +175,7 @@ def _content_length(request: HttpRequest) -> int:
 # --- one package ---------------------------------------------------------------------------------
 
 
-@require_GET
+@require_safe
 @lookup_errors
 def package_detail(request: HttpRequest, owner: str, name: str) -> HttpResponse:
     package = queries.get_package(owner, name, access.can_see_private(request.user))
@@ -326,7 +326,7 @@ def _pretty_json(value: Any) -> str:
 _PATCHED_PATH = "suggested_generation.patched_manifest"
 
 
-@require_GET
+@require_safe
 @lookup_errors
 def patched_manifest(request: HttpRequest, owner: str, name: str) -> HttpResponse:
     """The manifest with the suggested ``generation`` applied, as a download."""
@@ -344,7 +344,7 @@ def patched_manifest(request: HttpRequest, owner: str, name: str) -> HttpRespons
     return response
 
 
-@require_GET
+@require_safe
 @lookup_errors
 def file_detail(request: HttpRequest, owner: str, name: str, path: str) -> HttpResponse:
     package = queries.get_package(owner, name, access.can_see_private(request.user))
@@ -362,7 +362,7 @@ def file_detail(request: HttpRequest, owner: str, name: str, path: str) -> HttpR
     return render(request, "packages_app/file_detail.html", context)
 
 
-@require_GET
+@require_safe
 @lookup_errors
 def revision_diff(request: HttpRequest, owner: str, name: str) -> HttpResponse:
     """Compare two revisions; ``to`` defaults to the latest, ``from`` to the one before ``to``."""
