@@ -177,3 +177,31 @@ def test_a_phone_shows_each_page_without_sideways_scrolling(open_tab: Any, name:
     wait_for_charts(tab)
     width = tab.page.evaluate("() => document.documentElement.scrollWidth")
     assert width <= PHONE["width"], f"{name} is {width} px wide on a {PHONE['width']} px phone"
+
+
+LAPTOP = {"width": 1366, "height": 900}
+
+
+@pytest.mark.parametrize("viewport", [LAPTOP, PHONE], ids=["laptop", "phone"])
+def test_no_page_is_wider_than_the_window_or_cuts_a_column_off(
+    open_tab: Any, viewport: dict[str, int]
+) -> None:
+    from tests.page_walk import OVERFLOW_JS
+
+    fleet_with_files()
+    tab = open_tab(viewport)
+    found = {}
+    for name, path in PAGES.items():
+        tab.open(path)
+        measured = tab.page.evaluate(OVERFLOW_JS)
+        if measured["width"] > viewport["width"] or measured["clipped"]:
+            found[name] = measured
+    assert found == {}, json.dumps(found, indent=1)
+
+
+def test_the_admin_is_branded_as_meshdash(open_tab: Any) -> None:
+    tab = open_tab(LAPTOP)
+    tab.open("/admin/login/")
+    assert tab.page.title() == "Log in | meshdash admin"
+    assert tab.page.locator("#site-name").inner_text() == "meshdash administration"
+    assert "Django administration" not in tab.page.content()
