@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from io import StringIO
@@ -164,3 +165,12 @@ def test_audit_package_takes_the_short_sha_every_page_shows(devhub: DevHub) -> N
     doc = json.loads(done.stdout)
     assert doc["provenance"]["revision"] == QWEN35_FIRST_SHA
     assert doc["verdict"] == "undeclared-mtp"
+
+
+def test_audit_package_prints_words_not_python_values(devhub: DevHub) -> None:
+    from packages_app.devhub import LLAMA_REPO
+
+    done = manage("audit_package", LLAMA_REPO, endpoint=devhub.url)  # no MTP: nextn_predict_layers unset
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "nextn_predict_layers not set" in done.stdout
+    assert not re.search(r"\b(None|True|False)\b", done.stdout), done.stdout
