@@ -318,6 +318,12 @@ class ReleaseTable:
         return sum(len(g.settings) for g in self.groups)
 
     @property
+    def split_note(self) -> str:
+        """What the split adds to the admission's reason (its gate, or that the release has none): the
+        split's reason without the admission's, which it repeats."""
+        return self.split_why.removeprefix(self.why).strip() if self.split_why != self.why else ""
+
+    @property
     def by_outcome(self) -> tuple[OutcomeGroup, ...]:
         """The settings per outcome, for a one-line summary: a reason only where the settings share it."""
         merged: dict[str, list[OutcomeGroup]] = {}

@@ -157,3 +157,35 @@ def test_untrusted_strings_are_shown_literally_and_run_nothing(tab: Tab) -> None
     assert tab.page.locator("#throughput img, #layout img").count() == 0
     tab.screenshot("xss-package")
     tab.assert_quiet()
+
+
+def real_qwen35_v1(repo_id: str = "meshllm/real-layers") -> Any:
+    """A schema-v1 Qwen3.5 revision as the capability audit really judges it (every release's row)."""
+    from tests import audit_fixtures
+
+    built = audit_fixtures.build(audit_fixtures.QWEN35, 1)
+    result = built.audit()
+    assert result.assessment is not None
+    return f.make_revision(
+        f.make_package(repo_id),
+        result.verdict,
+        audit=result.to_json(),
+        manifest_json=built.manifest,
+        assessment=result.assessment.to_json(),
+        headline=result.assessment.status.value,
+    )
+
+
+def test_the_words_say_what_they_mean(tab: Tab) -> None:
+    real_qwen35_v1()
+    tab.open("/packages/meshllm/real-layers/")
+    # The top bar's filter is of packages (the nodes needing action are under Nodes).
+    assert tab.page.locator("header.site nav a[href='/?headline=needs-action']").inner_text() == (
+        "Packages needing action"
+    )
+    # v0.72.1 has no split-certification gate: its split row says it admits the split, not "certified".
+    row = tab.page.locator("table.releases-summary tr", has_text="v0.72.1")
+    split = " ".join(row.locator(".sub").inner_text().split())
+    assert split.startswith("split: admits it") and "no split-certification gate" in split, split
+    assert "certified" not in split.replace("split-certification", "")
+    tab.assert_quiet()
