@@ -84,6 +84,7 @@ _HISTORY_FIELDS = (
     "mtp_declared",
     "schema_version",
     "total_bytes",
+    "error",  # why a revision without a headline is not assessed (verdicts.not_assessed)
 )
 # Worst first: each verdict's and status's rank from the vocabulary; not audited after every audited one.
 _VERDICT_RANK = Case(

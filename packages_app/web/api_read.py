@@ -12,12 +12,13 @@ from datetime import datetime
 from typing import Any
 
 from django import forms
+from django.conf import settings
 from django.core.paginator import EmptyPage
 from django.http import HttpRequest, JsonResponse
 from django.urls import reverse
 from pydantic import BaseModel, Field
 
-from packages_app import fleet, queries
+from packages_app import fleet, queries, verdicts
 from packages_app.audit.assessment import Assessment
 from packages_app.models import Package, Revision
 from packages_app.throughput import Plan, RevisionThroughput, revision_throughput
@@ -142,6 +143,8 @@ def _revision_summary(revision: Revision, headline: dict[str, Any] | None) -> di
     return {
         "commit_sha": revision.commit_sha,
         "headline": headline,
+        # Why there is no headline, worded as every page words it (verdicts.not_assessed).
+        "not_assessed": None if headline else _not_assessed(revision),
         "mtp": {
             "verdict": revision.verdict or None,
             "declared": revision.mtp_declared,
@@ -181,6 +184,10 @@ def package_detail(request: HttpRequest, owner: str, name: str) -> JsonResponse:
     }
     body.update(_audit_json(revision) if revision else _empty_audit())
     return JsonResponse(body)
+
+
+def _not_assessed(revision: Revision) -> dict[str, object]:
+    return verdicts.not_assessed(revision.status, revision.error or "", settings.MESHDASH_HUB_DEV).to_json()
 
 
 def _history_entry(revision: Revision) -> dict[str, Any]:
@@ -285,9 +292,22 @@ class MtpOut(BaseModel):
     detected: bool | None
 
 
+class NotAssessedOut(BaseModel):
+    """Why a revision has no headline yet, as the package page and the catalog say it."""
+
+    status: str = Field(description="Always not-assessed.")
+    label: str = Field(
+        description='e.g. "not assessed yet", "not assessed: gated", "not assessed: ingest failed".'
+    )
+    sentence: str
+
+
 class RevisionSummaryOut(BaseModel):
     commit_sha: str
     headline: HeadlineOut | None
+    not_assessed: NotAssessedOut | None = Field(
+        description="Why there is no headline; null when there is one."
+    )
     mtp: MtpOut
     committed_at: datetime | None
     status: str
