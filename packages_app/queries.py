@@ -779,6 +779,10 @@ class RevisionDiff:
     def verdict_changed(self) -> bool:
         return self.old.verdict != self.new.verdict
 
+    @property
+    def sides(self) -> tuple[Revision, Revision]:
+        return self.old, self.new
+
 
 def revision_diff(old: Revision, new: Revision) -> RevisionDiff:
     """Manifest changes as a unified diff, plus files added, removed and changed (size or sha256)."""

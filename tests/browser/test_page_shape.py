@@ -314,3 +314,23 @@ def test_a_v2_packages_layer_files_read_as_described_by_the_metadata_carrier_not
     assert "described by shared/metadata.gguf" in table.locator("tr.file-range").first.inner_text()
     assert "not a GGUF" in table.locator("tr", has_text="model-package.json").inner_text()
     tab.assert_quiet()
+
+
+def test_the_diff_leads_with_the_status_change_and_folds_a_long_file_list(open_tab: Any) -> None:
+    broken, fixed = f.qwen35_fleet(timezone.now())
+    tab = open_tab(LAPTOP)
+    tab.open(f"{QWEN}diff?from={broken.short_sha}&to={fixed.short_sha}")
+    change = tab.page.locator("#status-change")
+    assert change.inner_text().startswith("Status changed: not servable → serves with MTP."), (
+        change.inner_text()
+    )
+    assert "MTP verdict changed: undeclared-mtp → consistent-mtp" in change.inner_text()
+    # The status change is on the first screen, above the files; the 42 removed files are folded.
+    assert change.bounding_box()["y"] < LAPTOP["height"] / 2
+    fold = tab.page.locator("#files-changed details.file-list-fold")
+    assert fold.count() == 1 and "Removed (42)" in fold.locator("summary").inner_text()
+    assert not fold.evaluate("el => el.open")
+    assert not tab.page.locator("#files-changed li.d-del").first.is_visible()
+    assert tab.page.evaluate("document.documentElement.scrollHeight") < 2 * LAPTOP["height"]
+    tab.screenshot("diff-status-change")
+    tab.assert_quiet()
