@@ -61,6 +61,7 @@ def node_detail(request: HttpRequest, name: str) -> HttpResponse:
     context: dict[str, Any] = {"row": row, "days": days, "windows": WINDOW_DAYS, "main": main}
     if main is not None:
         context["layout_chart"] = _layout_chart(main.revision_id, [main.stage_splits])
+        context["stage_gaps"] = _stage_gaps(main.revision_id, main.stage_splits)
         context["plotly_guard_ids"] = staticfinders.installed_plotly_guard_ids()
     return render(request, "packages_app/node_detail.html", context)
 
@@ -84,6 +85,7 @@ def topology_detail(request: HttpRequest, topology_id: str) -> HttpResponse:
         "days": days,
         "windows": WINDOW_DAYS,
         "layout_chart": _layout_chart(main.revision_id, [main.stage_splits]),
+        "stage_gaps": _stage_gaps(main.revision_id, main.stage_splits),
         "plotly_guard_ids": staticfinders.installed_plotly_guard_ids(),
     }
     return render(request, "packages_app/topology_detail.html", context)
@@ -92,6 +94,13 @@ def topology_detail(request: HttpRequest, topology_id: str) -> HttpResponse:
 def _layout_chart(revision_id: int, splits: list[str]) -> dict[str, Any]:
     revision = Revision.objects.only("id", "audit").get(pk=revision_id)
     return charts.layer_layout_figure(queries.audit_blocks(revision), [s for s in splits if s])
+
+
+def _stage_gaps(revision_id: int, split: str) -> list[charts.StageGap]:
+    """The package's blocks that no stage of the split holds (charts.stage_gaps), MTP blocks named."""
+    revision = Revision.objects.only("id", "block_count", "audit").get(pk=revision_id)
+    mtp = queries.audit_section(revision, "detected").get("mtp_blocks") or []
+    return charts.stage_gaps(split, revision.block_count, [b for b in mtp if isinstance(b, int)])
 
 
 @require_safe
