@@ -333,7 +333,8 @@ def test_stage_gaps_names_the_blocks_no_stage_holds_with_the_mtp_block_among_the
     (gap,) = charts.stage_gaps("0..20|20..41", 48, mtp_blocks=[47])
     assert (gap.start, gap.end, gap.mtp) == (41, 47, (47,))
     assert gap.sentence == (
-        "The split 0..20|20..41 holds no stage for blocks 41-47 (the MTP block 47 among them): nothing serves them."
+        "The split 0..20|20..41 holds no stage for blocks 41-47 (the MTP block 47 among them): "
+        "nothing serves them."
     )
 
 

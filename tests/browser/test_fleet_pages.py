@@ -213,7 +213,7 @@ def glm_split_short_of_its_blocks(split: str = "0..20|20..41") -> None:
         f.make_package("meshllm/GLM-4.7-Flash-layers"), "consistent-mtp", block_count=48
     )
     node = f.make_node("demo-glm")
-    for i in range(3):
+    for _ in range(3):
         f.make_report(
             node, revision, 60.0, at=timezone.now(), stage_splits=split, topology_id="topo-glm", mtp_used=True
         )
