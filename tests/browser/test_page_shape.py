@@ -334,3 +334,28 @@ def test_the_diff_leads_with_the_status_change_and_folds_a_long_file_list(open_t
     assert tab.page.evaluate("document.documentElement.scrollHeight") < 2 * LAPTOP["height"]
     tab.screenshot("diff-status-change")
     tab.assert_quiet()
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_the_compare_page_says_the_release_upgrade_is_in_the_ratio(open_tab: Any, scheme: str) -> None:
+    from packages_app.models import Node, NodeRun
+
+    broken, fixed = f.qwen35_fleet(timezone.now())
+    for revision, nodes, version in ((broken, f.FLEET_NODES, "0.72.1"), (fixed, f.FLEET_NODES[:1], "0.78.0")):
+        for name in nodes:
+            NodeRun.objects.create(
+                node=Node.objects.get(name=name),
+                run_id=f"run-{name}-{revision.short_sha}",
+                revision=revision,
+                version=version,
+            )
+    tab = open_tab(LAPTOP, scheme)
+    tab.open(f"{QWEN}compare")
+    effect = tab.page.locator("#effect").inner_text()
+    assert "Also changed: mesh-llm release 0.72.1 -> 0.78.0" in effect, effect
+    also = tab.page.locator("#also-changed")
+    assert "in the ratio" in also.locator("li.mixed").inner_text()
+    row = also.locator("tr", has_text="mesh-llm releases").inner_text()
+    assert "0.72.1" in row and "0.78.0" in row
+    tab.screenshot(f"compare-also-changed-{scheme}")
+    tab.assert_quiet()
