@@ -246,6 +246,8 @@ def _throughput_summary(throughput: RevisionThroughput | None) -> dict[str, Any]
             "acceptance_rate": throughput.acceptance_rate,
             "mean_accepted_length": throughput.mean_accepted_length,
             "stage_splits": throughput.stage_splits,
+            "moved": throughput.moved,
+            "refused": throughput.refused,
             "plans": [_plan_json(plan) for plan in throughput.plans],
         }
     )
@@ -406,6 +408,8 @@ class ThroughputSummaryOut(BaseModel):
     acceptance_rate: float | None
     mean_accepted_length: float | None
     stage_splits: list[str]
+    moved: int = Field(0, description="Reports placed when observed, over 5 minutes before they arrived.")
+    refused: int = Field(0, description="Reports whose observed time was not believed: placed at arrival.")
     plans: list[StrategyPlanOut] = Field(
         default_factory=list, description="Requested vs effective strategy per node and topology."
     )

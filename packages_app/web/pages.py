@@ -20,7 +20,7 @@ from django.utils import timezone
 from django.utils.http import content_disposition_header
 from django.views.decorators.http import require_http_methods, require_POST, require_safe
 
-from packages_app import background, charts, fixes, fleet, queries, queueing, staticfinders
+from packages_app import background, charts, fixes, fleet, queries, queueing, report_time, staticfinders
 from packages_app.audit.assessment import Assessment, release_tables, shared_outcomes
 from packages_app.audit.check import ManifestCheck
 from packages_app.audit.model import UNCERTAIN as RESOLVER_UNCERTAIN
@@ -251,6 +251,8 @@ def _revision_context(
         "file_overview": (overview := queries.revision_file_overview(revision, _mtp_blocks(detected))),
         "metadata_path": metadata_path(overview.items),
         "throughput": throughput,
+        "skew_minutes": int(report_time.CLOCK_SKEW_LIMIT.total_seconds() // 60),
+        "replay_days": report_time.REPLAY_WINDOW.days,
         "layout_chart": charts.layer_layout_figure(
             queries.audit_blocks(revision),
             splits,

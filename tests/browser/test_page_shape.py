@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -358,4 +358,48 @@ def test_the_compare_page_says_the_release_upgrade_is_in_the_ratio(open_tab: Any
     row = also.locator("tr", has_text="mesh-llm releases").inner_text()
     assert "0.72.1" in row and "0.78.0" in row
     tab.screenshot(f"compare-also-changed-{scheme}")
+    tab.assert_quiet()
+
+
+@pytest.mark.parametrize(
+    ("scheme", "viewport"), [("light", LAPTOP), ("dark", LAPTOP), ("light", {"width": 390, "height": 844})]
+)
+def test_a_replayed_spool_is_plotted_when_observed_and_the_page_says_how_many_moved_or_refused(
+    open_tab: Any, scheme: str, viewport: dict[str, int]
+) -> None:
+    from packages_app import reports
+    from packages_app.nodes.report_schema import validate_report_body
+
+    package = f.qwen35_package()
+    node = f.make_node("spool-node")
+    arrived = timezone.now().replace(minute=30, second=0, microsecond=0)
+    bodies = []
+    for i in range(50):
+        observed = arrived - timedelta(hours=2 * i + 1) if i < 48 else arrived + timedelta(hours=1)
+        bodies.append(
+            {
+                "report_id": f"00000000-0000-4000-8000-{i:012d}",
+                "observed_at": observed.isoformat(),
+                "package": {"repo": f.QWEN35_REPO, "revision": f.QWEN35_SHA},
+                "speculative": {"requested_strategy": "auto", "effective_strategy": "disabled"},
+                "timings": {"predicted_per_second": 3.1 + (i % 3) * 0.05, "predicted_n": 128},
+            }
+        )
+    valid = [reports.ValidReport(*validate_report_body(b), body=b) for b in bodies]
+    reports.store_reports(node, valid, arrived)
+    tab = open_tab(viewport, scheme)
+    tab.open(f"/packages/{package.repo_id}/?revision={f.QWEN35_SHA}#throughput")
+    note = tab.page.locator("#placement-note").inner_text()
+    assert note.startswith("48 reports are plotted when their nodes observed them"), note
+    assert "2 reports were refused a place at their observed time" in note
+    tab.page.wait_for_selector("[data-chart=chart-timeline] .main-svg")
+    xs = tab.page.evaluate(
+        "() => document.querySelector('[data-chart=chart-timeline]').data.flatMap((t) => t.x).map(String)"
+    )
+    hours = sorted(set(xs))
+    assert len(hours) == 49, hours  # 48 observed hours and the arrival hour of the two refused
+    first, last = datetime.fromisoformat(hours[0]), datetime.fromisoformat(hours[-1])
+    assert last - first >= timedelta(hours=95)  # spread over four days, not bunched in the hour they arrived
+    assert tab.page.evaluate("document.documentElement.scrollWidth <= innerWidth")
+    tab.screenshot(f"replayed-spool-{scheme}-{viewport['width']}")
     tab.assert_quiet()
