@@ -227,11 +227,12 @@ class StageGap:
 
     @property
     def sentence(self) -> str:
-        held = f"block {self.start}" if self.start == self.end else f"blocks {self.start}-{self.end}"
-        mtp = ""
-        if self.mtp:
-            mtp = f" (the MTP block {', '.join(map(str, self.mtp))} among them)"
-        return f"The split {self.split} holds no stage for {held}{mtp}: nothing serves them."
+        if self.start == self.end:
+            mtp = " (the MTP block)" if self.mtp else ""
+            return f"The split {self.split} holds no stage for block {self.start}{mtp}: nothing serves it."
+        mtp = f" (the MTP block {', '.join(map(str, self.mtp))} among them)" if self.mtp else ""
+        held = f"blocks {self.start}-{self.end}{mtp}"
+        return f"The split {self.split} holds no stage for {held}: nothing serves them."
 
 
 def stage_gaps(split: str, block_count: int | None, mtp_blocks: Iterable[int] = ()) -> list[StageGap]:

@@ -353,3 +353,11 @@ def test_the_layout_chart_shades_the_blocks_no_stage_holds() -> None:
     assert "held by no stage" in [a["text"] for a in figure["layout"]["annotations"]]
     covered = charts.layer_layout_figure(blocks, ["0..24|24..48"])
     assert [s for s in covered["layout"]["shapes"] if s["type"] == "rect"] == []
+
+
+def test_a_single_block_no_stage_holds_reads_in_the_singular() -> None:
+    (gap,) = charts.stage_gaps("0..44|44..88", 89, mtp_blocks=[88])
+    assert (
+        gap.sentence
+        == "The split 0..44|44..88 holds no stage for block 88 (the MTP block): nothing serves it."
+    )
