@@ -50,6 +50,7 @@ NOT_PAGES = {
     "package_untrack": "operator action: POST only, behind sign-in",
     "package_delete": "operator action, behind sign-in",
     "package_reingest": "operator action: POST only, behind sign-in",
+    "package_sync": "operator action: POST only, behind sign-in",
     "package_propose_fix": "operator action, behind sign-in",
 }
 
