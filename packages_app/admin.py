@@ -38,6 +38,12 @@ from packages_app.web import access
 
 # The admin's own login page counts failures against the same username and address as the site's.
 admin.site.login_form = access.ThrottledAdminAuthenticationForm
+# Branded as the dashboard it administers, not Django's stock "Django administration"; "View site" leads
+# back to the catalog.
+admin.site.site_header = "meshdash administration"
+admin.site.site_title = "meshdash admin"
+admin.site.index_title = "Nodes, packages and operators"
+admin.site.site_url = "/"
 
 # What a change page shows of one JSON column; the rest is cut with a note (the data stays stored).
 JSON_PREVIEW_CHARS = 20_000

@@ -9,6 +9,7 @@ import functools
 import html
 import math
 from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -26,6 +27,8 @@ MTP_COLOUR = "#d6336c"
 # The page's text colour: what is drawn in it (stage-split lines and labels, the tensor-count line, the
 # acceptance markers) is recoloured by static/packages_app/meshdash.js from the scheme's --fg.
 INK = "#212529"
+# Blocks no stage holds: a translucent warning fill, legible under the bars in both colour schemes.
+GAP_FILL = "rgba(245, 159, 0, 0.28)"
 # Legend order and colour: a block is coloured by its first kind in this order.
 KIND_COLOURS = {
     "attention": "#1c7ed6",
@@ -90,7 +93,10 @@ def layer_layout_figure(
     data.append(_tensor_count_trace(ordered))
     if isinstance(missing_mtp, dict) and missing_mtp:
         data.append(_missing_mtp_trace(ordered, missing_mtp))
-    shapes, annotations = _stage_boundaries(stage_splits)
+    splits = list(stage_splits)
+    shapes, annotations = _stage_boundaries(splits)
+    gap_shapes, gap_notes = _gap_marks([g for split in splits for g in stage_gaps(split, len(ordered))])
+    shapes, annotations = shapes + gap_shapes, annotations + gap_notes
     most_tensors = max((_as_int(b.get("tensor_count")) for b in ordered), default=0)
     layout = _layout(
         "Layer layout: tensor data and tensor count per block",
@@ -210,6 +216,60 @@ def stage_boundaries(splits: Iterable[str]) -> dict[int, list[str]]:
     return dict(sorted(boundaries.items()))
 
 
+@dataclass(frozen=True)
+class StageGap:
+    """Blocks ``start`` to ``end`` (inclusive) of a package that no stage of a split holds."""
+
+    split: str
+    start: int
+    end: int
+    mtp: tuple[int, ...] = ()  # the MTP blocks among them
+
+    @property
+    def sentence(self) -> str:
+        if self.start == self.end:
+            mtp = " (the MTP block)" if self.mtp else ""
+            return f"The split {self.split} holds no stage for block {self.start}{mtp}: nothing serves it."
+        mtp = f" (the MTP block {', '.join(map(str, self.mtp))} among them)" if self.mtp else ""
+        held = f"blocks {self.start}-{self.end}{mtp}"
+        return f"The split {self.split} holds no stage for {held}: nothing serves them."
+
+
+def stage_gaps(split: str, block_count: int | None, mtp_blocks: Iterable[int] = ()) -> list[StageGap]:
+    """The runs of blocks ``0..block_count`` that no stage of ``split`` (``0..20|20..41``, end exclusive)
+    holds: a topology that leaves part of the package unserved. Nothing when the split or the block count
+    cannot be read (a split stated otherwise is not judged)."""
+    ranges = _ranges(split)
+    if not ranges or not block_count:
+        return []
+    held = [False] * block_count
+    for start, end in ranges:
+        for index in range(max(start, 0), min(end, block_count)):
+            held[index] = True
+    mtp = set(mtp_blocks)
+    gaps, index = [], 0
+    while index < block_count:
+        if held[index]:
+            index += 1
+            continue
+        end = index
+        while end + 1 < block_count and not held[end + 1]:
+            end += 1
+        gaps.append(StageGap(split, index, end, tuple(sorted(b for b in mtp if index <= b <= end))))
+        index = end + 1
+    return gaps
+
+
+def _ranges(split: str) -> list[tuple[int, int]]:
+    ranges = []
+    for part in split.split("|"):
+        start, sep, end = part.strip().partition("..")
+        if not (sep and start.isdigit() and end.isdigit()):
+            return []
+        ranges.append((int(start), int(end)))
+    return ranges
+
+
 def _range_starts(split: str) -> list[int]:
     starts = []
     for part in split.split("|"):
@@ -217,6 +277,39 @@ def _range_starts(split: str) -> list[int]:
         if sep and start.strip().isdigit():
             starts.append(int(start))
     return starts
+
+
+def _gap_marks(gaps: Iterable[StageGap]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Blocks no stage holds, shaded across the plot and labelled above it."""
+    shapes, annotations = [], []
+    for gap in gaps:
+        shapes.append(
+            {
+                "type": "rect",
+                "xref": "x",
+                "yref": "paper",
+                "x0": gap.start - 0.5,
+                "x1": gap.end + 0.5,
+                "y0": 0,
+                "y1": 1,
+                "fillcolor": GAP_FILL,
+                "line": {"width": 0},
+                "layer": "below",
+            }
+        )
+        annotations.append(
+            {
+                "x": (gap.start + gap.end) / 2,
+                "y": 0.96,
+                "xref": "x",
+                "yref": "paper",
+                "text": "held by no stage",
+                "hovertext": plain(gap.sentence),
+                "showarrow": False,
+                "font": {"size": 11},
+            }
+        )
+    return shapes, annotations
 
 
 def _stage_boundaries(splits: Iterable[str]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:

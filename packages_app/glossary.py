@@ -26,6 +26,16 @@ PROBLEMS: dict[str, str] = {
     "build_host_source_path": "source_model.path is a path on the build machine; serving nodes cannot "
     "read it, so only the manifest can enable MTP.",
     "build_host_path": "source_model.path is a path on the build machine that serving nodes cannot read.",
+    "v1_offline_only": "The manifest is schema v1 (layer-package), offline-only since mesh-llm PR #1693: "
+    "every serving load refuses it (docs/rules.md section 3). Republish it as package-v2.",
+    "invalid_manifest_json": "model-package.json is not JSON, or does not parse as its schema (an unknown or "
+    "missing field, a wrong type): mesh-llm rejects it before anything else.",
+    "mtp_strategy_not_keyed_mtp": "Native MTP is declared in a strategy not named mtp, so an operator's "
+    "speculative.strategy = mtp is refused; auto still runs the default.",
+    "strategy_fails_at_load": "A declared strategy passes the format's checks but fails when a node "
+    "loads it.",
+    "too_many_problems": "The manifest has more problems than are listed; fix those shown and check it "
+    "again.",
     **detection.GLOSSARY,
 }
 

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 MANIFEST_FILE = "model-package.json"
+# The v2 metadata carrier as mesh-llm's writer names it: every KV, and the tensor directory of every layer.
+METADATA_CARRIER = "shared/metadata.gguf"
 # mesh-llm reads manifests whole; anything larger is not a manifest but an attack on the reader.
 MAX_MANIFEST_BYTES = 16 * 1024 * 1024
 # A v2 metadata-carrier GGUF sets this key; its tensors then describe every layer file.

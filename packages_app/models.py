@@ -456,8 +456,14 @@ class Rollup(models.Model):
     accepted = models.BigIntegerField(default=0)
     proposed = models.BigIntegerField(default=0)
     windows = models.BigIntegerField(default=0)
-    first_at = models.DateTimeField()
-    last_at = models.DateTimeField()
+    moved = models.BigIntegerField(
+        default=0, help_text="Reports placed when observed, before they arrived (report_time: a replay)."
+    )
+    refused = models.BigIntegerField(
+        default=0, help_text="Reports whose observed time was not believed: placed when they arrived."
+    )
+    first_at = models.DateTimeField(help_text="The first report's arrival.")
+    last_at = models.DateTimeField(help_text="The last report's arrival.")
 
     tps_n = models.BigIntegerField(default=0)
     tps_sum = models.FloatField(default=0)

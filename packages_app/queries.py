@@ -84,6 +84,7 @@ _HISTORY_FIELDS = (
     "mtp_declared",
     "schema_version",
     "total_bytes",
+    "error",  # why a revision without a headline is not assessed (verdicts.not_assessed)
 )
 # Worst first: each verdict's and status's rank from the vocabulary; not audited after every audited one.
 _VERDICT_RANK = Case(
@@ -783,6 +784,10 @@ class RevisionDiff:
     @property
     def verdict_changed(self) -> bool:
         return self.old.verdict != self.new.verdict
+
+    @property
+    def sides(self) -> tuple[Revision, Revision]:
+        return self.old, self.new
 
 
 def revision_diff(old: Revision, new: Revision) -> RevisionDiff:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime, timedelta
+from datetime import datetime
 from enum import StrEnum
 from typing import Any, NamedTuple
 from uuid import UUID
@@ -18,8 +18,7 @@ from django.db.models import Q
 from packages_app import report_metrics, rollups
 from packages_app.models import Node, Report, ReportKey, Revision
 from packages_app.nodes.report_schema import ReportIn
-
-CLOCK_SKEW_LIMIT = timedelta(minutes=5)
+from packages_app.report_time import Placement, placement
 
 
 class Stored(StrEnum):
@@ -179,7 +178,8 @@ def _build_row(
         received_at=received_at,
         observed_at=report.observed_at,
         clock_skew_seconds=skew,
-        clock_skew_flagged=abs(skew) > CLOCK_SKEW_LIMIT.total_seconds(),
+        # Flagged when its observed time is not believed (report_time): a replayed spool is not skew.
+        clock_skew_flagged=placement(report.observed_at, received_at) is Placement.REFUSED,
         repo_id=report.package.repo,
         commit_sha=report.package.revision,
         manifest_sha256=report.package.manifest_sha256 or "",

@@ -43,7 +43,7 @@ from django.conf import settings
 from django.db import connections, transaction
 from django.db.models import Count, F, Max, OuterRef, Q, Subquery
 
-from packages_app import report_metrics, sketch
+from packages_app import report_metrics, report_time, sketch
 from packages_app.models import ROLLUP_KEY, LastServed, NodeRollup, Report, Revision, Rollup, Serving
 
 # A report "shows MTP unused" unless the operator chose a strategy without MTP: then the package
@@ -63,6 +63,7 @@ SOURCE_FIELDS = (
     "revision_id",
     "node_id",
     "received_at",
+    "observed_at",
     "stage_splits",
     "requested_strategy",
     "effective_strategy",
@@ -109,6 +110,8 @@ class Cell:
     accepted: int = 0
     proposed: int = 0
     windows: int = 0
+    moved: int = 0  # reports plotted when observed, more than the skew limit before they arrived
+    refused: int = 0  # reports whose observed time was not believed: plotted when they arrived
     last_unused_at: datetime | None = None  # for models.Serving, not a Rollup column
     sole_strategy: str | None = None  # for models.Serving: the strategy key of its cells, "" for several
     metrics: dict[str, Metric] = field(default_factory=lambda: {name: Metric() for name in METRICS})
@@ -192,7 +195,9 @@ def cells_of(rows: Iterable[Report], hourly_from: datetime) -> tuple[dict[Key, C
 
 
 def _keys(row: Report, hourly_from: datetime) -> list[Key]:
-    at = row.received_at.astimezone(UTC)
+    # Its bucket is when the node observed it, within the accepted skew (report_time); first_at and
+    # last_at stay arrival times (Serving's recency, outliving_reports).
+    at = _plotted(row).astimezone(UTC)
     hour = at.replace(minute=0, second=0, microsecond=0)
     buckets = [(Rollup.Grain.DAY.value, hour.replace(hour=0)), (Rollup.Grain.TOTAL.value, EPOCH)]
     if hour >= hourly_from:
@@ -211,6 +216,17 @@ def _keys(row: Report, hourly_from: datetime) -> list[Key]:
     ]
 
 
+def _plotted(row: Report) -> datetime:
+    observed = row.observed_at
+    return row.received_at if observed is None else report_time.plotted_at(observed, row.received_at)
+
+
+def _placement(row: Report) -> report_time.Placement:
+    if row.observed_at is None:
+        return report_time.Placement.ON_TIME
+    return report_time.placement(row.observed_at, row.received_at)
+
+
 @dataclass(frozen=True, slots=True)
 class Figures:
     """What one report adds to each of its cells, worked out once (bins included) for all six."""
@@ -221,6 +237,8 @@ class Figures:
     accepted: int
     proposed: int
     windows: int
+    moved: int
+    refused: int
     values: tuple[tuple[str, float, int] | None, ...]  # (metric, value, bin) per METRICS
 
     @classmethod
@@ -228,6 +246,7 @@ class Figures:
         totals = {total: _first(*(getattr(row, name) for name in names)) for total, names in SUMS.items()}
         derived = {name: _ratio(totals, *ratio) for name, ratio in RATIOS.items()}
         values = [derived[m.name] if m.derived else getattr(row, m.name) for m in SKETCHED]
+        where = _placement(row)
         return cls(
             at=row.received_at,
             from_spans=int(row.source == Report.Source.OTLP),
@@ -235,6 +254,8 @@ class Figures:
             accepted=totals["accepted"] or 0,
             proposed=totals["proposed"] or 0,
             windows=totals["windows"] or 0,
+            moved=int(where is report_time.Placement.MOVED),
+            refused=int(where is report_time.Placement.REFUSED),
             values=tuple(
                 None if v is None else (name, v, sketch.bin_of(v))
                 for name, v in zip(METRICS, values, strict=True)
@@ -248,6 +269,8 @@ class Figures:
         cell.accepted += self.accepted
         cell.proposed += self.proposed
         cell.windows += self.windows
+        cell.moved += self.moved
+        cell.refused += self.refused
         cell.first_at = min(cell.first_at, self.at)
         cell.last_at = max(cell.last_at, self.at)
         if self.unused:
@@ -276,7 +299,7 @@ def _first(*values: int | None) -> int | None:
 # --- the upsert ----------------------------------------------------------------------------------
 
 KEY_COLUMNS = tuple(f"{name}_id" if name == "revision" else name for name in ROLLUP_KEY)
-SUMMED = ("reports", "from_spans", "unused", *SUMS)
+SUMMED = ("reports", "from_spans", "unused", *SUMS, "moved", "refused")
 METRIC_COLUMNS = tuple(f"{m}_{part}" for m in METRICS for part in ("n", "sum", "min", "max", "sketch"))
 COLUMNS = (*KEY_COLUMNS, *SUMMED, "first_at", "last_at", *METRIC_COLUMNS)
 
@@ -741,19 +764,29 @@ def _rebuild_in_sql(cursor: Any, revision_ids: list[int]) -> int:
     stored_metrics = ", ".join(m.name for m in SKETCHED if not m.derived)
     # Only column names and constants are formatted in; the revision and the numbers are parameters.
     sql = f"""
-        WITH src AS (
+        WITH placed AS (
+            SELECT r.*,
+                   (observed_at > received_at + %(skew)s
+                    OR observed_at < received_at - %(replay)s) AS refused_at
+            FROM {Report._meta.db_table} AS r WHERE revision_id = ANY(%(revisions)s)
+        ), src AS (
             SELECT revision_id, node_id, received_at, stage_splits, requested_strategy, effective_strategy,
                    mtp_used, topology_id, (source = 'otlp')::int AS from_spans,
                    (NOT mtp_used AND requested_strategy NOT IN ({non_mtp}))::int AS unused,
                    {counters},
                    {stored_metrics},
                    {ratios},
-                   date_bin('1 hour', received_at, %(epoch)s) AS hour
-            FROM {Report._meta.db_table} WHERE revision_id = ANY(%(revisions)s)
+                   (NOT refused_at AND observed_at < received_at - %(skew)s)::int AS moved,
+                   refused_at::int AS refused,
+                   CASE WHEN refused_at THEN received_at ELSE observed_at END AS plotted,
+                   date_bin(
+                       '1 hour', CASE WHEN refused_at THEN received_at ELSE observed_at END, %(epoch)s
+                   ) AS hour
+            FROM placed
         ), cells AS MATERIALIZED (
             SELECT src.*, g.grain, g.bucket_start, n.node_key FROM src
             CROSS JOIN LATERAL (VALUES
-                ('day', date_bin('1 day', received_at, %(epoch)s)),
+                ('day', date_bin('1 day', plotted, %(epoch)s)),
                 ('total', %(epoch)s),
                 ('hour', CASE WHEN hour >= %(hourly_from)s THEN hour END)
             ) AS g (grain, bucket_start)
@@ -761,7 +794,7 @@ def _rebuild_in_sql(cursor: Any, revision_ids: list[int]) -> int:
             WHERE g.bucket_start IS NOT NULL
         ), totals AS (
             SELECT {keys}, count(*) AS reports, sum(from_spans) AS from_spans, sum(unused) AS unused,
-                   {summed},
+                   {summed}, sum(moved) AS moved, sum(refused) AS refused,
                    min(received_at) AS first_at, max(received_at) AS last_at,
                    {totals}
             FROM cells GROUP BY {keys}
@@ -784,6 +817,8 @@ def _rebuild_in_sql(cursor: Any, revision_ids: list[int]) -> int:
             "min_positive": sketch.MIN_POSITIVE,
             "zero_bin": sketch.ZERO_BIN,
             "log_gamma": sketch.LOG_GAMMA,
+            "skew": report_time.CLOCK_SKEW_LIMIT,
+            "replay": report_time.REPLAY_WINDOW,
         },
     )
     return int(Report.objects.filter(revision_id__in=revision_ids).count())

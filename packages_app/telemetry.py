@@ -29,7 +29,8 @@ from packages_app import metrics, reports, rollups
 from packages_app.models import Node, NodeRun, Report, Revision, RunClaim
 from packages_app.nodes import otlp
 from packages_app.nodes.report_schema import RunIn, Timings, canonical_json
-from packages_app.reports import CLOCK_SKEW_LIMIT, TIMING_COLUMNS
+from packages_app.report_time import Placement, placement
+from packages_app.reports import TIMING_COLUMNS
 
 # Fixed forever: a span's report_id must be the same on every export of it.
 SPAN_NAMESPACE = uuid.UUID("6d1f0b3e-8f57-4f0e-9d0c-0e5b1d3c7a21")
@@ -140,7 +141,7 @@ def _span_row(
         received_at=received_at,
         observed_at=observed_at,
         clock_skew_seconds=skew,
-        clock_skew_flagged=abs(skew) > CLOCK_SKEW_LIMIT.total_seconds(),
+        clock_skew_flagged=placement(observed_at, received_at) is Placement.REFUSED,
         **_run_fields(run),
         requested_strategy=span.requested_strategy,
         effective_strategy=span.effective_strategy,

@@ -24,6 +24,7 @@ from django.db.models.functions import Cast, Coalesce
 
 from packages_app import report_metrics, sketch
 from packages_app.models import Node, Report, Revision, Rollup
+from packages_app.report_time import REPLAY_WINDOW, placement
 from packages_app.rollups import hourly_since
 
 BUCKETS = ("hour", "day", "week", "month")
@@ -90,6 +91,9 @@ class RevisionThroughput:
     alert: Alert | None
     nodes: int = 0  # nodes that reported running it
     auto_off: int = 0  # reports that asked for auto and ran without MTP
+    # Where the timeline places reports (report_time): when observed, within the accepted skew.
+    moved: int = 0  # plotted when their node observed them, more than the skew limit before arrival
+    refused: int = 0  # an observed time not believed: plotted when they arrived
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -153,10 +157,13 @@ def revision_throughput(
     first_at, last_at = min(c["first_at"] for c in totals), max(c["last_at"] for c in totals)
     start = max(first_at, since) if since is not None else first_at
     end = min(last_at, until) if until is not None else last_at
-    bucket = bucket or time_bucket(max(end - start, timedelta(0)))
-    if bucket == "hour" and start < hourly_since():
-        bucket = "day"
     sums = _add_up(totals)
+    bucket = bucket or time_bucket(max(end - start, timedelta(0)))
+    # first_at is an arrival; a replayed report sits up to REPLAY_WINDOW before it, in cells the hour
+    # grain may no longer hold.
+    earliest = start - REPLAY_WINDOW if sums["moved"] else start
+    if bucket == "hour" and earliest < hourly_since():
+        bucket = "day"
     ranged = page and (since is not None or until is not None)
     figured = _range_cells(revision_id, since, until) if ranged else totals
     nodes = _node_totals(revision_id)
@@ -177,6 +184,8 @@ def revision_throughput(
         alert=_alert(nodes, sums["unused"]) if nodes.mtp_detected else None,
         nodes=len({cell.node_key for cell in nodes.cells}),
         auto_off=sum(c["reports"] for c in totals if not c["mtp_used"] and c["requested_strategy"] == "auto"),
+        moved=sums["moved"],
+        refused=sums["refused"],
     )
 
 
@@ -190,12 +199,14 @@ _TOTAL_FIELDS = (
     "accepted",
     "proposed",
     "windows",
+    "moved",
+    "refused",
     "first_at",
     "last_at",
     "tps",  # the sketches, as JSON text (stored)
     "prompt",
 )
-ADDED_UP = ("reports", "unused", "accepted", "proposed", "windows")
+ADDED_UP = ("reports", "unused", "accepted", "proposed", "windows", "moved", "refused")
 
 
 def _range_cells(revision_id: int, since: datetime | None, until: datetime | None) -> list[dict[str, Any]]:
@@ -361,6 +372,7 @@ def _recent(revision_id: int) -> list[dict[str, Any]]:
     for row in recent:
         # The metric cells in the table's order, for the page: (metric, value).
         row["metrics"] = [(metric, row[metric.name]) for metric in shown]
+        row["placement"] = placement(row["observed_at"], row["received_at"]).value
     return recent
 
 

@@ -429,3 +429,41 @@ def verdict_of(value: str | None) -> Verdict | None:
         return Verdict(value) if value else None
     except ValueError:
         return None
+
+
+# --- why a revision is not assessed ---------------------------------------------------------------
+
+# The Hub's answer to a token without access to a gated repo, as hub/errors.py words it.
+GATED_MARK = "the repo is gated"
+
+
+@dataclass(frozen=True)
+class NotAssessed:
+    """Why a revision has no headline, said the same way on every surface (page, history, catalog, API)."""
+
+    label: str
+    sentence: str
+    expected_in_demo: bool = False  # devhub gates one repo on purpose and the demo sets no HF_TOKEN
+
+    def to_json(self) -> dict[str, object]:
+        return {"status": Status.NOT_ASSESSED.value, "label": self.label, "sentence": self.sentence}
+
+
+def not_assessed(ingest_status: str, error: str, development_hub: bool = False) -> NotAssessed:
+    """The reason a revision is not assessed, from its ingest status and error."""
+    if ingest_status != "failed":
+        return NotAssessed(Status.NOT_ASSESSED.label, NOT_FINISHED)
+    if GATED_MARK in error:
+        return NotAssessed("not assessed: gated", GATED, development_hub)
+    return NotAssessed("not assessed: ingest failed", FAILED)
+
+
+NOT_FINISHED = "The ingest has not finished, so there is nothing to judge yet."
+GATED = (
+    "The ingest failed: the repo is gated, and the Hub gives its files only to a token granted access, so "
+    "there is nothing to judge. Set HF_TOKEN to such an account, then reingest it."
+)
+FAILED = (
+    "The ingest failed before the audit (the reason is below and on the ingest page), so there is "
+    "nothing to judge."
+)

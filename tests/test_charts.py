@@ -327,3 +327,37 @@ def test_the_timeline_hover_names_the_strategy_and_the_topology_of_each_point_an
     bars = charts.throughput_timeline_figure(series[:1], "hour")["data"][0]
     assert bars["customdata"] == [[3, "native-mtp", "0..27|27..41"]]
     assert "topology: %{customdata[2]}" in bars["hovertemplate"]
+
+
+def test_stage_gaps_names_the_blocks_no_stage_holds_with_the_mtp_block_among_them() -> None:
+    (gap,) = charts.stage_gaps("0..20|20..41", 48, mtp_blocks=[47])
+    assert (gap.start, gap.end, gap.mtp) == (41, 47, (47,))
+    assert gap.sentence == (
+        "The split 0..20|20..41 holds no stage for blocks 41-47 (the MTP block 47 among them): "
+        "nothing serves them."
+    )
+
+
+def test_stage_gaps_finds_a_hole_between_stages_and_nothing_when_the_split_covers_the_package() -> None:
+    assert [(g.start, g.end) for g in charts.stage_gaps("0..10|12..41", 41)] == [(10, 11)]
+    assert charts.stage_gaps("0..27|27..41", 41) == []
+    assert charts.stage_gaps("0..27|27..41", None) == []  # the block count unknown: not judged
+    assert charts.stage_gaps("stage-a|stage-b", 41) == []  # a split stated otherwise: not judged
+
+
+def test_the_layout_chart_shades_the_blocks_no_stage_holds() -> None:
+    blocks = [{"index": i, "tensor_bytes": 10, "tensor_count": 9, "kinds": ["attention"]} for i in range(48)]
+    figure = charts.layer_layout_figure(blocks, ["0..20|20..41"])
+    (rect,) = [s for s in figure["layout"]["shapes"] if s["type"] == "rect"]
+    assert (rect["x0"], rect["x1"]) == (40.5, 47.5)
+    assert "held by no stage" in [a["text"] for a in figure["layout"]["annotations"]]
+    covered = charts.layer_layout_figure(blocks, ["0..24|24..48"])
+    assert [s for s in covered["layout"]["shapes"] if s["type"] == "rect"] == []
+
+
+def test_a_single_block_no_stage_holds_reads_in_the_singular() -> None:
+    (gap,) = charts.stage_gaps("0..44|44..88", 89, mtp_blocks=[88])
+    assert (
+        gap.sentence
+        == "The split 0..44|44..88 holds no stage for block 88 (the MTP block): nothing serves it."
+    )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -157,3 +158,22 @@ def test_in_a_package_folder_the_carrier_beside_the_manifest_feeds_the_split_gat
     (folder / "shared" / "metadata.gguf").unlink()  # control: without the carrier the gate cannot tell
     code, out, _ = run(folder / "model-package.json", "--json")
     assert json.loads(out)["assessment"]["headline"]["status"] == "weights-unread"
+
+
+REPEATED_OUTCOME = re.compile(r"\b(admitted|refused|not pinned down|load-fails|no-mtp|native-mtp): \1:")
+
+
+def test_the_text_report_says_values_in_words_and_each_reason_once(tmp_path: Path) -> None:
+    broken = valid_v2()
+    broken["layers"] = "oops"  # an unknown field: the manifest does not parse
+    code, out, _ = run(write(tmp_path, broken))
+    assert code == 1
+    parse_error = "unknown field `layers`"
+    assert out.count(parse_error) == 2, out  # the headline and the problem, not every setting and release
+    assert "invalid_manifest_json, above" in out
+    assert "not computed (the manifest does not parse)" in out
+    assert "auto, mtp, disabled" in out  # the settings that share the outcome, on one line
+    for text in (out, run(write(tmp_path, valid_v2()))[1]):
+        assert not re.search(r"\b(None|True|False)\b", text), text
+        assert not REPEATED_OUTCOME.search(text), REPEATED_OUTCOME.search(text)
+    assert ": they match" in run(write(tmp_path, valid_v2()))[1]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from io import StringIO
@@ -154,3 +155,22 @@ def test_wait_ingested_counts_failed_ingests_as_failed() -> None:
     assert (
         out.getvalue().strip() == "all 2 revisions finished: 1 ingested, 1 failed (the ingest page says why)"
     )
+
+
+def test_audit_package_takes_the_short_sha_every_page_shows(devhub: DevHub) -> None:
+    done = manage(
+        "audit_package", QWEN35_REPO, "--revision", QWEN35_FIRST_SHA[:8], "--json", endpoint=devhub.url
+    )
+    assert done.returncode == 1, done.stderr  # judged (exit 1: it needs action), not "revision not found" (2)
+    doc = json.loads(done.stdout)
+    assert doc["provenance"]["revision"] == QWEN35_FIRST_SHA
+    assert doc["verdict"] == "undeclared-mtp"
+
+
+def test_audit_package_prints_words_not_python_values(devhub: DevHub) -> None:
+    from packages_app.devhub import LLAMA_REPO
+
+    done = manage("audit_package", LLAMA_REPO, endpoint=devhub.url)  # no MTP: nextn_predict_layers unset
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "nextn_predict_layers not set" in done.stdout
+    assert not re.search(r"\b(None|True|False)\b", done.stdout), done.stdout

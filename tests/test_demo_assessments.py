@@ -106,3 +106,21 @@ def test_the_demo_covers_every_status_a_revision_can_earn() -> None:
     shown = {r.headline for p in DEMO_PACKAGES for r in p.revisions}
     earned = {s.value for s in Status} - {Status.NOT_ASSESSED, Status.WEIGHTS_UNREAD}
     assert shown == earned
+
+
+def test_every_problem_a_demo_revision_raises_has_its_own_glossary_entry(
+    hub_settings: DevHub, client: Client
+) -> None:
+    from packages_app.glossary import PROBLEMS
+
+    codes: set[str] = set()
+    for package in DEMO_PACKAGES:
+        source = hub.HubSource(package.repo_id, endpoint=hub_settings.url, max_retries=1)
+        for revision in package.revisions:
+            rev = ingest.ingest_revision(package.repo_id, revision.sha, source=source).revision
+            codes |= {p["code"] for p in (rev.audit or {}).get("problems", [])}
+    assert "v1_offline_only" in codes  # the demo's schema-v1 revisions raise it
+    assert sorted(codes - set(PROBLEMS)) == []
+    glossary = client.get("/glossary/").content.decode()
+    for code in codes:
+        assert f'id="problem-{code.replace("_", "-")}"' in glossary, code

@@ -54,6 +54,7 @@ def test_a_user_with_propose_fix_reviews_the_diff_and_opens_the_pull_request(
     review = client.get(PROPOSE).content.decode()
     assert "+      &quot;default&quot;: &quot;mtp&quot;," in review and base.commit_sha in review
     assert "csrfmiddlewaretoken" in review and "serves with MTP" in review
+    assert "checks that its status reads <strong>serves with MTP</strong>" in review  # not "it is serves"
 
     response = propose(client, django_capture_on_commit_callbacks, base.commit_sha)
     assert response.status_code == 302 and response["Location"].endswith("#fix")

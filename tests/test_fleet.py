@@ -19,7 +19,7 @@ from django.utils.html import escape
 from packages_app import fleet, glossary, sketch
 from packages_app.audit.assessment import parse_stored
 from packages_app.audit.releases import known_releases, release_for
-from packages_app.models import NodeRun, Package, Serving
+from packages_app.models import Node, NodeRun, Package, Serving
 from packages_app.verdicts import VERDICTS, Cause
 from tests import dashboard_factories as f
 
@@ -464,6 +464,53 @@ def test_a_comparison_with_few_reports_says_so() -> None:
     assert comparison.too_few
     assert "too few reports" in comparison.sentence
     assert comparison.topology == "0..27|27..41"
+
+
+def register_releases(revision: Any, versions: dict[str, str]) -> None:
+    """The runs the nodes' agents registered for a revision: node name -> its mesh-llm release."""
+    for node, version in versions.items():
+        NodeRun.objects.create(
+            node=Node.objects.get(name=node),
+            run_id=f"run-{node}-{revision.short_sha}",
+            revision=revision,
+            version=version,
+        )
+
+
+def test_a_comparison_says_the_release_changed_too_when_no_release_ran_both_revisions() -> None:
+    broken, fixed = f.qwen35_fleet(timezone.now())
+    register_releases(broken, dict.fromkeys(f.FLEET_NODES, "0.72.1"))
+    register_releases(fixed, {f.FLEET_NODES[0]: "0.78.0"})
+    comparison = fleet.compare_revisions(broken, fixed)
+    assert (comparison.before.releases, comparison.after.releases) == (("0.72.1",), ("0.78.0",))
+    (release,) = comparison.mixed
+    assert (release.what, release.held) == ("mesh-llm release", ())
+    assert comparison.sentence.endswith(
+        f"Also changed: mesh-llm release 0.72.1 -> 0.78.0; x{comparison.ratio:.2f} measures the new revision "
+        "and that change together"
+    )
+    assert (comparison.old.reports, comparison.new.reports) == (24, 31)  # nothing to hold equal: all compared
+
+
+def test_a_comparison_holds_the_release_equal_when_some_release_ran_both_revisions() -> None:
+    broken, fixed = f.qwen35_fleet(timezone.now())
+    # gpu-box-1 ran the broken revision on 0.78.0 too (6 of its 24 reports); the others on 0.72.1.
+    register_releases(
+        broken, {"gpu-box-1": "0.78.0", "mac-studio": "0.72.1", "a100-1": "0.72.1", "rx7900-1": "0.72.1"}
+    )
+    register_releases(fixed, {"gpu-box-1": "0.78.0"})
+    comparison = fleet.compare_revisions(broken, fixed)
+    (release,) = comparison.confounders
+    assert release.held == ("0.78.0",) and comparison.mixed == ()
+    assert (comparison.old.reports, comparison.new.reports) == (6, 31)  # only the nodes on 0.78.0
+    assert "Also changed" not in comparison.sentence
+    assert sum(p.reports for p in comparison.series[0][1]) == 6
+
+
+def test_control_without_registered_releases_nothing_is_said_about_them() -> None:
+    broken, fixed = f.qwen35_fleet(timezone.now())
+    comparison = fleet.compare_revisions(broken, fixed)
+    assert comparison.confounders == () and "Also changed" not in comparison.sentence
 
 
 def test_a_package_with_one_revision_has_nothing_to_compare(client: Client) -> None:

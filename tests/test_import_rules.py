@@ -44,6 +44,7 @@ LAYERS: Mapping[str, int] = {
     "packages_app.sketch": PURE,
     "packages_app.metrics": PURE,
     "packages_app.report_metrics": PURE,
+    "packages_app.report_time": PURE,
     # the one door to the Hub and to outbound HTTP, and the read plans built on it
     "packages_app.hub": HUB,
     "packages_app.inspection": HUB,

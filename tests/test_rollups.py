@@ -26,7 +26,7 @@ from django.core.management import call_command
 from django.db import connection, connections
 from django.db.models import Count, Sum
 
-from packages_app import reports, rollups, sketch
+from packages_app import reports, rollups, sketch, throughput
 from packages_app.models import LastServed, Node, NodeRollup, Package, Report, Revision, Rollup, Serving
 from packages_app.nodes.report_schema import validate_report_body
 from tests.migrating import back_to_the_leaf, migrate  # noqa: F401 (a fixture)
@@ -290,7 +290,9 @@ def test_rebuild_matches_the_store_paths_on_every_kind_of_row(revision: Revision
             report_id=uuid.UUID(int=rng.getrandbits(128)),
             body_sha256="0" * 64,
             received_at=at,
-            observed_at=at,
+            # On time, a replay (moved to when observed) and clocks not believed (refused: at arrival).
+            observed_at=at
+            + rng.choice([timedelta(0), -timedelta(hours=30), -timedelta(days=10), timedelta(hours=1)]),
             repo_id=REPO,
             commit_sha=SHA,
             revision=revision,
@@ -306,6 +308,50 @@ def test_rebuild_matches_the_store_paths_on_every_kind_of_row(revision: Revision
             **counters,
         )
         reports.insert_claimed(row.node, [row])
+    assert_rebuild_writes_the_same_rows()
+
+
+@pytest.mark.django_db
+def test_a_replayed_spool_is_placed_when_observed_and_a_clock_not_believed_when_it_arrived(
+    revision: Revision,
+) -> None:
+    """48 reports observed over 4 days arrive in one hour (an agent replaying its spool): each lands in the
+    hour and day its node observed it, and the totals count them as moved; one observed an hour ahead of
+    arrival and one 10 days before it are refused that time and placed at arrival."""
+    sender = node("node-a")
+    arrived = datetime.now(UTC).replace(minute=30, second=0, microsecond=0)
+    rng = random.Random(3)
+    bodies = []
+    for i in range(48):
+        data = body(rng)
+        data["observed_at"] = (arrived - timedelta(hours=2 * i + 1)).isoformat()
+        bodies.append(data)
+    for offset in (timedelta(hours=1), -timedelta(days=10)):
+        data = body(rng)
+        data["observed_at"] = (arrived + offset).isoformat()
+        bodies.append(data)
+    reports.store_reports(sender, [valid(data) for data in bodies], arrived)
+
+    every = Rollup.objects.filter(revision=revision, node_key=Rollup.ALL_NODES)
+    hours = Counter()
+    for start, count in every.filter(grain=Rollup.Grain.HOUR).values_list("bucket_start", "reports"):
+        hours[start] += count
+    arrival_hour = arrived.replace(minute=0)
+    assert hours[arrival_hour] == 2  # the two refused ones, at arrival
+    assert sorted(hours) == sorted(
+        {arrived.replace(minute=0) - timedelta(hours=2 * i + 1) for i in range(48)} | {arrival_hour}
+    )
+    days = {
+        start.date() for start in every.filter(grain=Rollup.Grain.DAY).values_list("bucket_start", flat=True)
+    }
+    assert len(days) >= 4  # 96 hours of observations span four or five calendar days
+    totals = every.filter(grain=Rollup.Grain.TOTAL).aggregate(moved=Sum("moved"), refused=Sum("refused"))
+    assert totals == {"moved": 48, "refused": 2}
+    flagged = Report.objects.filter(clock_skew_flagged=True).count()
+    assert flagged == 2  # a replay is not clock skew; the two refused times are
+    figures = throughput.revision_throughput(revision.pk)
+    assert figures is not None and (figures.moved, figures.refused) == (48, 2)
+    assert figures.bucket == "hour" and len({p.bucket for p in figures.series}) == 49
     assert_rebuild_writes_the_same_rows()
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -195,6 +196,30 @@ def test_the_openapi_document_describes_both_endpoints_and_every_filter(client: 
     schema = detail["responses"]["200"]["content"]["application/json"]["schema"]
     assert schema["$ref"] == "#/components/schemas/PackageDetailOut"
     assert "PackageListOut" in document["components"]["schemas"]
+
+
+def api_routes() -> list[str]:
+    """Every route of the JSON API and the node endpoints in the URL conf, as OpenAPI paths (``{owner}``)."""
+    from django.urls import URLPattern, get_resolver
+
+    found = []
+    for pattern in get_resolver().url_patterns:
+        for inner in getattr(pattern, "url_patterns", [pattern]):
+            if isinstance(inner, URLPattern):
+                route = "/" + re.sub(r"<(?:\w+:)?(\w+)>", r"{\1}", str(inner.pattern))
+                if route.startswith(("/api/", "/v1/")):
+                    found.append(route)
+    return found
+
+
+def test_the_openapi_document_describes_every_api_route_the_server_answers(client: Client) -> None:
+    paths = client.get("/api/v1/openapi.json").json()["paths"]
+    routes = api_routes()
+    assert "/api/v1/hooks/hub" in routes and "/api/v1/packages/{owner}/{name}" in routes  # the walk sees them
+    assert sorted(set(routes) - set(paths)) == []
+    hook = paths["/api/v1/hooks/hub"]["post"]
+    assert {"202", "200", "403", "404"} <= set(hook["responses"])
+    assert hook["parameters"][0]["name"] == "X-Webhook-Secret"
 
 
 def test_the_openapi_document_marks_the_pre_assessment_fields_deprecated(client: Client) -> None:

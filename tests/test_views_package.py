@@ -251,7 +251,7 @@ def test_the_diff_page_shows_the_manifest_change_and_the_verdict_change(
     response = client.get(PAGE + "diff", {"from": OLD_SHA[:8], "to": f.QWEN35_SHA[:8]})
     body = text(response)
     assert response.status_code == 200
-    assert "Verdict changed: <strong>consistent-mtp</strong> → <strong>undeclared-mtp</strong>" in body
+    assert "MTP verdict changed: <strong>consistent-mtp</strong> → <strong>undeclared-mtp</strong>" in body
     assert '<span class="d-del">-  &quot;generation&quot;: {</span>' in body
     assert "No file added, removed or changed." in body
 

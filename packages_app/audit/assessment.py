@@ -142,6 +142,12 @@ class Mtp:
         )
 
 
+def split_certified(split: Tristate, split_why: str) -> bool:
+    """Whether a split admission rests on a roster that certifies the architecture (certification.py's
+    sentence), not on a release that has no split-certification gate."""
+    return split is True and " is certified for split serving by " in split_why
+
+
 @dataclass(frozen=True)
 class Servable:
     """Whether one release loads it (on one node), and whether it split-serves it (the package verdict
@@ -159,8 +165,10 @@ class Servable:
 
     @property
     def split_label(self) -> str:
-        """The split answer in a few words, saying where the roster is inferred."""
-        word = "certified" if self.split else "refused" if self.split is False else "not pinned down"
+        """The split answer in a few words, saying where the roster is inferred: "certified" only where a
+        gate's roster lists the architecture; a release without the gate just admits the split."""
+        word = "refused" if self.split is False else "not pinned down" if self.split is None else "admits"
+        word = "certified" if split_certified(self.split, self.split_why) else word
         return f"{word} (roster inferred from its ABI)" if self.roster_inferred else word
 
     def to_json(self) -> dict[str, Any]:
@@ -355,6 +363,17 @@ class ReleaseTable:
     @property
     def settings(self) -> int:
         return sum(len(g.settings) for g in self.groups)
+
+    @property
+    def split_certified(self) -> bool:
+        """A gate's roster lists the architecture (not merely a release without the gate)."""
+        return split_certified(self.split, self.split_why)
+
+    @property
+    def split_note(self) -> str:
+        """What the split adds to the admission's reason (its gate, or that the release has none): the
+        split's reason without the admission's, which it repeats."""
+        return self.split_why.removeprefix(self.why).strip() if self.split_why != self.why else ""
 
     @property
     def by_outcome(self) -> tuple[OutcomeGroup, ...]:

@@ -25,6 +25,7 @@ from typing import Any
 LFS_POINTER = "version https://git-lfs.github.com/spec/v1\noid sha256:{oid}\nsize {size}\n"
 REPO_TYPES = ("model", "dataset")
 _CHUNK = 1 << 20
+SHORT_SHA_MIN = 4  # the shortest prefix taken for a commit, as git rev-parse takes (meshdash's pages too)
 
 
 def git_blob_sha1(content: bytes) -> str:
@@ -116,7 +117,7 @@ class RepoRecord:
         return next((c for c in self.commits if c.sha == sha), None)
 
     def resolve(self, revision: str) -> Commit | None:
-        """Branch, tag, `refs/heads/x`, `refs/tags/x`, `refs/pr/N` or a full 40-hex sha -> the commit."""
+        """Branch, tag, `refs/heads/x`, `refs/tags/x`, `refs/pr/N`, a full or short sha -> the commit."""
         if revision in self.pr_refs:
             return self.commit(self.pr_refs[revision])
         for prefix, refs in (("refs/heads/", self.branches), ("refs/tags/", self.tag_refs)):
@@ -125,7 +126,15 @@ class RepoRecord:
                 return self.commit(refs[name])
         if len(revision) == 40:
             return self.commit(revision.lower())
-        return None
+        return self._by_prefix(revision.lower())
+
+    def _by_prefix(self, prefix: str) -> Commit | None:
+        """A short sha, as the Hub resolves one since 2023 (huggingface/huggingface_hub#197; docs/domain.md
+        section 8): the one commit it starts, none when it starts several or is not hex."""
+        if not (SHORT_SHA_MIN <= len(prefix) < 40) or prefix.strip("0123456789abcdef"):
+            return None
+        found = [c for c in self.commits if c.sha.startswith(prefix)]
+        return found[0] if len(found) == 1 else None
 
     def history(self, head: Commit) -> list[Commit]:
         """First-parent history from `head`, newest first."""

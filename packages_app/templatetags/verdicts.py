@@ -8,12 +8,21 @@ import functools
 from typing import Any
 
 from django import template
+from django.conf import settings
 from django.urls import get_script_prefix, reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString, mark_safe
 
 from packages_app.glossary import PROBLEMS, UNKNOWN, anchor, format_decimal_size
-from packages_app.verdicts import Cause, Status, is_consistent, status_of, verdict_of
+from packages_app.verdicts import (
+    Cause,
+    NotAssessed,
+    Status,
+    is_consistent,
+    not_assessed,
+    status_of,
+    verdict_of,
+)
 
 register = template.Library()
 
@@ -92,6 +101,29 @@ def headline_badge(status: Status | str | None) -> SafeString:
         known.anchor,
         known.sentence,
         known.label,
+    )
+
+
+@register.filter
+def why_not_assessed(revision: Any) -> NotAssessed:
+    """``{% with why=revision|why_not_assessed %}``: why a revision has no headline, worded once for
+    every surface (verdicts.not_assessed)."""
+    return not_assessed(revision.status, revision.error or "", settings.MESHDASH_HUB_DEV)
+
+
+@register.simple_tag
+def not_assessed_badge(revision: Any) -> SafeString:
+    """``{% not_assessed_badge revision %}``: the headline badge of a revision without one, saying why."""
+    why = why_not_assessed(revision)
+    known = Status.NOT_ASSESSED
+    return format_html(
+        '<a class="badge headline headline-{} tone-{}" href="{}#{}" title="{}">{}</a>',
+        known.value,
+        known.tone.value,
+        _glossary_url(),
+        known.anchor,
+        why.sentence,
+        why.label,
     )
 
 

@@ -18,7 +18,7 @@ from django.db import InterfaceError, OperationalError
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
-from django.views.decorators.http import require_GET
+from django.views.decorators.http import require_safe
 
 from packages_app import certify_reports, metrics, queries, queueing, reports
 from packages_app.audit.certify_report import MAX_REPORT_BYTES as CERTIFY_MAX_BYTES
@@ -260,12 +260,12 @@ def check_manifest_api(request: HttpRequest) -> HttpResponse:
     return JsonResponse(result.to_json())
 
 
-@require_GET
+@require_safe
 def ping(request: HttpRequest) -> JsonResponse:
     return JsonResponse({"ok": True})
 
 
-@require_GET
+@require_safe
 def openapi_json(request: HttpRequest) -> JsonResponse:
     return JsonResponse(openapi_document())
 

@@ -12,12 +12,13 @@ from datetime import datetime
 from typing import Any
 
 from django import forms
+from django.conf import settings
 from django.core.paginator import EmptyPage
 from django.http import HttpRequest, JsonResponse
 from django.urls import reverse
 from pydantic import BaseModel, Field
 
-from packages_app import certify_reports, fleet, queries
+from packages_app import certify_reports, fleet, queries, verdicts
 from packages_app.audit.assessment import Assessment
 from packages_app.models import Package, Revision
 from packages_app.throughput import Plan, RevisionThroughput, revision_throughput
@@ -142,6 +143,8 @@ def _revision_summary(revision: Revision, headline: dict[str, Any] | None) -> di
     return {
         "commit_sha": revision.commit_sha,
         "headline": headline,
+        # Why there is no headline, worded as every page words it (verdicts.not_assessed).
+        "not_assessed": None if headline else _not_assessed(revision),
         "mtp": {
             "verdict": revision.verdict or None,
             "declared": revision.mtp_declared,
@@ -195,6 +198,10 @@ def package_card_json(package: Package) -> dict[str, Any]:
     """The package's model card facts: its source model (base_model) and whether it is experimental."""
     tags = [t for t in package.card_tags if isinstance(t, str)] if isinstance(package.card_tags, list) else []
     return {"base_model": package.base_model or None, "experimental": package.experimental, "tags": tags}
+
+
+def _not_assessed(revision: Revision) -> dict[str, object]:
+    return verdicts.not_assessed(revision.status, revision.error or "", settings.MESHDASH_HUB_DEV).to_json()
 
 
 def _history_entry(revision: Revision) -> dict[str, Any]:
@@ -253,6 +260,8 @@ def _throughput_summary(throughput: RevisionThroughput | None) -> dict[str, Any]
             "acceptance_rate": throughput.acceptance_rate,
             "mean_accepted_length": throughput.mean_accepted_length,
             "stage_splits": throughput.stage_splits,
+            "moved": throughput.moved,
+            "refused": throughput.refused,
             "plans": [_plan_json(plan) for plan in throughput.plans],
         }
     )
@@ -299,9 +308,22 @@ class MtpOut(BaseModel):
     detected: bool | None
 
 
+class NotAssessedOut(BaseModel):
+    """Why a revision has no headline yet, as the package page and the catalog say it."""
+
+    status: str = Field(description="Always not-assessed.")
+    label: str = Field(
+        description='e.g. "not assessed yet", "not assessed: gated", "not assessed: ingest failed".'
+    )
+    sentence: str
+
+
 class RevisionSummaryOut(BaseModel):
     commit_sha: str
     headline: HeadlineOut | None
+    not_assessed: NotAssessedOut | None = Field(
+        description="Why there is no headline; null when there is one."
+    )
     mtp: MtpOut
     committed_at: datetime | None
     status: str
@@ -400,6 +422,8 @@ class ThroughputSummaryOut(BaseModel):
     acceptance_rate: float | None
     mean_accepted_length: float | None
     stage_splits: list[str]
+    moved: int = Field(0, description="Reports placed when observed, over 5 minutes before they arrived.")
+    refused: int = Field(0, description="Reports whose observed time was not believed: placed at arrival.")
     plans: list[StrategyPlanOut] = Field(
         default_factory=list, description="Requested vs effective strategy per node and topology."
     )

@@ -12,10 +12,10 @@ from typing import Any
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.utils.http import content_disposition_header
-from django.views.decorators.http import require_GET
+from django.views.decorators.http import require_safe
 
 from packages_app import charts, fleet, glossary, queries, report_metrics, staticfinders
-from packages_app.models import Report, Revision
+from packages_app.models import Package, Report, Revision
 from packages_app.verdicts import STATUSES_BY_RANK, VERDICTS_BY_RANK, ActionKind, Cause
 from packages_app.web import access
 from packages_app.web.forms import WINDOW_DAYS
@@ -30,7 +30,7 @@ def _window_days(request: HttpRequest) -> int:
     return int(raw) if raw.isdigit() and int(raw) in WINDOW_DAYS else fleet.DEFAULT_WINDOW_DAYS
 
 
-@require_GET
+@require_safe
 def nodes(request: HttpRequest) -> HttpResponse:
     days = _window_days(request)
     # ?stale=1 is the filter's name before issue 19, kept so bookmarks still work.
@@ -48,7 +48,7 @@ def nodes(request: HttpRequest) -> HttpResponse:
     return render(request, "packages_app/nodes.html", context)
 
 
-@require_GET
+@require_safe
 @lookup_errors
 def node_detail(request: HttpRequest, name: str) -> HttpResponse:
     days = _window_days(request)
@@ -61,11 +61,12 @@ def node_detail(request: HttpRequest, name: str) -> HttpResponse:
     context: dict[str, Any] = {"row": row, "days": days, "windows": WINDOW_DAYS, "main": main}
     if main is not None:
         context["layout_chart"] = _layout_chart(main.revision_id, [main.stage_splits])
+        context["stage_gaps"] = _stage_gaps(main.revision_id, main.stage_splits)
         context["plotly_guard_ids"] = staticfinders.installed_plotly_guard_ids()
     return render(request, "packages_app/node_detail.html", context)
 
 
-@require_GET
+@require_safe
 @lookup_errors
 def topology_detail(request: HttpRequest, topology_id: str) -> HttpResponse:
     days = _window_days(request)
@@ -84,6 +85,7 @@ def topology_detail(request: HttpRequest, topology_id: str) -> HttpResponse:
         "days": days,
         "windows": WINDOW_DAYS,
         "layout_chart": _layout_chart(main.revision_id, [main.stage_splits]),
+        "stage_gaps": _stage_gaps(main.revision_id, main.stage_splits),
         "plotly_guard_ids": staticfinders.installed_plotly_guard_ids(),
     }
     return render(request, "packages_app/topology_detail.html", context)
@@ -94,23 +96,20 @@ def _layout_chart(revision_id: int, splits: list[str]) -> dict[str, Any]:
     return charts.layer_layout_figure(queries.audit_blocks(revision), [s for s in splits if s])
 
 
-@require_GET
+def _stage_gaps(revision_id: int, split: str) -> list[charts.StageGap]:
+    """The package's blocks that no stage of the split holds (charts.stage_gaps), MTP blocks named."""
+    revision = Revision.objects.only("id", "block_count", "audit").get(pk=revision_id)
+    mtp = queries.audit_section(revision, "detected").get("mtp_blocks") or []
+    return charts.stage_gaps(split, revision.block_count, [b for b in mtp if isinstance(b, int)])
+
+
+@require_safe
 @lookup_errors
 def compare(request: HttpRequest, owner: str, name: str) -> HttpResponse:
     """Two revisions' throughput side by side; by default the latest against the last one nodes ran."""
     package = queries.get_package(owner, name, access.can_see_private(request.user))
     history = queries.revision_history(package)
-    old_ref, new_ref = request.GET.get("from"), request.GET.get("to")
-    if not (old_ref and new_ref):
-        pair = fleet.default_comparison_pair(history, package.latest_revision_id)
-        if pair is None:
-            raise queries.LookupFailed(
-                f"{package.repo_id} has a single revision; there is nothing to compare."
-            )
-        by_id = {r.pk: r for r in history}
-        old, new = by_id[pair[0]], by_id[pair[1]]
-    else:
-        old, new = queries.require_revision(package, old_ref), queries.require_revision(package, new_ref)
+    old, new = _compared_pair(package, history, request.GET.get("from"), request.GET.get("to"))
     comparison = fleet.compare_revisions(old, new)
     context = {
         "package": package,
@@ -120,6 +119,27 @@ def compare(request: HttpRequest, owner: str, name: str) -> HttpResponse:
         "plotly_guard_ids": staticfinders.installed_plotly_guard_ids(),
     }
     return render(request, "packages_app/compare.html", context)
+
+
+def _compared_pair(
+    package: Package, history: list[Revision], old_ref: str | None, new_ref: str | None
+) -> tuple[Revision, Revision]:
+    """The revisions named, or the default pair (fleet.default_comparison_pair) for what is missing:
+    ``to`` alone gets the revision nodes ran before it, ``from`` alone the latest."""
+    if old_ref:
+        new = queries.require_revision(package, new_ref)
+        return queries.require_revision(package, old_ref), new
+    new_id = queries.require_revision(package, new_ref).pk if new_ref else package.latest_revision_id
+    pair = fleet.default_comparison_pair(history, new_id)
+    if pair is None:
+        single = len(history) < 2
+        raise queries.LookupFailed(
+            f"{package.repo_id} has a single revision; there is nothing to compare."
+            if single
+            else f"{new_ref} is the oldest revision; there is nothing to compare it with."
+        )
+    by_id = {r.pk: r for r in history}
+    return by_id[pair[0]], by_id[pair[1]]
 
 
 def comparison_charts(c: fleet.Comparison) -> dict[str, Any]:
@@ -137,7 +157,7 @@ def comparison_charts(c: fleet.Comparison) -> dict[str, Any]:
     }
 
 
-@require_GET
+@require_safe
 def glossary_page(request: HttpRequest) -> HttpResponse:
     context = {
         "statuses": STATUSES_BY_RANK,
@@ -197,7 +217,7 @@ CATALOG_COLUMNS = [
 ]
 
 
-@require_GET
+@require_safe
 def catalog_csv(request: HttpRequest) -> HttpResponse:
     """The whole filtered catalog (every page) as CSV; same filters as the page."""
     form = valid_catalog_form(request)
@@ -255,7 +275,7 @@ def report_columns(metrics: Sequence[report_metrics.ReportMetric] | None = None)
 REPORT_COLUMNS = report_columns()
 
 
-@require_GET
+@require_safe
 @lookup_errors
 def reports_csv(request: HttpRequest, owner: str, name: str) -> HttpResponse:
     """Every report of one revision (newest first) as CSV."""

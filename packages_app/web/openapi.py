@@ -229,6 +229,61 @@ def _path_openapi() -> PathItem:
     return "/api/v1/openapi.json", {"get": operation}
 
 
+def _path_hub_webhook() -> PathItem:
+    queued = {
+        "type": "object",
+        "properties": {
+            "queued": {"type": "boolean"},
+            "repo": {"type": "string"},
+            "head_sha": {"type": ["string", "null"]},
+            "pull_request": {"type": "integer"},
+            "reason": {"type": "string", "description": "Why nothing was queued (200)."},
+        },
+        "required": ["queued", "repo"],
+    }
+    event = {
+        "type": "object",
+        "description": "The Hub's webhook payload (huggingface_hub's WebhookPayload; docs/domain.md "
+        "section 8): event {action, scope}, repo {type, name, headSha}, and for discussion events "
+        "discussion {num, isPullRequest}. Every field is validated; the sync reads the Hub again, so the "
+        "body is never trusted.",
+        "properties": {
+            "event": {"type": "object"},
+            "repo": {"type": "object"},
+            "discussion": {"type": "object"},
+        },
+        "required": ["event", "repo"],
+    }
+    operation = {
+        "operationId": "hub_webhook",
+        "summary": "The Hub's webhook: a repo update of a followed package queues its sync; an event about a "
+        "pull request meshdash opened queues a check of it.",
+        "description": "Authenticated by the X-Webhook-Secret header (MESHDASH_WEBHOOK_SECRET); 404 while no "
+        "secret is configured. Bodies over 256 KiB get 413.",
+        "parameters": [
+            {"name": "X-Webhook-Secret", "in": "header", "required": True, "schema": {"type": "string"}}
+        ],
+        "requestBody": {"required": True, "content": {"application/json": {"schema": event}}},
+        "responses": {
+            "202": {"description": "A sync (or a pull request check) was queued.", **json_content(queued)},
+            "200": {
+                "description": "The event is not for this server; nothing queued.",
+                **json_content(queued),
+            },
+            "400": error("The body is not a webhook payload meshdash understands."),
+            "403": error("The secret header does not match."),
+            "404": error("Webhooks are disabled here (no secret configured)."),
+            "405": error("Only POST is allowed.", Allow={"schema": {"type": "string"}}),
+            "413": error("The body is over 256 KiB."),
+            "415": error("The body is not application/json."),
+            "503": error(
+                "The task queue is unavailable.", **{"Retry-After": {"schema": {"type": "integer"}}}
+            ),
+        },
+    }
+    return "/api/v1/hooks/hub", {"post": operation}
+
+
 def read_errors() -> dict[str, Any]:
     """Answers every read-only package endpoint can give besides its success."""
     return {"405": error("Only GET and HEAD are allowed; this API is read-only.")}
@@ -287,6 +342,7 @@ PATHS: list[Callable[[], PathItem]] = [
     _path_package,
     _path_check_manifest,
     _path_certify_reports,
+    _path_hub_webhook,
 ]
 
 

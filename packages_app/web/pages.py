@@ -19,7 +19,7 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.http import content_disposition_header
-from django.views.decorators.http import require_GET, require_http_methods, require_POST
+from django.views.decorators.http import require_http_methods, require_POST, require_safe
 
 from packages_app import (
     background,
@@ -30,11 +30,13 @@ from packages_app import (
     queries,
     queueing,
     repo_ids,
+    report_time,
     staticfinders,
 )
 from packages_app.audit.assessment import Assessment, release_tables, shared_outcomes
 from packages_app.audit.check import ManifestCheck
 from packages_app.audit.model import UNCERTAIN as RESOLVER_UNCERTAIN
+from packages_app.layout import METADATA_CARRIER, FileRole
 from packages_app.models import ActionLog, Package, Revision
 from packages_app.throughput import RevisionThroughput, revision_throughput
 from packages_app.verdicts import STATUSES_BY_RANK, VERDICTS_BY_RANK, ActionKind, Cause
@@ -76,7 +78,7 @@ def _error_page(
 # --- catalog -------------------------------------------------------------------------------------
 
 
-@require_GET
+@require_safe
 def catalog(request: HttpRequest) -> HttpResponse:
     form = valid_catalog_form(request)
     result = queries.catalog_page(
@@ -185,7 +187,7 @@ def _content_length(request: HttpRequest) -> int:
 # --- one package ---------------------------------------------------------------------------------
 
 
-@require_GET
+@require_safe
 @lookup_errors
 def package_detail(request: HttpRequest, owner: str, name: str) -> HttpResponse:
     package = queries.get_package(owner, name, access.can_see_private(request.user))
@@ -201,7 +203,8 @@ def package_detail(request: HttpRequest, owner: str, name: str) -> HttpResponse:
         context["range_form"] = range_form
         if "files_page" in request.GET or request.GET.get("files") == "all":
             context["files"] = queries.revision_files(revision, _page_param(request.GET.get("files_page")))
-        context["previous"] = _previous_in(history, revision)
+        pair = fleet.default_comparison_pair(history, revision.pk)
+        context["previous"] = next((r for r in history if pair and r.pk == pair[0]), None)
         context.update(_fix_context(package, revision, context["assessment"], context["suggested"]))
     context["hub_url"] = hub_url(package, revision)
     context["base_model_url"] = source_model_url(package.base_model)
@@ -268,8 +271,11 @@ def _revision_context(
         "request_defaults": queries.audit_section(revision, "request_defaults"),
         "suggested": suggested,
         "suggested_json": _pretty_json(suggested.get("generation")) if suggested else "",
-        "file_overview": queries.revision_file_overview(revision, _mtp_blocks(detected)),
+        "file_overview": (overview := queries.revision_file_overview(revision, _mtp_blocks(detected))),
+        "metadata_path": metadata_path(overview.items),
         "throughput": throughput,
+        "skew_minutes": int(report_time.CLOCK_SKEW_LIMIT.total_seconds() // 60),
+        "replay_days": report_time.REPLAY_WINDOW.days,
         "layout_chart": charts.layer_layout_figure(
             queries.audit_blocks(revision),
             splits,
@@ -331,6 +337,17 @@ def _throughput_charts(
     }
 
 
+def metadata_path(rows: list[Any]) -> str:
+    """The path of the v2 metadata carrier among the file rows: it describes the layer files whose
+    headers were not read (``skipped``), so the files table names it for them. mesh-llm's own name
+    (docs/domain.md section 1) when the rows do not hold it."""
+    for row in rows:
+        file = getattr(row, "file", None)
+        if file is not None and file.role == FileRole.METADATA:
+            return str(file.path)
+    return METADATA_CARRIER
+
+
 def _previous_in(history: list[Revision], revision: Revision) -> Revision | None:
     ids = [r.pk for r in history]
     if revision.pk not in ids:
@@ -346,7 +363,7 @@ def _pretty_json(value: Any) -> str:
 _PATCHED_PATH = "suggested_generation.patched_manifest"
 
 
-@require_GET
+@require_safe
 @lookup_errors
 def patched_manifest(request: HttpRequest, owner: str, name: str) -> HttpResponse:
     """The manifest with the suggested ``generation`` applied, as a download."""
@@ -364,7 +381,7 @@ def patched_manifest(request: HttpRequest, owner: str, name: str) -> HttpRespons
     return response
 
 
-@require_GET
+@require_safe
 @lookup_errors
 def file_detail(request: HttpRequest, owner: str, name: str, path: str) -> HttpResponse:
     package = queries.get_package(owner, name, access.can_see_private(request.user))
@@ -382,7 +399,7 @@ def file_detail(request: HttpRequest, owner: str, name: str, path: str) -> HttpR
     return render(request, "packages_app/file_detail.html", context)
 
 
-@require_GET
+@require_safe
 @lookup_errors
 def revision_diff(request: HttpRequest, owner: str, name: str) -> HttpResponse:
     """Compare two revisions; ``to`` defaults to the latest, ``from`` to the one before ``to``."""

@@ -157,3 +157,67 @@ def test_untrusted_strings_are_shown_literally_and_run_nothing(tab: Tab) -> None
     assert tab.page.locator("#throughput img, #layout img").count() == 0
     tab.screenshot("xss-package")
     tab.assert_quiet()
+
+
+def real_qwen35_v1(repo_id: str = "meshllm/real-layers") -> Any:
+    """A schema-v1 Qwen3.5 revision as the capability audit really judges it (every release's row)."""
+    from tests import audit_fixtures
+
+    built = audit_fixtures.build(audit_fixtures.QWEN35, 1)
+    result = built.audit()
+    assert result.assessment is not None
+    return f.make_revision(
+        f.make_package(repo_id),
+        result.verdict,
+        audit=result.to_json(),
+        manifest_json=built.manifest,
+        assessment=result.assessment.to_json(),
+        headline=result.assessment.status.value,
+    )
+
+
+def test_the_words_say_what_they_mean(tab: Tab) -> None:
+    real_qwen35_v1()
+    tab.open("/packages/meshllm/real-layers/")
+    # The top bar's filter is of packages (the nodes needing action are under Nodes).
+    assert tab.page.locator("header.site nav a[href='/?headline=needs-action']").inner_text() == (
+        "Packages needing action"
+    )
+    # v0.72.1 has no split-certification gate: its split row says it admits the split, not "certified".
+    row = tab.page.locator("table.releases-summary tr", has_text="v0.72.1")
+    split = " ".join(row.locator(".sub").inner_text().split())
+    assert split.startswith("split: admits it") and "no split-certification gate" in split, split
+    assert "certified" not in split.replace("split-certification", "")
+    tab.assert_quiet()
+
+
+GATED_ERROR = (
+    "meshllm/Llama-gated-layers@f5d924ca4d61/model-package.json: the repo is gated; set HF_TOKEN to an "
+    "account that was granted access"
+)
+
+
+def test_a_gated_revision_reads_the_same_on_its_page_its_history_the_catalog_the_api_and_ingest(
+    tab: Tab, settings: Any
+) -> None:
+    settings.MESHDASH_HUB_DEV = True  # the demo's devhub
+    package = f.make_package("meshllm/Llama-gated-layers")
+    f.make_revision(package, "", status="failed", error=GATED_ERROR, audit=None, headline="")
+    tab.open("/packages/meshllm/Llama-gated-layers/")
+    label = "not assessed: gated"
+    assert tab.page.locator("#assessment .headline-row .headline").inner_text() == label
+    assert "Expected in the demo" in tab.page.locator("#assessment").inner_text()
+    history = tab.page.locator("#history li").inner_text()
+    assert label in history and "failed" not in history.replace("ingest failed", "")
+    tab.open("/")
+    assert (
+        tab.page.locator("table.catalog tr", has_text="Llama-gated").locator(".headline").inner_text()
+        == label
+    )
+    api = tab.page.request.get(tab.base_url + "/api/v1/packages/meshllm/Llama-gated-layers").json()
+    assert api["revision"]["headline"] is None and api["revision"]["not_assessed"]["label"] == label
+    tab.open("/ingest/")
+    row = tab.page.locator("#failed tbody tr", has_text="Llama-gated")
+    assert label in row.inner_text() and "expected in the demo" in row.inner_text()
+    assert row.locator(".error-text").count() == 0  # not shown as an error in red
+    tab.assert_quiet()

@@ -177,3 +177,70 @@ def test_a_phone_shows_each_page_without_sideways_scrolling(open_tab: Any, name:
     wait_for_charts(tab)
     width = tab.page.evaluate("() => document.documentElement.scrollWidth")
     assert width <= PHONE["width"], f"{name} is {width} px wide on a {PHONE['width']} px phone"
+
+
+LAPTOP = {"width": 1366, "height": 900}
+
+
+@pytest.mark.parametrize("viewport", [LAPTOP, PHONE], ids=["laptop", "phone"])
+def test_no_page_is_wider_than_the_window_or_cuts_a_column_off(
+    open_tab: Any, viewport: dict[str, int]
+) -> None:
+    from tests.page_walk import OVERFLOW_JS
+
+    fleet_with_files()
+    tab = open_tab(viewport)
+    found = {}
+    for name, path in PAGES.items():
+        tab.open(path)
+        measured = tab.page.evaluate(OVERFLOW_JS)
+        if measured["width"] > viewport["width"] or measured["clipped"]:
+            found[name] = measured
+    assert found == {}, json.dumps(found, indent=1)
+
+
+def test_the_admin_is_branded_as_meshdash(open_tab: Any) -> None:
+    tab = open_tab(LAPTOP)
+    tab.open("/admin/login/")
+    assert tab.page.title() == "Log in | meshdash admin"
+    assert tab.page.locator("#site-name").inner_text() == "meshdash administration"
+    assert "Django administration" not in tab.page.content()
+
+
+def glm_split_short_of_its_blocks(split: str = "0..20|20..41") -> None:
+    """GLM-4.7 as the demo ran it: 48 blocks (MTP at 47), split over two stages that stop at 41."""
+    revision = f.make_revision(
+        f.make_package("meshllm/GLM-4.7-Flash-layers"), "consistent-mtp", block_count=48
+    )
+    node = f.make_node("demo-glm")
+    for _ in range(3):
+        f.make_report(
+            node, revision, 60.0, at=timezone.now(), stage_splits=split, topology_id="topo-glm", mtp_used=True
+        )
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_a_topology_whose_stages_stop_short_of_the_package_says_which_blocks_nothing_holds(
+    open_tab: Any, scheme: str
+) -> None:
+    glm_split_short_of_its_blocks()
+    for path in ("/topologies/topo-glm/", "/nodes/demo-glm/"):
+        tab = open_tab(LAPTOP, scheme)
+        tab.open(path)
+        note = tab.page.locator(".stage-gaps")
+        assert "holds no stage for blocks 41-47 (the MTP block 47 among them)" in note.inner_text(), path
+        wait_for_charts(tab)
+        shaded = tab.page.evaluate(
+            "() => document.getElementById('layout-chart').layout.shapes.filter(s => s.type === 'rect')"
+            ".map(s => [s.x0, s.x1])"
+        )
+        assert shaded == [[40.5, 47.5]], path
+        tab.screenshot(f"stage-gaps{path.replace('/', '-')}{scheme}")
+        tab.assert_quiet()
+
+
+def test_control_a_split_that_covers_the_package_is_not_flagged(open_tab: Any) -> None:
+    glm_split_short_of_its_blocks("0..24|24..48")
+    tab = open_tab(LAPTOP)
+    tab.open("/topologies/topo-glm/")
+    assert tab.page.locator(".stage-gaps").count() == 0

@@ -4,8 +4,9 @@ light and dark. Sections are one click from the top, charts take the page's colo
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -252,4 +253,153 @@ def test_the_range_picker_waits_for_custom_dates_and_draws_only_them(
     tab.page.fill("input[name=end]", today.date().isoformat())
     tab.page.dispatch_event("input[name=end]", "change")
     assert tab.page.input_value("#time-range") == "custom"
+    tab.assert_quiet()
+
+
+def fleet_with_an_unran_revision_between() -> tuple[Any, Any]:
+    """The issue's fleet, plus a revision committed between the two that no node ran (issue 45 item 1)."""
+    broken, fixed = f.qwen35_fleet(timezone.now())
+    f.make_revision(
+        broken.package,
+        "undeclared-mtp",
+        commit_sha=f.sha("qwen35-unran"),
+        committed_at=f.BASE_TIME + timedelta(hours=12),
+        latest=False,
+        title="Touch the README",
+    )
+    return broken, fixed
+
+
+def test_the_package_pages_compare_form_defaults_to_the_pair_compare_picks(open_tab: Any) -> None:
+    broken, fixed = fleet_with_an_unran_revision_between()
+    tab = open_tab(LAPTOP)
+    tab.open(f"{QWEN}compare")
+    picked = tab.page.input_value("#compare-from"), tab.page.input_value("#compare-to")
+    assert picked == (broken.commit_sha, fixed.commit_sha)
+    tab.open(QWEN)
+    form = "#compare form.compare-form"
+    assert tab.page.input_value(f"{form} select[name=from]") == broken.commit_sha
+    assert tab.page.input_value(f"{form} select[name=to]") == fixed.commit_sha
+    with tab.page.expect_navigation():
+        tab.page.click(f"{form} button:has-text('Compare throughput')")
+    effect = tab.page.locator("#effect").inner_text()
+    assert re.match(rf"{broken.short_sha} -> {fixed.short_sha}: 3\.1\d -> 5\.3\d tok/s", effect), effect
+    assert "no decode figures" not in effect
+    # /compare?to=<the fixed one> alone picks the same "before".
+    tab.open(f"{QWEN}compare?to={fixed.short_sha}")
+    assert tab.page.input_value("#compare-from") == broken.commit_sha
+    tab.assert_quiet()
+
+
+def test_a_v2_packages_layer_files_read_as_described_by_the_metadata_carrier_not_as_not_a_gguf(
+    open_tab: Any,
+) -> None:
+    package = f.make_package("meshllm/V2-layers")
+    revision = f.make_revision(package, "consistent-mtp", schema_version=2, files=True)
+    # As the ingest leaves a v2 package: the carrier read, the layer headers skipped (it describes them).
+    revision.files.filter(role="layer").update(header_status="skipped", header_bytes=None)
+    revision.files.filter(layer_index=40).update(lfs_sha256=f.sha256("other"))  # one row of its own
+    revision.files.create(
+        path="shared/metadata.gguf",
+        role="metadata",
+        size=9_000_000,
+        header_status="parsed",
+        header_bytes=8_900_000,
+    )
+    tab = open_tab(LAPTOP)
+    tab.open("/packages/meshllm/V2-layers/#files")
+    table = tab.page.locator("table.files")
+    assert "not a GGUF" not in table.locator("tr", has_text="layer-040").inner_text()
+    assert "described by shared/metadata.gguf" in table.locator("tr", has_text="layer-040").inner_text()
+    assert "described by shared/metadata.gguf" in table.locator("tr.file-range").first.inner_text()
+    assert "not a GGUF" in table.locator("tr", has_text="model-package.json").inner_text()
+    tab.assert_quiet()
+
+
+def test_the_diff_leads_with_the_status_change_and_folds_a_long_file_list(open_tab: Any) -> None:
+    broken, fixed = f.qwen35_fleet(timezone.now())
+    tab = open_tab(LAPTOP)
+    tab.open(f"{QWEN}diff?from={broken.short_sha}&to={fixed.short_sha}")
+    change = tab.page.locator("#status-change")
+    assert change.inner_text().startswith("Status changed: not servable → serves with MTP."), (
+        change.inner_text()
+    )
+    assert "MTP verdict changed: undeclared-mtp → consistent-mtp" in change.inner_text()
+    # The status change is on the first screen, above the files; the 42 removed files are folded.
+    assert change.bounding_box()["y"] < LAPTOP["height"] / 2
+    fold = tab.page.locator("#files-changed details.file-list-fold")
+    assert fold.count() == 1 and "Removed (42)" in fold.locator("summary").inner_text()
+    assert not fold.evaluate("el => el.open")
+    assert not tab.page.locator("#files-changed li.d-del").first.is_visible()
+    assert tab.page.evaluate("document.documentElement.scrollHeight") < 2 * LAPTOP["height"]
+    tab.screenshot("diff-status-change")
+    tab.assert_quiet()
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_the_compare_page_says_the_release_upgrade_is_in_the_ratio(open_tab: Any, scheme: str) -> None:
+    from packages_app.models import Node, NodeRun
+
+    broken, fixed = f.qwen35_fleet(timezone.now())
+    for revision, nodes, version in ((broken, f.FLEET_NODES, "0.72.1"), (fixed, f.FLEET_NODES[:1], "0.78.0")):
+        for name in nodes:
+            NodeRun.objects.create(
+                node=Node.objects.get(name=name),
+                run_id=f"run-{name}-{revision.short_sha}",
+                revision=revision,
+                version=version,
+            )
+    tab = open_tab(LAPTOP, scheme)
+    tab.open(f"{QWEN}compare")
+    effect = tab.page.locator("#effect").inner_text()
+    assert "Also changed: mesh-llm release 0.72.1 -> 0.78.0" in effect, effect
+    also = tab.page.locator("#also-changed")
+    assert "in the ratio" in also.locator("li.mixed").inner_text()
+    row = also.locator("tr", has_text="mesh-llm releases").inner_text()
+    assert "0.72.1" in row and "0.78.0" in row
+    tab.screenshot(f"compare-also-changed-{scheme}")
+    tab.assert_quiet()
+
+
+@pytest.mark.parametrize(
+    ("scheme", "viewport"), [("light", LAPTOP), ("dark", LAPTOP), ("light", {"width": 390, "height": 844})]
+)
+def test_a_replayed_spool_is_plotted_when_observed_and_the_page_says_how_many_moved_or_refused(
+    open_tab: Any, scheme: str, viewport: dict[str, int]
+) -> None:
+    from packages_app import reports
+    from packages_app.nodes.report_schema import validate_report_body
+
+    package = f.qwen35_package()
+    node = f.make_node("spool-node")
+    arrived = timezone.now().replace(minute=30, second=0, microsecond=0)
+    bodies = []
+    for i in range(50):
+        observed = arrived - timedelta(hours=2 * i + 1) if i < 48 else arrived + timedelta(hours=1)
+        bodies.append(
+            {
+                "report_id": f"00000000-0000-4000-8000-{i:012d}",
+                "observed_at": observed.isoformat(),
+                "package": {"repo": f.QWEN35_REPO, "revision": f.QWEN35_SHA},
+                "speculative": {"requested_strategy": "auto", "effective_strategy": "disabled"},
+                "timings": {"predicted_per_second": 3.1 + (i % 3) * 0.05, "predicted_n": 128},
+            }
+        )
+    valid = [reports.ValidReport(*validate_report_body(b), body=b) for b in bodies]
+    reports.store_reports(node, valid, arrived)
+    tab = open_tab(viewport, scheme)
+    tab.open(f"/packages/{package.repo_id}/?revision={f.QWEN35_SHA}#throughput")
+    note = tab.page.locator("#placement-note").inner_text()
+    assert note.startswith("48 reports are plotted when their nodes observed them"), note
+    assert "2 reports were refused a place at their observed time" in note
+    tab.page.wait_for_selector("[data-chart=chart-timeline] .main-svg")
+    xs = tab.page.evaluate(
+        "() => document.querySelector('[data-chart=chart-timeline]').data.flatMap((t) => t.x).map(String)"
+    )
+    hours = sorted(set(xs))
+    assert len(hours) == 49, hours  # 48 observed hours and the arrival hour of the two refused
+    first, last = datetime.fromisoformat(hours[0]), datetime.fromisoformat(hours[-1])
+    assert last - first >= timedelta(hours=95)  # spread over four days, not bunched in the hour they arrived
+    assert tab.page.evaluate("document.documentElement.scrollWidth <= innerWidth")
+    tab.screenshot(f"replayed-spool-{scheme}-{viewport['width']}")
     tab.assert_quiet()

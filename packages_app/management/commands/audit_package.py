@@ -18,6 +18,7 @@ from django.core.management.base import BaseCommand, CommandParser
 
 from packages_app import audit as auditing
 from packages_app import hub, inspection, repo_ids
+from packages_app.management.cli_text import grouped_lines, plain
 
 
 class Command(BaseCommand):
@@ -85,14 +86,15 @@ def render_report(result: inspection.PackageAudit, doc: dict[str, Any]) -> str:
         result.source if result.revision == hub.LOCAL_REVISION else f"{result.source} @ {result.revision}",
         *(assessment.headline.lines() if assessment else []),
         f"MTP verdict: {doc['verdict']}",
-        f"detected: {detected['architecture']}, {detected['block_count']} blocks, "
-        f"nextn_predict_layers={detected['nextn_predict_layers']}, "
+        f"detected: {plain(detected['architecture'], 'unknown architecture')}, "
+        f"{plain(detected['block_count'], 'an unknown number of')} blocks, "
+        f"nextn_predict_layers {plain(detected['nextn_predict_layers'])}, "
         f"MTP blocks {detected['mtp_blocks'] or 'none'}",
         f"declared: default strategy {declared['default_strategy'] or 'none'}, "
         f"native MTP {'yes' if declared['uses_native_mtp'] else 'no'}"
         + (f", layer_indices {declared['layer_indices']}" if declared["layer_indices"] else ""),
         "runtime (speculative.strategy -> outcome):",
-        *(f"  {setting}: {row['outcome']}: {row['why']}" for setting, row in runtime.items()),
+        *grouped_lines([(s, row["outcome"], row["why"]) for s, row in runtime.items()], doc["problems"]),
         *(f"  (assumes) {s}" for s in (assessment.assumptions.sentences() if assessment else ())),
     ]
     if doc["problems"]:

@@ -22,6 +22,7 @@ from packages_app import queries
 from packages_app.audit.check import ManifestCheck, check_manifest
 from packages_app.gguf_header import GGUFHeaderError, parse_file
 from packages_app.layout import MAX_MANIFEST_BYTES
+from packages_app.management.cli_text import grouped_lines, plain
 from packages_app.manifest import parse_manifest, unsafe_path_reason
 from packages_app.models import Revision
 
@@ -64,21 +65,33 @@ def render(path: str, result: ManifestCheck, tracked: Revision | None = None) ->
             f"the split gate used its carrier's architecture ({tracked.architecture or 'unknown'})",
             "",
         ]
+    problems = doc["problems"]
     lines += [
-        f"{path}: schema {doc['schema']}, {'valid' if doc['valid'] else 'INVALID'} as mesh-llm judges it",
-        f"package_id: declared {ids['declared']}, computed {ids['computed']}, matches {ids['matches']}",
+        f"{path}: schema {plain(doc['schema'], 'unknown')}, "
+        f"{'valid' if doc['valid'] else 'INVALID'} as mesh-llm judges it",
+        package_id_line(ids),
     ]
-    lines += [f"  [{p['severity']}] {p['code']} at {p['path']}: {p['message']}" for p in doc["problems"]]
+    lines += [f"  [{p['severity']}] {p['code']} at {p['path']}: {p['message']}" for p in problems]
     lines.append("runtime (speculative.strategy -> outcome):")
-    lines += [f"  {setting}: {row['outcome']}: {row['why']}" for setting, row in doc["runtime"].items()]
+    rows = [(setting, row["outcome"], row["why"]) for setting, row in doc["runtime"].items()]
+    lines += grouped_lines(rows, problems)
     lines += [f"  (assumes) {sentence}" for sentence in result.runtime.assumptions.sentences()]
     lines += [f"  (not pinned down) {note}" for note in result.runtime.uncertain]
     lines.append("releases:")
-    lines += [f"  {a['release']}: {_admitted(a['admitted'])}: {a['why']}" for a in doc["compatibility"]]
+    releases = [(a["release"], _admitted(a["admitted"]), a["why"]) for a in doc["compatibility"]]
+    lines += grouped_lines(releases, problems)
     if result.assessment.cannot_see:
         lines.append("what this check cannot see:")
         lines += [f"  {item}" for item in result.assessment.cannot_see]
     return "\n".join(lines)
+
+
+def package_id_line(ids: dict[str, Any]) -> str:
+    """The declared and computed package_id, in words where one is missing."""
+    declared = f"package_id: declared {plain(ids['declared'], 'none')}"
+    if ids["computed"] is None:
+        return f"{declared}, not computed (the manifest does not parse)"
+    return f"{declared}, computed {ids['computed']}: {'they match' if ids['matches'] else 'they differ'}"
 
 
 def carrier_architecture(data: bytes, folder: Path) -> str | None:
