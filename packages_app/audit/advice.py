@@ -232,7 +232,7 @@ def _observation(facts: NodeFacts) -> str:
     if facts.serving_strategy:
         said.append(f"--strategy {facts.serving_strategy}")
     elif SERVING_STRATEGY in facts.not_reported:
-        said.append("no serving strategy reported by its version")
+        said.append("it names no serving strategy")
     if facts.draft_name:
         said.append(f"draft model {facts.draft_name}")
     return "; ".join(said)

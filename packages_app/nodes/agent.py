@@ -158,7 +158,10 @@ class Answer:
     retry_after: float | None = None
 
     def json(self) -> Any:
-        return json.loads(self.body)
+        try:
+            return json.loads(self.body)
+        except RecursionError:  # a hostile node nesting thousands deep: not JSON the agent reads
+            raise ValueError("nested too deep") from None
 
 
 def http(method: str, url: str, body: bytes | None = None, headers: dict[str, str] | None = None) -> Answer:
@@ -397,6 +400,7 @@ def _strategy_plan(value: Any, trimmed: list[str]) -> dict[str, Any] | None:
     if not isinstance(shaped.get("strategy"), str | None):
         trimmed.append("serving_strategy.strategy (not a string)")
         del shaped["strategy"]
+    _limit(shaped, "strategy", 64, "serving_strategy", trimmed)
     for side in ("applied", "declined"):
         items = shaped.get(side, [])
         if not isinstance(items, list):
@@ -404,6 +408,9 @@ def _strategy_plan(value: Any, trimmed: list[str]) -> dict[str, Any] | None:
             items = []
         kept = [d for d in items if isinstance(d, dict) and isinstance(d.get("axis"), str)]
         kept = [{k: v for k, v in d.items() if k == "axis" or isinstance(v, str)} for d in kept]
+        for decision in kept:
+            for key, limit in (("axis", 100), ("value", 300)):
+                _limit(decision, key, limit, f"serving_strategy.{side}", trimmed)
         if len(kept) != len(items):
             trimmed.append(f"serving_strategy.{side} (entries without a string axis)")
         shaped[side] = kept
@@ -427,11 +434,13 @@ def _readiness(config: Config, run: dict[str, Any]) -> dict[str, Any] | None:
     if not isinstance(report, dict):
         return None
     trimmed: list[str] = []
+    report.pop("serving_strategy", None)  # the same as /api/status says, registered from there
     shaped = _group(report, "split_readiness", trimmed)
-    for key in ("model_ref", "verdict"):
+    for key, limit in (("model_ref", 300), ("verdict", 64)):
         if key in shaped and not isinstance(shaped[key], str):
             trimmed.append(f"split_readiness.{key} (not a string)")
             del shaped[key]
+        _limit(shaped, key, limit, "split_readiness", trimmed)
     for key in ("participant_count", "exclusion_count"):
         value = shaped.get(key)
         if key in shaped and not (
@@ -452,6 +461,7 @@ def _blocker(value: dict[str, Any], trimmed: list[str]) -> dict[str, Any]:
         if key in kept and not isinstance(kept[key], str):
             trimmed.append(f"split_readiness.blockers.{key} (not a string)")
             del kept[key]
+    _limit(kept, "reason", 100, "split_readiness.blockers", trimmed)
     count = value.get("count")
     kept["count"] = (
         count if isinstance(count, int) and not isinstance(count, bool) and 0 <= count <= 10**12 else 0
@@ -512,6 +522,7 @@ def provenance_of(event: dict[str, Any], trimmed: list[str]) -> dict[str, Any]:
         if key in shaped and not isinstance(shaped[key], str):
             trimmed.append(f"provenance.{key} (not a string)")
             del shaped[key]
+        _limit(shaped, key, 300 if key == "model_canonical_ref" else 200, "provenance", trimmed)
     if isinstance(event.get("dispatch_path"), str):
         shaped["dispatch_path"] = event["dispatch_path"][:64]
     if isinstance(event.get("usage"), dict):
@@ -585,6 +596,12 @@ def _clip(value: Any, path: str, trimmed: list[str], depth: int) -> Any:
     if isinstance(value, float) and not math.isfinite(value):  # JSON has no NaN nor infinities
         return None
     return value if value is None or isinstance(value, bool | int | float) else None
+
+
+def _limit(group: dict[str, Any], key: str, limit: int, path: str, trimmed: list[str]) -> None:
+    """A known text key cut to meshdash's bound for it (nodes/report_schema.py)."""
+    if isinstance(group.get(key), str):
+        group[key] = _clip_text(group[key], f"{path}.{key}", trimmed, limit)
 
 
 def _clip_text(value: str, path: str, trimmed: list[str], limit: int) -> str:
