@@ -369,7 +369,9 @@ class NodeServing(_Names):
     @property
     def identity_label(self) -> str:
         """How the page names the revision: confirmed by the node, or named in its reports only."""
-        return NodeRun.Identity(self.identity).label if self.identity in NodeRun.Identity.values else ""
+        if not self.identity or self.identity not in NodeRun.Identity.values:
+            return ""  # the node names no bytes: the page says "named in reports"
+        return NodeRun.Identity(self.identity).label
 
     @property
     def outdated(self) -> bool:
@@ -427,6 +429,9 @@ class Observations:
     provenance: Mapping[str, Any] | None = None
     not_reported: tuple[str, ...] = ()
     trimmed: tuple[str, ...] = ()
+    loaded: tuple[
+        Mapping[str, Any], ...
+    ] = ()  # each claim of its bytes, and whether a tracked revision holds it
     any: bool = False  # the agent registered observations at all (an agent before issue 47 sends none)
 
     @classmethod
@@ -442,6 +447,7 @@ class Observations:
             provenance=_mapping(stored.get("provenance")),
             not_reported=tuple(str(n) for n in stored.get("not_reported") or () if isinstance(n, str)),
             trimmed=tuple(str(n) for n in stored.get("trimmed") or () if isinstance(n, str)),
+            loaded=tuple(c for c in stored.get("loaded") or () if isinstance(c, dict)),
             any=True,
         )
 

@@ -223,6 +223,9 @@ def _run_upsert(node: Node, run: RunIn) -> RunOutcome:
         **_observed_fields(run),
         **_identity_fields(repo, revision_id, run),
     }
+    loaded = fields.pop("loaded")
+    if loaded:  # what it says it loaded, each claim with whether a tracked revision holds it, for its page
+        fields["observations"] = {**fields["observations"], "loaded": loaded}  # type: ignore[dict-item]
     NodeRun.objects.update_or_create(node=node, run_id=run.run_id, defaults=fields)
     linked = _link_span_reports(node, run.run_id, fields) if repo else 0
     unknown = (repo, sha) if repo and revision_id is None else None
@@ -299,14 +302,15 @@ def _identity_fields(repo: str, revision_id: int | None, run: RunIn) -> dict[str
     digest is claimed), never another package's: a node's registration costs what its package holds."""
     claims = claims_of(run)
     if not claims.any:
-        return {"identity": NodeRun.Identity.NOT_REPORTED, "served_revision_id": None}
+        return {"identity": NodeRun.Identity.NOT_REPORTED, "served_revision_id": None, "loaded": []}
     named = _revisions_claimed(repo, claims) if repo else {}
+    loaded = [{"claim": claim[:300], "tracked": pk is not None} for claim, pk in named.items()]
     found = set(named.values())
     if not named or None in found or len(found) != 1:
-        return {"identity": NodeRun.Identity.UNAUDITED, "served_revision_id": None}
+        return {"identity": NodeRun.Identity.UNAUDITED, "served_revision_id": None, "loaded": loaded}
     served = found.pop()
     identity = NodeRun.Identity.CONFIRMED if served == revision_id else NodeRun.Identity.OTHER
-    return {"identity": identity, "served_revision_id": served}
+    return {"identity": identity, "served_revision_id": served, "loaded": loaded}
 
 
 def _revisions_claimed(repo: str, claims: Claims) -> dict[str, int | None]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from typing import Any
@@ -121,9 +122,7 @@ class Command(BaseCommand):
             model_revision=options["model_revision"],
             weights_digest=options["weights_digest"],
             excluded_peer=options["excluded_peer"],
-            reports=tuple(
-                f for f in NEW_FIELDS if f not in options["without"] and "all" not in options["without"]
-            ),
+            reports=_reports(options["mesh_version"], options["without"]),
             effective_strategy=options["effective"],
             decode_tps=options["tps"],
             version=options["mesh_version"],
@@ -145,3 +144,16 @@ def _drive(node: DevNode, requests: int, every: float) -> None:
     for _ in range(requests):
         node.complete({"messages": [{"role": "user", "content": "demo"}], "max_tokens": 256})
         time.sleep(every)
+
+
+def _reports(version: str, without: list[str]) -> tuple[str, ...]:
+    """Which docs/node-report.md section-5 fields the node emits: none before 0.78.0 (which release first
+    carried each is not pinned down; devnode's imitation puts them all at 0.78.0), less ``--without``."""
+    if "all" in without or _older(version, (0, 78, 0)):
+        return ()
+    return tuple(field for field in NEW_FIELDS if field not in without)
+
+
+def _older(version: str, than: tuple[int, ...]) -> bool:
+    parts = [int(p) for p in re.findall(r"\d+", version)[:3]]
+    return bool(parts) and tuple(parts) < than
