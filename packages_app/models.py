@@ -679,6 +679,7 @@ class ActionLog(models.Model):
         NODE_REVOKE = "node-revoke"
         NODE_ROTATE = "node-rotate"
         PROPOSE_FIX = "propose-fix"
+        SYNC = "sync"
 
     at = models.DateTimeField(auto_now_add=True, db_index=True)
     user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
@@ -788,6 +789,7 @@ class FixProposal(models.Model):
         CLOSED = "closed"
         STALE = "stale"  # the head moved before it was sent: re-audited, nothing sent
         FAILED = "failed"  # the Hub refused it, or it would not validate: nothing open
+        UNNEEDED = "unneeded"  # the Hub already holds the patched manifest: nothing to change, nothing sent
 
     ACTIVE = (Status.OPENING, Status.OPEN)
 
@@ -819,6 +821,10 @@ class FixProposal(models.Model):
     )
     landed_headline = models.CharField(max_length=32, blank=True)
     mismatch = models.BooleanField(null=True, help_text="Landed headline differs from the promised one.")
+    verdict_comment_id = models.CharField(
+        max_length=64, blank=True, help_text="The Hub's id of meshdash's comment with the landed verdict."
+    )
+    reported_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at", "-id"]
@@ -835,14 +841,17 @@ class FixProposal(models.Model):
 
     @property
     def summary(self) -> str:
-        """One line for the package page and the catalog row: "fix proposed: PR #3 (open)"."""
+        """One line for the package page and the catalog row: "fix proposed: PR #3 (open)", and once its merge
+        is ingested "fix merged: PR #3 landed as 1a2b3c4d: serves with MTP, as promised"."""
         if self.status == self.Status.OPENING:
             return "fix proposed: opening a pull request on the Hub"
+        if self.status == self.Status.UNNEEDED:
+            return "fix not needed: the Hub already holds the patched manifest"
         if self.pr_number is None:
             return f"fix not proposed ({self.status})"
-        line = f"fix proposed: PR #{self.pr_number} ({self.status})"
-        if self.landed_headline:
-            landed = verdicts.status_of(self.landed_headline).label
-            promised = verdicts.status_of(self.promised_headline).label
-            line += f", landed as {landed}" if not self.mismatch else f", landed as {landed}, not {promised}"
-        return line
+        if not self.landed_headline:
+            return f"fix proposed: PR #{self.pr_number} ({self.status})"
+        landed = verdicts.status_of(self.landed_headline).label
+        promised = verdicts.status_of(self.promised_headline).label
+        line = f"fix merged: PR #{self.pr_number} landed as {self.merge_commit[:8]}: {landed}"
+        return line + (f", not the promised {promised}" if self.mismatch else ", as promised")

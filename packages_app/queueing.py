@@ -122,3 +122,12 @@ def enqueue_check_fix(proposal_id: int) -> None:
     from packages_app import tasks
 
     tasks.check_fix.delay_on_commit(proposal_id)
+
+
+def enqueue_sync_now(repo_id: str, proposal_ids: list[int]) -> None:
+    """An operator's "Sync from the Hub": the package's commits, and its followed pull requests' states."""
+    from packages_app import tasks
+
+    tasks.sync_package_task.delay_on_commit(repo_id)
+    for proposal_id in proposal_ids:
+        tasks.check_fix.delay_on_commit(proposal_id)

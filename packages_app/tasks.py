@@ -138,7 +138,9 @@ def ingest_revision_task(self: Task, repo_id: str, commit_sha: str) -> str:
         if ingest.confirm_package(repo_id) is None:
             return count(UNCONFIRMED)
         outcome = ingest.ingest_revision(repo_id, commit_sha, claim=self.request.id)
-        fixes.settle_revision(outcome.revision.pk)  # a merged fix waiting for this revision's headline
+        settled = fixes.settle_revision(
+            outcome.revision.pk
+        )  # a merged fix waiting for this revision's headline
     except SoftTimeLimitExceeded:
         limit = int(self.soft_time_limit or settings.CELERY_TASK_SOFT_TIME_LIMIT)
         status = ingest.release_timed_out(repo_id, commit_sha, limit, give_up_after=MAX_DELIVERIES)
@@ -155,6 +157,10 @@ def ingest_revision_task(self: Task, repo_id: str, commit_sha: str) -> str:
         raise retry_on_database_error(self, exc) from exc
     if outcome.ran and outcome.revision.status == "done":
         notify_revision.delay_on_commit(outcome.revision.pk)
+        for proposal_id in fixes.proposals_based_on(outcome.revision.pk):  # a new audit of an open PR's base
+            update_fix_task.delay_on_commit(proposal_id)
+    for proposal_id in settled:  # landed: meshdash's verdict goes on the PR
+        check_fix.delay_on_commit(proposal_id)
     return count(outcome.revision.status if outcome.ran else "skipped")
 
 
@@ -309,6 +315,9 @@ def open_fix_task(self: Task, proposal_id: int) -> str:
     try:
         return str(fixes.open_fix(proposal).status)
     except hub.HubUnavailable as exc:
+        if self.request.retries >= (self.max_retries or 0):
+            fixes.record_failure(proposal, f"the Hub did not answer: {exc}")
+            return "failed"
         raise self.retry(exc=exc, countdown=retry_countdown(exc, self.request.retries)) from exc
     except hub.HubError as exc:
         log.warning("fix proposal %s failed: %s", proposal_id, exc)
@@ -316,6 +325,9 @@ def open_fix_task(self: Task, proposal_id: int) -> str:
         return "failed"
     except DATABASE_ERRORS as exc:
         raise retry_on_database_error(self, exc) from exc
+    except (Exception, SoftTimeLimitExceeded) as exc:  # a bug, or the time limit: never left "opening"
+        fixes.record_failure(proposal, f"meshdash could not finish it ({type(exc).__name__})")
+        raise
 
 
 _eager_deliveries: ThreadPoolExecutor | None = None
@@ -367,18 +379,20 @@ def wait_eager_deliveries(timeout: float) -> bool:
 
 @shared_task(bind=True, max_retries=MAX_RETRIES, acks_late=True)
 def check_fix(self: Task, proposal_id: int) -> str:
-    """Read one PR's status back from the Hub (a webhook's discussion event, or the periodic check)."""
+    """Read one PR's status back from the Hub (a webhook's discussion event, the periodic check, an operator's
+    sync, an ingest that settled it), and once it landed, comment meshdash's verdict on it."""
     from packages_app.models import FixProposal
 
     proposal = FixProposal.objects.filter(pk=proposal_id).first()
     if proposal is None:
         return "gone"
     try:
-        return str(fixes.refresh_fix(proposal).status)
+        return str(fixes.follow_fix(proposal).status)
     except hub.HubUnavailable as exc:
         raise self.retry(exc=exc, countdown=retry_countdown(exc, self.request.retries)) from exc
     except hub.HubError as exc:
         log.warning("checking fix proposal %s failed: %s", proposal_id, exc)
+        fixes.record_check_failure(proposal, str(exc))
         return "failed"
 
 
@@ -389,3 +403,20 @@ def check_fix_proposals() -> int:
     for proposal_id in ids:
         check_fix.delay(proposal_id)
     return len(ids)
+
+
+@shared_task(bind=True, max_retries=MAX_RETRIES, acks_late=True, name="packages_app.tasks.update_fix")
+def update_fix_task(self: Task, proposal_id: int) -> str:
+    """A new audit of an open PR's base revision: push the changed patched manifest to ``refs/pr/N``."""
+    from packages_app.models import FixProposal
+
+    proposal = FixProposal.objects.filter(pk=proposal_id).first()
+    if proposal is None:
+        return "gone"
+    try:
+        return str(fixes.update_fix(proposal).status)
+    except hub.HubUnavailable as exc:
+        raise self.retry(exc=exc, countdown=retry_countdown(exc, self.request.retries)) from exc
+    except hub.HubError as exc:
+        log.warning("updating fix proposal %s failed: %s", proposal_id, exc)
+        return "failed"

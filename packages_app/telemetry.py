@@ -67,7 +67,7 @@ class ExportOutcome:
     response: ExportTraceServiceResponse
 
 
-def traces_export(node: Node, request: ExportTraceServiceRequest, received_at: datetime) -> ExportOutcome:
+def store_spans(node: Node, request: ExportTraceServiceRequest, received_at: datetime) -> ExportOutcome:
     """Store the decode spans of one OTLP export; the answer counts what was rejected and why.
 
     Raises RunConflict, storing nothing, when a span names a run id that belongs to another node.

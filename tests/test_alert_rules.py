@@ -17,7 +17,7 @@ from django.test import Client
 from prometheus_client.parser import text_string_to_metric_families
 
 from packages_app import metrics
-from packages_app.verdicts import Cause, Status
+from packages_app.verdicts import Cause, Status, Tone
 
 ROOT = Path(__file__).resolve().parent.parent
 RULES = ROOT / "deploy" / "prometheus" / "alerts.yml"
@@ -107,3 +107,40 @@ def test_promtool_accepts_the_rules_and_their_unit_tests_pass(command: list[str]
         [PROMTOOL, *command], cwd=RULES.parent, capture_output=True, text=True, timeout=120, check=False
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+BROKEN_ALERT = "MeshdashServedRevisionBroken"
+FAILING = frozenset(s.value for s in Status if s.term.tone is Tone.BAD)  # the headlines that say it fails
+
+
+def statuses_it_misses(rule: dict[str, Any], failing: frozenset[str] = FAILING) -> list[str]:
+    """How the statuses the broken-revision alert matches differ from the statuses whose headline says the
+    revision fails, as sentences; [] when they agree."""
+    matched = {
+        v
+        for label, _, values in MATCHER.findall(rule["expr"])
+        if label == "status"
+        for v in values.split("|")
+    }
+    missed = [f"{rule['alert']} misses status {s!r}" for s in sorted(failing - matched)]
+    return missed + [
+        f"{rule['alert']} matches status {s!r}, which does not fail" for s in sorted(matched - failing)
+    ]
+
+
+def broken_alert() -> dict[str, Any]:
+    (rule,) = [r for r in rules() if r["alert"] == BROKEN_ALERT]
+    return rule
+
+
+def test_the_broken_revision_alert_matches_exactly_the_statuses_that_fail() -> None:
+    assert len(FAILING) >= 4
+    assert statuses_it_misses(broken_alert()) == []
+
+
+def test_a_failing_status_the_alert_does_not_spell_makes_the_check_fail() -> None:
+    planted = FAILING | {"oom-at-load"}  # a new Tone.BAD status added to verdicts.Status
+    assert statuses_it_misses(broken_alert(), planted) == [f"{BROKEN_ALERT} misses status 'oom-at-load'"]
+    rule = broken_alert()
+    widened = {**rule, "expr": rule["expr"].replace("not-servable", "not-servable|serves-mtp")}
+    assert statuses_it_misses(widened) == [f"{BROKEN_ALERT} matches status 'serves-mtp', which does not fail"]

@@ -70,8 +70,15 @@ def test_a_pull_request_is_opened_listed_and_merged_into_a_new_main_revision(
     data = Path(api.hf_hub_download(QWEN38_REPO, MANIFEST_PATH, revision=head, cache_dir=tmp_path))
     assert data.read_bytes() == b'{"patched": true}\n'
     scopes = [(e["event"]["scope"], e["event"]["action"]) for e in events]
-    assert scopes == [("discussion", "create"), ("discussion", "update"), ("repo.content", "update")]
-    assert events[1]["discussion"]["status"] == "merged" and events[2]["repo"]["headSha"] == head
+    assert scopes == [
+        ("discussion", "create"),
+        ("repo.content", "update"),  # the PR's new ref, refs/pr/1
+        ("discussion", "update"),
+        ("repo.content", "update"),
+    ]
+    assert events[1]["updatedRefs"] == [{"ref": "refs/pr/1", "oldSha": None, "newSha": info.oid}]
+    assert events[2]["discussion"]["status"] == "merged" and events[3]["repo"]["headSha"] == head
+    assert events[3]["updatedRefs"] == [{"ref": "refs/heads/main", "oldSha": base, "newSha": head}]
 
 
 def test_status_change_closes_and_reopens(writable: Any) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -69,20 +70,48 @@ def deliver(client: Client, events: list[dict[str, Any]]) -> list[int]:
     return codes
 
 
-def test_the_fix_goes_from_finding_to_a_merged_revision_that_serves_with_mtp(
-    writable: Any, client: Client, eager_tasks: None, django_capture_on_commit_callbacks: Any
+def signed_in_proposer() -> Client:
+    from django.contrib.auth.models import Permission, User
+
+    user = User.objects.create_user(f"p{User.objects.count()}", password="correct horse battery staple")
+    user.user_permissions.add(
+        *Permission.objects.filter(codename__in=("propose_fix", "reingest_package", "track_package"))
+    )
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def deliver_all(client: Client, events: list[dict[str, Any]], start: int, capture: Any) -> list[int]:
+    """Deliver devhub's webhook payloads from ``start`` on, as the Hub would, until none is left (meshdash's
+    own comment on the PR makes one more)."""
+    codes: list[int] = []
+    while start + len(codes) < len(events):
+        with capture(execute=True):
+            codes += deliver(client, [events[start + len(codes)]])
+    return codes
+
+
+def test_the_loop_closes_by_itself_propose_merge_webhook_ingest_verified_and_said_on_the_pr(
+    writable: Any, eager_tasks: None, django_capture_on_commit_callbacks: Any, settings: Any
 ) -> None:
+    """Issue 42's loop, with only what a user and the Hub do: an operator opens the PR from the package page,
+    a maintainer merges it on the Hub, the Hub's webhooks arrive; nothing is run by hand."""
     devhub, events = writable
+    settings.MESHDASH_PUBLIC_URL = "https://meshdash.example.org"
     package = ingested(devhub)
     base = package.latest_revision
     assert base is not None and base.headline == Status.MTP_UNUSED
+    owner, name = QWEN38_REPO.split("/")
+    page = f"/packages/{owner}/{name}/"
+    operator = signed_in_proposer()
 
-    code, out, err = run("propose_fix", QWEN38_REPO)
-    assert code == 0, err
-    assert f"--- a/{MANIFEST_PATH}" in out and '+      "default": "mtp",' in out
+    with django_capture_on_commit_callbacks(execute=True):
+        response = operator.post(f"{page}propose-fix", {"revision": base.commit_sha})
+    assert response.status_code == 302
     proposal = FixProposal.objects.get()
     assert proposal.status == FixProposal.Status.OPEN and proposal.pr_number == 1
-    assert out.strip().endswith(f"opened: PR #1 {devhub.url}/{QWEN38_REPO}/discussions/1")
+    assert proposal.pr_url == f"{devhub.url}/{QWEN38_REPO}/discussions/1"
     assert proposal.promised_headline == Status.SERVES_MTP and proposal.base_sha == base.commit_sha
 
     # On the Hub: a PR made from the audited revision, the patched manifest its only changed file.
@@ -98,18 +127,99 @@ def test_the_fix_goes_from_finding_to_a_merged_revision_that_serves_with_mtp(
     assert record.branches["main"] == base.commit_sha  # never a commit to main
     assert "block 64" in pr.description and base.commit_sha in pr.description
     assert proposal.package_id_before in pr.description and proposal.package_id_after in pr.description
+    # The PR's creation is read back (a check), its new ref refs/pr/1 moves no branch (no sync).
+    assert deliver_all(operator, events, 0, django_capture_on_commit_callbacks) == [202, 200]
 
-    # A maintainer merges it; the Hub's webhooks bring the new revision in.
+    # A maintainer merges it on the Hub; the Hub's webhooks bring the merged revision in, nothing else does.
+    opened = len(events)
     HfApi(endpoint=devhub.url, token=DEVHUB_TOKEN).merge_pull_request(QWEN38_REPO, 1)
-    with django_capture_on_commit_callbacks(execute=True):
-        assert deliver(client, events[1:]) == [202, 202]
-    proposal.refresh_from_db()
+    codes = deliver_all(operator, events, opened, django_capture_on_commit_callbacks)
     merged = Revision.objects.get(package=package, commit_sha=record.branches["main"])
-    assert merged.headline == Status.SERVES_MTP
+    assert merged.headline == Status.SERVES_MTP and merged.status == Revision.Status.DONE
+    proposal.refresh_from_db()
     assert proposal.status == FixProposal.Status.MERGED and proposal.merge_commit == merged.commit_sha
     assert (proposal.landed_headline, proposal.mismatch) == (Status.SERVES_MTP, False)
     package.refresh_from_db()
     assert package.latest_revision == merged
+
+    # meshdash said so on the PR, once: what was promised, what landed, the package page's absolute URL.
+    said = [e for e in pr.events if e["type"] == "comment" and e["author"]["name"] == "meshdash-bot"][1:]
+    assert len(said) == 1 and proposal.verdict_comment_id == said[0]["id"]
+    text = said[0]["data"]["latest"]["raw"]
+    assert f"is now at `{merged.commit_sha}`" in text and "**serves with MTP**, as promised" in text
+    assert f"https://meshdash.example.org{page}?revision={merged.commit_sha}" in text
+    assert codes == [
+        202,
+        202,
+        202,
+    ]  # the merge, main's new head, and meshdash's own comment (read back, no repeat)
+
+    # The package page and the catalog row give the verified fix, as the PR does.
+    line = f"fix merged: PR #1 landed as {merged.commit_sha[:8]}: serves with MTP, as promised"
+    assert line in Client().get(page).content.decode() and line in Client().get("/").content.decode()
+
+
+def test_a_manifest_changed_by_a_new_audit_while_the_pr_is_open_is_pushed_to_the_same_pr(
+    writable: Any, eager_tasks: None, django_capture_on_commit_callbacks: Any, monkeypatch: Any
+) -> None:
+    from packages_app.audit import fix as fix_rules
+
+    devhub, _ = writable
+    package = ingested(devhub)
+    base = package.latest_revision
+    assert base is not None
+    owner, name = QWEN38_REPO.split("/")
+    operator = signed_in_proposer()
+    with django_capture_on_commit_callbacks(execute=True):
+        operator.post(f"/packages/{owner}/{name}/propose-fix", {"revision": base.commit_sha})
+    proposal = FixProposal.objects.get()
+    first = proposal.manifest
+    # The writer's window policy changes (a newer mesh-llm writer): same weights, another patched manifest.
+    window = {"default": "adaptive", "initial_window": 1, "min_window": 1, "max_window": 2}
+    monkeypatch.setattr(fix_rules, "_WRITER_WINDOW", window)
+    with django_capture_on_commit_callbacks(execute=True):
+        assert operator.post(f"/packages/{owner}/{name}/reingest").status_code == 302
+    proposal.refresh_from_db()
+    [pr] = devhub.discussions[QWEN38_REPO]  # the same PR, no second one
+    assert [e["type"] for e in pr.events].count("commit") == 2 and proposal.pr_head_sha == pr.head_sha
+    record = devhub.repos[("model", QWEN38_REPO)]
+    head = record.commit(record.pr_refs["refs/pr/1"])
+    assert head is not None and head.parents == (pr.events[1]["data"]["oid"],)  # on top of the first commit
+    pushed = devhub.store.blob_path(head.files[MANIFEST_PATH].blob).read_text()
+    assert pushed == proposal.manifest != first and '"default": "adaptive"' in pushed
+    assert proposal.status == FixProposal.Status.OPEN and "Pushed" in proposal.message
+    assert FixProposal.objects.count() == 1
+    # control: a re-ingest that audits to the same manifest sends nothing
+    commits = len(record.commits)
+    with django_capture_on_commit_callbacks(execute=True):
+        operator.post(f"/packages/{owner}/{name}/reingest")
+    assert len(record.commits) == commits and len(devhub.discussions[QWEN38_REPO]) == 1
+
+
+def test_the_hubs_nothing_changed_reads_as_nothing_to_change(writable: Any, monkeypatch: Any) -> None:
+    devhub, _ = writable
+    package = ingested(devhub)
+    base = package.latest_revision
+    assert base is not None
+    writer = hub.HubWriter(QWEN38_REPO, BOT, endpoint=devhub.url)
+    stored = devhub.repos[("model", QWEN38_REPO)].commit(base.commit_sha)
+    assert stored is not None
+    current = devhub.store.blob_path(stored.files[MANIFEST_PATH].blob).read_bytes()
+    assert writer.open_pull_request(base.commit_sha, MANIFEST_PATH, current, "t", "d") is None
+    assert QWEN38_REPO not in devhub.discussions  # huggingface_hub made no commit and named no PR
+    pr = writer.open_pull_request(base.commit_sha, MANIFEST_PATH, b'{"x": 1}\n', "t", "d")
+    assert pr is not None and pr.num == 1
+    assert writer.update_pull_request(1, MANIFEST_PATH, b'{"x": 1}\n', "t", "d") is None  # the same bytes
+    pushed = writer.update_pull_request(1, MANIFEST_PATH, b'{"x": 2}\n', "t", "d")
+    assert pushed == devhub.discussions[QWEN38_REPO][0].head_sha  # control: a change is pushed
+    # A proposal whose patched manifest the Hub already holds ends "unneeded", not failed.
+    proposal, _ = fixes.request_fix(package, base)
+    real = fixes.plan(package, base)
+    monkeypatch.setattr(fixes, "plan", lambda *_: replace(real, manifest=current.decode()))
+    done = fixes.open_fix(proposal, writer=writer)
+    assert done.status == FixProposal.Status.UNNEEDED and "Nothing to change" in done.message
+    assert done.summary == "fix not needed: the Hub already holds the patched manifest"
+    assert len(devhub.discussions[QWEN38_REPO]) == 1
 
 
 def test_a_landed_headline_other_than_the_promised_one_is_flagged(writable: Any) -> None:
@@ -124,7 +234,7 @@ def test_a_landed_headline_other_than_the_promised_one_is_flagged(writable: Any)
     Revision.objects.filter(commit_sha=proposal.merge_commit).update(headline=Status.MTP_UNUSED)
     fixes.settle_revision(Revision.objects.get(commit_sha=proposal.merge_commit).pk)
     proposal.refresh_from_db()
-    assert proposal.mismatch is True and "not the promised" in proposal.message
+    assert proposal.mismatch is True and "not the promised serves with MTP" in proposal.summary
     assert package.fix_proposals.count() == 1
 
 
@@ -337,3 +447,94 @@ def test_a_refused_token_fails_the_proposal_and_a_later_one_may_go(writable: Any
     assert run("propose_fix", QWEN38_REPO)[0] == 0
     opened = FixProposal.objects.get(status=FixProposal.Status.OPEN)
     assert fixes.refresh_fix(opened).author == "meshdash-bot"
+
+
+def test_closed_without_merge_then_reopened_is_followed_and_said(writable: Any) -> None:
+    devhub, _ = writable
+    ingested(devhub)
+    assert run("propose_fix", QWEN38_REPO)[0] == 0
+    proposal = FixProposal.objects.get()
+    maintainer = HfApi(endpoint=devhub.url, token=DEVHUB_TOKEN)
+    maintainer.change_discussion_status(QWEN38_REPO, 1, "closed", comment="Not this week.")
+    fixes.follow_fix(proposal)
+    assert (
+        proposal.status == FixProposal.Status.CLOSED
+        and "closed on the Hub without merging" in proposal.message
+    )
+    assert proposal.pk in fixes.proposals_to_check()  # still followed: it may be reopened
+    maintainer.change_discussion_status(QWEN38_REPO, 1, "open")
+    fixes.follow_fix(proposal)
+    assert proposal.status == FixProposal.Status.OPEN and "reopened" in proposal.message
+    maintainer.merge_pull_request(QWEN38_REPO, 1)
+    fixes.follow_fix(proposal)
+    assert (
+        proposal.status == FixProposal.Status.MERGED and proposal.verdict_comment_id == ""
+    )  # not ingested yet
+    ingested(devhub)
+    fixes.settle_revision(Revision.objects.get(commit_sha=proposal.merge_commit).pk)
+    proposal.refresh_from_db()
+    fixes.follow_fix(proposal)
+    assert proposal.verdict_comment_id and proposal.reported_at is not None
+    comments = [e for e in devhub.discussions[QWEN38_REPO][0].events if e["type"] == "comment"]
+    assert sum("meshdash checked this merge" in e["data"]["latest"]["raw"] for e in comments) == 1
+    fixes.follow_fix(proposal)  # a second check says nothing more
+    comments = [e for e in devhub.discussions[QWEN38_REPO][0].events if e["type"] == "comment"]
+    assert sum("meshdash checked this merge" in e["data"]["latest"]["raw"] for e in comments) == 1
+    assert proposal.pk not in fixes.proposals_to_check()
+
+
+def test_a_mismatch_is_said_on_the_pr_and_on_the_page(writable: Any, client: Client) -> None:
+    devhub, _ = writable
+    ingested(devhub)
+    assert run("propose_fix", QWEN38_REPO)[0] == 0
+    proposal = FixProposal.objects.get()
+    HfApi(endpoint=devhub.url, token=DEVHUB_TOKEN).merge_pull_request(QWEN38_REPO, 1)
+    fixes.refresh_fix(proposal)
+    ingested(devhub)
+    Revision.objects.filter(commit_sha=proposal.merge_commit).update(headline=Status.MTP_UNUSED)
+    fixes.settle_revision(Revision.objects.get(commit_sha=proposal.merge_commit).pk)
+    proposal.refresh_from_db()
+    fixes.report_verdict(proposal)
+    text = devhub.discussions[QWEN38_REPO][0].events[-1]["data"]["latest"]["raw"]
+    assert (
+        "did not land as promised" in text and "**MTP weights unused**, not the **serves with MTP**" in text
+    )
+    owner, name = QWEN38_REPO.split("/")
+    page = client.get(f"/packages/{owner}/{name}/").content.decode()
+    assert "landed as" in page and "not the promised serves with MTP" in page and "error-box" in page
+
+
+def test_an_opening_proposal_whose_task_hit_a_bug_or_died_ends_failed(
+    writable: Any, eager_tasks: None, monkeypatch: Any
+) -> None:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from packages_app import tasks
+
+    devhub, _ = writable
+    package = ingested(devhub)
+    base = package.latest_revision
+    assert base is not None
+    proposal, _ = fixes.request_fix(package, base)
+
+    def bug(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(fixes, "open_fix", bug)
+    with pytest.raises(RuntimeError):
+        tasks.open_fix_task.delay(proposal.pk).get()
+    proposal.refresh_from_db()
+    assert proposal.status == FixProposal.Status.FAILED and "RuntimeError" in proposal.message
+    # a worker killed mid-call leaves it opening: past the lease, the periodic check ends it failed
+    stuck, _ = fixes.request_fix(package, base)
+    FixProposal.objects.filter(pk=stuck.pk).update(updated_at=timezone.now() - timedelta(hours=1))
+    fresh = FixProposal.objects.create(
+        package=package, revision=base, base_sha="f" * 40, title="t", description="d", diff="", manifest=""
+    )
+    fixes.proposals_to_check()
+    stuck.refresh_from_db()
+    fresh.refresh_from_db()
+    assert stuck.status == FixProposal.Status.FAILED and "never finished" in stuck.message
+    assert fresh.status == FixProposal.Status.OPENING  # control: inside the lease it is left alone

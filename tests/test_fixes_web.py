@@ -188,3 +188,104 @@ def test_a_forged_discussion_event_only_makes_meshdash_ask_the_hub(
         client.post("/api/v1/hooks/hub", forged, content_type="application/json", headers=headers)
     proposal.refresh_from_db()
     assert proposal.status == FixProposal.Status.MERGED
+
+
+def test_a_superseded_revision_is_offered_no_pull_request_but_the_revision_to_move_to(
+    writable: Any,  # noqa: F811 - the fixture imported above
+) -> None:
+    from packages_app.devhub import DEMO_PACKAGES, NEMOTRON_REPO
+
+    devhub, _ = writable
+    ingested(devhub, NEMOTRON_REPO)
+    first, _, newest = next(p for p in DEMO_PACKAGES if p.repo_id == NEMOTRON_REPO).revisions
+    owner, name = NEMOTRON_REPO.split("/")
+    reason = f"{newest.sha[:8]} serves with MTP: move nodes still on {first.sha[:8]} to it"
+    client, _ = signed_in()
+    page = client.get(f"/packages/{owner}/{name}/", {"revision": first.sha}).content.decode()
+    assert reason in page and "Open a pull request on the Hub" not in page
+    refused = client.post(f"/packages/{owner}/{name}/propose-fix", {"revision": first.sha})
+    assert refused.status_code == 409 and reason in refused.content.decode()
+    code, _, err = run("propose_fix", NEMOTRON_REPO, "--revision", first.sha[:8])
+    assert code == 2 and reason in err
+    assert NEMOTRON_REPO not in devhub.discussions and not FixProposal.objects.exists()
+    # control: the head of a package whose head needs the fix is offered the PR (Qwen3.8's only v2 fix)
+    ingested(devhub)
+    assert "Open a pull request on the Hub" in client.get(PAGE).content.decode()
+
+
+def test_a_revision_that_is_not_the_head_gets_no_pull_request_the_head_does(
+    writable: Any,  # noqa: F811 - the fixture imported above
+) -> None:
+    from huggingface_hub import HfApi
+
+    from packages_app.devhub import DEVHUB_TOKEN, MANIFEST_PATH
+
+    devhub, _ = writable
+    old = ingested(devhub).latest_revision
+    assert old is not None
+    HfApi(endpoint=devhub.url, token=DEVHUB_TOKEN).create_commit(
+        QWEN38_REPO, [hub_add(MANIFEST_PATH + ".notes", b"x")], commit_message="notes"
+    )
+    head = ingested(devhub).latest_revision
+    assert head is not None and head.pk != old.pk and head.headline == old.headline  # still MTP unused
+    code, _, err = run("propose_fix", QWEN38_REPO, "--revision", old.commit_sha)
+    assert code == 2 and f"{head.short_sha} is" in err and "made from the head it improves" in err
+    assert run("propose_fix", QWEN38_REPO)[0] == 0  # control: from the head it goes
+    assert devhub.discussions[QWEN38_REPO][0].base_sha == head.commit_sha
+
+
+def hub_add(path: str, content: bytes) -> Any:
+    from huggingface_hub import CommitOperationAdd
+
+    return CommitOperationAdd(path, content)
+
+
+def test_sync_from_the_hub_fetches_new_commits_and_pr_states_at_once(
+    writable: Any,  # noqa: F811 - the fixture imported above
+    eager_tasks: None,
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    from huggingface_hub import HfApi
+
+    from packages_app.devhub import DEVHUB_TOKEN
+
+    devhub, _ = writable
+    package = ingested(devhub)
+    assert run("propose_fix", QWEN38_REPO)[0] == 0
+    HfApi(endpoint=devhub.url, token=DEVHUB_TOKEN).merge_pull_request(QWEN38_REPO, 1)
+    client, user = signed_in(perms=("reingest_package",))
+    page = client.get(PAGE).content.decode()
+    assert "Sync from the Hub" in page and "Re-ingest" in page
+    with django_capture_on_commit_callbacks(execute=True):
+        response = client.post(f"{PAGE}sync", follow=True)
+    assert "Syncing" in response.content.decode()
+    proposal = FixProposal.objects.get()
+    head = devhub.repos[("model", QWEN38_REPO)].branches["main"]
+    package.refresh_from_db()
+    assert package.latest_revision is not None and package.latest_revision.commit_sha == head  # new commit in
+    assert (
+        proposal.status == FixProposal.Status.MERGED and proposal.landed_headline
+    )  # the PR state, read back
+    assert proposal.verdict_comment_id  # and said on the PR
+    log = ActionLog.objects.get(action=ActionLog.Action.SYNC)
+    assert (log.username, log.target) == (user.username, QWEN38_REPO)
+
+
+def test_sync_needs_the_permission_and_is_rate_limited(
+    writable: Any,  # noqa: F811 - the fixture imported above
+    settings: Any,
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    devhub, _ = writable
+    ingested(devhub)
+    viewer, _ = signed_in(perms=("propose_fix",))
+    assert "Sync from the Hub" not in viewer.get(PAGE).content.decode()
+    assert viewer.post(f"{PAGE}sync").status_code == 403
+    assert Client().post(f"{PAGE}sync").status_code == 302  # to the login page
+    settings.MESHDASH_SYNC_RATE_LIMIT = 1
+    operator, _ = signed_in(perms=("reingest_package",))
+    with django_capture_on_commit_callbacks(execute=False):
+        assert operator.post(f"{PAGE}sync").status_code == 302
+        refused = operator.post(f"{PAGE}sync", follow=True)
+    assert "You synced 1 times this hour" in refused.content.decode()
+    assert ActionLog.objects.filter(action=ActionLog.Action.SYNC).count() == 1

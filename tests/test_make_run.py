@@ -276,6 +276,54 @@ def test_the_demo_answers_the_four_questions_by_clicking_from_the_catalog(
         browser.close()
 
 
+def test_the_demo_closes_the_fix_loop_by_itself_within_30_seconds_of_the_merge(
+    demo: Demo,
+) -> None:
+    """Issue 42, tried as a new user: sign in as the demo operator the terminal names, open the PR from the
+    package page, merge it with the one command the terminal prints; the page shows the verified fix."""
+    from playwright.sync_api import expect, sync_playwright
+
+    process, port, log, _, devhub_port = demo
+    wait_for_ready(process, log)
+    text = wait_for_text(log, "The fix loop:")
+    merge = next(line.strip() for line in text.splitlines() if line.strip().startswith("curl -X POST"))
+    assert f"http://127.0.0.1:{devhub_port}/api/models/" in merge
+    base = f"http://127.0.0.1:{port}"
+    package = base + "/packages/meshllm/Qwen3.8-27B-UD-Q4_K_XL-layers/"
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path="/usr/bin/chromium",
+            args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"],
+        )
+        page = browser.new_page(viewport={"width": 1366, "height": 900})
+        page.goto(base + "/accounts/login/")
+        page.fill("input[name=username]", "demo")
+        page.fill("input[name=password]", "demo-operator-password")
+        page.click("button[type=submit], input[type=submit]")
+        page.goto(package)
+        page.click("text=Open a pull request on the Hub")
+        page.click("button:has-text('Open the pull request')")
+        expect(page.locator("#fix-pr")).to_contain_text("fix proposed", timeout=10_000)
+        deadline = time.monotonic() + 30
+        while "PR #1 (open)" not in page.locator("#fix-pr").inner_text():
+            assert time.monotonic() < deadline, page.locator("#fix-pr").inner_text()
+            time.sleep(0.5)
+            page.goto(package)
+        subprocess.run(merge, shell=True, check=True, capture_output=True, timeout=30)  # noqa: S602 - the demo's own
+        merged = time.monotonic()
+        while "as promised" not in (verdict := page.locator("#fix-pr").inner_text()):
+            assert time.monotonic() < merged + 30, verdict
+            time.sleep(0.5)
+            page.goto(package)
+        assert "fix merged: PR #1 landed as" in verdict and "serves with MTP" in verdict
+        browser.close()
+    pr = f"http://127.0.0.1:{devhub_port}/api/models/meshllm/Qwen3.8-27B-UD-Q4_K_XL-layers/discussions/1"
+    with urllib.request.urlopen(pr, timeout=10) as answer:
+        events = json.load(answer)["events"]
+    said = [e["data"]["latest"]["raw"] for e in events if e["type"] == "comment"]
+    assert "meshdash checked this merge" in said[-1] and f"{package}?revision=" in said[-1]
+
+
 def test_ctrl_c_stops_the_demo_and_every_process_it_started(
     demo: Demo,
 ) -> None:

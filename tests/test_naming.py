@@ -6,7 +6,9 @@ object_verb (``node_create``): a name that does not start with a verb has no ver
 preposition. A Celery task is verb_object too, never shares a name with a service function, and where it
 runs the one service of the same name it takes that name plus ``_task`` while keeping the broker name it was
 registered under (messages queued before a rename still run). A selector never only passes a call through.
-The module lists come from packages_app/README.md, so a room that is renamed there is walked here.
+The modules walked are every module of the tree in the services/selectors layer of the import rules
+(tests/test_import_rules.py, LAYERS), so a new service is walked the day it is written; and the README's map
+must name every module, so the map a newcomer reads is the tree.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
 import pytest
+
+from tests.test_import_rules import SERVICES, layer_of, package_modules
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE_DIR = ROOT / "packages_app"
@@ -35,21 +39,6 @@ VERBS = frozenset(VERB_WORDS.split())
 # A verb after one of these is the object's, not the function's: ``proposals_to_check``.
 PREPOSITION_WORDS = "to for of since before after by in on from at with"
 PREPOSITIONS = frozenset(PREPOSITION_WORDS.split())
-
-
-def readme_rooms(readme: str, room: str) -> list[str]:
-    """The modules the README's map lists in a room (``services``, ``selectors``), as file paths."""
-    lines = readme.split("```")[1].splitlines()
-    rooms = ("edges", "tasks", "services", "selectors", "models", "hub", "pure")
-    found: list[str] = []
-    inside = False
-    for line in lines:
-        head = line.split(" ", 1)[0]
-        if head in rooms:
-            inside = head == room
-        if inside:
-            found += re.findall(r"\b([\w/]+\.py)\b", line)
-    return found
 
 
 def public_functions(path: Path) -> Iterator[tuple[str, ast.FunctionDef]]:
@@ -124,30 +113,51 @@ def _of_params(node: ast.expr, params: set[str]) -> bool:
     return isinstance(node, ast.Name) and node.id in params
 
 
-def _rooms() -> tuple[list[Path], list[Path]]:
-    readme = (PACKAGE_DIR / "README.md").read_text()
-    services, selectors = readme_rooms(readme, "services"), readme_rooms(readme, "selectors")
-    return [PACKAGE_DIR / p for p in services], [PACKAGE_DIR / p for p in selectors]
+def layer_files(root: Path, layer: int = SERVICES) -> list[Path]:
+    """Every module file of the tree in one layer of the import rules (services and selectors by default)."""
+    return [path for module, path in package_modules(root).items() if layer_of(module) == layer]
 
 
-def test_the_readme_names_the_rooms_this_test_walks() -> None:
-    services, selectors = _rooms()
-    assert len(services) >= 5 and len(selectors) >= 3
-    assert PACKAGE_DIR / "ingest.py" in services and PACKAGE_DIR / "queries.py" in selectors
-    assert [p for p in services + selectors if not p.is_file()] == []
+def unmapped_modules(root: Path) -> list[str]:
+    """The modules of packages_app that the README's map does not name (by file, or by their package)."""
+    package = root / "packages_app"
+    map_ = (package / "README.md").read_text().split("```")[1]
+    named = set(re.findall(r"([\w/]+\.py)\b", map_))
+    packages = set(re.findall(r"\b([\w/]+)/(?=[\s(])", map_))
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        relative = path.relative_to(package).as_posix()
+        if path.name == "__init__.py" or relative.startswith(("migrations/", "management/", "templatetags/")):
+            continue
+        if relative not in named and not any(relative.startswith(f"{p}/") for p in packages):
+            found.append(relative)
+    return found
+
+
+def _rooms() -> list[Path]:
+    return layer_files(ROOT)
+
+
+def test_the_walk_covers_every_service_and_selector_module() -> None:
+    walked = _rooms()
+    assert len(walked) >= 12
+    for name in ("ingest.py", "queries.py", "telemetry.py", "fleet.py", "nodes/identity.py"):
+        assert PACKAGE_DIR / name in walked
+
+
+def test_the_readme_map_names_every_module() -> None:
+    assert unmapped_modules(ROOT) == []
 
 
 def test_services_selectors_and_tasks_follow_the_one_naming_habit() -> None:
-    services, selectors = _rooms()
-    functions = [name for path in services + selectors for name, _ in public_functions(path)]
+    functions = [name for path in _rooms() for name, _ in public_functions(path)]
     tasks = dict(task_functions(PACKAGE_DIR / "tasks.py"))
     assert len(tasks) >= 10  # the walk found the tasks
     assert naming_violations(functions, tasks) == []
 
 
 def test_no_selector_only_passes_a_call_through() -> None:
-    _, selectors = _rooms()
-    assert [f"{p.name}: {name}" for p in selectors for name in passthroughs(p)] == []
+    assert [f"{p.name}: {name}" for p in _rooms() for name in passthroughs(p)] == []
 
 
 def test_the_tasks_answer_to_the_names_the_broker_and_beat_know() -> None:
@@ -204,10 +214,13 @@ def test_a_planted_pass_through_selector_is_found(tmp_path: Path) -> None:
     assert passthroughs(planted) == ["visible_packages", "revision_throughput_for"]
 
 
-def test_the_readme_rooms_are_read_from_its_map() -> None:
-    readme = (
-        "x\n```\ntasks      tasks.py  ids in\n"
-        "services   a.py  b/c.py\n           d.py\nselectors  e.py\n```\n"
-    )
-    assert readme_rooms(readme, "services") == ["a.py", "b/c.py", "d.py"]
-    assert readme_rooms(readme, "selectors") == ["e.py"]
+def test_a_service_module_the_readme_does_not_list_is_walked_and_its_names_judged(tmp_path: Path) -> None:
+    (tmp_path / "packages_app" / "nodes").mkdir(parents=True)
+    (tmp_path / "packages_app" / "README.md").write_text("x\n```\nservices   ingest.py\n```\n")
+    (tmp_path / "packages_app" / "ingest.py").write_text("def sync_package(x):\n    return x\n")
+    (tmp_path / "packages_app" / "telemetry.py").write_text("def traces_export(x):\n    return x\n")
+    walked = layer_files(tmp_path)
+    assert tmp_path / "packages_app" / "telemetry.py" in walked
+    functions = [name for path in walked for name, _ in public_functions(path)]
+    assert naming_violations(functions, {}) == ["traces_export: object_verb; put the verb first"]
+    assert unmapped_modules(tmp_path) == ["telemetry.py"]

@@ -38,7 +38,7 @@ def test_the_node_run_and_span_report_pages_render(admin_client: Client) -> None
     rng = random.Random(1)
     measured = payloads.decode(plan, rng, 8)
     span = payloads.decode_span(payloads.span_attributes(plan, measured, "s0"), rng, measured.predicted_ms)
-    telemetry.traces_export(node, payloads.export_request([span]), timezone.now())
+    telemetry.store_spans(node, payloads.export_request([span]), timezone.now())
     for model, pk in (("noderun", NodeRun.objects.get().pk), ("report", Report.objects.get().pk)):
         assert admin_client.get(f"/admin/packages_app/{model}/").status_code == 200
         assert admin_client.get(f"/admin/packages_app/{model}/{pk}/change/").status_code == 200

@@ -1,5 +1,6 @@
 """devhub: a local Hub-compatible server and the deterministic demo catalog it serves (no Django, no Hub)."""
 
+from .discussions import Discussion
 from .generator import (
     BENCH_PACKAGE,
     BENCH_REPO,
@@ -25,7 +26,7 @@ from .generator import (
     generate_catalog,
     write_package_folder,
 )
-from .server import Counters, DevHub, Discussion, FaultPlan, HubError, webhook_poster
+from .server import Counters, DevHub, FaultPlan, HubError, webhook_poster
 
 __all__ = [
     "BENCH_PACKAGE",

@@ -3,12 +3,18 @@
 It speaks the read part of the Hub API - repo listing and info, refs, commits, tree,
 paths-info, and `resolve` downloads with byte ranges - from the records and sparse blobs in
 `store.py`, with the Hub's error codes (`X-Error-Code`) and auth behaviour for private and gated
-repos. It also speaks the write routes `HfApi.create_commit(..., create_pr=True)` and the
-discussion calls use: `preupload`, `commit/<rev>` (NDJSON, regular files only, with `create_pr`
-and `parentCommit`), `discussions` (list, detail with the diff), `discussions/<n>/status` and
-`discussions/<n>/merge`, which makes a new commit on the target branch. Writes need a token
-(``token`` or one of ``users``, whose name authors the PR); they live in memory (a restart
-forgets them) and are announced to ``on_event`` as the Hub's webhook payloads.
+repos. It also speaks the write routes of `docs/domain.md` section 8, answering with the shapes the Hub's
+OpenAPI description gives (`tests/test_devhub_conformance.py` validates each): `preupload` (every file
+`regular`: devhub takes no LFS upload), `commit/<rev>` (NDJSON, regular files only) to a branch, to
+`refs/pr/N` (a new commit on an open or draft PR), or with `create_pr=1` a new PR made from `parentCommit`
+(5 to 40 hex digits, as huggingface_hub sends it); `discussions` (list with the Hub's filters, create a
+discussion or a draft PR, details with the diff), and on one discussion `comment`, `title`, `status`
+(with an optional comment), `merge` (with an optional comment; a new commit on the target branch) and
+`comment/<id>/edit` / `hide`. What the Hub leaves undocumented (statuses, merge commits, hidden comments,
+which webhook each change sends) is assumed as `discussions.py` says. Writes need a token (``token`` or one
+of ``users``, whose name authors what it writes); any known user may change any discussion except edit
+another's comment; writes live in memory (a restart forgets them) and are announced to ``on_event`` as
+the Hub's webhook payloads (version 3). URLs of datasets carry `/datasets/`.
 It counts requests and bytes per path and can be scripted to fail (429/5xx + Retry-After).
 Like the real Hub, it can answer LFS file reads with a redirect to a second origin (its "CDN", another
 port): a signed URL that keeps the Range, refuses an Authorization header (as S3 does) and needs no
@@ -22,6 +28,7 @@ import hmac
 import itertools
 import json
 import logging
+import queue
 import re
 import threading
 from base64 import b64decode
@@ -34,6 +41,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlencode, urlsplit
 
+from . import discussions
+from .discussions import CLOSED_STATUSES, OPEN_STATUSES, Discussion, repo_web_url
 from .generator import DEVHUB_TOKEN
 from .store import Commit, FileEntry, RepoRecord, Store, git_blob_sha1
 
@@ -701,40 +710,10 @@ _API_ACTIONS: dict[str, Callable[[DevHub, _Request, RepoRecord, list[str], bytes
 # --- writes: preupload, commit (and PRs), discussions --------------------------------------------
 
 
-@dataclass
-class Discussion:
-    """A pull request on devhub: ``head`` is ``refs/pr/<num>``, made from ``base_sha`` for ``target``."""
-
-    num: int
-    title: str
-    description: str
-    author: str
-    created_at: datetime
-    target: str  # the branch it merges into
-    base_sha: str
-    head_sha: str
-    status: str = "open"  # open | closed | merged (the Hub's "draft" is not used)
-    merge_commit: str | None = None
-    events: list[dict[str, Any]] = field(default_factory=list)
-
-    def summary(self, record: RepoRecord) -> dict[str, Any]:
-        return {
-            "num": self.num,
-            "title": self.title,
-            "author": {"name": self.author},
-            "createdAt": _iso(self.created_at),
-            "status": self.status,
-            "repo": {"name": record.repo_id, "type": record.repo_type},
-            "isPullRequest": True,
-            "pinned": False,
-            "numComments": 0,
-            "topReactions": [],
-        }
-
-
 def _preupload_action(
     hub: DevHub, req: _Request, record: RepoRecord, rest: list[str], body: bytes
 ) -> _Response:
+    """Every file ``regular``: devhub takes no LFS upload (the Hub answers ``lfs`` for big or binary ones)."""
     base = _commit(record, unquote("/".join(rest)) if rest else "main")
     files = _json_object(body, "preupload").get("files")
     if not isinstance(files, list) or not files or len(files) > MAX_COMMIT_FILES:
@@ -745,59 +724,120 @@ def _preupload_action(
         if not isinstance(path, str) or not path:
             raise HubError(400, "each preupload file needs a `path`")
         entry = base.files.get(path)
-        oid = entry.git_oid if entry is not None and not entry.lfs_sha256 else None
+        oid = (entry.lfs_sha256 or entry.git_oid) if entry is not None else None
         answer.append({"path": path, "uploadMode": "regular", "shouldIgnore": False, "oid": oid})
     return 200, {"files": answer, "commitOid": base.sha}, {}
 
 
 def _commit_action(hub: DevHub, req: _Request, record: RepoRecord, rest: list[str], body: bytes) -> _Response:
-    """The NDJSON commit: a header line, then `file` / `deletedFile` lines (LFS is not spoken)."""
+    """The NDJSON commit to a branch or to ``refs/pr/N``, or (``create_pr=1``) a PR from ``parentCommit``."""
     target = unquote("/".join(rest)) if rest else "main"
-    if target.startswith("refs/heads/"):
-        target = target.removeprefix("refs/heads/")
-    if target not in record.branches:
+    target = target.removeprefix("refs/heads/")
+    create_pr = req.flag("create_pr")
+    pr = _pull_request_of_ref(hub, record, target)
+    if pr is None and target not in record.branches:
         raise HubError(404, f"Invalid rev id: {target[:100]}", "RevisionNotFound")
+    if pr is not None and (create_pr or pr.status not in OPEN_STATUSES):
+        raise HubError(400, f"Pull request #{pr.num} is {pr.status}: it takes no commit here")
     header, changes = _parse_commit_body(hub, body)
     head = _commit(record, target)
     parent_sha = header.get("parentCommit")
-    if parent_sha is not None:
-        parent = _commit(record, str(parent_sha))
-        if not req.flag("create_pr") and parent.sha != head.sha:
-            raise HubError(412, f"A commit has happened since. Please refresh and try again. ({head.sha})")
-    else:
-        parent = head
+    parent = head if parent_sha is None else _commit_by_prefix(record, parent_sha)
+    if not create_pr and parent.sha != head.sha:
+        raise HubError(412, f"A commit has happened since. Please refresh and try again. ({head.sha})")
     title, message = str(header.get("summary") or "")[:500], str(header.get("description") or "")
-    commit = _new_commit(record, parent, changes, title, message, req.user or "devhub")
-    repo_url = f"{req.base_url}/{record.repo_id}"
-    if not req.flag("create_pr"):
-        record.branches[target] = commit.sha
-        _emit(hub, _repo_event(record, commit.sha))
-        return 200, {"commitUrl": f"{repo_url}/commit/{commit.sha}", "commitOid": commit.sha}, {}
-    pulls = hub.discussions.setdefault(record.repo_id, [])
-    pr = Discussion(
-        num=len(pulls) + 1,
+    user = req.user or "devhub"
+    commit = _new_commit(record, parent, changes, title, message, user)
+    if create_pr:
+        pr = _open_pull_request(hub, req, record, target, parent, commit, user)
+        return 200, _commit_answer(req, record, commit, pr), {}
+    if pr is not None:
+        old, pr.head_sha = pr.head_sha, commit.sha
+        record.pr_refs[pr.ref] = commit.sha
+        pr.add_event("commit", {"subject": title, "oid": commit.sha}, user)
+        _emit_ref(hub, req, record, pr.ref, old, commit.sha)
+        return 200, _commit_answer(req, record, commit, None), {}
+    record.branches[target] = commit.sha
+    _emit_ref(hub, req, record, f"refs/heads/{target}", head.sha, commit.sha)
+    return 200, _commit_answer(req, record, commit, None), {}
+
+
+def _commit_answer(
+    req: _Request, record: RepoRecord, commit: Commit, pr: Discussion | None
+) -> dict[str, Any]:
+    web = repo_web_url(req.base_url, record)
+    answer = {
+        "success": True,
+        "commitOid": commit.sha,
+        "commitUrl": f"{web}/commit/{commit.sha}",
+        "hookOutput": "",
+    }
+    return answer | ({"pullRequestUrl": pr.web_url(req.base_url, record)} if pr is not None else {})
+
+
+def _pull_request_of_ref(hub: DevHub, record: RepoRecord, ref: str) -> Discussion | None:
+    match = re.fullmatch(r"refs/pr/(\d{1,9})", ref)
+    if match is None:
+        return None
+    pr = _find_discussion(hub, record, match.group(1))
+    if not pr.is_pull_request:
+        raise HubError(404, f"Invalid rev id: {ref[:100]}", "RevisionNotFound")
+    return pr
+
+
+def _commit_by_prefix(record: RepoRecord, value: object) -> Commit:
+    """``parentCommit``: 5 to 40 hex digits naming exactly one commit (huggingface_hub sends any such)."""
+    text = str(value).lower()
+    if not re.fullmatch(r"[0-9a-f]{5,40}", text):
+        raise HubError(400, f"parentCommit {text[:60]!r} is not 5 to 40 hex digits")
+    found = [c for c in record.commits if c.sha.startswith(text)]
+    if len(found) > 1:
+        raise HubError(400, f"parentCommit {text} names more than one commit")
+    if not found:
+        raise HubError(404, f"Invalid rev id: {text}", "RevisionNotFound")
+    return found[0]
+
+
+def _open_pull_request(
+    hub: DevHub, req: _Request, record: RepoRecord, target: str, parent: Commit, commit: Commit, user: str
+) -> Discussion:
+    pr = _new_discussion(hub, record, commit.title, user, True, target, parent.sha, commit.sha)
+    pr.add_comment(commit.message, user)
+    pr.add_event("commit", {"subject": commit.title, "oid": commit.sha}, user)
+    record.pr_refs[pr.ref] = commit.sha
+    _emit(
+        hub,
+        discussions.payload("discussion", "create", req.base_url, record, discussion=_hook(req, record, pr)),
+    )
+    _emit_ref(hub, req, record, pr.ref, None, commit.sha)
+    return pr
+
+
+def _new_discussion(
+    hub: DevHub,
+    record: RepoRecord,
+    title: str,
+    user: str,
+    pull_request: bool,
+    target: str = "main",
+    base: str = "",
+    head: str = "",
+) -> Discussion:
+    items = hub.discussions.setdefault(record.repo_id, [])
+    d = Discussion(
+        num=len(items) + 1,
         title=title,
-        description=message,
-        author=req.user or "devhub",
-        created_at=commit.date,
+        author=user,
+        created_at=datetime.now(UTC),
+        repo_type=record.repo_type,
+        repo_id=record.repo_id,
+        is_pull_request=pull_request,
         target=target,
-        base_sha=parent.sha,
-        head_sha=commit.sha,
+        base_sha=base,
+        head_sha=head,
     )
-    pr.events.append(_event(pr, "comment", {"edited": False, "hidden": False, "latest": {"raw": message}}))
-    pr.events.append(_event(pr, "commit", {"subject": title, "oid": commit.sha}))
-    pulls.append(pr)
-    record.pr_refs[f"refs/pr/{pr.num}"] = commit.sha
-    _emit(hub, _discussion_event(hub, req, record, pr, "create"))
-    return (
-        200,
-        {
-            "commitUrl": f"{repo_url}/commit/{commit.sha}",
-            "commitOid": commit.sha,
-            "pullRequestUrl": f"{repo_url}/discussions/{pr.num}",
-        },
-        {},
-    )
+    items.append(d)
+    return d
 
 
 def _parse_commit_body(hub: DevHub, body: bytes) -> tuple[dict[str, Any], dict[str, FileEntry | None]]:
@@ -865,66 +905,200 @@ def _new_commit(
     return commit
 
 
+# --- discussions: list, create, details, comment, title, status, merge, comment edit and hide ----------
+
+
 def _discussions_action(
     hub: DevHub, req: _Request, record: RepoRecord, rest: list[str], body: bytes
 ) -> _Response:
-    pulls = hub.discussions.get(record.repo_id, [])
     if not rest:
-        if req.method != "GET":
-            raise HubError(405, f"{req.method} is not allowed here (devhub opens PRs through commit)")
-        return _discussion_list(req, record, pulls)
-    pr = next((p for p in pulls if str(p.num) == rest[0]), None)
-    if pr is None:
-        raise HubError(404, "Discussion not found")
+        if req.method == "GET":
+            return _discussion_list(hub, req, record)
+        return _create_discussion(hub, req, record, _body(body, "discussions"))
+    d = _find_discussion(hub, record, rest[0])
     if len(rest) == 1:
         if req.method != "GET":
             raise HubError(405, f"{req.method} is not allowed here")
-        return 200, _discussion_detail(hub, record, pr), {}
-    if req.method != "POST" or len(rest) != 2 or rest[1] not in ("status", "merge"):
-        raise HubError(404, "Sorry, we can't find the page you are looking for.")
-    data = _json_object(body, rest[1]) if body.strip() else {}
-    if pr.status == "merged":
+        return 200, _discussion_detail(hub, req, record, d), {}
+    if req.method != "POST":
+        raise HubError(405, f"{req.method} is not allowed here")
+    data, user = _body(body, rest[1]), req.user or "devhub"
+    if rest[1:] in (["comment"], ["title"], ["status"], ["merge"]):
+        return _DISCUSSION_CHANGES[rest[1]](hub, req, record, d, data, user)
+    if len(rest) == 4 and rest[1] == "comment" and rest[3] in ("edit", "hide"):
+        return _change_comment(hub, req, record, d, rest[2], rest[3], data, user)
+    raise HubError(404, "Sorry, we can't find the page you are looking for.")
+
+
+_Change = Callable[[DevHub, _Request, RepoRecord, Discussion, dict[str, Any], str], _Response]
+
+
+def _body(body: bytes, what: str) -> dict[str, Any]:
+    return _json_object(body, what) if body.strip() else {}
+
+
+def _find_discussion(hub: DevHub, record: RepoRecord, num: str) -> Discussion:
+    found = next((d for d in hub.discussions.get(record.repo_id, []) if str(d.num) == num), None)
+    if found is None:
+        raise HubError(404, "Discussion not found")
+    return found
+
+
+def _text_field(data: Mapping[str, Any], name: str, *, required: bool = True, limit: int = 65536) -> str:
+    value = data.get(name, None if required else "")
+    if not isinstance(value, str) or (required and not value.strip()) or len(value) > limit:
+        raise HubError(
+            400, f"`{name}` must be a{' non-empty' if required else ''} string of at most {limit} characters"
+        )
+    return value
+
+
+def _create_discussion(hub: DevHub, req: _Request, record: RepoRecord, data: dict[str, Any]) -> _Response:
+    """``POST .../discussions {title, description, pullRequest}``: a discussion, or a draft PR."""
+    title = _text_field(data, "title", limit=500)
+    description = _text_field(data, "description", required=False)
+    pull_request = data.get("pullRequest") is True
+    head = record.branches["main"] if pull_request else ""
+    d = _new_discussion(hub, record, title, req.user or "devhub", pull_request, "main", head, head)
+    d.add_comment(description, d.author)
+    answer: dict[str, Any] = {
+        "num": d.num,
+        "pullRequest": pull_request,
+        "url": d.web_url(req.base_url, record),
+    }
+    _emit(
+        hub,
+        discussions.payload("discussion", "create", req.base_url, record, discussion=_hook(req, record, d)),
+    )
+    if pull_request:
+        d.status = "draft"
+        record.pr_refs[d.ref] = head
+        answer["references"] = {"base": "refs/heads/main"}
+        _emit_ref(hub, req, record, d.ref, None, head)
+    return 200, answer, {}
+
+
+def _comment(
+    hub: DevHub, req: _Request, record: RepoRecord, d: Discussion, data: dict[str, Any], user: str
+) -> _Response:
+    event = d.add_comment(_text_field(data, "comment"), user)
+    _emit_comment(hub, req, record, d, event, "create")
+    return 200, {"newMessage": event}, {}
+
+
+def _title(
+    hub: DevHub, req: _Request, record: RepoRecord, d: Discussion, data: dict[str, Any], user: str
+) -> _Response:
+    title = _text_field(data, "title", limit=500)
+    event = d.add_event("title-change", {"from": d.title, "to": title}, user)
+    d.title = title
+    _emit_discussion(hub, req, record, d)
+    return 200, {"newTitle": event}, {}
+
+
+def _status(
+    hub: DevHub, req: _Request, record: RepoRecord, d: Discussion, data: dict[str, Any], user: str
+) -> _Response:
+    new = data.get("status")
+    if new not in ("open", "closed"):
+        raise HubError(400, "status must be `open` or `closed`")
+    if d.status == "merged":
         raise HubError(409, "This pull request is already merged")
-    if rest[1] == "merge":
-        _merge(hub, record, pr)
-        event = _event(pr, "status-change", {"status": "merged"}, req.user)
-    else:
-        new = data.get("status")
-        if new not in ("open", "closed"):
-            raise HubError(400, "status must be `open` or `closed`")
-        pr.status = new
-        event = _event(pr, "status-change", {"status": new}, req.user)
-    pr.events.append(event)
-    _emit(hub, _discussion_event(hub, req, record, pr, "update"))
-    if pr.status == "merged":
-        _emit(hub, _repo_event(record, record.branches[pr.target]))
+    _leading_comment(hub, req, record, d, data, user)
+    d.status = str(new)
+    event = d.add_event("status-change", {"status": d.status}, user)
+    _emit_discussion(hub, req, record, d)
     return 200, {"newStatus": event}, {}
 
 
-def _discussion_list(req: _Request, record: RepoRecord, pulls: list[Discussion]) -> _Response:
+def _merge_action(
+    hub: DevHub, req: _Request, record: RepoRecord, d: Discussion, data: dict[str, Any], user: str
+) -> _Response:
+    if not d.is_pull_request:
+        raise HubError(400, "Only a pull request can be merged")
+    if d.status == "merged":
+        raise HubError(409, "This pull request is already merged")
+    old = record.branches[d.target]
+    _merge(hub, record, d)
+    _leading_comment(hub, req, record, d, data, user)
+    d.add_event("status-change", {"status": "merged"}, user)
+    _emit_discussion(hub, req, record, d)
+    _emit_ref(hub, req, record, f"refs/heads/{d.target}", old, record.branches[d.target])
+    return 200, {}, {}
+
+
+def _leading_comment(
+    hub: DevHub, req: _Request, record: RepoRecord, d: Discussion, data: dict[str, Any], user: str
+) -> None:
+    """The optional ``comment`` of a status change or a merge: its own comment event, before the change."""
+    if str(data.get("comment") or "").strip():
+        _emit_comment(hub, req, record, d, d.add_comment(_text_field(data, "comment"), user), "create")
+
+
+def _change_comment(
+    hub: DevHub,
+    req: _Request,
+    record: RepoRecord,
+    d: Discussion,
+    comment_id: str,
+    change: str,
+    data: dict[str, Any],
+    user: str,
+) -> _Response:
+    """``comment/{id}/edit {content}`` (its author only) and ``comment/{id}/hide`` (any maintainer: every
+    devhub user); both answer ``updatedComment``."""
+    event = d.comment(unquote(comment_id))
+    if event is None:
+        raise HubError(404, "Comment not found")
+    if event["data"]["hidden"]:
+        raise HubError(400, "This comment is hidden")
+    if change == "edit":
+        if event["author"]["name"] != user:
+            raise HubError(403, "Only the author of a comment can edit it")
+        discussions.edit_comment(event, _text_field(data, "content"), user)
+    else:
+        discussions.hide_comment(event, user)
+    _emit_comment(hub, req, record, d, event, "update")
+    return 200, {"updatedComment": event}, {}
+
+
+_DISCUSSION_CHANGES: dict[str, _Change] = {
+    "comment": _comment,
+    "title": _title,
+    "status": _status,
+    "merge": _merge_action,
+}
+
+
+def _discussion_list(hub: DevHub, req: _Request, record: RepoRecord) -> _Response:
     wanted_status = req.param("status") or "all"
     wanted_type = req.param("type") or "all"
     author = req.param("author")
+    statuses = {"open": OPEN_STATUSES, "closed": CLOSED_STATUSES}.get(wanted_status)
+    kinds = {"pull_request": (True,), "discussion": (False,)}.get(wanted_type, (True, False))
     chosen = [
-        p
-        for p in reversed(pulls)  # newest first, as the Hub lists them
-        if wanted_type in ("all", "pull_request")
-        and (wanted_status == "all" or (wanted_status == "open") == (p.status == "open"))
-        and (author is None or p.author == author)
+        d
+        for d in reversed(hub.discussions.get(record.repo_id, []))  # newest first, as the Hub lists them
+        if d.is_pull_request in kinds
+        and (statuses is None or d.status in statuses)
+        and (author is None or d.author == author)
     ]
     size = 50
     start = _small_int(req.param("p") or "0") * size
-    page = [p.summary(record) for p in chosen[start : start + size]]
-    return 200, {"discussions": page, "count": len(chosen), "start": start, "numClosedDiscussions": 0}, {}
+    page = [d.summary(record) for d in chosen[start : start + size]]
+    closed = sum(1 for d in chosen if d.status in CLOSED_STATUSES)
+    return (
+        200,
+        {"discussions": page, "count": len(chosen), "start": start, "numClosedDiscussions": closed},
+        {},
+    )
 
 
-def _discussion_detail(hub: DevHub, record: RepoRecord, pr: Discussion) -> dict[str, Any]:
-    return pr.summary(record) | {
-        "events": pr.events,
-        "changes": {"base": f"refs/heads/{pr.target}", "mergeCommitId": pr.merge_commit},
-        "filesWithConflicts": [],
-        "diff": _diff(hub, record, pr),
-    }
+def _discussion_detail(hub: DevHub, req: _Request, record: RepoRecord, d: Discussion) -> dict[str, Any]:
+    if not d.is_pull_request:
+        return d.details(record, [], None)
+    conflicts = _conflicts(record, d) if d.status in OPEN_STATUSES else []
+    return d.details(record, conflicts, _diff(hub, record, d) if req.flag("diff") else None)
 
 
 def _diff(hub: DevHub, record: RepoRecord, pr: Discussion) -> str:
@@ -961,68 +1135,81 @@ def _text(hub: DevHub, entry: FileEntry | None) -> str | None:
         return None
 
 
-def _merge(hub: DevHub, record: RepoRecord, pr: Discussion) -> None:
-    """A new commit on the target branch: its head with the PR's changes (against the PR's base) applied."""
-    if pr.status != "open":
-        raise HubError(400, "Only an open pull request can be merged")
+def _pr_changes(record: RepoRecord, pr: Discussion) -> dict[str, FileEntry | None]:
     base, head = _commit(record, pr.base_sha), _commit(record, pr.head_sha)
-    target = _commit(record, pr.target)
-    changes = {
+    return {
         path: head.files.get(path)
         for path in set(base.files) | set(head.files)
         if base.files.get(path) != head.files.get(path)
     }
-    conflicts = sorted(p for p in changes if target.files.get(p) not in (base.files.get(p), changes[p]))
+
+
+def _conflicts(record: RepoRecord, pr: Discussion) -> list[str]:
+    """The PR's changed files that the target branch changed too, differently, since the PR's base."""
+    base, target = _commit(record, pr.base_sha), _commit(record, pr.target)
+    changes = _pr_changes(record, pr)
+    return sorted(p for p in changes if target.files.get(p) not in (base.files.get(p), changes[p]))
+
+
+def _merge(hub: DevHub, record: RepoRecord, pr: Discussion) -> None:
+    """One new commit on the target branch: its head with the PR's changes (against the PR's base) applied.
+
+    Its one parent is the target's head (the Hub does not document a merge commit's parents; devhub makes
+    the change as one commit on the branch, which is what a reader of the branch's history sees)."""
+    if pr.status != "open":
+        raise HubError(400, f"Only an open pull request can be merged (this one is {pr.status})")
+    conflicts = _conflicts(record, pr)
     if conflicts:
         raise HubError(409, f"Merge conflict in {', '.join(conflicts[:5])}")
     merged = _new_commit(
-        record, target, changes, pr.title, f"{pr.description}\n\n(merged from refs/pr/{pr.num})", pr.author
+        record,
+        _commit(record, pr.target),
+        _pr_changes(record, pr),
+        pr.title,
+        f"{pr.description}\n\n(merged from {pr.ref})",
+        pr.author,
     )
     record.branches[pr.target] = merged.sha
     pr.status, pr.merge_commit = "merged", merged.sha
 
 
-def _event(pr: Discussion, kind: str, data: dict[str, Any], author: str | None = None) -> dict[str, Any]:
-    moment = datetime.now(UTC)
-    return {
-        "id": hashlib.sha1(f"{pr.num}:{len(pr.events)}:{kind}".encode(), usedforsecurity=False).hexdigest()[
-            :24
-        ],
-        "type": kind,
-        "createdAt": _iso(moment),
-        "author": {"name": author or pr.author},
-        "data": data,
-    }
+# --- webhook events ---------------------------------------------------------------------------------
 
 
-def _discussion_event(
-    hub: DevHub, req: _Request, record: RepoRecord, pr: Discussion, action: str
-) -> dict[str, Any]:
-    """The Hub's webhook payload for a discussion (a PR): scope ``discussion``."""
-    web = f"{req.base_url}/{record.repo_id}/discussions/{pr.num}"
-    return {
-        "event": {"action": action, "scope": "discussion"},
-        "repo": {"type": record.repo_type, "name": record.repo_id, "headSha": record.branches.get("main")},
-        "discussion": {
-            "num": pr.num,
-            "title": pr.title,
-            "status": pr.status,
-            "isPullRequest": True,
-            "author": {"id": pr.author},
-            "url": {
-                "web": web,
-                "api": f"{req.base_url}/api/{record.repo_type}s/{record.repo_id}/discussions/{pr.num}",
-            },
-            "changes": {"base": f"refs/heads/{pr.target}"},
-        },
-    }
+def _hook(req: _Request, record: RepoRecord, d: Discussion) -> dict[str, Any]:
+    return discussions.webhook_discussion(req.base_url, record, d)
 
 
-def _repo_event(record: RepoRecord, head: str) -> dict[str, Any]:
-    return {
-        "event": {"action": "update", "scope": "repo.content"},
-        "repo": {"type": record.repo_type, "name": record.repo_id, "headSha": head},
-    }
+def _emit_discussion(hub: DevHub, req: _Request, record: RepoRecord, d: Discussion) -> None:
+    _emit(
+        hub,
+        discussions.payload("discussion", "update", req.base_url, record, discussion=_hook(req, record, d)),
+    )
+
+
+def _emit_comment(
+    hub: DevHub, req: _Request, record: RepoRecord, d: Discussion, event: dict[str, Any], action: str
+) -> None:
+    comment = discussions.webhook_comment(req.base_url, record, d, event)
+    _emit(
+        hub,
+        discussions.payload(
+            "discussion.comment",
+            action,
+            req.base_url,
+            record,
+            discussion=_hook(req, record, d),
+            comment=comment,
+        ),
+    )
+
+
+def _emit_ref(
+    hub: DevHub, req: _Request, record: RepoRecord, ref: str, old: str | None, new: str | None
+) -> None:
+    """A ref moved (a branch, ``refs/pr/N``): ``repo.content`` with ``updatedRefs``, as the Hub sends it."""
+    updated = [discussions.updated_ref(ref, old, new)]
+    _emit(hub, discussions.payload("repo.content", "update", req.base_url, record, updatedRefs=updated))
 
 
 def _emit(hub: DevHub, payload: dict[str, Any]) -> None:
@@ -1047,10 +1234,14 @@ def webhook_poster(url: str, secret: str, timeout: float = 5.0) -> EventFn:
         with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310
             response.read(64 * 1024)
 
-    def in_background(payload: dict[str, Any]) -> None:  # after the write's answer, as the Hub does
-        threading.Thread(target=_logged, args=(post, payload), daemon=True).start()
+    pending: queue.SimpleQueue[dict[str, Any]] = queue.SimpleQueue()
 
-    return in_background
+    def deliver_in_order() -> None:
+        while True:
+            _logged(post, pending.get())
+
+    threading.Thread(target=deliver_in_order, name="devhub-webhooks", daemon=True).start()
+    return pending.put  # after the write's answer, as the Hub does, one after the other in the order made
 
 
 def _logged(post: EventFn, payload: dict[str, Any]) -> None:

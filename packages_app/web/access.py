@@ -110,27 +110,39 @@ def namespace_refusal(user: User, repo_id: str) -> str | None:
 def propose_rate_refusal(user: User) -> str | None:
     """Count one fix pull request request; a sentence when over ``MESHDASH_PROPOSE_RATE_LIMIT`` per hour."""
     limit = settings.MESHDASH_PROPOSE_RATE_LIMIT
-    if limit <= 0:
+    minutes = _hourly_wait(f"meshdash:propose-rate:{user.pk}", limit)
+    if minutes is None:
         return None
-    window = int(time.time()) // TRACK_WINDOW
-    if ratelimit.count_hit(f"meshdash:propose-rate:{user.pk}:{window}", TRACK_WINDOW * 2) <= limit:
-        return None
-    wait = TRACK_WINDOW - int(time.time()) % TRACK_WINDOW
-    minutes = wait // 60 + 1
     return f"You asked for {limit} pull requests this hour, the most allowed; try again in {minutes} minutes."
 
 
 def track_rate_refusal(user: User) -> str | None:
     """Count one track for this user; a sentence when over ``MESHDASH_TRACK_RATE_LIMIT`` per hour."""
     limit = settings.MESHDASH_TRACK_RATE_LIMIT
+    minutes = _hourly_wait(f"meshdash:track-rate:{user.pk}", limit)
+    if minutes is None:
+        return None
+    return f"You tracked {limit} packages this hour, the most allowed; try again in {minutes} minutes."
+
+
+def sync_rate_refusal(user: User) -> str | None:
+    """Count one "Sync from the Hub"; a sentence when over ``MESHDASH_SYNC_RATE_LIMIT`` per hour."""
+    limit = settings.MESHDASH_SYNC_RATE_LIMIT
+    minutes = _hourly_wait(f"meshdash:sync-rate:{user.pk}", limit)
+    if minutes is None:
+        return None
+    return f"You synced {limit} times this hour, the most allowed; try again in {minutes} minutes."
+
+
+def _hourly_wait(key: str, limit: int) -> int | None:
+    """Count one hit on ``key`` this hour: None while within ``limit`` (0 or less: no limit), else the
+    minutes until the hour's window ends."""
     if limit <= 0:
         return None
     window = int(time.time()) // TRACK_WINDOW
-    count = ratelimit.count_hit(f"meshdash:track-rate:{user.pk}:{window}", TRACK_WINDOW * 2)
-    if count <= limit:
+    if ratelimit.count_hit(f"{key}:{window}", TRACK_WINDOW * 2) <= limit:
         return None
-    wait = TRACK_WINDOW - int(time.time()) % TRACK_WINDOW
-    return f"You tracked {limit} packages this hour, the most allowed; try again in {wait // 60 + 1} minutes."
+    return (TRACK_WINDOW - int(time.time()) % TRACK_WINDOW) // 60 + 1
 
 
 def record(user: User, action: str, target: str, detail: str = "") -> ActionLog:

@@ -61,7 +61,7 @@ def _traces(request: HttpRequest) -> HttpResponse:
         return error_response(429, "Too many spans from this node this minute.", Retry_After=str(retry_after))
     identity.touch_node(node)
     try:
-        outcome = telemetry.traces_export(node, export, timezone.now())
+        outcome = telemetry.store_spans(node, export, timezone.now())
     except telemetry.RunConflict as exc:
         return error_response(409, str(exc))
     queueing.request_node_check(node.pk)

@@ -1,4 +1,4 @@
-"""The OTLP/gRPC edge: a TraceService server whose Export stores decode spans (telemetry.traces_export).
+"""The OTLP/gRPC edge: a TraceService server whose Export stores decode spans (telemetry.store_spans).
 
 mesh-llm exports with ``--skippy-metrics-otlp-grpc URL``; the node token travels as the standard
 ``authorization: Bearer <token>`` metadata. Run by ``manage.py otlp_receiver``; the tests start it on
@@ -63,7 +63,7 @@ class TraceReceiver:
             if retry_after is not None:
                 _abort(context, grpc.StatusCode.UNAVAILABLE, f"Too many spans; retry in {retry_after} s.")
             identity.touch_node(node)
-            response = telemetry.traces_export(node, request, timezone.now()).response
+            response = telemetry.store_spans(node, request, timezone.now()).response
             queueing.request_node_check(node.pk)
             return response
         except telemetry.RunConflict as exc:

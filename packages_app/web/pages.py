@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import asdict
 from datetime import datetime
 from typing import Any
+from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.contrib import messages
@@ -263,13 +264,24 @@ def _fix_context(
 ) -> dict[str, Any]:
     """The pull request part of the fix section: what was proposed, and whether one may be."""
     applies = assessment is not None and assessment.headline.action.kind == ActionKind.APPLY_PATCH
+    fix = queries.fix_proposal_for(package)
     return {
-        "fix": queries.fix_proposal_for(package),
+        "fix": fix,
+        "fix_pr_link": hub_pr_link(fix.pr_url if fix else ""),
         "fix_pr_v1": fixes.v1_refusal(revision) if suggested else None,
+        "fix_pr_superseded": fixes.supersede_refusal(package, revision) if applies else None,
+        "fix_pr_better": fixes.find_better_revision(package, revision) if applies else None,
         "fix_pr_offer": applies and revision.schema_version == 2,
         "fix_author": fixes.author_label(),
         "fix_token": bool(fixes.write_token()),
     }
+
+
+def hub_pr_link(url: str) -> str:
+    """A stored PR URL, only when it is on the Hub endpoint's origin (the page calls it "on the Hub")."""
+    endpoint, parts = urlsplit(settings.HF_ENDPOINT), urlsplit(url)
+    same = (parts.scheme, parts.netloc) == (endpoint.scheme, endpoint.netloc) and parts.path.startswith("/")
+    return url if url and same else ""
 
 
 def _mtp_blocks(detected: dict[str, Any]) -> list[int]:
@@ -478,6 +490,31 @@ def package_reingest(request: HttpRequest, owner: str, name: str) -> HttpRespons
     return redirect("packages_app:package", owner, name)
 
 
+@require_POST
+@access.permission_required("packages_app.reingest_package")
+@lookup_errors
+def package_sync(request: HttpRequest, owner: str, name: str) -> HttpResponse:
+    """Read the Hub now: new commits (and so their ingest) and the states of meshdash's pull requests."""
+    package = queries.get_package(owner, name, access.can_see_private(request.user))
+    refusal = access.sync_rate_refusal(request.user)
+    if refusal:
+        messages.error(request, refusal)
+        return redirect("packages_app:package", owner, name)
+    proposals = fixes.followed_proposals(package.fix_proposals.all())
+    try:
+        background.hand_off(queueing.enqueue_sync_now, package.repo_id, proposals)
+    except background.Busy as exc:
+        messages.error(request, str(exc))
+        return redirect("packages_app:package", owner, name)
+    access.record(request.user, ActionLog.Action.SYNC, package.repo_id, f"{len(proposals)} pull requests")
+    messages.success(
+        request,
+        f"Syncing {package.repo_id} from the Hub: new commits are ingested and the pull requests' states "
+        "read back; reload in a few seconds.",
+    )
+    return redirect("packages_app:package", owner, name)
+
+
 # --- a pull request with the patched manifest ----------------------------------------------------------
 
 
@@ -492,7 +529,13 @@ def package_propose_fix(request: HttpRequest, owner: str, name: str) -> HttpResp
     if revision is None:
         raise queries.LookupFailed(f"{package.repo_id} has no ingested revision yet.")
     existing = fixes.active_proposal(package, revision.commit_sha)
-    context: dict[str, Any] = {"package": package, "revision": revision, "existing": existing}
+    link = hub_pr_link(existing.pr_url if existing else "")
+    context: dict[str, Any] = {
+        "package": package,
+        "revision": revision,
+        "existing": existing,
+        "existing_link": link,
+    }
     if existing is None:
         try:
             context["plan"] = fixes.plan(package, revision)

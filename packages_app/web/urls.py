@@ -38,6 +38,7 @@ urlpatterns = [
     path("packages/<str:owner>/<str:name>/untrack", pages.package_untrack, name="package_untrack"),
     path("packages/<str:owner>/<str:name>/delete", pages.package_delete, name="package_delete"),
     path("packages/<str:owner>/<str:name>/reingest", pages.package_reingest, name="package_reingest"),
+    path("packages/<str:owner>/<str:name>/sync", pages.package_sync, name="package_sync"),
     path(
         "packages/<str:owner>/<str:name>/propose-fix", pages.package_propose_fix, name="package_propose_fix"
     ),

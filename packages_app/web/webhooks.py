@@ -7,7 +7,8 @@ sync itself reads the Hub again, so a forged event can at most cause one extra s
 
 Discussion events (``"scope": "discussion"``, with ``"discussion": {"num": N, "isPullRequest": true}``)
 about a pull request meshdash opened (``fixes``) enqueue a check of that PR: its status is read back from
-the Hub, never taken from the payload.
+the Hub, never taken from the payload. A ``repo.content`` event whose ``updatedRefs`` name only pull-request
+refs (``refs/pr/N``: a PR opened or pushed to) changed no branch of the package, so it queues no sync.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ SECRET_HEADER = "X-Webhook-Secret"  # noqa: S105 - a header name, not a secret
 SYNC_EVENTS = {("repo", "create"), ("repo", "update"), ("repo.content", "update")}
 DISCUSSION_SCOPES = ("discussion", "discussion.comment")
 RETRY_AFTER_SECONDS = 30
+MAX_REFS = 100
 
 
 class WebhookRejected(Exception):
@@ -48,6 +50,7 @@ class RepoEvent:
     repo_id: str
     head_sha: str | None
     pull_request: int | None = None  # a discussion event's PR number
+    refs: tuple[str, ...] = ()  # the refs ``updatedRefs`` names (at most MAX_REFS, each a string)
 
 
 def _error(status: int, message: str, **headers: str) -> JsonResponse:
@@ -112,7 +115,14 @@ def parse_event(data: Any) -> RepoEvent:
         repo_id=repo_id,
         head_sha=head if repo_ids.is_commit_sha(head) else None,
         pull_request=number if isinstance(number, int) and 0 < number < 10**9 else None,
+        refs=_updated_refs(body.get("updatedRefs")),
     )
+
+
+def _updated_refs(value: Any) -> tuple[str, ...]:
+    items = value[:MAX_REFS] if isinstance(value, list) else []
+    refs = (item.get("ref") for item in items if isinstance(item, dict))
+    return tuple(ref[:200] for ref in refs if isinstance(ref, str))
 
 
 def _object(value: Any, where: str) -> dict[str, Any]:
@@ -132,6 +142,8 @@ def _ignored_because(event: RepoEvent) -> str | None:
         return f"{event.scope}/{event.action} events do not change a package's files"
     if event.repo_type != "model":
         return f"{event.repo_type} repos are not layer packages"
+    if event.refs and all(ref.startswith("refs/pr/") for ref in event.refs):
+        return "only pull-request refs moved (refs/pr/N): no branch of the package changed"
     if event.repo_id.split("/", 1)[0] not in settings.MESHDASH_NAMESPACES:
         return "the repo is outside the namespaces this server follows (MESHDASH_NAMESPACES)"
     if not event.repo_id.endswith("-layers") and not _is_tracked(event.repo_id):
