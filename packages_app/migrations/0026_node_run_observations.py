@@ -8,7 +8,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("packages_app", "0024_revision_facets_sort_keys"),
+        ("packages_app", "0025_fix_verdict_comments"),
     ]
 
     operations = [
