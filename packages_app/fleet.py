@@ -359,6 +359,19 @@ class NodeServing(_Names):
     last_at: datetime | None = None  # its last report (or the run's last update)
     stages: tuple[Stage, ...] = ()  # who holds which layers: the newest report's topology, else the run's
     reported: bool = True  # a row of reports (False: a run registered without any in the window)
+    identity: str = ""  # NodeRun.identity: whether the node's own account of its bytes names this revision
+    observations: Any = None  # what the node said about itself (NodeRun.observations), for its page
+
+    @property
+    def said(self) -> Observations:
+        return Observations.of(self.observations)
+
+    @property
+    def identity_label(self) -> str:
+        """How the page names the revision: confirmed by the node, or named in its reports only."""
+        if not self.identity or self.identity not in NodeRun.Identity.values:
+            return ""  # the node names no bytes: the page says "named in reports"
+        return NodeRun.Identity(self.identity).label
 
     @property
     def outdated(self) -> bool:
@@ -378,6 +391,11 @@ class NodeRow:
     hidden: int = 0  # what it served beyond the rows shown
     certification: str = ""  # its newest run's split certification: certified | uncertified_override | ""
     at_least: bool = False  # ``hidden`` is a floor: the count stopped at SERVED_COUNT_CAP
+    observations: Any = None  # what it said about itself at its newest run (NodeRun.observations)
+
+    @property
+    def said(self) -> Observations:
+        return Observations.of(self.observations)
 
     @property
     def tps(self) -> float | None:
@@ -397,6 +415,50 @@ class NodeRow:
     @property
     def needs_action(self) -> bool:
         return self.advice is not None
+
+
+@dataclass(frozen=True)
+class Observations:
+    """What a node said about itself (NodeRun.observations, docs/node-report.md section 5), as its pages
+    show it: each group the node reported, and what its version does not report or the agent cut."""
+
+    serving_strategy: Mapping[str, Any] | None = None
+    twin_policy: str = ""  # as JSON text: its shape is not pinned down, so it is shown as the node sent it
+    draft_name: str = ""
+    split_readiness: Mapping[str, Any] | None = None
+    provenance: Mapping[str, Any] | None = None
+    not_reported: tuple[str, ...] = ()
+    trimmed: tuple[str, ...] = ()
+    loaded: tuple[
+        Mapping[str, Any], ...
+    ] = ()  # each claim of its bytes, and whether a tracked revision holds it
+    any: bool = False  # the agent registered observations at all (an agent before issue 47 sends none)
+
+    @classmethod
+    def of(cls, stored: Any) -> Observations:
+        if not isinstance(stored, dict) or not stored:
+            return cls()
+        twin = stored.get("twin_policy")
+        return cls(
+            serving_strategy=_mapping(stored.get("serving_strategy")),
+            twin_policy=json.dumps(twin, sort_keys=True)[:2000] if twin is not None else "",
+            draft_name=str(stored.get("draft_name") or ""),
+            split_readiness=_mapping(stored.get("split_readiness")),
+            provenance=_mapping(stored.get("provenance")),
+            not_reported=tuple(str(n) for n in stored.get("not_reported") or () if isinstance(n, str)),
+            trimmed=tuple(str(n) for n in stored.get("trimmed") or () if isinstance(n, str)),
+            loaded=tuple(c for c in stored.get("loaded") or () if isinstance(c, dict)),
+            any=True,
+        )
+
+    @property
+    def readiness_label(self) -> str:
+        verdict = (self.split_readiness or {}).get("verdict")
+        return str(verdict).replace("_", " ") if verdict else ""
+
+
+def _mapping(value: Any) -> Mapping[str, Any] | None:
+    return value if isinstance(value, dict) else None
 
 
 # What a node served, per (revision, split): the rows shown per node on /nodes/ and on its own page,
@@ -629,7 +691,10 @@ def _node_row(node: Node, run: LatestRun | None, served: NodeServed) -> NodeRow:
     devices = node_devices(run.stages, run.devices, node.name) if run else []
     version = run.version if run else ""
     certification = run.certification if run else ""
-    return NodeRow(node, version, devices, served.rows, served.hidden, certification, served.at_least)
+    observations = run.observations if run else None
+    return NodeRow(
+        node, version, devices, served.rows, served.hidden, certification, served.at_least, observations
+    )
 
 
 def node_devices(stages: Any, devices: Any, node_name: str) -> list[str]:
@@ -689,8 +754,13 @@ class LatestRun:
     stage_splits: str
     first_seen_at: datetime
     updated_at: datetime
+    serving_strategy: str = ""
+    strategy_speculative: str = ""
+    draft_name: str = ""
+    identity: str = ""
     stages: Any = None  # read only for the rows shown (``_latest_runs``)
     devices: Any = None
+    observations: Any = None
 
 
 def _latest_runs(node_ids: NodeIds, show_private: bool, stages: bool = True) -> dict[int, LatestRun]:
@@ -712,7 +782,7 @@ def _latest_runs(node_ids: NodeIds, show_private: bool, stages: bool = True) -> 
             "node_id",
             "revision_id",
             "revision__package__private",
-            *(f.name for f in dataclasses.fields(LatestRun)[3 : None if stages else -2]),
+            *(f.name for f in dataclasses.fields(LatestRun)[3 : None if stages else -3]),
         )
     )
     return {row[0]: LatestRun(row[0], row[1], row[2] is False, *row[3:]) for row in rows}
@@ -895,9 +965,19 @@ def _revisions(ids: Iterable[int]) -> dict[int, dict[str, Any]]:
     """The shown revisions' names, assessments (read as text and parsed once a process for each distinct
     text: ``parse_stored``) and their package's latest (one query)."""
     rows = Revision.objects.filter(pk__in=set(ids)).values(
-        "pk", *_SERVED_REVISION, assessment_text=Cast("assessment", TextField())
+        "pk",
+        *_SERVED_REVISION,
+        assessment_text=Cast("assessment", TextField()),
+        latest_text=Cast("package__latest_revision__assessment", TextField()),
     )
-    return {row["pk"]: {**row, "assessment": parse_stored(row["assessment_text"])} for row in rows}
+    return {
+        row["pk"]: {
+            **row,
+            "assessment": parse_stored(row["assessment_text"]),
+            "latest_assessment": parse_stored(row["latest_text"]),
+        }
+        for row in rows
+    }
 
 
 def _registered_only(
@@ -916,24 +996,63 @@ def _registered_only(
 
 @dataclass(frozen=True)
 class RunFacts:
-    """What a node's agent registered for its newest run of a revision."""
+    """What a node's agent registered for its newest run of a revision, and what the node said about
+    itself then (docs/node-report.md section 5; RUN_COLUMNS in order)."""
 
     version: str = ""
     certification: str = ""
     topology_id: str = ""
+    serving_strategy: str = ""
+    strategy_speculative: str = ""
+    draft_name: str = ""
+    identity: str = ""
+    served_sha: str | None = None  # the other tracked revision its identity names
+    not_reported: Any = None  # observations' not_reported: what its version does not report
     stages: Any = None  # NodeRun.stages: node_id, layer_start, layer_end, device, raw per stage
+    observations: Any = None  # NodeRun.observations, whole: read for the rows shown only
+
+    def facts(self, node: str, **ran: Any) -> NodeFacts:
+        """The node's facts for advice: these, and what its reports ran (``ran``)."""
+        said = self.not_reported if isinstance(self.not_reported, list) else []
+        return NodeFacts(
+            node,
+            self.version,
+            certification=self.certification,
+            serving_strategy=self.serving_strategy,
+            strategy_speculative=self.strategy_speculative,
+            draft_name=self.draft_name,
+            identity=self.identity,
+            served_sha=self.served_sha or "",
+            not_reported=tuple(str(name) for name in said),
+            **ran,
+        )
+
+
+# NodeRun's columns that RunFacts holds, in its order (``stages`` and ``observations`` only when asked).
+RUN_COLUMNS = (
+    "version",
+    "certification",
+    "topology_id",
+    "serving_strategy",
+    "strategy_speculative",
+    "draft_name",
+    "identity",
+    "served_revision__commit_sha",
+    "observations__not_reported",
+)
 
 
 def _run_facts(groups: list[dict[str, Any]], stages: bool = True) -> dict[tuple[int, int], RunFacts]:
-    """Each shown (node, revision)'s mesh-llm version, split certification, topology and (with
-    ``stages``) stages, from its agent's newest run (one query)."""
+    """Each shown (node, revision)'s mesh-llm version, split certification, topology, what the node says
+    about itself and (with ``stages``) its stages and whole observations, from its agent's newest run
+    (one query)."""
     pairs = {(g["node_key"], g["revision_id"]) for g in groups}
     if not pairs:
         return {}
     facts: dict[tuple[int, int], RunFacts] = {}
     runs = rows_matching(NodeRun, ("node_id", "revision_id"), sorted(pairs))
     rows = NodeRun.objects.filter(pk__in=runs).order_by("updated_at", "id")
-    columns = ("version", "certification", "topology_id", *(("stages",) if stages else ()))
+    columns = (*RUN_COLUMNS, *(("stages", "observations") if stages else ()))
     for node_id, revision_id, *values in rows.values_list("node_id", "revision_id", *columns):
         facts[(node_id, revision_id)] = RunFacts(*values)  # the newest wins
     return facts
@@ -1157,6 +1276,8 @@ def _node_serving(
         version=run.version,
         first_at=group["first_at_min"],
         last_at=group["last_at_max"],
+        identity=run.identity,
+        observations=run.observations,
         **_ran(revision, figures, run, node_name, alert),
         **(_placement(group["stage_splits"], topology, run, node_name, figures.tps) if placed else _UNPLACED),
     )
@@ -1167,9 +1288,7 @@ def _ran(
 ) -> dict[str, Any]:
     """A reported row's reports in the window, its most-reported strategy and its advice."""
     requested, effective, used = figures.main_strategy
-    facts = NodeFacts(
-        node_name, run.version, requested, effective, used, unused=alert, certification=run.certification
-    )
+    facts = run.facts(node_name, requested=requested, effective=effective, mtp_used=used, unused=alert)
     advice = advise(revision["assessment"], facts, _newer(revision))
     return {"reports": figures.reports, "requested": requested, "effective": effective, "advice": advice}
 
@@ -1225,6 +1344,7 @@ def _placed(rows: list[NodeRow], since: datetime, show_private: bool) -> list[No
                 if s.revision_id in revisions:
                     ran = _ran(revisions[s.revision_id], found, run, row.node.name, s.alert)
                     s = replace(s, **{**ran, "advice": _unless_moved_on(s.advice, ran["advice"])})
+                s = replace(s, identity=run.identity, observations=run.observations)
                 s = replace(
                     s, **_placement(s.stage_splits, topologies.get(key), run, row.node.name, found.tps)
                 )
@@ -1232,7 +1352,9 @@ def _placed(rows: list[NodeRow], since: datetime, show_private: bool) -> list[No
                 s = replace(s, **_registered_layout(latest, row.node.name))
             serving.append(s)
         devices = node_devices(latest.stages, latest.devices, row.node.name) if latest else []
-        placed.append(replace(row, node=whole.get(row.node.pk, row.node), serving=serving, devices=devices))
+        said = latest.observations if latest else None
+        node = whole.get(row.node.pk, row.node)
+        placed.append(replace(row, node=node, serving=serving, devices=devices, observations=said))
     known = with_registration(s.stages for row in placed for s in row.serving)
     return [
         replace(row, serving=[replace(s, stages=mark_registered(s.stages, known)) for s in row.serving])
@@ -1256,7 +1378,16 @@ def _registered_row(
 ) -> NodeServing:
     """A run the node's agent registered with no report in the window: judged as registered only."""
     revision = revisions[run.revision_id or 0]
-    facts = NodeFacts(node_name, run.version, ran=False, certification=run.certification)
+    facts = NodeFacts(
+        node_name,
+        run.version,
+        ran=False,
+        certification=run.certification,
+        serving_strategy=run.serving_strategy,
+        strategy_speculative=run.strategy_speculative,
+        draft_name=run.draft_name,
+        identity=run.identity,
+    )
     return NodeServing(
         revision_id=run.revision_id or 0,
         repo_id=revision["package__repo_id"],
@@ -1274,6 +1405,7 @@ def _registered_row(
         first_at=run.first_seen_at,
         last_at=run.updated_at,
         reported=False,
+        identity=run.identity,
         **_registered_layout(run, node_name),
     )
 
@@ -1281,7 +1413,7 @@ def _registered_row(
 def _registered_layout(run: LatestRun, node_name: str) -> dict[str, Any]:
     """A registered-only row's fields that advice never reads: the layers and stages its run registered."""
     layers = _layer_range({"stages": run.stages}, node_name) if isinstance(run.stages, list) else ""
-    return {"layer_range": layers, "stages": tuple(run_stages(run.stages))}
+    return {"layer_range": layers, "stages": tuple(run_stages(run.stages)), "observations": run.observations}
 
 
 def _with_moves(rows: list[NodeServing]) -> list[NodeServing]:
@@ -1310,7 +1442,13 @@ def _newer(revision: Mapping[str, Any]) -> Newer | None:
     sha = revision.get("package__latest_revision__commit_sha")
     if not sha or sha == revision["commit_sha"]:
         return None
-    return Newer(sha, status_of(revision.get("package__latest_revision__headline")))
+    latest = revision.get("latest_assessment")
+    status = status_of(revision.get("package__latest_revision__headline"))
+    if latest is None:
+        return Newer(sha, status)
+    admitted = tuple(s.release for s in latest.servable if s.admitted)
+    refused = tuple(s.release for s in latest.servable if s.admitted is False)
+    return Newer(sha, status, admitted, refused)
 
 
 def _layer_range(topology: Any, node_name: str) -> str:
@@ -1685,20 +1823,19 @@ def plan_advice(
     names = {p.node for p in plans}
     runs: dict[str, RunFacts] = {}
     rows = NodeRun.objects.filter(revision_id=revision_id, node__name__in=names).order_by("updated_at", "id")
-    for name, version, certification in rows.values_list("node__name", "version", "certification"):
-        runs[name] = RunFacts(version, certification)  # the newest wins
+    for name, *values in rows.values_list("node__name", *RUN_COLUMNS):
+        runs[name] = RunFacts(*values)  # the newest wins
     return [_plan_advice(p, runs.get(p.node) or RunFacts(), assessment) for p in plans]
 
 
 def _plan_advice(plan: throughput.Plan, run: RunFacts, assessment: Assessment | None) -> PlanAdvice:
     used = plan.effective_strategy.startswith("native-mtp")
-    facts = NodeFacts(
+    facts = run.facts(
         plan.node,
-        run.version,
-        plan.requested_strategy,
-        plan.effective_strategy,
-        used,
-        certification=run.certification,
+        requested=plan.requested_strategy,
+        effective=plan.effective_strategy,
+        mtp_used=used,
+        unused=bool(plan.unused) and assessment is not None and bool(assessment.mtp.detected),
     )
     return PlanAdvice(plan, run.version, advise(assessment, facts))
 
@@ -1740,6 +1877,8 @@ TOPOLOGY_ROWS = 50
 class TopologyRuns:
     runs: list[TopologyRun]
     hidden: int = 0  # what ran on it beyond the rows shown
+    readiness: Observations = field(default_factory=Observations)  # its newest run's split readiness
+    readiness_node: str = ""  # the node whose agent registered it
 
 
 def topology_runs(topology_id: str, since: datetime, show_private: bool = False) -> TopologyRuns:
@@ -1783,7 +1922,21 @@ def topology_runs(topology_id: str, since: datetime, show_private: bool = False)
     known = with_registration(r.stages for r in runs)
     runs = [replace(r, stages=list(mark_registered(r.stages, known))) for r in runs]
     runs.sort(key=lambda r: (-r.reports, r.repo_id, r.commit_sha))
-    return TopologyRuns(runs, max(0, min(shown[0]["groups"], SERVED_COUNT_CAP) - len(shown)))
+    hidden = max(0, min(shown[0]["groups"], SERVED_COUNT_CAP) - len(shown))
+    node, readiness = _topology_readiness(topology_id, [g["revision_id"] for g in shown])
+    return TopologyRuns(runs, hidden, readiness, node)
+
+
+def _topology_readiness(topology_id: str, revision_ids: list[int]) -> tuple[str, Observations]:
+    """The split readiness of the newest run an agent registered on this topology (one query): the
+    verdict, blockers and recommendations as the node gave them."""
+    row = (
+        NodeRun.objects.filter(topology_id=topology_id, revision_id__in=revision_ids)
+        .order_by("-updated_at", "-id")
+        .values_list("node__name", "observations")
+        .first()
+    )
+    return (row[0], Observations.of(row[1])) if row else ("", Observations())
 
 
 def _topology_registrations(topology_id: str, revision_ids: list[int]) -> dict[int, list[Stage]]:

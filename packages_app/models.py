@@ -379,6 +379,44 @@ class NodeRun(models.Model):
         help_text="Split certification: uncertified_override when any stage serves with "
         "--allow-uncertified-split, certified, or empty when the node does not say.",
     )
+    # What the node says about itself (docs/node-report.md section 5), as its agent registered it.
+    observations = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="Serving strategy, twin policy, draft, split readiness and exchange provenance as the node "
+        "reported them (bounded; not_reported and trimmed say what is missing or was cut).",
+    )
+    serving_strategy = models.CharField(
+        max_length=64, blank=True, help_text="--strategy as /api/status reports it; empty when it names none."
+    )
+    strategy_speculative = models.CharField(
+        max_length=64,
+        blank=True,
+        help_text="The speculative.strategy the serving strategy set where the operator left it unset.",
+    )
+    draft_name = models.CharField(max_length=300, blank=True, help_text="/api/status draft_name.")
+
+    class Identity(models.TextChoices):
+        NOT_REPORTED = "", "not reported by the node"
+        CONFIRMED = "confirmed", "confirmed by the node"
+        OTHER = "other", "another tracked revision"
+        UNAUDITED = "unaudited", "bytes meshdash has not audited"
+
+    identity = models.CharField(
+        max_length=16,
+        blank=True,
+        choices=Identity.choices,
+        help_text="Whether the node's own identity of what it loaded (admission.package_id, the exchanges' "
+        "model_revision and weights_digest) names the revision its package ref resolves to.",
+    )
+    served_revision = models.ForeignKey(
+        Revision,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="node_runs_served",
+        help_text="The tracked revision the node's own identity names (when it names one).",
+    )
     first_seen_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

@@ -12,10 +12,12 @@ spans and the agent that registers it use the same node token.
 from __future__ import annotations
 
 import hashlib
+import re
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from django.db import transaction
 from django.db.models import Q
@@ -26,7 +28,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from pydantic import ValidationError
 
 from packages_app import metrics, reports, rollups
-from packages_app.models import Node, NodeRun, Report, Revision, RunClaim
+from packages_app.models import Node, NodeRun, PackageFile, Report, Revision, RunClaim
 from packages_app.nodes import otlp
 from packages_app.nodes.report_schema import RunIn, Timings, canonical_json
 from packages_app.report_time import Placement, placement
@@ -183,6 +185,10 @@ class RunOutcome:
     revision_id: int | None
     reports_linked: int
     unknown_revision: tuple[str, str] | None = None  # (repo id, commit sha) for the caller to ingest
+    # Whether the node may be told the run linked: only to a revision of a package known to be public.
+    # A private revision answers as an unknown one does, so a node token cannot probe for private
+    # (repo, sha) pairs (issue 48); the link itself is stored either way.
+    linked_publicly: bool = False
 
 
 def run_register(node: Node, run: RunIn) -> RunOutcome:
@@ -215,11 +221,24 @@ def _run_upsert(node: Node, run: RunIn) -> RunOutcome:
         "stages": [stage.model_dump() for stage in run.stages],
         "devices": run.devices,
         "certification": run.certification(),
+        **_observed_fields(run),
+        **_identity_fields(repo, revision_id, run),
     }
+    loaded = fields.pop("loaded")
+    if loaded:  # what it says it loaded, each claim with whether a tracked revision holds it, for its page
+        fields["observations"] = {**fields["observations"], "loaded": loaded}  # type: ignore[dict-item]
     NodeRun.objects.update_or_create(node=node, run_id=run.run_id, defaults=fields)
     linked = _link_span_reports(node, run.run_id, fields) if repo else 0
     unknown = (repo, sha) if repo and revision_id is None else None
-    return RunOutcome(run.run_id, revision_id, linked, unknown_revision=unknown)
+    told = may_tell_linked(revision_id)
+    return RunOutcome(run.run_id, revision_id, linked, unknown_revision=unknown, linked_publicly=told)
+
+
+def may_tell_linked(revision_id: int | None) -> bool:
+    """Whether the answer to a run registration may say it linked: its revision's package is public."""
+    return (
+        revision_id is not None and Revision.objects.filter(pk=revision_id, package__private=False).exists()
+    )
 
 
 def _revision_id(repo: str, sha: str, manifest: str) -> int | None:
@@ -236,3 +255,92 @@ def _link_span_reports(node: Node, run_id: str, fields: Mapping[str, object]) ->
     unlinked = Q(node=node, run_id=run_id, source=Report.Source.OTLP, repo_id="")
     keys = ("repo_id", "commit_sha", "manifest_sha256", "revision_id", "topology_id", "stage_splits")
     return rollups.link_reports(unlinked, {key: fields[key] for key in keys})
+
+
+# --- What the node says about itself (docs/node-report.md section 5) ---------------------------
+
+
+def _observed_fields(run: RunIn) -> dict[str, object]:
+    """The run's observations as stored: the whole bounded group, and the few facts advice reads."""
+    observed = run.observations
+    if observed is None:
+        return {"observations": {}, "serving_strategy": "", "strategy_speculative": "", "draft_name": ""}
+    strategy = observed.serving_strategy
+    return {
+        "observations": observed.model_dump(mode="json", exclude_none=True),
+        "serving_strategy": (strategy.strategy or "")[:64] if strategy else "",
+        "strategy_speculative": strategy.speculative()[:64] if strategy else "",
+        "draft_name": observed.draft_name or "",
+    }
+
+
+@dataclass(frozen=True)
+class Claims:
+    """What the node's own identity of the bytes it loaded says, beside its package ref."""
+
+    package_ids: tuple[str, ...] = ()  # the stages' admission.package_id
+    revision: str = ""  # the newest exchange's model_revision
+    weights_digest: str = ""  # and its weights_digest
+
+    @property
+    def any(self) -> bool:
+        return bool(self.package_ids or self.revision or self.weights_digest)
+
+
+def claims_of(run: RunIn) -> Claims:
+    ids = sorted({s.admission.package_id for s in run.stages if s.admission and s.admission.package_id})
+    provenance = run.observations.provenance if run.observations else None
+    revision = provenance.model_revision.strip().lower() if provenance else ""
+    digest = provenance.weights_digest.strip().lower() if provenance else ""
+    return Claims(tuple(ids), revision, digest.removeprefix("sha256:"))
+
+
+def _identity_fields(repo: str, revision_id: int | None, run: RunIn) -> dict[str, object]:
+    """Whether what the node says it loaded is the revision its package ref names: ``confirmed``; the
+    same package's other tracked revision ``other`` (``served_revision``); ``unaudited`` when a claim
+    matches no tracked revision of the package; "" when the node says nothing. Every claim the node
+    makes must name the same revision. Read from the package's own revisions only (one query, two when a
+    digest is claimed), never another package's: a node's registration costs what its package holds."""
+    claims = claims_of(run)
+    if not claims.any:
+        return {"identity": NodeRun.Identity.NOT_REPORTED, "served_revision_id": None, "loaded": []}
+    named = _revisions_claimed(repo, claims) if repo else {}
+    loaded = [{"claim": claim[:300], "tracked": pk is not None} for claim, pk in named.items()]
+    found = set(named.values())
+    if not named or None in found or len(found) != 1:
+        return {"identity": NodeRun.Identity.UNAUDITED, "served_revision_id": None, "loaded": loaded}
+    served = found.pop()
+    identity = NodeRun.Identity.CONFIRMED if served == revision_id else NodeRun.Identity.OTHER
+    return {"identity": identity, "served_revision_id": served, "loaded": loaded}
+
+
+def _revisions_claimed(repo: str, claims: Claims) -> dict[str, int | None]:
+    """Each claim -> the revision of ``repo`` it names (None: none does). A package_id is the v2
+    manifest's; a model_revision a commit sha (a branch or tag name is no claim of bytes); a
+    weights_digest the manifest's sha256, its package_id or one of its files' LFS sha256."""
+    rows = list(
+        Revision.objects.filter(package__repo_id=repo).values_list(
+            "pk", "commit_sha", "manifest_sha256", "manifest_json__package_id"
+        )
+    )
+    named: dict[str, int | None] = {}
+    for package_id in claims.package_ids:
+        named[f"admission.package_id {package_id}"] = next((r[0] for r in rows if r[3] == package_id), None)
+    if SHA_PATTERN.fullmatch(claims.revision):
+        named[f"model_revision {claims.revision}"] = next(
+            (r[0] for r in rows if r[1] == claims.revision), None
+        )
+    if claims.weights_digest:
+        named[f"weights_digest {claims.weights_digest}"] = _digest_revision(rows, claims.weights_digest)
+    return named
+
+
+SHA_PATTERN = re.compile(r"[0-9a-f]{40}")
+
+
+def _digest_revision(rows: list[tuple[Any, ...]], digest: str) -> int | None:
+    for pk, _, manifest, package_id in rows:
+        if digest in (manifest, str(package_id or "").removeprefix("sha256:")):
+            return int(pk)
+    files = PackageFile.objects.filter(revision_id__in=[r[0] for r in rows], lfs_sha256=digest)
+    return files.values_list("revision_id", flat=True).first()

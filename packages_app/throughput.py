@@ -68,6 +68,7 @@ class Alert:
     message: str
     reports: int
     nodes: int
+    names: tuple[str, ...] = ()  # the nodes whose reports show it, by name (the page links each)
 
 
 @dataclass(frozen=True)
@@ -334,11 +335,12 @@ def _alert(nodes: NodeTotals, unused: int) -> Alert | None:
     if not unused:
         return None
     count = len({cell.node_key for cell in nodes.cells if cell.unused})
+    names = tuple(sorted({cell.node for cell in nodes.cells if cell.unused and cell.node}))
     message = (
         f"MTP weights present but never used in {unused} report{'s' if unused != 1 else ''} "
         f"from {count} node{'s' if count != 1 else ''}"
     )
-    return Alert(message=message, reports=unused, nodes=count)
+    return Alert(message=message, reports=unused, nodes=count, names=names)
 
 
 def recent_fields(metrics: Sequence[report_metrics.ReportMetric] | None = None) -> tuple[str, ...]:
@@ -395,6 +397,7 @@ class Plan:
     from_spans: int
     tps: float | None
     last_seen: datetime | None
+    unused: int = 0  # its reports showing MTP weights unused (what the node's advice reads)
 
 
 def plan_honoured(requested: str, effective: str) -> bool:
@@ -499,6 +502,7 @@ def _plan(
         from_spans=sum(c.from_spans for c in cells),
         tps=sketch.median(merged_stored(details[c.id][0] for c in cells)),
         last_seen=max(details[c.id][1] for c in cells),
+        unused=sum(c.unused for c in cells),
     )
 
 

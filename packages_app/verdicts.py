@@ -312,6 +312,7 @@ class Cause(_Vocabulary):
     """Why a node needs action (or does not), judged against the node's own mesh-llm release."""
 
     CONTRADICTION = "contradiction"
+    SERVED_BYTES = "served-bytes"
     REFUSED = "refused-by-release"
     FAILS_AT_LOAD = "fails-at-load"
     MTP_UNUSED = "mtp-unused"
@@ -342,53 +343,61 @@ _CAUSE_TERMS: dict[str, Term] = {
         "What the node did differs from what meshdash predicts for its release and setting: the node "
         "fell back, its version string is not the release it claims, or the audit misses something.",
     ),
+    Cause.SERVED_BYTES: Term(
+        "serves other bytes",
+        1,
+        Tone.BAD,
+        "What the node says it loaded (its stages' admission.package_id, its exchanges' model_revision and "
+        "weights_digest) is not the revision its package ref and reports name: bytes meshdash has not "
+        "audited, or another revision, so the audit and the figures are not about what it serves.",
+    ),
     Cause.REFUSED: Term(
         "refused by its release",
-        1,
+        2,
         Tone.BAD,
         "The node's mesh-llm release refuses this revision (the reason is mesh-llm's own); a newer release "
         "or a republished package serves it.",
     ),
     Cause.FAILS_AT_LOAD: Term(
         "fails at load",
-        2,
+        3,
         Tone.BAD,
         "With the node's setting, loading this revision fails on the node's release.",
     ),
     Cause.MTP_UNUSED: Term(
         "MTP weights unused",
-        3,
+        4,
         Tone.WARN,
         "The weights hold MTP, yet the node's reports show it unused: the manifest does not make its "
         "setting run MTP, or the setting chose something else.",
     ),
     Cause.OUTDATED: Term(
         "outdated",
-        4,
+        5,
         Tone.WARN,
         "A newer revision of the package has a better headline: run that one.",
     ),
     Cause.UNCERTIFIED: Term(
         "uncertified split",
-        5,
+        6,
         Tone.WARN,
         "The node serves a split its release does not certify, with --allow-uncertified-split.",
     ),
     Cause.UNKNOWN_RELEASE: Term(
         "release not in the matrix",
-        6,
+        7,
         Tone.NONE,
         "The node reports a mesh-llm version the release matrix does not know, so its behaviour is not "
         "predicted (and cannot contradict the audit).",
     ),
     Cause.MOVED_ON: Term(
         "moved on",
-        7,
+        8,
         Tone.NONE,
         "The node ran this revision in the window, then another revision of the same package: history, "
         "nothing to do about it.",
     ),
-    Cause.OK: Term("no action", 8, Tone.GOOD, "The node runs the revision as its release and setting allow."),
+    Cause.OK: Term("no action", 9, Tone.GOOD, "The node runs the revision as its release and setting allow."),
 }
 
 

@@ -7,7 +7,7 @@ import itertools
 
 import pytest
 
-from packages_app.audit.advice import Newer, NodeFacts, advise, strategy_can_change_cause
+from packages_app.audit.advice import Newer, NodeFacts, Observed, advise, strategy_can_change_cause
 from packages_app.audit.assessment import Assessment
 from packages_app.audit.releases import known_releases
 from packages_app.verdicts import Cause, Status
@@ -34,7 +34,37 @@ def test_the_motivating_node_on_the_release_that_served_v1_is_told_its_mtp_was_u
     advice = advise(V1_UNDECLARED, facts, Newer(FIXED_SHA, Status.SERVES_MTP))
     assert advice.cause is Cause.MTP_UNUSED and advice.needs_action
     assert advice.release == "v0.72.1" and advice.predicted == ""
-    assert advice.text == "MTP weights unused: requested auto, ran disabled — run eeeeeeee (serves with MTP)"
+    assert advice.text == (
+        "MTP weights unused: requested auto, ran disabled, as the manifest predicts: it declares no MTP and "
+        "the node confirms it — run eeeeeeee (serves with MTP)"
+    )
+    assert advice.observed == Observed.MANIFEST
+
+
+def test_a_fix_its_release_does_not_load_names_the_release_to_run_it_on() -> None:
+    """Issue 45: "run 51e4f78e" to a node on 0.72.1 named neither that the revision needs v0.78.0."""
+    fixed = V2_DECLARED
+    admitted = tuple(s.release for s in fixed.servable if s.admitted)
+    refused = tuple(s.release for s in fixed.servable if s.admitted is False)
+    assert "v0.72.1" not in admitted and NEWEST in admitted
+    facts = NodeFacts("demo-qwen", "0.72.1", "auto", "disabled", unused=True)
+    advice = advise(V1_UNDECLARED, facts, Newer(FIXED_SHA, Status.SERVES_MTP, admitted, refused))
+    first = next(r.release for r in known_releases() if r.release in admitted)
+    assert advice.text.endswith(
+        f"run eeeeeeee (serves with MTP) on mesh-llm {first} (v0.72.1 is not known to load it)"
+    )
+    outdated = advise(
+        V1_UNDECLARED,
+        NodeFacts("q", "0.72.1", "auto", "disabled"),
+        Newer(FIXED_SHA, Status.SERVES_MTP, admitted, refused),
+    )
+    assert outdated.cause is Cause.OUTDATED and f"on mesh-llm {first}" in outdated.text
+    on_newest = advise(
+        V1_UNDECLARED,
+        NodeFacts("q", NEWEST_VERSION, ran=False),
+        Newer(FIXED_SHA, Status.SERVES_MTP, admitted, refused),
+    )
+    assert "on mesh-llm" not in on_newest.text  # its own release loads the fix: nothing to add
 
 
 def test_running_what_the_release_predicts_is_no_contradiction() -> None:
@@ -193,3 +223,152 @@ def test_on_a_known_release_the_strategy_can_change_the_cause() -> None:
     assert strategy_can_change_cause(NEWEST_VERSION)
     causes = {advise(V2_DECLARED, NodeFacts("n", NEWEST_VERSION, r, e, u)).cause for r, e, u in STRATEGIES}
     assert Cause.CONTRADICTION in causes and Cause.OK in causes
+
+
+# --- Advice by observed cause (issue 47): what the node says about itself, else the prediction --------
+
+
+def test_a_serving_strategy_that_set_ngram_suffix_is_named_with_mesh_llms_remedy() -> None:
+    """--strategy interactive set speculative.strategy = ngram-suffix where the operator left it unset
+    (docs/rules.md 6b); its spans then request and run ngram-suffix, which is no contradiction."""
+    facts = NodeFacts(
+        "demo-glm",
+        NEWEST_VERSION,
+        "ngram-suffix",
+        "ngram-suffix",
+        serving_strategy="interactive",
+        strategy_speculative="ngram-suffix",
+    )
+    advice = advise(V2_DECLARED, facts)
+    assert advice.cause is Cause.MTP_UNUSED and advice.observed == Observed.SERVING_STRATEGY
+    assert advice.text.startswith(
+        'MTP off by --strategy interactive: it set speculative.strategy = "ngram-suffix" where the operator '
+        "left it unset"
+    )
+    assert "set speculative.strategy explicitly" in advice.text
+    assert "a serving strategy never overrides an explicit value" in advice.text
+    assert "check the node's speculative.strategy" not in advice.text
+
+
+def test_the_same_node_without_the_field_gets_the_prediction_labelled_as_one() -> None:
+    said = NodeFacts("demo-glm", NEWEST_VERSION, unused=True, not_reported=("serving_strategy",))
+    advice = advise(V2_DECLARED, said)
+    assert advice.cause is Cause.MTP_UNUSED and advice.observed == Observed.PREDICTED
+    assert (
+        "predicted, not observed" in advice.text and "its version reports no serving strategy" in advice.text
+    )
+    assert "check the node's speculative.strategy" in advice.text
+
+
+def test_a_serving_strategy_reports_reports_that_name_no_strategy_are_judged_by_what_it_set() -> None:
+    """Reports through the agent's proxy carry timings only: the serving strategy says what ran."""
+    facts = NodeFacts(
+        "demo-glm",
+        NEWEST_VERSION,
+        unused=True,
+        serving_strategy="interactive",
+        strategy_speculative="ngram-suffix",
+    )
+    advice = advise(V2_DECLARED, facts)
+    assert advice.cause is Cause.MTP_UNUSED and advice.observed == Observed.SERVING_STRATEGY
+
+
+def test_throughput_is_told_that_its_batched_last_stage_drafts_nothing_too() -> None:
+    facts = NodeFacts(
+        "n",
+        NEWEST_VERSION,
+        "disabled",
+        "disabled",
+        serving_strategy="throughput",
+        strategy_speculative="disabled",
+    )
+    advice = advise(V2_DECLARED, facts)
+    assert advice.cause is Cause.MTP_UNUSED and "throughput.last_stage_decode_batch = false" in advice.text
+
+
+def test_an_operator_setting_the_serving_strategy_kept_is_not_blamed_on_the_strategy() -> None:
+    """A declined axis (the operator's own speculative.strategy) is the operator's choice."""
+    facts = NodeFacts(
+        "n", NEWEST_VERSION, "ngram-cache", "ngram-cache", unused=True, serving_strategy="interactive"
+    )
+    advice = advise(V2_DECLARED, facts)
+    assert advice.observed == Observed.OPERATOR and 'set speculative.strategy = "auto"' in advice.text
+
+
+def test_a_serving_strategy_costs_nothing_on_a_revision_whose_auto_runs_no_mtp() -> None:
+    facts = NodeFacts(
+        "n",
+        NEWEST_VERSION,
+        "ngram-suffix",
+        "ngram-suffix",
+        serving_strategy="interactive",
+        strategy_speculative="ngram-suffix",
+    )
+    assert advise(V2_UNDECLARED, facts).observed != Observed.SERVING_STRATEGY
+
+
+def test_native_mtp_that_drafted_nothing_names_the_break_even_gate_as_a_possible_cause_only() -> None:
+    facts = NodeFacts("n", NEWEST_VERSION, "auto", "native-mtp", mtp_used=False, unused=True)
+    advice = advise(V2_DECLARED, facts)
+    assert advice.cause is Cause.MTP_UNUSED and advice.observed == Observed.GATE
+    assert "Possible cause, which mesh-llm reports no signal for: the break-even gate" in advice.text
+    assert "SKIPPY_SPECULATION_GATE" in advice.text
+
+
+def test_a_contradiction_names_spec_default_as_a_possible_cause_and_shows_both_sides() -> None:
+    advice = advise(V2_DECLARED, NodeFacts("gpu-1", NEWEST_VERSION, "auto", "disabled", unused=True))
+    assert advice.cause is Cause.CONTRADICTION
+    assert "Possible causes the node reports no signal for: spec_default = false" in advice.text
+    assert advice.prediction.startswith("auto runs the default strategy") and NEWEST in advice.prediction
+    assert advice.observation == "requested auto, ran disabled"
+
+
+def test_the_control_a_serving_strategy_that_set_disabled_explains_it_and_is_no_contradiction() -> None:
+    facts = NodeFacts(
+        "gpu-1",
+        NEWEST_VERSION,
+        "disabled",
+        "disabled",
+        serving_strategy="throughput",
+        strategy_speculative="disabled",
+    )
+    advice = advise(V2_DECLARED, facts)
+    assert advice.cause is Cause.MTP_UNUSED and advice.prediction == ""
+
+
+def test_an_mtp_sidecar_draft_explains_native_mtp_the_manifest_does_not_give() -> None:
+    facts = NodeFacts(
+        "n", NEWEST_VERSION, "auto", "native-mtp", mtp_used=True, draft_name="Qwen3.5-MTP-draft.gguf"
+    )
+    advice = advise(V2_UNDECLARED, facts)
+    assert advice.cause is Cause.OK and advice.observed == Observed.SIDECAR
+    assert advice.text.startswith(
+        "An MTP sidecar draft supplies MTP: the node names draft model Qwen3.5-MTP-draft.gguf"
+    )
+    without = advise(V2_UNDECLARED, NodeFacts("n", NEWEST_VERSION, "auto", "native-mtp", mtp_used=True))
+    assert without.cause is Cause.CONTRADICTION  # the control: without the draft it contradicts the audit
+
+
+def test_a_node_serving_bytes_no_tracked_revision_holds_is_flagged() -> None:
+    unaudited = advise(
+        V2_DECLARED, NodeFacts("n", NEWEST_VERSION, "auto", "native-mtp", True, identity="unaudited")
+    )
+    assert unaudited.cause is Cause.SERVED_BYTES and unaudited.needs_action
+    assert unaudited.text.startswith("Serves bytes meshdash has not audited")
+    other = advise(
+        V2_DECLARED,
+        NodeFacts("n", NEWEST_VERSION, "auto", "native-mtp", True, identity="other", served_sha="f" * 40),
+    )
+    assert other.cause is Cause.SERVED_BYTES and other.text.startswith("Serves ffffffff by its own account")
+    confirmed = advise(
+        V2_DECLARED, NodeFacts("n", NEWEST_VERSION, "auto", "native-mtp", True, identity="confirmed")
+    )
+    assert confirmed.cause is Cause.OK
+
+
+def test_the_uncertified_split_advice_names_the_action() -> None:
+    """Issue 45: the package page had an action for it; the nodes pages did not."""
+    facts = NodeFacts("n", NEWEST_VERSION, "auto", "native-mtp", True, certification="uncertified_override")
+    advice = advise(V2_DECLARED, facts)
+    assert advice.cause is Cause.UNCERTIFIED
+    assert "serve it on one node (without --split)" in advice.text

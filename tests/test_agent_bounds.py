@@ -321,3 +321,113 @@ def test_retry_after_of_a_503_is_waited_out(tmp_path: Path, fake_meshdash: tuple
     fake_meshdash[0].headers = {"Retry-After": "40"}
     bot = spooled_and_flushed(tmp_path, fake_meshdash, 503)
     assert 35 < bot.sender.wait_until - time.monotonic() <= 40 and bot.spool.count() == 1
+
+
+# --- issue 48: the proxy's upstream, and package refs that never resolve ----------------------------
+
+
+def raw_target(port: int, target: str) -> int:
+    """A request whose request line names ``target`` as it is (``:8080/x`` is not a path)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(f"POST {target} HTTP/1.1\r\nHost: node\r\nContent-Length: 0\r\n\r\n".encode())
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    return int(answer.split(b"\r\n", 1)[0].split()[1])
+
+
+def through_a_portless_upstream(tmp_path: Path, other: Recorder, targets: list[str]) -> list[int]:
+    """The proxy in front of ``http://127.0.0.1`` (no port): each target is sent, the statuses returned."""
+    bot = make_agent(tmp_path, closed_port(), upstream_url="http://127.0.0.1", proxy_listen="127.0.0.1:0")
+    proxy = bot.serve_proxy()
+    try:
+        return [raw_target(proxy.server_address[1], target) for target in targets]
+    finally:
+        proxy.shutdown()
+        proxy.server_close()
+
+
+@pytest.fixture
+def other_service() -> Iterator[tuple[Recorder, int]]:
+    """A service on another port of the node's host, which the proxy must never reach."""
+    recorder = Recorder(body=b'{"secret": true}')
+    server = serve(recorder)
+    yield recorder, server.server_address[1]
+    server.shutdown()
+    server.server_close()
+
+
+def test_a_request_target_naming_another_port_or_host_is_refused_and_reaches_nothing(
+    tmp_path: Path, other_service: tuple[Recorder, int]
+) -> None:
+    recorder, port = other_service
+    targets = [f":{port}/v1/models", f":{port}/admin", f"@127.0.0.1:{port}/", f"//127.0.0.1:{port}/"]
+    # The last one http.server itself turns into the path /127.0.0.1:PORT/ of the upstream (no one there).
+    assert through_a_portless_upstream(tmp_path, recorder, targets) == [400, 400, 400, 502]
+    assert recorder.received == []  # each request that reached the service would be counted here
+    assert agent.upstream_target("http://127.0.0.1", "/v1/models?x=1") == "http://127.0.0.1/v1/models?x=1"
+
+
+def test_negative_control_the_old_concatenation_lets_the_target_reach_another_port(
+    tmp_path: Path, other_service: tuple[Recorder, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    recorder, port = other_service
+    monkeypatch.setattr(agent, "upstream_target", lambda base, target: base.rstrip("/") + target)
+    assert through_a_portless_upstream(tmp_path, recorder, [f":{port}/v1/models"]) == [200]
+    assert recorder.received == [0]  # the request reached the other port
+
+
+@dataclass
+class Counter:
+    hub_requests: int = 0
+
+
+def refs_node(runs: int) -> tuple[ThreadingHTTPServer, str]:
+    """A node listing ``runs`` runs, each naming its own branch of a package no Hub has."""
+    stages = [
+        {
+            "run_id": f"run-{i:05d}",
+            "stage_id": "s0",
+            "stage_index": 0,
+            "layer_start": 0,
+            "layer_end": 4,
+            "package_ref": f"meshllm/junk-layers@branch-{i}",
+        }
+        for i in range(runs)
+    ]
+    recorder = Recorder(body=json.dumps({"stages": stages, "version": "0.78.0"}).encode())
+    server = serve(recorder)
+    return server, url(server)
+
+
+def hub_requests_over_cycles(cycles: int, runs: int) -> list[int]:
+    hub_recorder = Recorder(status=404, body=b'{"error": "Repository not found"}')
+    hub = serve(hub_recorder)
+    node, node_url = refs_node(runs)
+    resolver = agent.RefResolver(url(hub))
+    config = agent.Config(node_url=node_url, token="t", hub_url=url(hub))
+    per_cycle = []
+    try:
+        for _ in range(cycles):
+            before = resolver.requests
+            agent.read_runs(config, resolver)
+            per_cycle.append(resolver.requests - before)
+    finally:
+        for server in (hub, node):
+            server.shutdown()
+            server.server_close()
+    return per_cycle
+
+
+def test_a_node_naming_2000_unresolvable_refs_costs_a_bounded_few_hub_requests_then_none() -> None:
+    per_cycle = hub_requests_over_cycles(cycles=6, runs=2_000)
+    assert per_cycle == [16, 16, 16, 16, 0, 0]  # the first 64 runs, 16 new lookups a cycle, failures kept
+
+
+def test_negative_control_without_the_cap_and_the_failure_cache_every_cycle_asks_2000_times(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(agent, "MAX_RUNS", 10**6)
+    monkeypatch.setattr(agent, "MAX_REF_LOOKUPS", 10**6)
+    monkeypatch.setattr(agent, "FAILED_REF_TTL", 0.0)
+    assert hub_requests_over_cycles(cycles=2, runs=2_000) == [2_000, 2_000]

@@ -241,6 +241,11 @@ def test_the_demo_answers_the_four_questions_by_clicking_from_the_catalog(
         expect(llama).to_contain_text("Refused by your release v0.76.2")
         expect(llama).to_contain_text("Upgrade mesh-llm to v0.78.0")
         expect(glm).to_contain_text("MTP weights unused")
+        # Why, as the node says it (issue 47): its serving strategy, not a guess about its setting.
+        expect(glm).to_contain_text("MTP off by --strategy interactive")
+        assert "check the node's speculative.strategy" not in table.inner_text()
+        local = table.locator("tbody:has(a[href='/nodes/demo-local/'])")
+        expect(local).to_contain_text("Serves bytes meshdash has not audited")
         glm51 = table.locator("tbody:has(a[href='/nodes/demo-glm51/'])")
         expect(glm51).to_contain_text("uncertified split")  # it splits glm-dsa with the override
         assert "demo-qwen" not in table.inner_text()  # it moved on to the fix, which serves with MTP

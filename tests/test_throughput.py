@@ -169,7 +169,10 @@ def test_it_alerts_when_mtp_weights_are_never_used(first: Revision, node_a: Node
     add(node_b, first, tps=3.2)
     alert = figures(first.pk).alert
     assert alert == throughput.Alert(
-        message="MTP weights present but never used in 3 reports from 2 nodes", reports=3, nodes=2
+        message="MTP weights present but never used in 3 reports from 2 nodes",
+        reports=3,
+        nodes=2,
+        names=(node_a.name, node_b.name),  # the package page names and links each node
     )
 
 

@@ -2,14 +2,19 @@
 
 Shapes from docs/node-report.md: ``GET /api/runtime/stages`` (section 2), ``GET /api/status`` (section 3),
 ``timings`` (section 1, keys in alphabetical order as serde's BTreeMap writes them) and the
-``stage.openai_decode`` span's attributes (section 4).
+``stage.openai_decode`` span's attributes (section 4); since the autumn (section 5) the serving strategy
+in ``/api/status`` ``runtime.serving_strategy``, each stage's ``admission``, ``GET
+/api/diagnostics/split-readiness`` and the ``openai.exchange.v1`` terminal event with its serving
+provenance. A plan's ``reports`` says which of those its version emits (an older node emits none). Nothing
+is emitted that mesh-llm does not: no field says whether the break-even gate tripped (mesh-llm reports
+none), and ``twin_policy``, whose shape is not pinned down, is not emitted.
 """
 
 from __future__ import annotations
 
 import random
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
@@ -19,6 +24,10 @@ from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Sp
 # A release the release matrix knows (packages_app/audit/releases.toml): meshdash judges a node against
 # its own release, so the demo's nodes run real ones.
 VERSION = "0.78.0"
+# What a node says about itself since the autumn (docs/node-report.md section 5), by the name a plan's
+# ``reports`` uses: a node of an older version reports none of them.
+NEW_FIELDS = ("serving_strategy", "admission", "split_readiness", "exchange")
+SERVING_STRATEGIES = ("balanced", "interactive", "throughput")
 
 
 @dataclass(frozen=True)
@@ -56,10 +65,197 @@ class RunPlan:
     decode_tps: float = 42.0
     version: str = VERSION  # mesh-llm's version, as /api/status reports it
     error: str | None = None  # a stage that failed to load: state "failed" with mesh-llm's error
+    serving_strategy: str | None = None  # --strategy balanced | interactive | throughput (#2112)
+    operator_strategy: bool = True  # the operator set speculative.strategy (a serving strategy keeps it)
+    draft_name: str | None = None  # /api/status draft_name: a draft model beside the package
+    package_id: str | None = None  # each stage's admission.package_id (the v2 manifest's package_id)
+    model_revision: str | None = None  # the exchanges' model_revision (None: the ref's 40-hex sha, if any)
+    weights_digest: str | None = None  # the exchanges' weights_digest
+    excluded_peer: str | None = None  # a peer split readiness excludes for an old stage protocol
+    reports: tuple[str, ...] = NEW_FIELDS  # which section-5 fields its version emits
 
     @property
     def package_ref(self) -> str:
         return f"{self.repo}@{self.ref}"
+
+
+def composed(plan: RunPlan) -> RunPlan:
+    """The plan as its serving strategy composes it (serving_strategy.rs): ``interactive`` sets
+    speculative.strategy ngram-suffix and ``throughput`` disabled where the operator left it unset, and
+    the strategy then runs: the decode spans request and run it."""
+    value = _strategy_speculative(plan)
+    if not value:
+        return plan
+    return replace(plan, requested_strategy=value, effective_strategy=value)
+
+
+def _strategy_speculative(plan: RunPlan) -> str:
+    if plan.operator_strategy:
+        return ""
+    return {"interactive": "ngram-suffix", "throughput": "disabled"}.get(plan.serving_strategy or "", "")
+
+
+def serving_strategy_payload(plan: RunPlan) -> dict[str, Any] | None:
+    """``runtime.serving_strategy``: the StrategyPlan serving_strategy.rs reports, with its own words."""
+    strategy = plan.serving_strategy
+    if strategy is None:
+        return None
+    applied: list[dict[str, str]] = []
+    declined: list[dict[str, str]] = []
+    if strategy == "balanced":
+        applied.append(_decision("all", "unchanged", "balanced is today's defaults; nothing is composed"))
+        return {"strategy": strategy, "applied": applied, "declined": declined}
+    if strategy == "interactive":
+        because = (
+            "input-grounded output is mostly a copy of the context, "
+            "which the suffix matcher drafts in long spans"
+        )
+        _speculative(plan, "ngram-suffix", because, applied, declined)
+        applied.append(
+            _decision(
+                "speculative.verify_window_runahead_tokens",
+                "96",
+                "run-ahead admission beat every fixed depth in #1409, clean and jittered",
+            )
+        )
+        applied.append(
+            _decision(
+                "throughput.last_stage_decode_batch",
+                "false",
+                (
+                    "the batched final stage produces no native MTP drafts, "
+                    "so it cannot coexist with speculation"
+                ),
+            )
+        )
+    else:
+        applied.append(
+            _decision(
+                "throughput.last_stage_decode_batch",
+                "true",
+                "moving layers onto the last stage only helps once it batches decode across lanes (#1935)",
+            )
+        )
+        applied.append(
+            _decision(
+                "throughput.pipeline_decode_groups",
+                "2",
+                (
+                    "keeps more than one batch in flight across the pipeline; "
+                    "4 lanes / 2 groups is the measured arm"
+                ),
+            )
+        )
+        because = "cannot coexist with the batched final stage this strategy needs"
+        _speculative(plan, "disabled", because, applied, declined)
+    return {"strategy": strategy, "applied": applied, "declined": declined}
+
+
+def _speculative(
+    plan: RunPlan, value: str, because: str, applied: list[dict[str, str]], declined: list[dict[str, str]]
+) -> None:
+    if plan.operator_strategy:
+        declined.append(_decision("speculative.strategy", "kept your value", "already set"))
+    else:
+        applied.append(_decision("speculative.strategy", value, because))
+
+
+def _decision(axis: str, value: str, because: str) -> dict[str, str]:
+    return {"axis": axis, "value": value, "because": because}
+
+
+def split_readiness_payload(plan: RunPlan, model_ref: str) -> dict[str, Any]:
+    """``SplitReadinessReport`` (split_readiness.rs) for a split whose stage nodes all take part, and the
+    excluded peer with mesh-llm's reason and recommendation when the plan names one."""
+    participants = [
+        {
+            "node_id": node,
+            "short_node_id": node[:8],
+            "source": "local" if node == plan.node_id else "peer",
+            "role": "host" if node == plan.node_id else "worker",
+            "vram_bytes": 25_769_803_776,
+            "artifact_transfer_supported": True,
+            "model_source_state": "serving",
+        }
+        for node in dict.fromkeys(s.node_id for s in plan.stages)
+    ]
+    exclusions, blockers, recommendations = [], [], []
+    if plan.excluded_peer:
+        why = "Upgrade this peer; its stage protocol generation is too old for split serving."
+        exclusions.append(
+            {
+                "node_id": plan.excluded_peer,
+                "short_node_id": plan.excluded_peer[:8],
+                "source": "peer",
+                "role": "worker",
+                "reason": "stage_protocol_generation",
+                "recommendation": why,
+                "vram_bytes": 8_589_934_592,
+            }
+        )
+        blockers.append(
+            {
+                "reason": "stage_protocol_generation",
+                "count": 1,
+                "short_node_ids": [plan.excluded_peer[:8]],
+                "recommendation": why,
+            }
+        )
+        recommendations.append("Upgrade excluded peers so they advertise current stage protocol support.")
+    ready = len(participants) >= 2
+    if not ready:
+        recommendations.insert(
+            0,
+            f"Start at least one more worker/host with --model {model_ref} --split and join it to this mesh.",
+        )
+    report: dict[str, Any] = {
+        "model_ref": model_ref,
+        "verdict": "ready" if ready else "waiting_for_peers",
+        "participant_count": len(participants),
+        "exclusion_count": len(exclusions),
+        "active_topology_count": 1,
+        "active_stage_count": len(plan.stages),
+        "participants": participants,
+        "exclusions": exclusions,
+        "blockers": blockers,
+        "recommendations": recommendations,
+    }
+    strategy = serving_strategy_payload(plan)
+    return report | ({"serving_strategy": strategy} if strategy else {})
+
+
+def exchange_event(plan: RunPlan, d: Decode, exchange_id: str) -> dict[str, Any]:
+    """The ``openai.exchange.v1`` terminal envelope of one served completion (openai_exchange.rs), with
+    its ServingProvenance, usage and digests (docs/node-report.md section 5), as a plugin logs it."""
+    provenance: dict[str, Any] = {
+        "served_by_node_id": plan.node_id,
+        "hostname": plan.node_id,
+        "gpu": plan.stages[0].device,
+        "vram_bytes": 25_769_803_776,
+        "is_soc": False,
+        "quantization": "Q4_K_XL",
+        "layer_count": max(s.layer_end for s in plan.stages),
+        "model_canonical_ref": plan.package_ref,
+    }
+    revision = plan.model_revision or (plan.ref if len(plan.ref) == 40 else None)
+    if revision:
+        provenance["model_revision"] = revision
+    if plan.weights_digest:
+        provenance["weights_digest"] = plan.weights_digest
+    return {
+        "exchange_id": exchange_id,
+        "dispatch_path": "typed_frontend",
+        "phase": "terminal",
+        "model": plan.model_id,
+        "status": 200,
+        "serving_provenance": provenance,
+        "usage": {
+            "prompt_tokens": d.prompt_n,
+            "cached_prompt_tokens": 0,
+            "completion_tokens": d.predicted_n,
+            "total_tokens": d.prompt_n + d.predicted_n,
+        },
+    }
 
 
 def stages_payload(plan: RunPlan) -> dict[str, Any]:
@@ -87,42 +283,52 @@ def stages_payload(plan: RunPlan) -> dict[str, Any]:
 
 
 def _stage_status(plan: RunPlan, index: int, stage: StagePlan) -> dict[str, Any]:
-    return {
-        "topology_id": plan.topology_id,
-        "run_id": plan.run_id,
-        "model_id": plan.model_id,
-        "backend": "skippy",
-        "package_ref": plan.package_ref,
-        "manifest_sha256": plan.manifest_sha256,
-        "source_model_path": None,
-        "source_model_sha256": None,
-        "source_model_bytes": None,
-        "materialized_path": f"/var/cache/mesh-llm/{plan.run_id}/{stage.stage_id}",
-        "materialized_bytes": 9_663_676_416,
-        "materialized_pinned": False,
-        "projector_path": None,
-        "multimodal": False,
-        "stage_id": stage.stage_id,
-        "stage_index": index,
-        "node_id": stage.node_id,
-        "layer_start": stage.layer_start,
-        "layer_end": stage.layer_end,
-        "state": "failed" if plan.error else "ready",
-        "bind_addr": f"127.0.0.1:{7100 + index}",
-        "activation_width": 2048,
-        "wire_dtype": "f16",
-        "selected_device": {
-            "backend_device": stage.device,
-            "stable_id": None,
-            "index": 0,
-            "vram_bytes": 25_769_803_776,
-        },
-        "ctx_size": 8192,
-        "lane_count": 4,
-        "weight_quantization": stage.weight_quantization,
-        "error": plan.error,
-        "shutdown_generation": 0,
-    } | _certification(stage)
+    return (
+        {
+            "topology_id": plan.topology_id,
+            "run_id": plan.run_id,
+            "model_id": plan.model_id,
+            "backend": "skippy",
+            "package_ref": plan.package_ref,
+            "manifest_sha256": plan.manifest_sha256,
+            "source_model_path": None,
+            "source_model_sha256": None,
+            "source_model_bytes": None,
+            "materialized_path": f"/var/cache/mesh-llm/{plan.run_id}/{stage.stage_id}",
+            "materialized_bytes": 9_663_676_416,
+            "materialized_pinned": False,
+            "projector_path": None,
+            "multimodal": False,
+            "stage_id": stage.stage_id,
+            "stage_index": index,
+            "node_id": stage.node_id,
+            "layer_start": stage.layer_start,
+            "layer_end": stage.layer_end,
+            "state": "failed" if plan.error else "ready",
+            "bind_addr": f"127.0.0.1:{7100 + index}",
+            "activation_width": 2048,
+            "wire_dtype": "f16",
+            "selected_device": {
+                "backend_device": stage.device,
+                "stable_id": None,
+                "index": 0,
+                "vram_bytes": 25_769_803_776,
+            },
+            "ctx_size": 8192,
+            "lane_count": 4,
+            "weight_quantization": stage.weight_quantization,
+            "error": plan.error,
+            "shutdown_generation": 0,
+        }
+        | _certification(stage)
+        | _admission(plan)
+    )
+
+
+def _admission(plan: RunPlan) -> dict[str, Any]:
+    if "admission" not in plan.reports or plan.package_id is None:
+        return {}
+    return {"admission": {"package_id": plan.package_id, "plan_id": f"plan-{plan.run_id}"}}
 
 
 def _certification(stage: StagePlan) -> dict[str, Any]:
@@ -133,6 +339,10 @@ def _certification(stage: StagePlan) -> dict[str, Any]:
 
 def status_payload(plan: RunPlan) -> dict[str, Any]:
     """``GET /api/status``: the fields the agent reads, in mesh-llm's order, and a few neighbours."""
+    runtime: dict[str, Any] = {"backend": "skippy", "models": [plan.model_id]}
+    strategy = serving_strategy_payload(plan) if "serving_strategy" in plan.reports else None
+    if strategy is not None:
+        runtime["serving_strategy"] = strategy
     return {
         "version": plan.version,
         "latest_version": None,
@@ -142,11 +352,12 @@ def status_payload(plan: RunPlan) -> dict[str, Any]:
         "is_host": True,
         "is_client": False,
         "llama_ready": True,
+        "runtime": runtime,
         "model_name": plan.model_id,
         "models": [plan.model_id],
         "serving_models": [plan.model_id],
         "hosted_models": [plan.model_id],
-        "draft_name": None,
+        "draft_name": plan.draft_name,
         "api_port": 9337,
         "my_vram_gb": 24.0,
         "model_size_gb": 19.7,

@@ -1,9 +1,12 @@
 """devnode's HTTP server: the console API, an OpenAI endpoint, and OTLP export of each decode span.
 
-Routes: ``GET /api/runtime/stages``, ``GET /api/status``, ``POST /v1/chat/completions`` (and
-``/v1/completions``). Each completion's ``stage.openai_decode`` span is exported to the configured
-OTLP endpoint (gRPC, as ``mesh-llm --skippy-metrics-otlp-grpc URL`` does, or OTLP/HTTP protobuf),
-with the node token as the standard ``authorization: Bearer`` header.
+Routes: ``GET /api/runtime/stages``, ``GET /api/status``, ``GET /api/diagnostics/split-readiness``
+(404 for a plan whose version does not report it, as an older node answers), ``POST
+/v1/chat/completions`` (and ``/v1/completions``). With an exchange log, each completion's
+``openai.exchange.v1`` terminal event is appended to it as a plugin subscribed to that channel logs it.
+Each completion's ``stage.openai_decode`` span is exported to the configured OTLP endpoint (gRPC, as
+``mesh-llm --skippy-metrics-otlp-grpc URL`` does, or OTLP/HTTP protobuf), with the node token as the
+standard ``authorization: Bearer`` header.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import urllib.request
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 import grpc
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
@@ -102,8 +105,10 @@ class DevNode:
         port: int = 0,
         otlp: OtlpTarget | None = None,
         seed: int | None = None,
+        exchange_log: str | None = None,
     ) -> None:
-        self.plan = plan
+        self.plan = payloads.composed(plan)
+        self.exchange_log = exchange_log if "exchange" in plan.reports else None
         self.exporter = SpanExporter(otlp) if otlp else None
         self.rng = random.Random(seed)
         self.rng_lock = threading.Lock()
@@ -149,7 +154,12 @@ class DevNode:
             self.completions += 1
         if self.exporter:
             self.exporter.export([span])
-        return _completion(self.plan, measured, chat="messages" in body)
+        answer = _completion(self.plan, measured, chat="messages" in body)
+        if self.exchange_log:
+            event = payloads.exchange_event(self.plan, measured, answer["id"])
+            with self.rng_lock, open(self.exchange_log, "a", encoding="utf-8") as log_file:
+                log_file.write(json.dumps(event) + "\n")
+        return answer
 
 
 def _completion(plan: payloads.RunPlan, measured: payloads.Decode, *, chat: bool) -> dict[str, Any]:
@@ -187,11 +197,23 @@ class _Handler(BaseHTTPRequestHandler):
             return self._json(200, payloads.stages_payload(self.node.plan))
         if path == "/api/status":
             return self._json(200, payloads.status_payload(self.node.plan))
+        if path == "/api/diagnostics/split-readiness" and "split_readiness" in self.node.plan.reports:
+            return self._readiness()
         if path == "/v1/models":
             return self._json(
                 200, {"object": "list", "data": [{"id": self.node.plan.model_id, "object": "model"}]}
             )
         self._json(404, {"error": {"message": f"No route {path}", "type": "not_found"}})
+
+    def _readiness(self) -> None:
+        """As diagnostics.rs answers: 400 without ``model_ref`` (or ``model``), else the report."""
+        query = parse_qs(urlsplit(self.path).query)
+        model_ref = next(
+            (v[0].strip() for k, v in query.items() if k in ("model_ref", "model") and v[0].strip()), ""
+        )
+        if not model_ref:
+            return self._json(400, {"error": "Missing required 'model_ref' query parameter"})
+        self._json(200, payloads.split_readiness_payload(self.node.plan, model_ref))
 
     def do_POST(self) -> None:
         path = urlsplit(self.path).path

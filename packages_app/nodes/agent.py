@@ -1,9 +1,14 @@
 """meshdash-agent: runs beside a mesh-llm node and tells meshdash what the node serves. No Django.
 
-Each cycle it reads the node's console API (``GET /api/runtime/stages``, ``GET /api/status``),
-resolves each run's ``package_ref`` to a commit sha (through the Hub API, for a branch or tag), and
-registers the runs with meshdash (``POST /api/v1/runs``), so the node's OTLP spans, which carry only a
-run id, link to a package revision. As an optional transparent OpenAI-compatible proxy it forwards
+Each cycle it reads the node's console API (``GET /api/runtime/stages``, ``GET /api/status``, and
+``GET /api/diagnostics/split-readiness`` where the node has it), resolves each run's ``package_ref`` to
+a commit sha (through the Hub API, for a branch or tag; a ref that does not resolve is not asked again
+for ``FAILED_REF_TTL``), and registers the runs with meshdash (``POST /api/v1/runs``) with what the node
+says about itself (docs/node-report.md section 5: its serving strategy, twin policy, draft model, each
+stage's admission, the split readiness and, from an ``exchange_log``, the newest exchange's serving
+provenance), so the node's OTLP spans, which carry only a run id, link to a package revision. What a
+node does not report is named in ``not_reported``; what a hostile node sends past the bounds below is
+cut and named in ``trimmed``. As an optional transparent OpenAI-compatible proxy it forwards
 each completion's ``timings`` as a report. Everything it sends is first written to an on-disk spool
 and deleted only once meshdash has answered, so a meshdash outage loses nothing (at-least-once;
 meshdash deduplicates by report id and run id). 429 and 503 are honoured with Retry-After (capped).
@@ -19,6 +24,7 @@ import argparse
 import contextlib
 import json
 import logging
+import math
 import os
 import re
 import sys
@@ -53,6 +59,7 @@ DROP_STATUSES = frozenset({400, 413, 422})
 SHA = re.compile(r"^[0-9a-f]{40}$")
 DECIMAL = re.compile(r"[0-9]+")
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
+UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 REF = re.compile(r"^(?:hf://)?(?P<repo>[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+)(?:@(?P<rev>[^\s@]+))?$")
 # A stage's split-certification status (docs/rules.md 6a: "certified", or "uncertified_override" when the node
 # split-serves with --allow-uncertified-split). Which JSON key /api/runtime/stages uses is not pinned down,
@@ -66,6 +73,20 @@ CERTIFICATION_KEYS = (
 )
 CERTIFICATIONS = {"certified": "certified", "uncertifiedoverride": "uncertified_override"}
 MAX_RAW_STAGE_BYTES = 4 * 1024  # meshdash caps each stored stage object; a bigger one is trimmed, never lost
+MAX_RUNS = 64  # what one registration of meshdash's takes (RunsIn): a node listing more is cut there
+# What the node says about itself (docs/node-report.md section 5), bounded as meshdash bounds it
+# (nodes/report_schema.py: 8 KiB and 8 levels a group): longer strings, lists and groups are cut here.
+MAX_OBSERVED_BYTES = 8 * 1024
+MAX_OBSERVED_TEXT = 600
+MAX_OBSERVED_ITEMS = 32
+MAX_OBSERVED_DEPTH = 6
+EXCHANGE_LOG_TAIL = 256 * 1024  # the newest exchanges of a plugin's openai.exchange.v1 log
+MAX_READINESS_LOOKUPS = 16  # split-readiness requests to the node a cycle
+# Package refs that did not resolve: not asked again for this long, at most this many new a cycle, and
+# at most this many remembered (issue 48: a node naming 2,000 refs cost 2,000 Hub requests a cycle).
+FAILED_REF_TTL = 600.0
+MAX_REF_LOOKUPS = 16
+MAX_REF_CACHE = 4096
 
 
 class AgentError(Exception):
@@ -82,6 +103,9 @@ class Config:
     interval: float = 30.0
     proxy_listen: str = ""  # host:port; empty = no proxy
     upstream_url: str = ""  # the node's OpenAI API; empty = node_url
+    # A JSON-lines log of the node's openai.exchange.v1 events, as a plugin subscribed to that channel
+    # keeps it (e.g. capsule-emit-mesh's lifecycle-events.jsonl): the exchanges' serving provenance.
+    exchange_log: str = ""
     spool_max_bytes: int = SPOOL_MAX_BYTES
     spool_max_age: float = SPOOL_MAX_AGE  # seconds
     # At start-up, how long to wait quietly for the node's console API to answer before the first poll:
@@ -134,7 +158,10 @@ class Answer:
     retry_after: float | None = None
 
     def json(self) -> Any:
-        return json.loads(self.body)
+        try:
+            return json.loads(self.body)
+        except RecursionError:  # a hostile node nesting thousands deep: not JSON the agent reads
+            raise ValueError("nested too deep") from None
 
 
 def http(method: str, url: str, body: bytes | None = None, headers: dict[str, str] | None = None) -> Answer:
@@ -158,7 +185,7 @@ def _retry_after(value: str | None) -> float | None:
 
 
 def read_runs(config: Config, resolver: RefResolver) -> list[dict[str, Any]]:
-    """The runs the node serves, as meshdash's ``POST /api/v1/runs`` takes them."""
+    """The runs the node serves, as meshdash's ``POST /api/v1/runs`` takes them (at most MAX_RUNS)."""
     stages = _get_json(config.node_url + "/api/runtime/stages")
     status = _get_json(config.node_url + "/api/status")
     version = status.get("version") if isinstance(status, dict) else None
@@ -166,7 +193,16 @@ def read_runs(config: Config, resolver: RefResolver) -> list[dict[str, Any]]:
     for stage in stages.get("stages") or [] if isinstance(stages, dict) else []:
         if isinstance(stage, dict) and isinstance(stage.get("run_id"), str) and stage["run_id"]:
             by_run.setdefault(stage["run_id"], []).append(stage)
-    return [_run(run_id, rows, version, resolver) for run_id, rows in sorted(by_run.items())]
+    resolver.new_cycle()
+    said = status_observations(status)
+    exchanges = read_exchange_log(config.exchange_log) if config.exchange_log else None
+    runs = []
+    for index, (run_id, rows) in enumerate(sorted(by_run.items())[:MAX_RUNS]):
+        run = _run(run_id, rows, version, resolver)
+        readiness = _readiness(config, run) if index < MAX_READINESS_LOOKUPS else None
+        run["observations"] = run_observations(said, readiness, exchanges, run)
+        runs.append(run)
+    return runs
 
 
 def _get_json(url: str) -> Any:
@@ -218,7 +254,16 @@ def _stage(stage: dict[str, Any]) -> dict[str, Any] | None:
         "certification": certification_of(stage),
         "weight_quantization": _text(stage.get("weight_quantization"), 64),
         "raw": raw_stage(stage),
-    }
+    } | admission_of(stage)
+
+
+def admission_of(stage: dict[str, Any]) -> dict[str, Any]:
+    """A stage snapshot's ``admission`` (``StageAdmissionDescriptor``): the exact package it loaded."""
+    admission = stage.get("admission")
+    if not isinstance(admission, dict):
+        return {}
+    kept = {k: admission[k][:200] for k in ("package_id", "plan_id") if isinstance(admission.get(k), str)}
+    return {"admission": kept} if kept else {}
 
 
 def certification_of(stage: dict[str, Any]) -> str:
@@ -261,6 +306,12 @@ class RefResolver:
     def __init__(self, hub_url: str) -> None:
         self.hub_url = hub_url.rstrip("/")
         self._cache: dict[tuple[str, str], str] = {}
+        self._failed: dict[tuple[str, str], float] = {}  # ref -> when it may be asked again (monotonic)
+        self.lookups = 0  # Hub requests this cycle
+        self.requests = 0  # Hub requests since start
+
+    def new_cycle(self) -> None:
+        self.lookups = 0
 
     def package(self, ref: str, manifest: Any) -> dict[str, Any] | None:
         match = REF.match(ref or "")
@@ -276,18 +327,288 @@ class RefResolver:
         return package
 
     def _resolve(self, repo: str, rev: str) -> str | None:
-        if (repo, rev) not in self._cache:
-            url = f"{self.hub_url}/api/models/{repo}/revision/{quote(rev, safe='')}"
-            try:
-                answer = http("GET", url)
-                sha = answer.json().get("sha") if answer.status == 200 else None
-            except (OSError, ValueError, AttributeError):
-                sha = None
-            if not (isinstance(sha, str) and SHA.match(sha)):
-                log.warning("could not resolve %s@%s to a commit", repo, rev)
-                return None  # not cached: try again next cycle
-            self._cache[(repo, rev)] = sha
-        return self._cache[(repo, rev)]
+        key = (repo, rev)
+        if key in self._cache:
+            return self._cache[key]
+        if self._failed.get(key, 0.0) > time.monotonic() or self.lookups >= MAX_REF_LOOKUPS:
+            return None  # failed lately, or this cycle's lookups are spent: asked again later
+        self.lookups += 1
+        self.requests += 1
+        sha = self._ask_hub(repo, rev)
+        if sha is None:
+            log.warning(
+                "could not resolve %s@%s to a commit; asking again in %.0f s", repo, rev, FAILED_REF_TTL
+            )
+            _remember(self._failed, key, time.monotonic() + FAILED_REF_TTL)
+            return None
+        _remember(self._cache, key, sha)
+        return sha
+
+    def _ask_hub(self, repo: str, rev: str) -> str | None:
+        url = f"{self.hub_url}/api/models/{repo}/revision/{quote(rev, safe='')}"
+        try:
+            answer = http("GET", url)
+            sha = answer.json().get("sha") if answer.status == 200 else None
+        except (OSError, ValueError, AttributeError):
+            sha = None
+        return sha if isinstance(sha, str) and SHA.match(sha) else None
+
+
+def _remember(cache: dict[Any, Any], key: Any, value: Any) -> None:
+    """Store, dropping the oldest entries past MAX_REF_CACHE (dicts keep insertion order)."""
+    cache.pop(key, None)
+    cache[key] = value
+    while len(cache) > MAX_REF_CACHE:
+        del cache[next(iter(cache))]
+
+
+# --- What the node says about itself (docs/node-report.md section 5) ---------------------------
+
+
+def status_observations(status: Any) -> dict[str, Any]:
+    """From ``/api/status``: ``runtime.serving_strategy``, ``twin_policy`` and ``draft_name``, bounded;
+    each field this node's version does not report is named in ``not_reported``."""
+    said: dict[str, Any] = {"not_reported": [], "trimmed": []}
+    status = status if isinstance(status, dict) else {}
+    runtime = status.get("runtime") if isinstance(status.get("runtime"), dict) else {}
+    strategy = runtime.get("serving_strategy", status.get("serving_strategy"))
+    if strategy is None:
+        said["not_reported"].append("serving_strategy")
+    else:
+        shaped = _strategy_plan(strategy, said["trimmed"])
+        if shaped is not None:
+            said["serving_strategy"] = shaped
+    if "twin_policy" in status:
+        said["twin_policy"] = _group(status["twin_policy"], "twin_policy", said["trimmed"])
+    else:
+        said["not_reported"].append("twin_policy")
+    draft = status.get("draft_name")
+    if isinstance(draft, str) and draft:
+        said["draft_name"] = _clip_text(draft, "draft_name", said["trimmed"], 300)
+    elif draft is not None and not isinstance(draft, str):
+        said["trimmed"].append("draft_name (not a string)")
+    return said
+
+
+def _strategy_plan(value: Any, trimmed: list[str]) -> dict[str, Any] | None:
+    """``{strategy, applied: [{axis, value, because}], declined: [...]}`` (serving_strategy.rs), its
+    known keys of the right type only; the rest kept, bounded."""
+    if not isinstance(value, dict):
+        trimmed.append("serving_strategy (not an object)")
+        return None
+    shaped = _group(value, "serving_strategy", trimmed)
+    if not isinstance(shaped.get("strategy"), str | None):
+        trimmed.append("serving_strategy.strategy (not a string)")
+        del shaped["strategy"]
+    _limit(shaped, "strategy", 64, "serving_strategy", trimmed)
+    for side in ("applied", "declined"):
+        items = shaped.get(side, [])
+        if not isinstance(items, list):
+            trimmed.append(f"serving_strategy.{side} (not a list)")
+            items = []
+        kept = [d for d in items if isinstance(d, dict) and isinstance(d.get("axis"), str)]
+        kept = [{k: v for k, v in d.items() if k == "axis" or isinstance(v, str)} for d in kept]
+        for decision in kept:
+            for key, limit in (("axis", 100), ("value", 300)):
+                _limit(decision, key, limit, f"serving_strategy.{side}", trimmed)
+        if len(kept) != len(items):
+            trimmed.append(f"serving_strategy.{side} (entries without a string axis)")
+        shaped[side] = kept
+    return shaped
+
+
+def _readiness(config: Config, run: dict[str, Any]) -> dict[str, Any] | None:
+    """``GET /api/diagnostics/split-readiness?model_ref=`` for the run's package: None when the node
+    does not answer it (an older node: 404), else the report, bounded."""
+    match = REF.match(run.get("package_ref") or "")
+    model_ref = match["repo"] if match else run.get("model_id") or ""
+    if not model_ref:
+        return None
+    try:
+        answer = http(
+            "GET", f"{config.node_url}/api/diagnostics/split-readiness?model_ref={quote(model_ref)}"
+        )
+        report = answer.json() if answer.status == 200 else None
+    except (OSError, ValueError):
+        return None
+    if not isinstance(report, dict):
+        return None
+    trimmed: list[str] = []
+    report.pop("serving_strategy", None)  # the same as /api/status says, registered from there
+    shaped = _group(report, "split_readiness", trimmed)
+    for key, limit in (("model_ref", 300), ("verdict", 64)):
+        if key in shaped and not isinstance(shaped[key], str):
+            trimmed.append(f"split_readiness.{key} (not a string)")
+            del shaped[key]
+        _limit(shaped, key, limit, "split_readiness", trimmed)
+    for key in ("participant_count", "exclusion_count"):
+        value = shaped.get(key)
+        if key in shaped and not (
+            isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 10**12
+        ):
+            trimmed.append(f"split_readiness.{key} (not a count)")
+            del shaped[key]
+    shaped["blockers"] = [
+        _blocker(b, trimmed) for b in _list(shaped, "blockers", trimmed) if isinstance(b, dict)
+    ]
+    shaped["recommendations"] = [r for r in _list(shaped, "recommendations", trimmed) if isinstance(r, str)]
+    return {"report": shaped, "trimmed": trimmed}
+
+
+def _blocker(value: dict[str, Any], trimmed: list[str]) -> dict[str, Any]:
+    kept: dict[str, Any] = {k: v for k, v in value.items() if k not in ("count", "short_node_ids")}
+    for key in ("reason", "recommendation"):
+        if key in kept and not isinstance(kept[key], str):
+            trimmed.append(f"split_readiness.blockers.{key} (not a string)")
+            del kept[key]
+    _limit(kept, "reason", 100, "split_readiness.blockers", trimmed)
+    count = value.get("count")
+    kept["count"] = (
+        count if isinstance(count, int) and not isinstance(count, bool) and 0 <= count <= 10**12 else 0
+    )
+    ids = value.get("short_node_ids")
+    kept["short_node_ids"] = [i[:100] for i in ids if isinstance(i, str)] if isinstance(ids, list) else []
+    return kept
+
+
+def _list(group: dict[str, Any], key: str, trimmed: list[str]) -> list[Any]:
+    value = group.get(key, [])
+    if isinstance(value, list):
+        return value
+    trimmed.append(f"split_readiness.{key} (not a list)")
+    return []
+
+
+PROVENANCE_TEXT = (
+    "served_by_node_id",
+    "model_canonical_ref",
+    "model_revision",
+    "weights_digest",
+    "model_identity_hash",
+)
+
+
+def read_exchange_log(path: str) -> dict[str, dict[str, Any]]:
+    """The newest ``openai.exchange.v1`` terminal event with serving provenance per model, from the last
+    EXCHANGE_LOG_TAIL bytes of a plugin's JSON-lines log; {} when it cannot be read."""
+    try:
+        with open(path, "rb") as log_file:
+            log_file.seek(0, os.SEEK_END)
+            size = log_file.tell()
+            log_file.seek(max(0, size - EXCHANGE_LOG_TAIL))
+            tail = log_file.read(EXCHANGE_LOG_TAIL)
+    except OSError as exc:
+        log.warning("cannot read the exchange log %s: %s", path, exc)
+        return {}
+    newest: dict[str, dict[str, Any]] = {}
+    for line in tail.splitlines()[1 if len(tail) == EXCHANGE_LOG_TAIL else 0 :]:
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        if (
+            isinstance(event, dict)
+            and isinstance(event.get("model"), str)
+            and isinstance(event.get("serving_provenance"), dict)
+        ):
+            newest[event["model"][:300]] = event  # later lines are newer
+    return newest
+
+
+def provenance_of(event: dict[str, Any], trimmed: list[str]) -> dict[str, Any]:
+    """An exchange's ``serving_provenance``, with the envelope's ``dispatch_path`` and ``usage``."""
+    shaped = _group(event["serving_provenance"], "provenance", trimmed)
+    for key in PROVENANCE_TEXT:
+        if key in shaped and not isinstance(shaped[key], str):
+            trimmed.append(f"provenance.{key} (not a string)")
+            del shaped[key]
+        _limit(shaped, key, 300 if key == "model_canonical_ref" else 200, "provenance", trimmed)
+    if isinstance(event.get("dispatch_path"), str):
+        shaped["dispatch_path"] = event["dispatch_path"][:64]
+    if isinstance(event.get("usage"), dict):
+        shaped["usage"] = {
+            k: v for k, v in _group(event["usage"], "usage", trimmed).items() if isinstance(v, int)
+        }
+    return _fit(shaped, "provenance", trimmed)
+
+
+def run_observations(
+    said: dict[str, Any],
+    readiness: dict[str, Any] | None,
+    exchanges: dict[str, dict[str, Any]] | None,
+    run: dict[str, Any],
+) -> dict[str, Any]:
+    """What meshdash's RunIn.observations takes for one run: the node's status facts, the run's split
+    readiness and, from the exchange log, the newest exchange of the run's model."""
+    observed = {**said, "not_reported": list(said["not_reported"]), "trimmed": list(said["trimmed"])}
+    if readiness is None:
+        observed["not_reported"].append("split_readiness")
+    else:
+        observed["split_readiness"] = readiness["report"]
+        observed["trimmed"] += readiness["trimmed"]
+    if exchanges is None:
+        observed["not_reported"].append("provenance")
+    else:
+        match = REF.match(run.get("package_ref") or "")
+        names = {
+            run.get("model_id") or "",
+            match["repo"] if match else "",
+            match["repo"].split("/")[-1] if match else "",
+        }
+        event = next((exchanges[n] for n in names if n and n in exchanges), None)
+        if event is not None:
+            observed["provenance"] = provenance_of(event, observed["trimmed"])
+    observed["not_reported"] = observed["not_reported"][:16]
+    observed["trimmed"] = [t[:200] for t in dict.fromkeys(observed["trimmed"])][:64]
+    return observed
+
+
+def _group(value: Any, path: str, trimmed: list[str]) -> dict[str, Any]:
+    """A JSON object as the node sent it, its strings, lists and depth cut to the bounds (named in
+    ``trimmed``), then its largest keys dropped until it fits MAX_OBSERVED_BYTES."""
+    clipped = _clip(value, path, trimmed, 0)
+    return _fit(clipped if isinstance(clipped, dict) else {}, path, trimmed)
+
+
+def _fit(group: dict[str, Any], path: str, trimmed: list[str]) -> dict[str, Any]:
+    while group and len(json.dumps(group)) > MAX_OBSERVED_BYTES:
+        largest = max(group, key=lambda k: len(json.dumps(group[k])))
+        trimmed.append(f"{path}.{largest[:64]} (too large)")
+        del group[largest]
+    return group
+
+
+def _clip(value: Any, path: str, trimmed: list[str], depth: int) -> Any:
+    if depth > MAX_OBSERVED_DEPTH and isinstance(value, dict | list):
+        trimmed.append(f"{path} (too deep)")
+        return None
+    if isinstance(value, str):
+        return _clip_text(value, path, trimmed, MAX_OBSERVED_TEXT)
+    if isinstance(value, list):
+        if len(value) > MAX_OBSERVED_ITEMS:
+            trimmed.append(f"{path} ({len(value)} items, kept {MAX_OBSERVED_ITEMS})")
+        return [_clip(v, path, trimmed, depth + 1) for v in value[:MAX_OBSERVED_ITEMS]]
+    if isinstance(value, dict):
+        if len(value) > 2 * MAX_OBSERVED_ITEMS:
+            trimmed.append(f"{path} ({len(value)} keys, kept {2 * MAX_OBSERVED_ITEMS})")
+        items = list(value.items())[: 2 * MAX_OBSERVED_ITEMS]
+        return {str(k)[:100]: _clip(v, f"{path}.{str(k)[:64]}", trimmed, depth + 1) for k, v in items}
+    if isinstance(value, float) and not math.isfinite(value):  # JSON has no NaN nor infinities
+        return None
+    return value if value is None or isinstance(value, bool | int | float) else None
+
+
+def _limit(group: dict[str, Any], key: str, limit: int, path: str, trimmed: list[str]) -> None:
+    """A known text key cut to meshdash's bound for it (nodes/report_schema.py)."""
+    if isinstance(group.get(key), str):
+        group[key] = _clip_text(group[key], f"{path}.{key}", trimmed, limit)
+
+
+def _clip_text(value: str, path: str, trimmed: list[str], limit: int) -> str:
+    if len(value) > limit:
+        trimmed.append(f"{path} ({len(value)} characters, kept {limit})")
+    # meshdash cannot store NUL nor a lone surrogate (PostgreSQL text, UTF-8): replaced, not refused.
+    return UNSTORABLE.sub("?", value[:limit])
 
 
 # --- The spool: nothing is lost while meshdash is down ----------------------------------------
@@ -557,8 +878,14 @@ class _ProxyHandler(BaseHTTPRequestHandler):
             self.close_connection = True  # the unread body must not be parsed as the next request
             message = json.dumps({"error": {"message": refusal[1]}}).encode()
             return self._answer(refusal[0], "application/json", message)
+        upstream = upstream_target(agent.config.upstream_url or agent.config.node_url, self.path)
+        if upstream is None:
+            self.close_connection = True
+            path_only = "The request target must be a path, like /v1/chat/completions."
+            return self._answer(
+                400, "application/json", json.dumps({"error": {"message": path_only}}).encode()
+            )
         body = self.rfile.read(length) if length else None
-        upstream = (agent.config.upstream_url or agent.config.node_url).rstrip("/") + self.path
         headers = {k: v for k, v in self.headers.items() if k.lower() in FORWARDED_HEADERS}
         request = urllib.request.Request(upstream, data=body, headers=headers, method=self.command)  # noqa: S310
         try:
@@ -612,6 +939,20 @@ class _ProxyHandler(BaseHTTPRequestHandler):
 
     def _spool_report(self, agent: Agent, timings: Any) -> bool:
         return isinstance(timings, dict) and agent.report_timings(timings)
+
+
+def upstream_target(base: str, target: str) -> str | None:
+    """The node URL a proxied request goes to: ``base`` with the request's path and query, or None when
+    the request target is not a plain path. Only the origin-form (``/v1/...``) is forwarded, and the
+    result must keep ``base``'s scheme and host:port: a target like ``:8080/admin`` or ``@host/`` glued
+    to a base without a port would otherwise reach another port or host (issue 48)."""
+    if not target.startswith("/") or target.startswith("//") or "\\" in target:
+        return None
+    url = base.rstrip("/") + target
+    want, got = urlsplit(base), urlsplit(url)
+    if (got.scheme, got.netloc) != (want.scheme, want.netloc):
+        return None
+    return url
 
 
 def request_length(headers: Any) -> tuple[int, tuple[int, str] | None]:

@@ -332,6 +332,114 @@ class BatchIn(_Strict):
 Text200 = Annotated[str, Strict(), Field(max_length=200)]
 
 
+# --- What a node says about itself (docs/node-report.md section 5) -----------------------------
+# Known keys are typed and bounded; unknown keys are kept as the node sent them, within the same byte
+# and depth caps as a raw stage (an older or newer node's extra fields are normal). The agent trims a
+# hostile group before sending it and names what it cut in ``Observations.trimmed``; what reaches here
+# past these caps is refused naming the field, and the run's earlier registration is kept.
+MAX_OBSERVED_BYTES = 8 * 1024  # one group (the serving strategy, the split readiness, ...): ~1 KiB real
+MAX_OBSERVED_ITEMS = 32
+Text64 = Annotated[str, Strict(), Field(max_length=64)]
+Text600 = Annotated[str, Strict(), Field(max_length=600)]
+Count = Annotated[int, Strict(), Field(ge=0, le=10**12)]
+
+
+def _check_observed(value: Any) -> Any:
+    if _depth(value) > MAX_DEPTH // 2 or len(canonical_json(value)) > MAX_OBSERVED_BYTES:
+        raise PydanticCustomError("too_large", "it should be at most 8 KiB and 8 levels deep")
+    return value
+
+
+class _Observed(BaseModel):
+    """A group of what the node reports: its known keys typed, the others kept."""
+
+    model_config = ConfigDict(extra="allow", allow_inf_nan=False, frozen=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _check_size(cls, data: Any) -> Any:
+        return _check_observed(data)
+
+
+class StrategyDecision(_Observed):
+    """One axis a serving strategy decided (``StrategyDecision`` in serving_strategy.rs)."""
+
+    axis: Annotated[str, Strict(), Field(max_length=100)]
+    value: Annotated[str, Strict(), Field(max_length=300)] = ""
+    because: Text600 = ""
+
+
+class ServingStrategy(_Observed):
+    """``/api/status`` ``runtime.serving_strategy``: what ``--strategy`` composed (#2112)."""
+
+    strategy: Text64 | None = None
+    applied: list[StrategyDecision] = Field(default_factory=list, max_length=MAX_OBSERVED_ITEMS)
+    declined: list[StrategyDecision] = Field(default_factory=list, max_length=MAX_OBSERVED_ITEMS)
+
+    def speculative(self) -> str:
+        """The ``speculative.strategy`` it set where the operator had left it unset, or ""."""
+        return next((d.value for d in self.applied if d.axis == "speculative.strategy"), "")
+
+
+class ReadinessBlocker(_Observed):
+    reason: Annotated[str, Strict(), Field(max_length=100)] = ""
+    count: Count = 0
+    short_node_ids: list[Annotated[str, Strict(), Field(max_length=100)]] = Field(
+        default_factory=list, max_length=MAX_OBSERVED_ITEMS
+    )
+    recommendation: Text600 = ""
+
+
+class SplitReadiness(_Observed):
+    """``GET /api/diagnostics/split-readiness?model_ref=``: whether a split can form, and why not."""
+
+    model_ref: Annotated[str, Strict(), Field(max_length=300)] = ""
+    verdict: Text64 = ""
+    participant_count: Count | None = None
+    exclusion_count: Count | None = None
+    blockers: list[ReadinessBlocker] = Field(default_factory=list, max_length=MAX_OBSERVED_ITEMS)
+    recommendations: list[Text600] = Field(default_factory=list, max_length=MAX_OBSERVED_ITEMS)
+
+
+class Provenance(_Observed):
+    """The newest ``ServingProvenance`` of an ``openai.exchange.v1`` terminal event for the run's model,
+    with the envelope's ``dispatch_path`` and ``usage`` beside it."""
+
+    served_by_node_id: Text200 = ""
+    model_canonical_ref: Annotated[str, Strict(), Field(max_length=300)] = ""
+    model_revision: Text200 = ""
+    weights_digest: Text200 = ""
+    model_identity_hash: Text200 = ""
+    dispatch_path: Text64 = ""
+
+
+class StageAdmission(_Observed):
+    """A stage snapshot's ``admission`` (``StageAdmissionDescriptor``): the exact package it loaded."""
+
+    package_id: Text200 = ""
+    plan_id: Text200 = ""
+
+
+class Observations(_Strict):
+    """What the node said about itself when the agent registered the run (docs/node-report.md 5)."""
+
+    serving_strategy: ServingStrategy | None = None
+    twin_policy: Annotated[Any, AfterValidator(_check_observed)] = None
+    draft_name: Annotated[str, Strict(), Field(max_length=300)] | None = None
+    split_readiness: SplitReadiness | None = None
+    provenance: Provenance | None = None
+    not_reported: list[Text64] = Field(
+        default_factory=list,
+        max_length=16,
+        description="What this node's version does not report (older nodes): said so, never guessed.",
+    )
+    trimmed: list[Annotated[str, Strict(), Field(max_length=200)]] = Field(
+        default_factory=list,
+        max_length=64,
+        description="What the agent cut or dropped from a hostile or oversized value: stored flagged.",
+    )
+
+
 class RunStage(_Strict):
     """One stage of a run as the node's console API lists it (``GET /api/runtime/stages``)."""
 
@@ -353,6 +461,7 @@ class RunStage(_Strict):
     raw: Annotated[dict[str, Any], AfterValidator(_check_raw_stage)] | None = Field(
         default=None, description="The stage object as the node's console API listed it (at most 4 KiB)."
     )
+    admission: StageAdmission | None = Field(default=None, description="The package the stage loaded.")
 
 
 class RunIn(_Strict):
@@ -368,6 +477,9 @@ class RunIn(_Strict):
     version: Annotated[str, Strict(), Field(max_length=100)] = Field(default="", description="/api/status")
     stages: list[RunStage] = Field(default_factory=list, max_length=64)
     devices: Annotated[list[dict[str, Any]], AfterValidator(_check_devices)] = Field(default_factory=list)
+    observations: Observations | None = Field(
+        default=None, description="What the node says about itself: serving strategy, split readiness, ..."
+    )
 
     def stage_splits(self) -> str:
         ranges = sorted((s.layer_start, s.layer_end) for s in self.stages)

@@ -1,4 +1,5 @@
-"""The read-only JSON API: ``GET /api/v1/packages`` and ``GET /api/v1/packages/<owner>/<name>``.
+"""The read-only JSON API: ``GET /api/v1/packages``, ``GET /api/v1/packages/<owner>/<name>`` and
+``GET /api/v1/nodes/<name>`` (what a node ran, what it says about itself, and the advice for each).
 
 Same filters and selectors as the HTML catalog; every error is ``{"error": "<one sentence>"}``.
 """
@@ -19,11 +20,12 @@ from django.urls import reverse
 from pydantic import BaseModel, Field
 
 from packages_app import certify_reports, fleet, queries, verdicts
+from packages_app.audit.advice import Advice
 from packages_app.audit.assessment import Assessment
 from packages_app.models import Package, Revision
 from packages_app.throughput import Plan, RevisionThroughput, revision_throughput
 from packages_app.web import access
-from packages_app.web.forms import CatalogFilterForm
+from packages_app.web.forms import WINDOW_DAYS, CatalogFilterForm
 
 JsonView = Callable[..., JsonResponse]
 
@@ -218,6 +220,8 @@ def _history_entry(revision: Revision) -> dict[str, Any]:
 def _audit_json(revision: Revision) -> dict[str, Any]:
     audit = revision.audit if isinstance(revision.audit, dict) else {}
     throughput = revision_throughput(revision.pk, page=False)
+    assessment = Assessment.from_json(revision.assessment)
+    judged = fleet.plan_advice(revision.pk, assessment, throughput.plans) if throughput else []
     alert = asdict(throughput.alert) if throughput and throughput.alert else None
     return {
         "verdict": revision.verdict or None,
@@ -229,7 +233,7 @@ def _audit_json(revision: Revision) -> dict[str, Any]:
         "compatibility": queries.audit_compatibility(revision),
         "suggested_generation": audit.get("suggested_generation"),
         "request_defaults": audit.get("request_defaults"),
-        "throughput": _throughput_summary(throughput),
+        "throughput": _throughput_summary(throughput, judged),
         "alerts": [alert] if alert else [],
     }
 
@@ -248,9 +252,12 @@ def _empty_audit() -> dict[str, Any]:
     return {**dict.fromkeys(keys), "problems": [], "alerts": [], "compatibility": []}
 
 
-def _throughput_summary(throughput: RevisionThroughput | None) -> dict[str, Any] | None:
+def _throughput_summary(
+    throughput: RevisionThroughput | None, judged: list[fleet.PlanAdvice] | None = None
+) -> dict[str, Any] | None:
     if not throughput:
         return None
+    plans = [{**_plan_json(p.plan), "advice": advice_json(p.advice)} for p in judged or []]
     # The time series and the raw recent reports stay on the HTML page; the API gives the figures.
     return _rounded_figures(
         {
@@ -262,13 +269,73 @@ def _throughput_summary(throughput: RevisionThroughput | None) -> dict[str, Any]
             "stage_splits": throughput.stage_splits,
             "moved": throughput.moved,
             "refused": throughput.refused,
-            "plans": [_plan_json(plan) for plan in throughput.plans],
+            "plans": plans or [_plan_json(plan) for plan in throughput.plans],
         }
     )
 
 
 def _plan_json(plan: Plan) -> dict[str, Any]:
     return {**vars(plan), "last_seen": plan.last_seen.isoformat() if plan.last_seen else None}
+
+
+def advice_json(advice: Advice) -> dict[str, Any]:
+    """One advice as every surface gives it: its cause, the sentence, and what it rests on."""
+    return {
+        "cause": advice.cause.value,
+        "label": advice.cause.label,
+        "needs_action": advice.needs_action,
+        "text": advice.text,
+        "observed": advice.observed or None,
+        "release": advice.release,
+        "predicted": advice.predicted or None,
+        "prediction": advice.prediction or None,
+        "observation": advice.observation or None,
+    }
+
+
+@read_only
+def node_detail(request: HttpRequest, name: str) -> JsonResponse:
+    """One node: what it served in the window (``days``, as on its page), the advice for each revision,
+    and what it says about itself (its newest run's observations)."""
+    raw = request.GET.get("days", "")
+    days = int(raw) if raw.isdigit() and int(raw) in WINDOW_DAYS else fleet.DEFAULT_WINDOW_DAYS
+    rows = fleet.node_rows(
+        fleet.window_start(days), name=name, show_private=access.can_see_private(request.user)
+    )
+    if not rows:
+        return error(f"No node named {name} is registered.", 404)
+    row = rows[0]
+    return JsonResponse(
+        {
+            "name": row.node.name,
+            "version": row.version or None,
+            "devices": row.devices,
+            "certification": row.certification or None,
+            "needs_action": row.needs_action,
+            "days": days,
+            "observations": row.observations or {},
+            "serving": [_serving_json(s) for s in row.serving],
+        }
+    )
+
+
+def _serving_json(s: fleet.NodeServing) -> dict[str, Any]:
+    return {
+        "repo_id": s.repo_id,
+        "commit_sha": s.commit_sha,
+        "status": s.status.value,
+        "is_latest": s.is_latest,
+        "identity": s.identity or None,
+        "identity_label": s.identity_label or "named in reports",
+        "stage_splits": s.stage_splits,
+        "topology_id": s.topology_id,
+        "reports": s.reports,
+        "tps": s.tps,
+        "requested_strategy": s.requested,
+        "effective_strategy": s.effective,
+        "version": s.version or None,
+        "advice": advice_json(s.advice),
+    }
 
 
 # --- the response shapes, for the OpenAPI document (openapi.py) and the tests -------------------
@@ -413,6 +480,60 @@ class StrategyPlanOut(BaseModel):
     from_spans: int = Field(description="How many of the reports came from OTLP stage.openai_decode spans.")
     tps: float | None
     last_seen: datetime | None
+    unused: int = Field(default=0, description="Its reports showing MTP weights unused.")
+    advice: AdviceOut | None = Field(default=None, description="The node's advice, judged on its release.")
+
+
+class AdviceOut(BaseModel):
+    """What a node should do about a revision (packages_app.audit.advice.Advice), the same sentence as its
+    pages give."""
+
+    cause: str = Field(description="A cause of the vocabulary (GET /glossary/#causes).")
+    label: str
+    needs_action: bool
+    text: str
+    observed: str | None = Field(
+        description="The node's own fact it rests on: serving-strategy, sidecar-draft, "
+        "manifest-declares-none, operator-setting, served-bytes; 'predicted' when the node says nothing "
+        "and the prediction stays; "
+        "'break-even-gate (possible)' for a cause mesh-llm reports no signal for."
+    )
+    release: str | None
+    predicted: str | None
+    prediction: str | None = Field(description="A contradiction's predicted side.")
+    observation: str | None = Field(description="A contradiction's observed side.")
+
+
+class NodeServingOut(BaseModel):
+    repo_id: str
+    commit_sha: str
+    status: str
+    is_latest: bool
+    identity: str | None = Field(description="confirmed | other | unaudited; null: the node names no bytes.")
+    identity_label: str
+    stage_splits: str
+    topology_id: str
+    reports: int
+    tps: float | None
+    requested_strategy: str
+    effective_strategy: str
+    version: str | None
+    advice: AdviceOut
+
+
+class NodeDetailOut(BaseModel):
+    """One node (GET /api/v1/nodes/<name>)."""
+
+    name: str
+    version: str | None
+    devices: list[str]
+    certification: str | None
+    needs_action: bool
+    days: int
+    observations: dict[str, Any] = Field(
+        description="What the node says about itself (docs/node-report.md section 5), as registered."
+    )
+    serving: list[NodeServingOut]
 
 
 class ThroughputSummaryOut(BaseModel):

@@ -120,7 +120,7 @@ def runs_register(request: HttpRequest, node: Node, data: Any) -> HttpResponse:
                 "index": index,
                 "status": 200,
                 "run_id": outcome.run_id,
-                "revision_linked": outcome.revision_id is not None,
+                "revision_linked": outcome.linked_publicly,
                 "reports_linked": outcome.reports_linked,
             }
         )

@@ -81,6 +81,8 @@ def topology_detail(request: HttpRequest, topology_id: str) -> HttpResponse:
         "topology_id": topology_id,
         "runs": ran.runs,
         "hidden": ran.hidden,
+        "readiness": ran.readiness,
+        "readiness_node": ran.readiness_node,
         "main": main,
         "days": days,
         "windows": WINDOW_DAYS,

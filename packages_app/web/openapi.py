@@ -28,6 +28,7 @@ from packages_app.nodes.report_schema import (
 from packages_app.web.api_read import (
     CertifyReportOut,
     ManifestCheckOut,
+    NodeDetailOut,
     PackageDetailOut,
     PackageListOut,
     catalog_query_parameters,
@@ -48,6 +49,7 @@ SCHEMA_MODELS: list[tuple[type[BaseModel], JsonMode]] = [
     (PackageDetailOut, "serialization"),
     (ManifestCheckOut, "serialization"),
     (CertifyReportOut, "serialization"),
+    (NodeDetailOut, "serialization"),
 ]
 
 
@@ -326,6 +328,28 @@ def _path_package() -> PathItem:
     return "/api/v1/packages/{owner}/{name}", {"get": operation}
 
 
+def _path_node() -> PathItem:
+    days = {
+        "name": "days",
+        "in": "query",
+        "required": False,
+        "schema": {"type": "integer", "enum": [1, 7, 30, 90]},
+        "description": "The window, as on the node's page (default 7).",
+    }
+    name = {"name": "name", "in": "path", "required": True, "schema": {"type": "string", "maxLength": 100}}
+    operation = {
+        "operationId": "node_detail",
+        "summary": "One node: what it served, the advice for each revision, what it says about itself.",
+        "parameters": [name, days],
+        "responses": {
+            "200": {"description": "The node.", **json_content(ref("NodeDetailOut"))},
+            "404": error("No node of that name is registered."),
+            **read_errors(),
+        },
+    }
+    return "/api/v1/nodes/{name}", {"get": operation}
+
+
 def _path_parameter(name: str) -> dict[str, Any]:
     schema = {"type": "string", "pattern": "^[A-Za-z0-9._-]{1,96}$"}
     return {"name": name, "in": "path", "required": True, "schema": schema}
@@ -340,6 +364,7 @@ PATHS: list[Callable[[], PathItem]] = [
     _path_openapi,
     _path_packages,
     _path_package,
+    _path_node,
     _path_check_manifest,
     _path_certify_reports,
     _path_hub_webhook,

@@ -319,7 +319,13 @@ def _mtp_blocks(detected: dict[str, Any]) -> list[int]:
 
 # What the package page's headline box lists of the nodes' plans: contradictions and the causes that
 # concern the revision itself (the plans table lists every node).
-NODE_NOTES = (Cause.CONTRADICTION, Cause.MTP_UNUSED, Cause.UNKNOWN_RELEASE, Cause.UNCERTIFIED)
+NODE_NOTES = (
+    Cause.CONTRADICTION,
+    Cause.SERVED_BYTES,
+    Cause.MTP_UNUSED,
+    Cause.UNKNOWN_RELEASE,
+    Cause.UNCERTIFIED,
+)
 
 
 def _throughput_charts(

@@ -57,4 +57,5 @@ urlpatterns = [
     path("api/v1/openapi.json", api.openapi_json, name="api_openapi"),
     path("api/v1/packages", api_read.packages_list, name="api_packages"),
     path("api/v1/packages/<str:owner>/<str:name>", api_read.package_detail, name="api_package"),
+    path("api/v1/nodes/<path:name>", api_read.node_detail, name="api_node"),
 ]

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from packages_app.devnode.payloads import VERSION, RunPlan, StagePlan
+from packages_app.devnode.payloads import NEW_FIELDS, SERVING_STRATEGIES, VERSION, RunPlan, StagePlan
 from packages_app.devnode.server import DevNode, OtlpTarget
 
 
@@ -23,7 +24,12 @@ class Command(BaseCommand):
         parser.add_argument("--run-id", default="run-0001")
         parser.add_argument("--node-id", default="devnode-a")
         parser.add_argument("--layers", type=int, default=41, help="block count, split over two stages")
-        parser.add_argument("--requested", default="auto", help="llama_stage.spec.requested_strategy")
+        parser.add_argument(
+            "--requested",
+            default=None,
+            help="the operator's speculative.strategy, llama_stage.spec.requested_strategy (default: unset, "
+            "which runs as auto unless --serving-strategy sets one)",
+        )
         parser.add_argument("--effective", default="native-mtp", help="llama_stage.spec.effective_strategy")
         parser.add_argument("--tps", type=float, default=40.0, help="mean decode tokens/s")
         parser.add_argument(
@@ -43,6 +49,27 @@ class Command(BaseCommand):
             "--mesh-version", default=VERSION, help="the mesh-llm version /api/status reports"
         )
         parser.add_argument("--error", help="the stages failed to load with this error (mesh-llm's text)")
+        parser.add_argument(
+            "--serving-strategy",
+            choices=SERVING_STRATEGIES,
+            help="mesh-llm --strategy: interactive and throughput set speculative.strategy where "
+            "--requested is unset",
+        )
+        parser.add_argument("--draft-name", help="/api/status draft_name (a draft model beside the package)")
+        parser.add_argument("--package-id", help="each stage's admission.package_id (default: none reported)")
+        parser.add_argument(
+            "--model-revision", help="the exchanges' model_revision (default: a 40-hex --ref)"
+        )
+        parser.add_argument("--weights-digest", help="the exchanges' weights_digest")
+        parser.add_argument("--excluded-peer", help="a peer split readiness excludes (old stage protocol)")
+        parser.add_argument("--exchange-log", help="append each completion's openai.exchange.v1 event here")
+        parser.add_argument(
+            "--without",
+            action="append",
+            default=[],
+            choices=(*NEW_FIELDS, "all"),
+            help="a field of docs/node-report.md section 5 this node's version does not report (repeatable)",
+        )
         parser.add_argument(
             "--exit-after-requests", action="store_true", help="exit once --requests completions are served"
         )
@@ -87,14 +114,29 @@ class Command(BaseCommand):
                     "stage-1", f"{options['node_id']}-peer", half, options["layers"], "Metal", certification
                 ),
             ),
-            requested_strategy=options["requested"],
+            requested_strategy=options["requested"] or "auto",
+            operator_strategy=options["requested"] is not None,
+            serving_strategy=options["serving_strategy"],
+            draft_name=options["draft_name"],
+            package_id=options["package_id"],
+            model_revision=options["model_revision"],
+            weights_digest=options["weights_digest"],
+            excluded_peer=options["excluded_peer"],
+            reports=_reports(options["mesh_version"], options["without"]),
             effective_strategy=options["effective"],
             decode_tps=options["tps"],
             version=options["mesh_version"],
             error=options["error"],
         )
         otlp = OtlpTarget(options["otlp"], options["token"], options["gzip"]) if options["otlp"] else None
-        node = DevNode(plan, host=options["host"], port=options["port"], otlp=otlp, seed=options["seed"])
+        node = DevNode(
+            plan,
+            host=options["host"],
+            port=options["port"],
+            otlp=otlp,
+            seed=options["seed"],
+            exchange_log=options["exchange_log"],
+        )
         return node
 
 
@@ -102,3 +144,16 @@ def _drive(node: DevNode, requests: int, every: float) -> None:
     for _ in range(requests):
         node.complete({"messages": [{"role": "user", "content": "demo"}], "max_tokens": 256})
         time.sleep(every)
+
+
+def _reports(version: str, without: list[str]) -> tuple[str, ...]:
+    """Which docs/node-report.md section-5 fields the node emits: none before 0.78.0 (which release first
+    carried each is not pinned down; devnode's imitation puts them all at 0.78.0), less ``--without``."""
+    if "all" in without or _older(version, (0, 78, 0)):
+        return ()
+    return tuple(field for field in NEW_FIELDS if field not in without)
+
+
+def _older(version: str, than: tuple[int, ...]) -> bool:
+    parts = [int(p) for p in re.findall(r"\d+", version)[:3]]
+    return bool(parts) and tuple(parts) < than
