@@ -45,6 +45,8 @@ NOT_PAGES = {
     "api_packages": "JSON: nothing laid out (tests/test_views_api.py)",
     "api_package": "JSON: nothing laid out (tests/test_views_api.py)",
     "api_openapi": "JSON: nothing laid out (tests/test_views_api.py)",
+    "api_node": "JSON: nothing laid out (tests/test_fleet_observed.py)",
+    "api_certify_reports": "JSON API: a node's POST, a reader's list (tests/test_certify_reports.py)",
     "api_ping": "JSON: nothing laid out",
     "logout": "POST only",
     "package_untrack": "operator action: POST only, behind sign-in",
