@@ -390,7 +390,8 @@ def wait_until_settled(port: int) -> None:
     time.sleep(20)  # the nodes keep reporting: let the new phase's reports arrive
 
 
-FIRST_STORY = {"demo-llama", "demo-glm", "demo-glm51", "demo-local"}  # as the four-questions test reads it: no demo-qwen
+# As the four-questions test reads it: demo-local serves unaudited bytes; no demo-qwen, which moved on.
+FIRST_STORY = {"demo-llama", "demo-glm", "demo-glm51", "demo-local"}
 
 
 def test_a_second_make_run_tells_the_same_story_as_the_first(demo: Demo) -> None:
