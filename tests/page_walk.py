@@ -15,6 +15,7 @@ text cut on purpose with an ellipsis is not content lost; plotly's own layers ar
 
 from __future__ import annotations
 
+import functools
 import urllib.parse
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -93,6 +94,7 @@ class Walk:
     statuses: dict[str, int] = field(default_factory=dict)
 
 
+@functools.cache
 def route_name(path: str) -> str | None:
     """The URL name Django routes a path to (``admin:...`` for the admin), None when nothing does."""
     from django.urls import Resolver404, resolve
@@ -136,6 +138,16 @@ def same_origin_links(page: Any, base: str) -> list[str]:
     return paths
 
 
+def _next_index(queue: list[str], per_route: dict[str, int]) -> int:
+    """The first queued path of a route not walked yet, else the first: every kind of page is reached
+    before MAX_PAGES runs out on a dozen of each of the others."""
+    for index, path in enumerate(queue):
+        name = route_name(path.split("?")[0])
+        if name is not None and name not in per_route and name not in NOT_PAGES:
+            return index
+    return 0
+
+
 def walk_pages(browser: Any, base: str, admin_path: str, viewports: Sequence[dict[str, int]]) -> Walk:
     """Open every page reachable from the seeds (up to PER_ROUTE per pattern) at each viewport."""
     walk = Walk()
@@ -145,7 +157,7 @@ def walk_pages(browser: Any, base: str, admin_path: str, viewports: Sequence[dic
     pages = [context.new_page() for context in contexts]
     try:
         while queue and len(walk.visited) < MAX_PAGES:
-            path = queue.pop(0)
+            path = queue.pop(_next_index(queue, per_route))
             name = route_name(path.split("?")[0])
             if path in walk.visited or name is None or name in NOT_PAGES:
                 continue
