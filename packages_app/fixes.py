@@ -609,9 +609,3 @@ def fail_abandoned_openings() -> int:
         "Check the Hub, and propose again if needed.",
         checked_at=timezone.now(),
     )
-
-
-def proposals_for_pr(repo_id: str, number: int) -> list[int]:
-    return list(
-        FixProposal.objects.filter(package__repo_id=repo_id, pr_number=number).values_list("pk", flat=True)
-    )

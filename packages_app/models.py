@@ -74,10 +74,6 @@ class Package(models.Model):
         return self.repo_id.split("/", 1)[0]
 
     @property
-    def is_public(self) -> bool:
-        return self.private is False
-
-    @property
     def name(self) -> str:
         return self.repo_id.split("/", 1)[-1]
 

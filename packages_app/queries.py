@@ -398,11 +398,6 @@ def catalog_architectures(show_private: bool = False) -> list[str]:
     return list(names)
 
 
-def catalog_facets(filters: CatalogFilters, show_private: bool = False) -> dict[str, int]:
-    """How many packages each verdict would show, given every other filter."""
-    return catalog_counts(filters, show_private).facets
-
-
 def catalog_page(
     filters: CatalogFilters, page_number: int, per_page: int, clamp: bool = True, show_private: bool = False
 ) -> CatalogResult:

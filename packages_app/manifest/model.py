@@ -183,12 +183,6 @@ class Manifest:
     request_defaults: bool = False
     publisher_metadata: bool = False
 
-    @property
-    def package_id_matches(self) -> bool | None:
-        if self.computed_package_id is None:
-            return None
-        return self.package_id == self.computed_package_id
-
     def layer_files(self) -> dict[int, str]:
         """Layer index -> the path of its (first part's) file."""
         found: dict[int, tuple[int, str]] = {}
