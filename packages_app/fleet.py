@@ -551,6 +551,20 @@ def node_rows(
     return [r for r in rows if r.needs_action] if needs_action else rows
 
 
+def judged_rows(
+    nodes: list[Node], since: datetime, show_private: bool, among: NodeIds | None = None
+) -> list[NodeRow]:
+    """The nodes' rows for their judgement only, as ``node_rows(placed=False)`` judges every node for the
+    needing-action list (packages_app.judgements keeps each node's)."""
+    return _rows_of(nodes, since, show_private, NODES_PAGE_ROWS, placed=False, among=among)
+
+
+def rows_of_nodes(node_ids: Sequence[int], since: datetime, show_private: bool) -> list[NodeRow]:
+    """The whole rows of these nodes (a page of /nodes/), those needing action first, then by name."""
+    found = Node.objects.in_bulk(list(node_ids))
+    return _rows_of([found[i] for i in node_ids if i in found], since, show_private, NODES_PAGE_ROWS)
+
+
 NodeIds = list[int] | QuerySet[Node, int]  # ids, or a query selecting them (``values_list("pk", flat=True)``)
 
 

@@ -21,7 +21,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from packages_app import audit as auditing
-from packages_app import hub, inspection
+from packages_app import hub, inspection, judgements
 from packages_app import manifest as manifests
 from packages_app.audit.releases import refused_key
 from packages_app.gguf_header import GGUFHeader
@@ -66,6 +66,7 @@ def _record_listed_privacy(package: Package, private: bool) -> None:
     if package.private is private or (package.private is True and not private):
         return
     Package.objects.filter(pk=package.pk).update(private=private)
+    judgements.packages_changed([package.pk])
     package.private = private
 
 
@@ -242,6 +243,7 @@ def _revision_for_commit(package: Package, commit: hub.CommitInfo) -> Revision:
 def _refresh_latest(package: Package) -> None:
     latest = package.revisions.order_by(F("committed_at").desc(nulls_last=True), "-id").first()
     Package.objects.filter(pk=package.pk).update(latest_revision=latest)
+    judgements.packages_changed([package.pk])
 
 
 # --- claiming ---------------------------------------------------------------------------------
@@ -355,6 +357,7 @@ def record_privacy(package: Package, source: hub.PackageSource) -> None:
     private = getattr(source, "private", None)
     if private is not None and private != package.private:
         Package.objects.filter(pk=package.pk).update(private=private)
+        judgements.packages_changed([package.pk])
         package.private = private
 
 
@@ -549,15 +552,24 @@ def _small_int(value: object) -> int | None:
 # --- audit ------------------------------------------------------------------------------------
 
 
-def audit_revision(rev: Revision) -> auditing.Audit:
-    """(Re)compute a revision's audit from what is stored; no Hub access."""
+def audit_revision(rev: Revision, judge: bool = True) -> auditing.Audit:
+    """(Re)compute a revision's audit from what is stored; no Hub access. With ``judge``, the nodes whose
+    judgement reads it are judged anew (packages_app.judgements), in a transaction with the audit."""
     rev.refresh_from_db()
     manifest = bytes(rev.manifest_bytes) if rev.manifest_bytes is not None else None
     result = audit_stored(rev, manifest)
     doc = cap_audit(result.to_json())
-    detected, declared = doc["detected"], doc["declared"]
     assessment = result.assessment
     assert assessment is not None  # audit() always assesses
+    with transaction.atomic():
+        _store_audit(rev, doc, assessment)
+        if judge:
+            judgements.revisions_changed([rev.pk])
+    return result
+
+
+def _store_audit(rev: Revision, doc: dict[str, Any], assessment: Any) -> None:
+    detected, declared = doc["detected"], doc["declared"]
     Revision.objects.filter(pk=rev.pk).update(
         verdict=doc["verdict"],
         headline=assessment.status.value,
@@ -571,7 +583,6 @@ def audit_revision(rev: Revision) -> auditing.Audit:
         nextn_predict_layers=_small_int(detected.get("nextn_predict_layers")),
         refused_by=refused_key(doc.get("compatibility") or []),
     )
-    return result
 
 
 def cap_audit(doc: dict[str, Any]) -> dict[str, Any]:
@@ -607,9 +618,10 @@ def reaudit_all(progress: ProgressFn | None = None) -> int:
     audited = Revision.objects.filter(Q(status=Revision.Status.DONE) | Q(audit__isnull=False))
     ids = list(audited.values_list("pk", flat=True))
     for i, pk in enumerate(ids, 1):
-        audit_revision(Revision.objects.get(pk=pk))
+        audit_revision(Revision.objects.get(pk=pk), judge=False)
         if progress:
             progress(i, len(ids))
+    judgements.judge(None)  # every node once, rather than its nodes again for each revision
     return len(ids)
 
 

@@ -899,3 +899,41 @@ class CertifyReport(models.Model):
 
     def __str__(self) -> str:
         return f"{self.model_id or self.manifest_sha256[:12]}: {self.summary}"
+
+
+class NodeJudgement(models.Model):
+    """Each node's judgement over the default window (fleet.DEFAULT_WINDOW_DAYS), kept rather than made per
+    request: whether it needs action, its most urgent advice and the revision it is about, and the rank the
+    needing-action list sorts it by, once for visitors (``private`` false: public packages only) and once
+    for those who see private packages. Written by packages_app.judgements in the transaction of whatever
+    changes it; ``valid_until`` is when the moving window changes it (a report leaving it, or its cells'
+    strategies changing at the next hour), ``basis`` the release matrix and rosters it was judged against.
+    ``manage.py rebuild_judgements`` writes the same rows from scratch."""
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="judgements")
+    private = models.BooleanField(help_text="Judged with private packages' revisions shown.")
+    node_name = models.CharField(max_length=100, help_text="Node.name, for the list's order.")
+    needs_action = models.BooleanField(default=False)
+    cause = models.CharField(max_length=32, blank=True, help_text="Its most urgent advice's cause, if any.")
+    cause_rank = models.IntegerField(default=0, help_text="That cause's rank (the list's first sort key).")
+    revision = models.ForeignKey(Revision, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    advice = models.JSONField(default=dict, blank=True, help_text="That advice's fields (api advice_json).")
+    valid_until = models.DateTimeField()
+    basis = models.CharField(max_length=32, help_text="The release matrix and rosters it was judged against.")
+    judged_at = models.DateTimeField(help_text="The clock it was judged at (the window's end).")
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["node", "private"], name="judgement_one_per_node")]
+        indexes = [
+            # The needing-action list: its page of rows in order, read from the index.
+            models.Index(
+                fields=["private", "-needs_action", "cause_rank", "node_name"], name="judgement_ranked"
+            ),
+            # The rows to judge anew: the window moved past them, or the matrix changed.
+            models.Index(fields=["valid_until"], name="judgement_expiry"),
+            models.Index(fields=["judged_at"], name="judgement_clock"),
+            models.Index(fields=["basis"], name="judgement_basis"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.node_name}: {self.cause or 'nothing to do'}"

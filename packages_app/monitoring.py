@@ -3,8 +3,8 @@ served revisions by headline status, nodes seen and silent, nodes needing action
 
 Every grouping is by a closed vocabulary (verdicts.Status, verdicts.Cause, Revision.Status), never by a
 repo or node name, so the series stay few whatever the catalog or the fleet grows to. A fixed number of
-queries (about 15, seven of them fleet.node_rows'); the edge caches the result for a few seconds so that
-several scrapers, or several web workers, do not multiply them.
+queries (about 10; nodes needing action from the kept judgements, packages_app.judgements); the edge
+caches the result for a few seconds so that several scrapers, or several web workers, do not multiply them.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from datetime import datetime, timedelta
 from django.db.models import Count, Max, Min
 from django.utils import timezone
 
-from packages_app import fleet
+from packages_app import judgements
 from packages_app.models import Node, Package, Report, Revision, Serving
-from packages_app.verdicts import Cause, Status
+from packages_app.verdicts import Status
 
 SERVED_WINDOW = timedelta(hours=1)
 SEEN_WINDOW = timedelta(hours=1)
@@ -75,7 +75,7 @@ def current_figures(now: datetime | None = None) -> Figures:
             last_seen_at__gte=now - SILENT_WINDOW,
             last_seen_at__lt=now - SILENT_AFTER,
         ).count(),
-        nodes_needing_action=nodes_needing_action(fleet.window_start(now=now)),
+        nodes_needing_action=judgements.needing_action_by_cause(now),
         rollup_lag=_rollup_lag(now),
     )
 
@@ -96,15 +96,6 @@ def _served_by_status(since: datetime) -> dict[str, int]:
         .annotate(n=Count("revision", distinct=True))
     )
     return by_status(list(rows))
-
-
-def nodes_needing_action(since: datetime) -> dict[str, int]:
-    """Nodes whose most urgent advice (fleet.NodeRow.advice) needs action, by its cause."""
-    counts = {cause.value: 0 for cause in Cause if cause.needs_action}
-    for row in fleet.node_rows(since, needs_action=True, show_private=True):
-        if row.advice is not None:
-            counts[row.advice.cause.value] = counts.get(row.advice.cause.value, 0) + 1
-    return counts
 
 
 def _rollup_lag(now: datetime) -> float:

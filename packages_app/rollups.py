@@ -34,7 +34,7 @@ on SQLite, so medians are medians there too.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -149,7 +149,26 @@ def add_reports(rows: Iterable[Report], *, using: str = "default") -> int:
             servings = servings_of(cells)
             upsert_serving(servings, using=using)
             upsert_last_served(servings, using=using)
+            if using == "default":
+                _serving_changed({node for _revision, node, _topology, _splits in servings if node})
     return added
+
+
+# What each node served changed (a report added, the rollups rebuilt): who is told, in the same transaction.
+ServingListener = Callable[[set[int] | None], None]  # the nodes whose Serving rows changed; None: any
+_LISTENERS: dict[str, ServingListener] = {}
+
+
+def when_serving_changes(name: str, listener: ServingListener) -> None:
+    """Call ``listener`` with the nodes whose Serving rows changed, inside the transaction that changed
+    them (packages_app.judgements keeps each node's judgement so); registered once by ``name``."""
+    _LISTENERS[name] = listener
+
+
+def _serving_changed(nodes: set[int] | None) -> None:
+    if nodes is None or nodes:
+        for listener in list(_LISTENERS.values()):
+            listener(nodes)
 
 
 def add_report_ids(ids: Sequence[int], *, using: str = "default") -> int:

@@ -27,7 +27,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 from pydantic import ValidationError
 
-from packages_app import metrics, reports, rollups
+from packages_app import judgements, metrics, reports, rollups
 from packages_app.models import Node, NodeRun, PackageFile, Report, Revision, RunClaim
 from packages_app.nodes import otlp
 from packages_app.nodes.report_schema import RunIn, Timings, canonical_json
@@ -228,6 +228,7 @@ def _run_upsert(node: Node, run: RunIn) -> RunOutcome:
         fields["observations"] = {**fields["observations"], "loaded": loaded}  # type: ignore[dict-item]
     NodeRun.objects.update_or_create(node=node, run_id=run.run_id, defaults=fields)
     linked = _link_span_reports(node, run.run_id, fields) if repo else 0
+    judgements.judge([node.pk])  # what it registered is judged now, in the registration's transaction
     unknown = (repo, sha) if repo and revision_id is None else None
     told = may_tell_linked(revision_id)
     return RunOutcome(run.run_id, revision_id, linked, unknown_revision=unknown, linked_publicly=told)

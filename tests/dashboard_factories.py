@@ -13,7 +13,7 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from packages_app import reports
+from packages_app import judgements, reports
 from packages_app.audit.assessment import synthetic
 from packages_app.audit.releases import known_releases
 from packages_app.layout import FileRole
@@ -282,6 +282,7 @@ def make_revision(
     if latest:
         Package.objects.filter(pk=package.pk).update(latest_revision=revision)
         package.latest_revision = revision
+    judgements.revisions_changed([revision.pk])  # as an ingest's audit and its package's new latest do
     return revision
 
 

@@ -14,7 +14,7 @@ from django.shortcuts import render
 from django.utils.http import content_disposition_header
 from django.views.decorators.http import require_safe
 
-from packages_app import charts, fleet, glossary, queries, report_metrics, staticfinders
+from packages_app import charts, fleet, glossary, judgements, queries, report_metrics, staticfinders
 from packages_app.models import Package, Report, Revision
 from packages_app.verdicts import STATUSES_BY_RANK, VERDICTS_BY_RANK, ActionKind, Cause
 from packages_app.web import access
@@ -37,13 +37,18 @@ def nodes(request: HttpRequest) -> HttpResponse:
     action_only = request.GET.get("action") == "1" or request.GET.get("stale") == "1"
     private = access.can_see_private(request.user)
     since = fleet.window_start(days)
-    found = fleet.node_page(since, request.GET.get("page", 1), needs_action=action_only, show_private=private)
+    number = request.GET.get("page", 1)
+    if judgements.is_kept(days):  # the kept judgements (packages_app.judgements)
+        found = judgements.node_page(number, needs_action=action_only, show_private=private)
+    else:
+        found = fleet.node_page(since, number, needs_action=action_only, show_private=private)
     context = {
         "rows": found.rows,
         "page": found.page,
         "days": days,
         "windows": WINDOW_DAYS,
         "action_only": action_only,
+        "kept": judgements.is_kept(days),
     }
     return render(request, "packages_app/nodes.html", context)
 

@@ -20,6 +20,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
+from packages_app import judgements
 from packages_app.audit import releases
 from packages_app.audit.releases import MAX_RUNTIMES_BYTES, RuntimesError
 from packages_app.management.commands.import_roster import write_whole
@@ -50,6 +51,8 @@ class Command(BaseCommand):
         write_whole(target, updated.encode("utf-8"))
         releases.known_releases.cache_clear()
         releases.clear_release_lookups()
+        if not options["into"]:  # the matrix this process judges with changed: every node's judgement too
+            judgements.judge(None)
         self.stdout.write(
             f"imported {published.release}: Skippy ABI {published.skippy_abi}, {published.artifacts} native "
             f"runtimes, its roster inferred from its ABI, into {target}; run manage.py reaudit to re-judge"

@@ -19,6 +19,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
+from packages_app import judgements
 from packages_app.audit import certification
 from packages_app.audit.certification import MAX_ROSTER_BYTES, RosterError
 
@@ -55,6 +56,8 @@ class Command(BaseCommand):
         write_whole(folder / (name + certification.SOURCE_SUFFIX), certification.source_json(source).encode())
         write_whole(folder / (name + ".json"), data)
         certification.known_rosters.cache_clear()
+        if not options["into"]:  # the matrix this process judges with changed: every node's judgement too
+            judgements.judge(None)
         self.stdout.write(
             f"imported roster {name}: {roster.recipe.describe()}, {len(roster.architectures)} architectures, "
             f'from {source.describe()}; a release row can name it with roster = "{name}"'

@@ -14,7 +14,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from packages_app import rollups
+from packages_app import judgements, rollups
 
 
 class Command(BaseCommand):
@@ -41,4 +41,5 @@ class Command(BaseCommand):
             )
         start = time.perf_counter()
         reports = rollups.rebuild(options["revision"])
+        judgements.judge(None)  # what each node served was rebuilt: so is its judgement
         self.stdout.write(f"rolled up {reports} reports in {time.perf_counter() - start:.1f}s")

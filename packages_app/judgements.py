@@ -1,0 +1,300 @@
+"""Each node's judgement, kept (NodeJudgement) rather than made for every node on every request.
+
+"Which of my nodes need action" judged every node per request (fleet.node_rows): at 1,000 nodes 87 ms, most
+of it Python growing with the node count (issue 43). Here each node's judgement over the default window is
+stored, once per audience (public packages only, or with private ones), and the pages read one indexed
+query for the rows they show:
+
+- ``judge`` writes the rows of some nodes (or of all) in the caller's transaction, computed by the same code
+  the pages used (``fleet.judged_rows``, the needing-action list's judgement); ``rebuild`` (``manage.py
+  rebuild_judgements``) writes every node's rows from scratch, the same rows.
+- Whatever changes a judgement calls ``judge`` in its own transaction: a report stored (rollups.add_reports,
+  through reports.insert_claimed), a run registered (telemetry), an ingest or re-audit of a revision or its
+  package's latest or privacy changing (ingest: ``revisions_changed``), a release or roster imported
+  (``rebuild``), a node created or renamed (a row expired at once, below).
+- The window moves: a row is valid until its first report in the window leaves it, its last report showing
+  MTP unused leaves it, or (where its cells' strategies are read) the window's first hour moves on
+  (``_valid_until``); ``fresh`` judges anew the rows read past that, and those judged against another
+  release matrix or rosters than this process knows (``basis``), before a page reads them.
+
+Only the default window (fleet.DEFAULT_WINDOW_DAYS) is kept; a page asking for another judges as before.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from django.core.paginator import Paginator
+from django.db import transaction
+from django.db.models import Case, Count, F, Max, Min, Q, Value, When
+from django.db.models.signals import post_save
+from django.dispatch import receiver
+from django.utils import timezone
+
+from packages_app import fleet, rollups
+from packages_app.audit import certification, releases
+from packages_app.audit.advice import strategy_can_change_cause
+from packages_app.models import Node, NodeJudgement, NodeRun, Revision, Serving
+from packages_app.verdicts import Cause
+
+WINDOW_DAYS = fleet.DEFAULT_WINDOW_DAYS
+AUDIENCES = (
+    False,
+    True,
+)  # NodeJudgement.private: judged for visitors, and for those who see private packages
+CHUNK = 1000  # nodes judged a round: a list of ids in each query, not the whole fleet's
+FOREVER = datetime(9999, 1, 1, tzinfo=UTC)
+EXPIRED = datetime(2000, 1, 1, tzinfo=UTC)
+_JUST_AFTER = timedelta(microseconds=1)
+_FIELDS = ("node_name", "needs_action", "cause", "cause_rank", "revision", "advice", "valid_until", "basis")
+
+
+# --- what a judgement rests on ------------------------------------------------------------------
+
+_BASES: dict[tuple[int, int], tuple[Any, Any, str]] = {}
+
+
+def basis() -> str:
+    """The release matrix and rosters this process judges against, as a digest (their canonical JSON):
+    a row judged against others (a deploy with a new releases.toml, an import) is judged anew when read."""
+    known, rosters = releases.known_releases(), certification.known_rosters()
+    key = (id(known), id(rosters))
+    found = _BASES.get(key)
+    if found is None:
+        text = json.dumps(
+            [[dataclasses.asdict(r) for r in known], {k: dataclasses.asdict(v) for k, v in rosters.items()}],
+            sort_keys=True,
+            default=_canonical,
+        )
+        found = _BASES[key] = (known, rosters, hashlib.sha256(text.encode()).hexdigest()[:32])
+    return found[2]
+
+
+def _canonical(value: Any) -> Any:
+    return sorted(map(str, value)) if isinstance(value, set | frozenset) else str(value)
+
+
+# --- writing -------------------------------------------------------------------------------------
+
+
+def judge(node_ids: Iterable[int] | None = None, now: datetime | None = None) -> int:
+    """Judge these nodes (None: every node) over the default window ending ``now`` and store their rows,
+    in the caller's transaction (a savepoint of its own). Returns how many nodes were judged."""
+    now = now or timezone.now()
+    since = fleet.window_start(WINDOW_DAYS, now)
+    judged = 0
+    with transaction.atomic():
+        if node_ids is None:
+            everyone = Node.objects.order_by("name").only("pk", "name")
+            judged += _judge_nodes(list(everyone), since, everyone.values_list("pk", flat=True))
+        else:
+            ids = sorted(set(node_ids))
+            for start in range(0, len(ids), CHUNK):
+                nodes = list(Node.objects.filter(pk__in=ids[start : start + CHUNK]).only("pk", "name"))
+                judged += _judge_nodes(nodes, since, [n.pk for n in nodes])
+    return judged
+
+
+def rebuild(now: datetime | None = None) -> int:
+    """Every node's rows from scratch (``manage.py rebuild_judgements``): the rows ``judge`` keeps."""
+    with transaction.atomic():
+        NodeJudgement.objects.all().delete()
+        return judge(None, now)
+
+
+def revisions_changed(revision_ids: Iterable[int], now: datetime | None = None) -> int:
+    """Judge anew the nodes whose judgement may read these revisions: every node that served, in the
+    window, or registered a run of any revision of their packages (a package's latest changes what its
+    older revisions' nodes are told)."""
+    packages = Revision.objects.filter(pk__in=list(revision_ids)).values("package_id")
+    return packages_changed(packages, now)
+
+
+def packages_changed(package_ids: Any, now: datetime | None = None) -> int:
+    """``revisions_changed`` by package (ids, or a query selecting them)."""
+    now = now or timezone.now()
+    since = fleet.window_start(WINDOW_DAYS, now)
+    served = Serving.objects.filter(revision__package_id__in=package_ids, last_at__gte=since).exclude(
+        node_key=0
+    )
+    ran = NodeRun.objects.filter(revision__package_id__in=package_ids)
+    nodes = set(served.values_list("node_key", flat=True).distinct()) | set(
+        ran.values_list("node_id", flat=True).distinct()
+    )
+    return judge(nodes, now) if nodes else 0
+
+
+def _judge_nodes(nodes: list[Node], since: datetime, among: fleet.NodeIds) -> int:
+    if not nodes:
+        return 0
+    by_audience = {private: fleet.judged_rows(nodes, since, private, among) for private in AUDIENCES}
+    until = _valid_until([n.pk for n in nodes], since, by_audience)
+    digest, judged_at = basis(), since + timedelta(days=WINDOW_DAYS)
+    rows = [
+        _row(row, private, until.get(row.node.pk, FOREVER), digest, judged_at)
+        for private, judged in by_audience.items()
+        for row in judged
+    ]
+    NodeJudgement.objects.bulk_create(
+        rows,
+        update_conflicts=True,
+        unique_fields=["node", "private"],
+        update_fields=[*_FIELDS, "judged_at"],
+    )
+    return len(nodes)
+
+
+def _row(row: fleet.NodeRow, private: bool, until: datetime, digest: str, at: datetime) -> NodeJudgement:
+    advice = row.advice
+    about = next((s for s in row.serving if advice is not None and s.advice is advice), None)
+    return NodeJudgement(
+        node_id=row.node.pk,
+        private=private,
+        node_name=row.node.name,
+        needs_action=advice is not None,
+        cause=advice.cause.value if advice else "",
+        cause_rank=advice.cause.rank if advice else 0,
+        revision_id=about.revision_id if about else None,
+        advice=_advice_fields(advice) if advice else {},
+        valid_until=until,
+        basis=digest,
+        judged_at=at,
+    )
+
+
+def _advice_fields(advice: Any) -> dict[str, Any]:
+    return {
+        "cause": advice.cause.value,
+        "text": advice.text,
+        "release": advice.release,
+        "predicted": advice.predicted,
+        "observed": advice.observed,
+        "prediction": advice.prediction,
+        "observation": advice.observation,
+    }
+
+
+def _valid_until(
+    ids: list[int], since: datetime, by_audience: Mapping[bool, list[fleet.NodeRow]]
+) -> dict[int, datetime]:
+    """When the moving window changes each node's judgement (one query): the first of its Serving rows
+    in the window leaving it (its last report older than the window's start), its newest report showing
+    MTP unused leaving it, and, where a row ran several strategies and the strategy can change the
+    cause (fleet._read_to_judge), the window's first hour moving on (its cells are read by the hour).
+    Every row in the window counts, shown or not: a conservative bound, never a late one."""
+    days = timedelta(days=WINDOW_DAYS)
+    window = (
+        Serving.objects.filter(node_key__in=ids, last_at__gte=since)
+        .values("node_key")
+        .annotate(
+            leaves=Min("last_at"),
+            unused=Min(Case(When(last_unused_at__gte=since, then=F("last_unused_at")))),
+            mixed=Max(Case(When(sole_strategy="", then=Value(1)), default=Value(0))),
+        )
+        .order_by()
+    )
+    next_hour = since.astimezone(UTC).replace(minute=0, second=0, microsecond=0) + timedelta(hours=1) + days
+    reads_cells = {
+        row.node.pk
+        for rows in by_audience.values()
+        for row in rows
+        if any(s.reported and strategy_can_change_cause(s.version) for s in row.serving)
+    }
+    until: dict[int, datetime] = {}
+    for row in window:
+        bounds = [row["leaves"] + days + _JUST_AFTER]
+        if row["unused"] is not None:
+            bounds.append(row["unused"] + days + _JUST_AFTER)
+        if row["mixed"] and row["node_key"] in reads_cells:
+            bounds.append(next_hour)
+        until[row["node_key"]] = min(bounds)
+    return until
+
+
+def _serving_changed(nodes: set[int] | None) -> None:
+    judge(nodes)
+
+
+rollups.when_serving_changes("judgements", _serving_changed)
+
+
+@receiver(post_save, sender=Node, dispatch_uid="packages_app.judgements.node_saved")
+def node_saved(sender: type[Node], instance: Node, raw: bool = False, **kwargs: Any) -> None:
+    """A node created or renamed: its rows, expired, so the next read judges it (never missing from the
+    list); a node's other fields (its token, last seen) change no judgement."""
+    if raw:
+        return
+    if kwargs.get("created"):
+        NodeJudgement.objects.bulk_create(
+            [_expired(instance, private) for private in AUDIENCES],
+            update_conflicts=True,
+            unique_fields=["node", "private"],
+            update_fields=["node_name", "valid_until"],
+        )
+        return
+    renamed = NodeJudgement.objects.filter(node=instance).exclude(node_name=instance.name)
+    renamed.update(node_name=instance.name, valid_until=EXPIRED)
+
+
+def _expired(node: Node, private: bool) -> NodeJudgement:
+    return NodeJudgement(
+        node=node, private=private, node_name=node.name, valid_until=EXPIRED, basis="", judged_at=EXPIRED
+    )
+
+
+# --- reading -------------------------------------------------------------------------------------
+
+
+def fresh(now: datetime | None = None) -> int:
+    """Judge anew the rows read past their ``valid_until`` or judged against another release matrix or
+    rosters, or judged at a clock later than ``now`` (a clock set back: a benchmark's, a test's). One
+    query, reading four ranges of the indexes ``judgement_expiry``, ``judgement_clock`` and
+    ``judgement_basis``. Returns how many nodes were judged."""
+    now = now or timezone.now()
+    digest = basis()
+    stale = NodeJudgement.objects.filter(
+        Q(valid_until__lte=now) | Q(judged_at__gt=now) | Q(basis__lt=digest) | Q(basis__gt=digest)
+    )
+    ids = set(stale.values_list("node_id", flat=True))
+    return judge(ids, now) if ids else 0
+
+
+def is_kept(days: int) -> bool:
+    """Whether the pages' window is the one kept (another is judged per request, as before)."""
+    return days == WINDOW_DAYS
+
+
+def node_page(
+    number: Any, needs_action: bool, show_private: bool, now: datetime | None = None
+) -> fleet.NodePage:
+    """A page of /nodes/ (``needs_action``: of /nodes/?action=1) from the kept judgements: the nodes
+    needing action first, the most urgent advice first, then by name; the page's rows whole
+    (fleet.rows_of_nodes)."""
+    now = now or timezone.now()
+    fresh(now)
+    ranked = NodeJudgement.objects.filter(private=show_private)
+    if needs_action:
+        ranked = ranked.filter(needs_action=True)
+    order = ranked.order_by("-needs_action", "cause_rank", "node_name").values_list("node_id", flat=True)
+    page = Paginator(order, fleet.NODES_PER_PAGE).get_page(number)
+    ids = list(page.object_list)
+    rows = fleet.rows_of_nodes(ids, fleet.window_start(WINDOW_DAYS, now), show_private)
+    return fleet.NodePage(rows, page)
+
+
+def needing_action_by_cause(now: datetime | None = None) -> dict[str, int]:
+    """Nodes needing action by their most urgent advice's cause, as those who see private packages are
+    told (the Prometheus gauge)."""
+    fresh(now)
+    counts = {cause.value: 0 for cause in Cause if cause.needs_action}
+    rows = (
+        NodeJudgement.objects.filter(private=True, needs_action=True).values("cause").annotate(n=Count("pk"))
+    )
+    for row in rows.order_by():
+        counts[row["cause"]] = counts.get(row["cause"], 0) + row["n"]
+    return counts
