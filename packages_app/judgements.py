@@ -140,6 +140,7 @@ def _judge_nodes(nodes: list[Node], since: datetime, among: fleet.NodeIds) -> in
         for private, judged in by_audience.items()
         for row in judged
     ]
+    rows.sort(key=lambda r: (r.node_id, r.private))  # every writer locks rows in one order: no deadlock
     NodeJudgement.objects.bulk_create(
         rows,
         update_conflicts=True,

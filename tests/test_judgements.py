@@ -14,14 +14,16 @@ from typing import Any
 import pytest
 from django.core.management import call_command
 from django.db import connection
+from django.db.models import Max
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from packages_app import fleet, ingest, judgements, rollups, telemetry
 from packages_app.audit import releases
-from packages_app.models import Node, NodeJudgement, Package
+from packages_app.models import Node, NodeJudgement, Package, Report, Serving
 from packages_app.nodes import identity
+from packages_app.verdicts import Cause
 from tests import dashboard_factories as f
 from tests.test_fleet_registered import plan_for, register_through_the_agent
 
@@ -381,3 +383,27 @@ def test_the_needing_action_page_reads_as_many_queries_at_three_nodes_as_at_twel
     for i in range(3, 12):
         f.make_report(f.make_node(f"q{i}"), broken, 3.0, at=now - timedelta(hours=1))
     assert queries() == few and len(needing()) == 12
+
+
+def test_the_fleet_seed_keeps_every_nodes_judgement_as_computed_and_never_contradicts_its_audits() -> None:
+    """``seed_synthetic --shape fleet --nodes N``: about 0.4 topologies a node, the kept rows as the
+    computed judgement at the newest report (the benchmark's clock), no node contradicting its audit."""
+    call_command(
+        "seed_synthetic",
+        shape="fleet",
+        nodes=60,
+        packages=30,
+        revisions=3,
+        reports=900,
+        owner="judged-fleet",
+        stdout=io.StringIO(),
+    )
+    topologies = Serving.objects.filter(node_key=0).values("topology_id").distinct().count()
+    assert 0.25 * 60 <= topologies <= 0.6 * 60
+    newest = Report.objects.aggregate(at=Max("received_at"))["at"]
+    assert NodeJudgement.objects.count() == 2 * 60
+    assert agrees(newest)
+    causes = set(NodeJudgement.objects.values_list("cause", flat=True))
+    assert Cause.CONTRADICTION.value not in causes and Cause.REFUSED.value not in causes
+    assert NodeJudgement.objects.filter(needs_action=True).exists()
+    assert judgements.fresh(newest) == 0  # judged at that clock: nothing to judge anew

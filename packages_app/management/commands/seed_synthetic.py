@@ -12,7 +12,9 @@ the package's latest, sometimes another package), with the runs the nodes' agent
 revision only on a release that admits it (its own, else the newest that does: its operator moved it
 there), and runs what its operator's ``speculative.strategy`` setting does there as the revision's
 stored assessment predicts (most ``auto``; a few changed their setting once; a setting whose load
-fails is turned off). The catalog shape's reports each pick a strategy at random.
+fails is turned off). The catalog shape's reports each pick a strategy at random. ``--nodes N`` sizes
+the fleet (up to 10,000 and beyond: about 0.4 topologies a node, TOPOLOGY_SIZES). Last, every node's
+kept judgement (packages_app.judgements) is written as at the newest report, the benchmark's clock.
 """
 
 from __future__ import annotations
@@ -31,10 +33,10 @@ from typing import Any, TypeVar
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connection, transaction
-from django.db.models import Model, OuterRef, Subquery, TextField
+from django.db.models import Max, Model, OuterRef, Subquery, TextField
 from django.db.models.functions import Cast
 
-from packages_app import partitions, rollups
+from packages_app import judgements, partitions, rollups
 from packages_app.audit.assessment import Assessment, parse_stored
 from packages_app.audit.assessment import synthetic as synthetic_assessment
 from packages_app.audit.releases import known_releases, release_for
@@ -42,6 +44,7 @@ from packages_app.layout import FileRole
 from packages_app.models import (
     LastServed,
     Node,
+    NodeJudgement,
     NodeRollup,
     NodeRun,
     Package,
@@ -211,7 +214,14 @@ class Seeder:
             self.timed("reports", self.create_fleet_reports)
         else:
             self.timed("reports", self.create_reports)
+        self.timed("node judgements", self.judge_nodes)
         self.vacuum()
+
+    def judge_nodes(self) -> int:
+        """Every node's kept judgement (packages_app.judgements), as at the newest report (the benchmark's
+        clock): the bulk loads above bypass the paths that keep them."""
+        newest = Report.objects.aggregate(at=Max("received_at"))["at"]
+        return judgements.rebuild(newest or NOW)
 
     def vacuum(self) -> None:
         if connection.vendor != "postgresql":
@@ -222,7 +232,7 @@ class Seeder:
         command = "ANALYZE" if connection.in_atomic_block else "VACUUM ANALYZE"
         with connection.cursor() as cursor:
             filled = (Node, NodeRun, Package, Revision, PackageFile, Report, ReportKey)
-            for model in (*filled, Rollup, NodeRollup, Serving, LastServed):
+            for model in (*filled, Rollup, NodeRollup, Serving, LastServed, NodeJudgement):
                 cursor.execute(f"{command} {connection.ops.quote_name(model._meta.db_table)}")
         self.say(f"{command.lower()}: {time.perf_counter() - start:.1f}s")
 
