@@ -132,8 +132,15 @@ def packages_changed(package_ids: Any, now: datetime | None = None) -> int:
 def _judge_nodes(nodes: list[Node], since: datetime, among: fleet.NodeIds) -> int:
     if not nodes:
         return 0
-    by_audience = {private: fleet.judged_rows(nodes, since, private, among) for private in AUDIENCES}
-    until = _valid_until([n.pk for n in nodes], since, by_audience)
+    everything = fleet.judged_rows(nodes, since, True, among)
+    ids = [n.pk for n in nodes]
+    # Visitors are told the same where nothing of the node's is hidden from them (as fleet._window and
+    # fleet._latest_runs hide it): judged again only for the nodes with a row or run it hides.
+    hiding = _hiding(ids, since)
+    again = [n for n in nodes if n.pk in hiding]
+    public = {r.node.pk: r for r in fleet.judged_rows(again, since, False)} if again else {}
+    by_audience = {True: everything, False: [public.get(r.node.pk, r) for r in everything]}
+    until = _valid_until(ids, since, by_audience)
     digest, judged_at = basis(), since + timedelta(days=WINDOW_DAYS)
     rows = [
         _row(row, private, until.get(row.node.pk, FOREVER), digest, judged_at)
@@ -148,6 +155,18 @@ def _judge_nodes(nodes: list[Node], since: datetime, among: fleet.NodeIds) -> in
         update_fields=[*_FIELDS, "judged_at"],
     )
     return len(nodes)
+
+
+def _hiding(ids: list[int], since: datetime) -> set[int]:
+    """The nodes with a Serving row in the window or a registered run that visitors are not shown: of a
+    package not known to be public (two queries)."""
+    hidden = Revision.objects.exclude(package__private=False).values("pk")
+    served = Serving.objects.filter(node_key__in=ids, last_at__gte=since, revision_id__in=hidden)
+    shown_runs = Q(revision__package__private=False) | Q(revision__isnull=True, repo_id="")
+    ran = NodeRun.objects.filter(node_id__in=ids).exclude(shown_runs)
+    return set(served.values_list("node_key", flat=True).distinct()) | set(
+        ran.values_list("node_id", flat=True).distinct()
+    )
 
 
 def _row(row: fleet.NodeRow, private: bool, until: datetime, digest: str, at: datetime) -> NodeJudgement:
