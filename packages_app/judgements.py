@@ -25,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -236,11 +236,75 @@ def _valid_until(
     return until
 
 
-def _serving_changed(nodes: set[int] | None) -> None:
-    judge(nodes)
+def _serving_changing(servings: Mapping[rollups.ServingKey, rollups.Cell]) -> Callable[[], object]:
+    """Before a batch of reports is added to the Serving rows: which of their nodes to judge once it is,
+    all but those whose judgement the batch cannot change (``_unchanged_by``)."""
+    nodes = {node for _revision, node, _topology, _splits in servings if node}
+    if not nodes:
+        return lambda: 0
+    now = timezone.now()
+    changed = nodes - _unchanged_by(servings, nodes, now)
+    return lambda: judge(changed, now) if changed else 0
 
 
-rollups.when_serving_changes("judgements", _serving_changed)
+rollups.when_serving_changes("judgements", _serving_changing)
+
+
+def _unchanged_by(
+    servings: Mapping[rollups.ServingKey, rollups.Cell], nodes: set[int], now: datetime
+) -> set[int]:
+    """The nodes whose kept judgement a batch adding ``servings`` leaves as it is (three queries): their
+    rows are fresh, and every row the batch adds to is already in the window, keeps the one strategy all
+    its reports ran and either stays without MTP unused or had it in the window already; and the node's
+    judgement reads every row it has (at most NODES_PAGE_ROWS in the window, so no ranking picks which),
+    all of one revision with no run of another (so no row can move on, fleet._with_moves). Then nothing
+    it reads changes: not which rows, their flags, their strategies nor the cells they are judged by
+    (fleet._read_to_judge reads cells only of rows that ran several). Its ``valid_until`` may come
+    earlier than a new judgement's (a later last report): conservative."""
+    since = fleet.window_start(WINDOW_DAYS, now)
+    fresh = NodeJudgement.objects.filter(
+        node_id__in=nodes, valid_until__gt=now, judged_at__lte=now, basis=basis()
+    ).values_list("node_id", flat=True)
+    counted: dict[int, int] = {}
+    for node in fresh:
+        counted[node] = counted.get(node, 0) + 1
+    candidates = {node for node, n in counted.items() if n == len(AUDIENCES)}
+    if not candidates:
+        return set()
+    rows: dict[int, dict[tuple[int, str, str], tuple[Any, str]]] = {}
+    window = Serving.objects.filter(node_key__in=candidates, last_at__gte=since)
+    for node, revision, topology, splits, unused_at, sole in window.values_list(
+        "node_key", "revision_id", "topology_id", "stage_splits", "last_unused_at", "sole_strategy"
+    ):
+        rows.setdefault(node, {})[(revision, topology, splits)] = (unused_at, sole)
+    runs: dict[int, set[int]] = {}
+    ran = NodeRun.objects.filter(node_id__in=candidates, revision__isnull=False)
+    for node, revision in ran.values_list("node_id", "revision_id").distinct():
+        runs.setdefault(node, set()).add(revision)
+    unchanged = set()
+    for node in candidates:
+        mine = rows.get(node, {})
+        revisions = {revision for revision, _topology, _splits in mine} | runs.get(node, set())
+        if not mine or len(mine) > fleet.NODES_PAGE_ROWS or len(revisions) != 1:
+            continue
+        if all(
+            _keeps(mine.get((revision, topology, splits)), cell, since)
+            for (revision, batch_node, topology, splits), cell in servings.items()
+            if batch_node == node
+        ):
+            unchanged.add(node)
+    return unchanged
+
+
+def _keeps(row: tuple[Any, str] | None, cell: rollups.Cell, since: datetime) -> bool:
+    """Whether adding ``cell`` to a Serving row in the window (``row``: its last MTP-unused report and
+    sole strategy; None: not in the window) leaves what judging it reads."""
+    if row is None:
+        return False
+    unused_at, sole = row
+    if not sole or cell.sole_strategy != sole:
+        return False
+    return cell.last_unused_at is None or (unused_at is not None and unused_at >= since)
 
 
 @receiver(post_save, sender=Node, dispatch_uid="packages_app.judgements.node_saved")

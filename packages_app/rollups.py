@@ -34,7 +34,7 @@ on SQLite, so medians are medians there too.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -147,28 +147,25 @@ def add_reports(rows: Iterable[Report], *, using: str = "default") -> int:
             upsert(cells, using=using)
             upsert_node_rollups(node_rollups_of(cells), using=using)
             servings = servings_of(cells)
+            then = [listener(servings) for listener in _LISTENERS.values()] if using == "default" else []
             upsert_serving(servings, using=using)
             upsert_last_served(servings, using=using)
-            if using == "default":
-                _serving_changed({node for _revision, node, _topology, _splits in servings if node})
+            for after in then:
+                after()
     return added
 
 
-# What each node served changed (a report added, the rollups rebuilt): who is told, in the same transaction.
-ServingListener = Callable[[set[int] | None], None]  # the nodes whose Serving rows changed; None: any
+# What each node served is about to change (a batch of reports added): who is told, in the same
+# transaction. A listener is called with what the batch adds to each Serving row before it is added, and
+# returns what to do once it is (packages_app.judgements: judge the nodes whose judgement it can change).
+ServingListener = Callable[[Mapping["ServingKey", "Cell"]], Callable[[], object]]
 _LISTENERS: dict[str, ServingListener] = {}
 
 
 def when_serving_changes(name: str, listener: ServingListener) -> None:
-    """Call ``listener`` with the nodes whose Serving rows changed, inside the transaction that changed
-    them (packages_app.judgements keeps each node's judgement so); registered once by ``name``."""
+    """Register ``listener`` (once by ``name``): called inside the transaction that adds to the Serving
+    rows, before and (through what it returns) after they are added."""
     _LISTENERS[name] = listener
-
-
-def _serving_changed(nodes: set[int] | None) -> None:
-    if nodes is None or nodes:
-        for listener in list(_LISTENERS.values()):
-            listener(nodes)
 
 
 def add_report_ids(ids: Sequence[int], *, using: str = "default") -> int:

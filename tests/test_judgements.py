@@ -314,7 +314,7 @@ def test_the_gauge_counts_the_kept_rows_by_cause() -> None:
 # --- random events ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("seed", range(6))
 def test_after_random_events_the_kept_rows_are_the_computed_and_the_rebuilt_ones(seed: int) -> None:
     rng = random.Random(seed)
     now = timezone.now()
@@ -322,7 +322,8 @@ def test_after_random_events_the_kept_rows_are_the_computed_and_the_rebuilt_ones
     revisions = [f.make_revision(p, rng.choice(["undeclared-mtp", "consistent-mtp"])) for p in packages]
     nodes = [f.make_node(f"r{seed}-{i}") for i in range(4)]
     strategies = [("auto", "native-mtp"), ("auto", "disabled"), ("disabled", "disabled")]
-    for _ in range(14):
+    for _ in range(24):
+        assert agrees(), "after each event, before any read judges anew"
         event = rng.random()
         if event < 0.65:
             requested, effective = rng.choice(strategies)
@@ -407,3 +408,66 @@ def test_the_fleet_seed_keeps_every_nodes_judgement_as_computed_and_never_contra
     assert Cause.CONTRADICTION.value not in causes and Cause.REFUSED.value not in causes
     assert NodeJudgement.objects.filter(needs_action=True).exists()
     assert judgements.fresh(newest) == 0  # judged at that clock: nothing to judge anew
+
+
+@pytest.fixture
+def judged(monkeypatch: pytest.MonkeyPatch) -> list[set[int]]:
+    """The nodes each call of judgements.judge judged."""
+    calls: list[set[int]] = []
+    real = judgements.judge
+
+    def spy(node_ids: Any = None, now: Any = None) -> int:
+        calls.append(set(node_ids) if node_ids is not None else {-1})
+        return real(node_ids, now)
+
+    monkeypatch.setattr(judgements, "judge", spy)
+    return calls
+
+
+def test_a_report_that_changes_nothing_the_judgement_reads_judges_no_node(judged: list[set[int]]) -> None:
+    """Another report on a row in the window, with the strategy all its reports ran, MTP unused already
+    in the window, of the node's one revision: nothing its judgement reads changes."""
+    node, broken = f.make_node("n1"), broken_revision()
+    f.make_report(node, broken, 3.1, at=timezone.now() - timedelta(hours=2))
+    assert judged == [{node.pk}]
+    f.make_report(node, broken, 3.2, at=timezone.now() - timedelta(hours=1))
+    assert judged == [{node.pk}] and needing() == {"n1"} and agrees()
+
+
+@pytest.mark.parametrize(
+    "change",
+    ["another strategy", "MTP newly unused", "another revision", "a row left the window", "stale row"],
+)
+def test_a_report_that_can_change_the_judgement_judges_its_node(judged: list[set[int]], change: str) -> None:
+    node, broken = f.make_node("n1"), broken_revision()
+    now = timezone.now()
+    first: dict[str, Any] = {"at": now - timedelta(hours=2), "mtp_used": True}
+    if change == "a row left the window":
+        first["at"] = now - timedelta(days=judgements.WINDOW_DAYS, hours=1)
+    f.make_report(node, broken, 5.0, **first)
+    if change == "stale row":
+        NodeJudgement.objects.update(valid_until=judgements.EXPIRED)
+    judged.clear()
+    second: dict[str, Any] = {"at": now - timedelta(hours=1), "mtp_used": True}
+    if change == "another strategy":
+        second.update(requested_strategy="ngram-cache", effective_strategy="ngram-cache", mtp_used=False)
+    elif change == "MTP newly unused":
+        second["mtp_used"] = False
+    revision = broken
+    if change == "another revision":
+        revision = f.make_revision(
+            broken.package, "consistent-mtp", committed_at=f.BASE_TIME + timedelta(days=1)
+        )
+        judged.clear()
+    f.make_report(node, revision, 5.0, **second)
+    assert judged == [{node.pk}] and agrees()
+
+
+def test_control_a_skip_that_ignored_what_the_batch_adds_would_leave_the_row_stale(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(judgements, "_keeps", lambda *args: True)
+    node, broken = f.make_node("n1"), broken_revision()
+    f.make_report(node, broken, 5.0, at=timezone.now() - timedelta(hours=2), mtp_used=True)
+    f.make_report(node, broken, 3.0, at=timezone.now() - timedelta(hours=1))  # MTP newly unused
+    assert needing() == set() and not agrees()
