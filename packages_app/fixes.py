@@ -45,7 +45,7 @@ from packages_app.audit import Assessment
 from packages_app.audit.model import WriterShape
 from packages_app.manifest import MANIFEST_FILE
 from packages_app.models import FixProposal, Package, Revision
-from packages_app.verdicts import ActionKind, Status, improves, status_of
+from packages_app.verdicts import ActionKind, Status, Verdict, improves, status_of
 
 if TYPE_CHECKING:  # the Hub client loads only where a PR is sent or read (workers, the command)
     from packages_app import hub
@@ -158,7 +158,7 @@ def plan(package: Package, revision: Revision) -> Plan:
     result = stored_audit.audit_stored(revision, patched.encode())
     after = result.assessment.status if result.assessment else Status.NOT_ASSESSED
     before = assessment.status
-    if result.verdict == "invalid-manifest" or not result.consistent:
+    if result.verdict == Verdict.INVALID_MANIFEST or not result.consistent:
         codes = (
             ", ".join(sorted({p.code for p in result.problems if p.severity == "error"})) or result.verdict
         )

@@ -54,7 +54,7 @@ _NO_ERRORS: Mapping[str, str] = MappingProxyType({})
 
 @dataclass(frozen=True)
 class Audit:
-    verdict: str
+    verdict: Verdict
     detected: Detected
     declared: Declared
     problems: list[Problem]
@@ -77,7 +77,7 @@ class Audit:
 
     def to_json(self) -> Json:
         return {
-            "verdict": self.verdict,
+            "verdict": self.verdict.value,
             "detected": self.detected.to_json(),
             "declared": self.declared.to_json(),
             "problems": [p.to_json() for p in self.problems],
@@ -117,7 +117,7 @@ def audit(
     problems += file_problems + source_path_problems(manifest)
     trusted = parsed is not None and parsed.trusted
     if not trusted:
-        verdict = "invalid-manifest"
+        verdict = Verdict.INVALID_MANIFEST
     runtime = resolve(parsed, detected)
     admissions = tuple(compatibility(parsed, architecture=detected.architecture))
     suggestion = suggest(verdict, manifest, detected) if trusted else None
@@ -127,7 +127,7 @@ def audit(
         runtime=runtime,
         compatibility=admissions,
         declared=declared,
-        verdict=Verdict(verdict) if auditable or not trusted else None,
+        verdict=verdict if auditable or not trusted else None,
         detected=detected,
         suggestion=suggestion,
         problems=problems,
