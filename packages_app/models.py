@@ -6,11 +6,14 @@ workers write the same rows (docs/design.md).
 
 from __future__ import annotations
 
+from functools import cached_property
+
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
 from packages_app import verdicts
+from packages_app.audit.revision import StoredAudit
 from packages_app.layout import FileRole
 
 FILE_ROLES = [(role.value, role.name.title()) for role in FileRole]
@@ -192,6 +195,11 @@ class Revision(models.Model):
     @property
     def short_sha(self) -> str:
         return self.commit_sha[:8]
+
+    @cached_property
+    def audited(self) -> StoredAudit:
+        """The stored audit read back typed: the one reader of the ``audit`` column's keys."""
+        return StoredAudit.from_json(self.audit)
 
 
 class PackageFile(models.Model):
