@@ -991,7 +991,8 @@ environment:
                   no "token"; prefer it (or a config file of mode 600) to a token on the command line
 
 A flag overrides the config file's key of the same name; the config file also takes interval,
-upstream_url, spool_max_bytes, spool_max_age and node_wait (see the README, "The agent")."""
+upstream_url, spool_max_bytes, spool_max_age and node_wait (see docs/api.md, "Run meshdash-agent beside the
+node")."""
 
 
 def parser() -> argparse.ArgumentParser:
