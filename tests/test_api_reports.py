@@ -528,3 +528,4 @@ def test_simulate_nodes_retries_a_503_as_an_agent_does(monkeypatch: Any, retries
                 simulate_nodes.post_batch(url, "t", [{}])
     finally:
         server.shutdown()
+        server.server_close()

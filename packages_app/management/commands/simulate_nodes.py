@@ -123,8 +123,9 @@ def post_batch(url: str, token: str, items: list[dict[str, Any]]) -> list[int]:
         try:
             return _post_batch(url, token, items)
         except urllib.error.HTTPError as exc:
-            if exc.code != 503 or attempt == RETRIES_ON_503:
-                raise CommandError(f"{url} answered {exc.code}: {exc.read()[:200]!r}") from None
+            with exc:  # the answer's connection closes whether it is reported or retried
+                if exc.code != 503 or attempt == RETRIES_ON_503:
+                    raise CommandError(f"{url} answered {exc.code}: {exc.read()[:200]!r}") from None
             time.sleep(pause)
             pause *= 2
         except OSError as exc:
