@@ -39,6 +39,7 @@ LAYERS: Mapping[str, int] = {
     "packages_app.nodes.report_schema": PURE,
     "packages_app.nodes.otlp": PURE,
     "packages_app.nodes.agent": PURE,
+    "packages_app.nodes.exposition": PURE,
     "packages_app.devhub": PURE,
     "packages_app.devnode": PURE,
     "packages_app.sketch": PURE,
