@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -226,7 +226,7 @@ def mean_acceptance_length(accepted: float | None, drafts: float | None) -> floa
     return 1 + accepted / drafts
 
 
-def acceptance_by_position(per_position: list[float] | None, drafts: float | None) -> list[float] | None:
+def acceptance_by_position(per_position: Sequence[float] | None, drafts: float | None) -> list[float] | None:
     """The share of drafts whose token at each position was accepted (position 0 first)."""
     if not per_position or not drafts:
         return None

@@ -1,0 +1,261 @@
+"""Baseline engine reports: POST /api/v1/baselines (a node's token, the reports API's standards), their join
+to a layer package by its source model, and the speedups the pages show (MTP on against MTP off, mesh-llm
+against a baseline engine), each figure asserted."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from django.core.cache import cache
+from django.test import Client
+
+from packages_app import baselines, sketch
+from packages_app.models import BaselineReport, NodeRun
+from packages_app.nodes import identity as nodes
+from tests.dashboard_factories import BASE_TIME, make_node, make_package, make_report, make_revision
+
+pytestmark = pytest.mark.django_db
+URL = "/api/v1/baselines"
+SOURCE = "unsloth/Qwen3.5-35B-A3B-MTP-GGUF"  # the dashboard factories' manifest model_id / source
+
+
+@pytest.fixture(autouse=True)
+def _fresh_cache() -> None:
+    cache.clear()  # the rate limiter
+
+
+@pytest.fixture
+def token() -> str:
+    return nodes.create_node("baseline-box").token
+
+
+def window(**changes: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "report_id": str(uuid.uuid4()),
+        "observed_at": datetime.now(UTC).isoformat(),
+        "window_seconds": 30.0,
+        "engine": "llama.cpp",
+        "engine_version": "b6105-1a2b3c4",
+        "served_model": "qwen3.5",
+        "source_model": SOURCE,
+        "source_file": "Qwen3.5-35B-A3B-UD-Q4_K_XL.gguf",
+        "counter_reset": False,
+        "figures": {
+            "predicted_n": 600,
+            "predicted_seconds": 10.0,
+            "predicted_per_second": 60.0,
+            "drafts": None,
+            "draft_tokens": None,
+            "accepted_tokens": None,
+            "accepted_per_position": None,
+        },
+        "not_reported": ["drafts", "draft_tokens", "accepted_tokens", "accepted_per_position"],
+        "trimmed": [],
+    }
+    for key, value in changes.items():
+        if key in body["figures"]:
+            body["figures"][key] = value
+        else:
+            body[key] = value
+    return body
+
+
+def post(client: Client, token: str, body: Any, raw: bytes | None = None, **headers: str) -> Any:
+    return client.post(
+        URL,
+        data=raw if raw is not None else json.dumps(body),
+        content_type=headers.pop("content_type", "application/json"),
+        headers={"Authorization": f"Bearer {token}"} | headers,
+    )
+
+
+# --- The endpoint ----------------------------------------------------------------------------------
+
+
+def test_a_window_is_stored_once_with_its_quantization_read_from_the_file(client: Client, token: str) -> None:
+    body = window()
+    answer = post(client, token, {"reports": [body]})
+    assert answer.status_code == 200 and answer.json()["results"][0]["status"] == 201
+    row = BaselineReport.objects.get()
+    assert (row.engine, row.source_model, row.quantization) == ("llama.cpp", SOURCE, "UD-Q4_K_XL")
+    assert (row.predicted_n, row.predicted_per_second, row.flagged) == (600, 60.0, [])
+    again = post(client, token, {"reports": [body]})
+    assert again.json()["results"][0]["status"] == 200 and BaselineReport.objects.count() == 1
+    changed = post(client, token, {"reports": [body | {"window_seconds": 31.0}]})
+    result = changed.json()["results"][0]
+    assert result["status"] == 409 and result["field"] == "reports.0.report_id"
+    assert BaselineReport.objects.get().window_seconds == 30.0  # nothing stored is lost
+
+
+def test_the_decode_rate_is_recomputed_from_the_counters(client: Client, token: str) -> None:
+    post(client, token, {"reports": [window(predicted_per_second=9999.0)]})
+    assert BaselineReport.objects.get().predicted_per_second == 60.0  # 600 tokens / 10 s, not what was sent
+
+
+def test_contradicting_figures_are_kept_and_flagged(client: Client, token: str) -> None:
+    bad = window(drafts=10, draft_tokens=30, accepted_tokens=40, accepted_per_position=[11, 2])
+    post(client, token, {"reports": [bad]})
+    assert BaselineReport.objects.get().flagged == ["accepted_tokens", "accepted_per_position"]
+
+
+def test_one_bad_item_is_refused_alone_naming_the_field(client: Client, token: str) -> None:
+    answer = post(client, token, {"reports": [window(engine="ollama"), window(), window(predicted_n=-1)]})
+    results = answer.json()["results"]
+    assert [r["status"] for r in results] == [400, 201, 400]
+    assert results[0]["field"] == "reports.0.engine"
+    assert results[2]["field"] == "reports.2.figures.predicted_n"
+    assert BaselineReport.objects.count() == 1
+
+
+@pytest.mark.parametrize(
+    ("changes", "field"),
+    [
+        ({"source_model": "../../etc"}, "reports.0.source_model"),
+        ({"colour": "red"}, "reports.0.colour"),
+        ({"accepted_per_position": list(range(33))}, "reports.0.figures.accepted_per_position"),
+        ({"engine_version": "v" * 101}, "reports.0.engine_version"),
+        ({"window_seconds": 0}, "reports.0.window_seconds"),
+        ({"observed_at": 1700000000}, "reports.0.observed_at"),
+    ],
+)
+def test_bad_values_are_refused_by_name(
+    client: Client, token: str, changes: dict[str, Any], field: str
+) -> None:
+    result = post(client, token, {"reports": [window(**changes)]}).json()["results"][0]
+    assert result["status"] == 400 and result["field"] == field
+
+
+def test_the_endpoint_refuses_what_the_reports_api_refuses(client: Client, token: str) -> None:
+    assert post(client, "not-a-token", {"reports": [window()]}).status_code == 401
+    assert post(client, token, {"reports": [window()]}, content_type="text/plain").status_code == 415
+    nan = json.dumps({"reports": [window()]}).replace("60.0", "NaN").encode()
+    assert post(client, token, None, raw=nan).status_code == 400
+    big = {"reports": [window(trimmed=["x" * 200] * 16) for _ in range(100)]}
+    assert post(client, token, big).status_code == 413  # over 256 KiB, refused unread
+    assert post(client, token, {"reports": [window()] * 101}).json()["field"] == "reports"
+    assert post(client, token, {"reports": []}).status_code == 400
+    assert client.get(URL, headers={"Authorization": f"Bearer {token}"}).status_code == 405
+    assert BaselineReport.objects.count() == 0
+
+
+# --- The join and the speedups ----------------------------------------------------------------------
+
+
+def test_the_package_source_model_and_quantization() -> None:
+    package = make_package("meshllm/Qwen3.5-35B-A3B-UD-Q4_K_XL-layers")
+    revision = make_revision(package, "consistent-mtp")
+    assert baselines.source_of(package, revision) == baselines.Source(
+        SOURCE, "UD-Q4_K_XL", "Qwen3.5-35B-A3B-UD-Q4_K_XL.gguf"
+    )
+    revision.manifest_json = {}
+    package.base_model = "Qwen/Qwen3.5-35B-A3B"
+    assert baselines.source_of(package, revision) == baselines.Source("Qwen/Qwen3.5-35B-A3B", "UD-Q4_K_XL")
+
+
+@pytest.mark.parametrize(
+    ("name", "quant"),
+    [
+        ("Qwen3.5-35B-A3B-UD-Q4_K_XL.gguf", "UD-Q4_K_XL"),
+        ("Llama-3.2-1B-Instruct-Q4_K_M.gguf", "Q4_K_M"),
+        ("model-q8_0.gguf", "Q8_0"),
+        ("gpt-oss-20b-MXFP4.gguf", "MXFP4"),
+        ("Qwen3-30B-A3B-IQ2_XXS.gguf", "IQ2_XXS"),
+        ("Qwen/Qwen3.5-35B-A3B", ""),
+    ],
+)
+def test_quantization_of_a_file_name(name: str, quant: str) -> None:
+    assert baselines.quantization_of(name) == quant
+
+
+def _stored_window(
+    node: Any, rate: float, quant_file: str = "Qwen3.5-35B-A3B-UD-Q4_K_XL.gguf", **f: Any
+) -> None:
+    body = window(source_file=quant_file, predicted_seconds=600 / rate, **f)
+    report, digest = baselines.BaselineReportIn.model_validate(body), "0" * 64
+    baselines.store_baselines(node, [(report, digest)], BASE_TIME)
+
+
+def _mtp_fleet(on: list[float], off: list[float], release: str = "0.78.0") -> Any:
+    package = make_package("meshllm/Qwen3.5-35B-A3B-UD-Q4_K_XL-layers")
+    revision = make_revision(package, "consistent-mtp")
+    node_on, node_off = make_node("gpu-on"), make_node("gpu-off")
+    for i, rate in enumerate(on):
+        make_report(node_on, revision, rate, at=BASE_TIME + timedelta(minutes=i), mtp_used=True)
+    for i, rate in enumerate(off):
+        make_report(node_off, revision, rate, at=BASE_TIME + timedelta(minutes=i))
+    for node in (node_on, node_off):
+        NodeRun.objects.create(node=node, run_id=f"run-{node.name}", revision=revision, version=release)
+    return package, revision
+
+
+def test_mtp_on_against_off_is_a_ratio_of_medians_with_its_interval() -> None:
+    package, revision = _mtp_fleet([5.0 + i * 0.01 for i in range(30)], [3.0 + i * 0.01 for i in range(30)])
+    found = baselines.speedups(package, revision)
+    assert found.mtp is not None and found.mtp_missing == ""
+    ratio = found.mtp.ratio
+    assert ratio is not None and ratio.ratio == pytest.approx(5.145 / 3.145, rel=0.02)
+    assert ratio.low is not None and ratio.high is not None and ratio.low < ratio.ratio < ratio.high
+    assert found.mtp.scope == "stage split 0..27|27..41, mesh-llm 0.78.0"
+    assert found.mtp.apart == ("different nodes ran each side (the hardware may differ)",)
+    # The factory's MTP reports: 70 accepted of 100 proposed over 100 windows.
+    assert found.mtp.faster.acceptance_rate == pytest.approx(0.7)
+    assert found.mtp.faster.mean_acceptance_length == pytest.approx(1.7)
+
+
+def test_no_mtp_ratio_across_releases() -> None:
+    package, revision = _mtp_fleet([5.0] * 8, [3.0] * 8)
+    NodeRun.objects.filter(node__name="gpu-off").update(version="0.72.1")
+    found = baselines.speedups(package, revision)
+    assert found.mtp is None
+    assert found.mtp_missing == "MTP on and MTP off never ran on the same stage split and mesh-llm release."
+
+
+def test_baseline_speedup_like_for_like_and_another_quantization_apart() -> None:
+    package, revision = _mtp_fleet([6.0 + i * 0.01 for i in range(20)], [3.0] * 5)
+    box = make_node("baseline-box")
+    for i in range(20):
+        _stored_window(box, 4.0 + i * 0.01)
+        _stored_window(box, 5.0 + i * 0.01, quant_file="Qwen3.5-35B-A3B-Q8_0.gguf")
+    found = baselines.speedups(package, revision)
+    assert [s.other_quantization for s in found.baselines] == [False, True]
+    same, other = found.baselines
+    assert same.slower.label == "llama.cpp b6105-1a2b3c4 (UD-Q4_K_XL)" and same.slower.reports == 20
+    assert same.ratio is not None and same.ratio.ratio == pytest.approx(6.095 / 4.095, rel=0.02)
+    assert same.ratio.low is not None and same.ratio.low < same.ratio.ratio < same.ratio.high  # type: ignore[operator]
+    assert other.ratio is not None and other.ratio.ratio == pytest.approx(6.095 / 5.095, rel=0.02)
+    assert other.apart[0] == "another quantization: the baseline serves Q8_0, the package is UD-Q4_K_XL"
+    assert "mesh-llm splits the model across stages (network hops); the baseline is one process" in same.apart
+    assert not any(a.startswith("another quantization") for a in same.apart)
+    # Control: merged into one group, the two quantizations would give neither figure.
+    both = sketch.of_values([4.0 + i * 0.01 for i in range(20)] + [5.0 + i * 0.01 for i in range(20)])
+    mixed = sketch.ratio_of_medians(both, same.faster.sketch)
+    assert mixed is not None and abs(mixed.ratio - same.ratio.ratio) > 0.1
+
+
+def test_a_speculating_baseline_has_its_acceptance_beside_it() -> None:
+    package, revision = _mtp_fleet([6.0] * 10, [3.0] * 10)
+    box = make_node("baseline-box")
+    for _ in range(4):
+        _stored_window(
+            box, 4.0, drafts=200, draft_tokens=600, accepted_tokens=360, accepted_per_position=[180, 120, 60]
+        )
+    _stored_window(box, 400.0, drafts=10, draft_tokens=30, accepted_tokens=40)  # flagged: left out
+    (row,) = baselines.speedups(package, revision).baselines
+    assert row.slower.reports == 4
+    assert row.slower.acceptance_rate == pytest.approx(0.6)
+    assert row.slower.mean_acceptance_length == pytest.approx(2.8)
+    assert row.slower.by_position == pytest.approx([0.9, 0.6, 0.3])
+    assert "the baseline speculates too (mean acceptance length 2.80)" in row.apart
+    assert "1 baseline windows whose figures contradict each other are left out" in row.apart
+
+
+def test_nothing_to_join_is_said() -> None:
+    package, revision = _mtp_fleet([6.0] * 3, [3.0] * 3)
+    assert (
+        baselines.speedups(package, revision).baseline_missing
+        == f"No baseline engine reports for {SOURCE} yet."
+    )
