@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -190,6 +190,27 @@ class Speedup:
     @property
     def ratio(self) -> sketch.Ratio | None:
         return sketch.ratio_of_medians(self.slower.sketch, self.faster.sketch)
+
+    @property
+    def sentence(self) -> str:
+        """E.g. ``MTP on decodes 5.32 tok/s against 3.15 with MTP off: x1.69 (95 % interval x1.60 to
+        x1.78).``; a ratio whose interval is below 1 says how much slower."""
+        ratio, fast, slow = self.ratio, self.faster.median, self.slower.median
+        if ratio is None or fast is None or slow is None:
+            return f"{self.faster.label} against {self.slower.label}: no decode figures on a side yet."
+        text = (
+            f"{self.faster.label} decodes {fast:.2f} tok/s against {slow:.2f} with {self.slower.label}: "
+            f"x{ratio.ratio:.2f}"
+        )
+        if ratio.low is not None and ratio.high is not None:
+            text += f" (95 % interval x{ratio.low:.2f} to x{ratio.high:.2f})"
+        else:
+            text += " (too few reports on a side for an interval)"
+        if ratio.high is not None and ratio.high < 1:
+            text += f", {100 * (1 - ratio.ratio):.0f} % slower"
+        elif ratio.low is not None and ratio.low <= 1 <= (ratio.high or 0):
+            text += ", not told apart from no speedup"
+        return text + "."
 
 
 @dataclass(frozen=True)
@@ -419,7 +440,7 @@ def _baseline_speedup(mesh_on: Side, group: _Group, source: Source, splits: set[
     return Speedup(
         "baseline",
         f"mesh-llm MTP on against {engine}",
-        mesh_on,
+        replace(mesh_on, label="mesh-llm with MTP"),
         baseline,
         f"{source.repo}, {quant}" + (f" ({', '.join(sorted(group.files)[:2])})" if group.files else ""),
         tuple(apart),

@@ -206,6 +206,32 @@ def test_mtp_on_against_off_is_a_ratio_of_medians_with_its_interval() -> None:
     assert found.mtp.faster.mean_acceptance_length == pytest.approx(1.7)
 
 
+@pytest.mark.parametrize(
+    ("on", "off", "expected"),
+    [
+        (
+            [1.5] * 30,
+            [3.0] * 30,
+            "MTP on decodes {on} tok/s against {off} with MTP off: x0.51 (95 % interval ",
+        ),
+        (
+            [3.0] * 3,
+            [3.0] * 3,
+            "MTP on decodes {on} tok/s against {off} with MTP off: x1.00 (too few reports",
+        ),
+    ],
+)
+def test_the_sentence_says_slower_and_too_few(on: list[float], off: list[float], expected: str) -> None:
+    side_on, side_off = (
+        baselines.Side("MTP on", len(on), sketch.of_values(on)),
+        baselines.Side("MTP off", len(off), sketch.of_values(off)),
+    )
+    sentence = baselines.Speedup("mtp", "MTP on against MTP off", side_on, side_off, "").sentence
+    medians = {k: f"{sketch.median(sketch.of_values(v)):.2f}" for k, v in (("on", on), ("off", off))}
+    assert sentence.startswith(expected.format(**medians))  # medians as the 1 % sketch keeps them
+    assert sentence.endswith(", 49 % slower.") if on[0] < off[0] else sentence.endswith("interval).")
+
+
 def test_no_mtp_ratio_across_releases() -> None:
     package, revision = _mtp_fleet([5.0] * 8, [3.0] * 8)
     NodeRun.objects.filter(node__name="gpu-off").update(version="0.72.1")
@@ -259,3 +285,60 @@ def test_nothing_to_join_is_said() -> None:
         baselines.speedups(package, revision).baseline_missing
         == f"No baseline engine reports for {SOURCE} yet."
     )
+
+
+# --- The pages -------------------------------------------------------------------------------------
+
+
+def _page_fleet() -> tuple[Any, Any, Any]:
+    package, revision = _mtp_fleet([6.0 + i * 0.01 for i in range(20)], [3.0 + i * 0.01 for i in range(20)])
+    older = make_revision(package, "undeclared-mtp", committed_at=BASE_TIME - timedelta(days=7), latest=False)
+    box = make_node("baseline-box")
+    for i in range(20):
+        _stored_window(
+            box,
+            4.0 + i * 0.01,
+            drafts=100,
+            draft_tokens=300,
+            accepted_tokens=150,
+            accepted_per_position=[80, 50, 20],
+        )
+        _stored_window(box, 5.0 + i * 0.01, quant_file="Qwen3.5-35B-A3B-Q8_0.gguf")
+    return package, revision, older
+
+
+def test_the_compare_page_states_both_speedups_with_intervals(client: Client) -> None:
+    package, revision, older = _page_fleet()
+    url = f"/packages/{package.repo_id}/compare?from={older.commit_sha}&to={revision.commit_sha}"
+    body = client.get(url).content.decode()
+    found = baselines.speedups(package, revision)
+    assert found.mtp is not None and found.mtp.ratio is not None and found.mtp.ratio.low is not None
+    r = found.mtp.ratio
+    assert f"x{r.ratio:.2f} (95 % interval x{r.low:.2f} to x{r.high:.2f})" in found.mtp.sentence
+    assert found.mtp.sentence in body and found.mtp.sentence.startswith("MTP on decodes 6.1")
+    same = found.baselines[0]
+    assert same.sentence in body and "mesh-llm with MTP decodes 6.1" in same.sentence
+    assert "with llama.cpp b6105-1a2b3c4 (UD-Q4_K_XL)" in same.sentence
+    assert "another quantization: the baseline serves Q8_0, the package is UD-Q4_K_XL" in body
+    assert "mesh-llm splits the model across stages (network hops); the baseline is one process" in body
+    assert "#1 80%" in body and "#3 20%" in body  # the baseline's acceptance by position (per 100 drafts)
+    assert ">2.50<" in body  # the baseline's mean acceptance length: 1 + 150 accepted / 100 drafts
+
+
+def test_the_package_page_shows_the_speedup_and_says_what_is_missing(client: Client) -> None:
+    package, revision, _ = _page_fleet()
+    body = client.get(f"/packages/{package.repo_id}/").content.decode()
+    mtp = baselines.speedups(package, revision).mtp
+    assert 'id="speedup"' in body and mtp is not None and mtp.sentence in body
+    lonely = make_package("meshllm/Lonely-Q4_K_M-layers")
+    make_revision(lonely, "consistent-mtp", manifest_json={"model_id": "nobody/Lonely-GGUF:Q4_K_M"})
+    body = client.get(f"/packages/{lonely.repo_id}/").content.decode()
+    assert "MTP on against off: No node has reported decoding this revision yet." in body
+    assert "Against a baseline engine: No baseline engine reports for nobody/Lonely-GGUF yet." in body
+
+
+def test_a_hostile_engine_version_is_escaped(client: Client) -> None:
+    package, _ = _mtp_fleet([6.0] * 5, [3.0] * 5)
+    _stored_window(make_node("baseline-box"), 4.0, engine_version="<script>alert(1)</script>")
+    body = client.get(f"/packages/{package.repo_id}/").content.decode()
+    assert "<script>alert(1)</script>" not in body and "&lt;script&gt;alert(1)&lt;/script&gt;" in body
