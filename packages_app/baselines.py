@@ -222,16 +222,16 @@ class Speedups:
     baseline_missing: str = ""
 
 
-def speedups(package: Package, revision: Revision) -> Speedups:
-    """The revision's MTP on / off speedup and its speedup over each baseline engine group."""
+def speedups(package: Package, revision: Revision, before: Revision | None = None) -> Speedups:
+    """The revision's MTP on / off speedup and its speedup over each baseline engine group. With ``before``
+    (the compare page's other revision), a revision that never ran with MTP off on one split and release is
+    compared with ``before``'s MTP-off reports instead, and the page says it is not like for like."""
     cells = _node_cells(revision)
-    releases = dict(
-        NodeRun.objects.filter(revision=revision)
-        .exclude(version="")
-        .order_by("updated_at")
-        .values_list("node_id", "version")
-    )
+    releases = _releases(revision)
     on_off, missing = _mtp_pair(cells, releases)
+    if on_off is None and before is not None and any(c["mtp_used"] for c in cells):
+        on_off = _cross_revision_pair(revision, cells, releases, before)
+        missing = "" if on_off else missing
     mesh_on = on_off[0] if on_off else _side("mesh-llm, MTP on", [c for c in cells if c["mtp_used"]])
     if mesh_on.reports:
         mesh_on = _with_mesh_acceptance(mesh_on, revision)
@@ -253,6 +253,51 @@ def speedups(package: Package, revision: Revision) -> Speedups:
     else:
         why = ""
     return Speedups(source, mtp, missing, rows, why)
+
+
+def _releases(revision: Revision) -> dict[int, str]:
+    """node -> the mesh-llm release its agent registered for its run of the revision (the newest)."""
+    runs = NodeRun.objects.filter(revision=revision).exclude(version="").order_by("updated_at")
+    return dict(runs.values_list("node_id", "version"))
+
+
+def _cross_revision_pair(
+    revision: Revision, cells: list[dict[str, Any]], releases: Mapping[int, str], before: Revision
+) -> tuple[Side, Side, str, tuple[str, ...]] | None:
+    """This revision's MTP on against ``before``'s MTP off, on their most-reported shared stage split."""
+    off_cells = [c for c in _node_cells(before) if not c["mtp_used"]]
+    if not off_cells:
+        return None
+    on_cells = [c for c in cells if c["mtp_used"]]
+    apart = [
+        f"MTP off is {before.short_sha}'s reports: {revision.short_sha} never ran without MTP on one split "
+        "and release"
+    ]
+    shared = {c["stage_splits"] for c in on_cells} & {c["stage_splits"] for c in off_cells}
+    split = (
+        max(shared, key=lambda x: sum(c["reports"] for c in cells if c["stage_splits"] == x))
+        if shared
+        else ""
+    )
+    if shared:
+        on_cells = [c for c in on_cells if c["stage_splits"] == split]
+        off_cells = [c for c in off_cells if c["stage_splits"] == split]
+    else:
+        apart.append("the two sides ran on different stage splits")
+    on_releases = sorted({releases.get(c["node_key"], "") for c in on_cells} - {""})
+    before_releases = _releases(before)
+    off_releases = sorted({before_releases.get(c["node_key"], "") for c in off_cells} - {""})
+    if on_releases != off_releases:
+        apart.append(
+            f"another mesh-llm release: MTP on ran {', '.join(on_releases) or 'a release not reported'}, "
+            f"MTP off {', '.join(off_releases) or 'a release not reported'}"
+        )
+    if {c["node_key"] for c in on_cells} != {c["node_key"] for c in off_cells}:
+        apart.append("different nodes ran each side (the hardware may differ)")
+    scope = f"MTP on: {revision.short_sha}, MTP off: {before.short_sha}" + (
+        f"; stage split {split}" if split else ""
+    )
+    return _side("MTP on", on_cells), _side(f"MTP off ({before.short_sha})", off_cells), scope, tuple(apart)
 
 
 def _node_cells(revision: Revision) -> list[dict[str, Any]]:

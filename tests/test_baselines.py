@@ -342,3 +342,31 @@ def test_a_hostile_engine_version_is_escaped(client: Client) -> None:
     _stored_window(make_node("baseline-box"), 4.0, engine_version="<script>alert(1)</script>")
     body = client.get(f"/packages/{package.repo_id}/").content.decode()
     assert "<script>alert(1)</script>" not in body and "&lt;script&gt;alert(1)&lt;/script&gt;" in body
+
+
+def test_the_compare_page_falls_back_to_the_other_revisions_mtp_off_and_says_so() -> None:
+    """The demo's story: 69cbd9fc ran without MTP on mesh-llm 0.72.1, its republish with MTP on 0.78.0."""
+    package = make_package("meshllm/Qwen3.5-35B-A3B-UD-Q4_K_XL-layers")
+    old = make_revision(package, "undeclared-mtp", committed_at=BASE_TIME - timedelta(days=7), latest=False)
+    new = make_revision(package, "consistent-mtp")
+    node = make_node("demo-qwen")
+    for i in range(12):
+        make_report(node, old, 3.2 + i * 0.01, at=BASE_TIME + timedelta(minutes=i))
+        make_report(node, new, 5.3 + i * 0.01, at=BASE_TIME + timedelta(hours=1, minutes=i), mtp_used=True)
+    NodeRun.objects.create(node=node, run_id="run-old", revision=old, version="0.72.1")
+    NodeRun.objects.create(node=node, run_id="run-new", revision=new, version="0.78.0")
+    alone = baselines.speedups(package, new)
+    assert alone.mtp is None
+    assert (
+        alone.mtp_missing == "Every report of this revision ran with MTP on: no MTP-off run to compare with."
+    )
+    found = baselines.speedups(package, new, before=old)
+    assert found.mtp is not None and found.mtp_missing == ""
+    assert found.mtp.ratio is not None and found.mtp.ratio.ratio == pytest.approx(5.355 / 3.255, rel=0.02)
+    assert found.mtp.apart == (
+        f"MTP off is {old.short_sha}'s reports: {new.short_sha} never ran without MTP on one split "
+        "and release",
+        "another mesh-llm release: MTP on ran 0.78.0, MTP off 0.72.1",
+    )
+    assert found.mtp.scope == f"MTP on: {new.short_sha}, MTP off: {old.short_sha}; stage split 0..27|27..41"
+    assert found.mtp.slower.label == f"MTP off ({old.short_sha})"

@@ -117,7 +117,7 @@ def compare(request: HttpRequest, owner: str, name: str) -> HttpResponse:
         "package": package,
         "history": history,
         "comparison": comparison,
-        "speedups": baselines.speedups(package, new),
+        "speedups": baselines.speedups(package, new, before=old),
         "charts": comparison_charts(comparison),
         "plotly_guard_ids": staticfinders.installed_plotly_guard_ids(),
     }
