@@ -363,22 +363,39 @@ def _mtp_pair(
 
 def _with_mesh_acceptance(side: Side, revision: Revision) -> Side:
     """The mean acceptance length of mesh-llm's own counters: accepted tokens over drafts, a draft being a
-    speculative window (n-gram) or a native-MTP verification (docs/node-report.md sections 1.1, 1.4)."""
+    speculative window (n-gram) or a native-MTP verification (docs/node-report.md sections 1.1, 1.4; a
+    span's ``llama_stage.native_mtp.*`` attributes, section 4). A report without both counts is left out."""
+    timings = KeyTransform("timings", "body")
     rows = (
         Report.objects.filter(revision=revision, mtp_used=True)
         .order_by("-received_at")
-        .annotate(verifications=KeyTransform("native_mtp_verifications", KeyTransform("timings", "body")))
-        .values_list("draft_n_accepted", "speculative_accepted_n", "speculative_windows", "verifications")[
-            :MAX_MESH_ROWS
-        ]
+        .annotate(
+            verifications=KeyTransform("native_mtp_verifications", timings),
+            native_accepted=KeyTransform("native_mtp_accepted", timings),
+        )
+        .values_list(
+            "draft_n_accepted",
+            "speculative_accepted_n",
+            "native_accepted",
+            "speculative_windows",
+            "verifications",
+        )[:MAX_MESH_ROWS]
     )
     accepted = drafts = 0
-    for took, spec_took, windows, verifications in rows:
-        accepted += took if took is not None else spec_took or 0
-        drafts += windows or (verifications if isinstance(verifications, int) else 0)
+    for took, spec_took, native_took, windows, verifications in rows:
+        took = next((v for v in (took, spec_took, native_took) if _count(v, least=0)), None)
+        steps = windows if _count(windows) else verifications if _count(verifications) else None
+        if took is not None and steps is not None:
+            accepted += took
+            drafts += steps
     return Side(
         side.label, side.reports, side.sketch, side.acceptance_rate, mean_acceptance_length(accepted, drafts)
     )
+
+
+def _count(value: Any, least: int = 1) -> bool:
+    """A count a report can hold (a JSON value read from the body may be anything)."""
+    return isinstance(value, int) and not isinstance(value, bool) and least <= value <= 10**15
 
 
 @dataclass

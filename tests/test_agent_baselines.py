@@ -386,7 +386,7 @@ def test_a_bad_baseline_config_names_what_is_wrong(item: dict[str, str], message
 def test_the_agent_cycle_spools_baseline_reports_for_meshdash(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    bodies = [FIRST, SECOND]
+    bodies = [FIRST, FIRST, SECOND]  # the first answers the agent's wait for its engine
     with fake_engine(bodies) as url:
         config = agent.Config(
             token="t",
@@ -396,7 +396,7 @@ def test_the_agent_cycle_spools_baseline_reports_for_meshdash(
         )
         config.check()
         a = agent.Agent(config, dry_run=True)
-        assert a.wait_for_node() is False
+        assert a.wait_for_node() is True  # its engine answers
         assert a.cycle() is True and a.cycle() is True
     printed = capsys.readouterr().out
     sent = json.loads(printed)
@@ -404,6 +404,60 @@ def test_the_agent_cycle_spools_baseline_reports_for_meshdash(
     assert a.sender.endpoints["baselines"] == "/api/v1/baselines"
     (report,) = sent["body"]["reports"]
     assert report["figures"]["predicted_per_second"] == 60.0 and report["engine_version"] == "b1"
+
+
+def test_a_baseline_only_agent_waits_quietly_for_its_engine(caplog: pytest.LogCaptureFixture) -> None:
+    """As `make run` starts them: the agent before its engine listens. No 'does not answer' line."""
+    import logging
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = f"http://127.0.0.1:{port}/metrics"
+    config = agent.Config(
+        token="t",
+        node_url="",
+        baselines=[{"engine": "llama.cpp", "metrics_url": url, "source_model": SOURCE}],
+    )
+    engine = _LateEngine(port)
+    starter = threading.Timer(1.0, engine.start)
+    starter.start()
+    try:
+        with caplog.at_level(logging.INFO, logger="meshdash.agent"):
+            assert agent.Agent(config).wait_for_node() is True
+        assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []
+    finally:
+        starter.join()
+        engine.stop()
+    # Control: an engine that never listens is one warning once the wait is over.
+    config = agent.Config(
+        token="t",
+        node_url="",
+        node_wait=0.5,
+        baselines=[{"engine": "llama.cpp", "metrics_url": url, "source_model": SOURCE}],
+    )
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="meshdash.agent"):
+        assert agent.Agent(config).wait_for_node() is False
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert warning == f"{url} did not answer in 0.5 s; polling anyway"
+
+
+class _LateEngine:
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.server: ThreadingHTTPServer | None = None
+
+    def start(self) -> None:
+        self.server = ThreadingHTTPServer(("127.0.0.1", self.port), _Bodies)
+        self.server.bodies = [FIRST]  # type: ignore[attr-defined]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.shutdown()
+            self.server.server_close()
 
 
 class _Bodies(BaseHTTPRequestHandler):

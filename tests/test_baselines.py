@@ -370,3 +370,31 @@ def test_the_compare_page_falls_back_to_the_other_revisions_mtp_off_and_says_so(
     )
     assert found.mtp.scope == f"MTP on: {new.short_sha}, MTP off: {old.short_sha}; stage split 0..27|27..41"
     assert found.mtp.slower.label == f"MTP off ({old.short_sha})"
+
+
+def test_the_mean_acceptance_length_of_otlp_span_reports_reads_the_native_mtp_counters() -> None:
+    """A span report carries llama_stage.native_mtp.accepted / .verifications in its body's timings only."""
+    package = make_package("meshllm/Qwen3.5-35B-A3B-UD-Q4_K_XL-layers")
+    revision = make_revision(package, "consistent-mtp")
+    node = make_node("span-node")
+    timings = {"predicted_per_second": 5.0, "native_mtp_accepted": 45, "native_mtp_verifications": 60}
+    for i in range(4):
+        make_report(
+            node,
+            revision,
+            5.0,
+            at=BASE_TIME + timedelta(minutes=i),
+            mtp_used=True,
+            speculative_accepted_n=None,
+            speculative_windows=None,
+            body={"timings": timings},
+        )
+    bogus = {"timings": {"native_mtp_accepted": "many", "native_mtp_verifications": True}}
+    make_report(
+        node, revision, 5.0, mtp_used=True, speculative_accepted_n=None, speculative_windows=None, body=bogus
+    )
+    _stored_window(make_node("baseline-box"), 4.0)
+    (row,) = baselines.speedups(package, revision).baselines
+    assert row.faster.mean_acceptance_length == pytest.approx(
+        1.75
+    )  # 1 + 180 / 240; the bogus report left out

@@ -912,6 +912,13 @@ class Sender:
         return False
 
 
+def _answers(url: str) -> bool:
+    try:
+        return http("GET", url).status == 200
+    except OSError:
+        return False
+
+
 # --- The proxy: timings of each completion become a report ------------------------------------
 
 
@@ -952,27 +959,26 @@ class Agent:
         return self.sender.flush()
 
     def wait_for_node(self) -> bool:
-        """Wait, quietly, until the node's console API answers or ``node_wait`` seconds pass; True when it
-        answered. A node that is still starting is normal: only one that never answers is worth a line."""
-        if not self.config.node_url:
-            return False  # baseline engines only: nothing to wait for
+        """Wait, quietly, until the node's console API answers (for an agent of baseline engines only, each
+        engine's /metrics) or ``node_wait`` seconds pass; True when it answered. A node or engine that is
+        still starting is normal: only one that never answers is worth a line."""
+        if self.config.node_url:
+            urls = [self.config.node_url + "/api/status"]
+        else:
+            urls = [b.metrics_url for b in self.config.baseline_list()]
         deadline = time.monotonic() + self.config.node_wait
         delay = 0.2
-        while not self._stop.is_set():
-            try:
-                if http("GET", self.config.node_url + "/api/status").status == 200:
-                    return True
-            except OSError:
-                pass
+        while urls and not self._stop.is_set():
+            urls = [url for url in urls if not _answers(url)]
+            if not urls:
+                return True
             if time.monotonic() + delay > deadline:
                 break
             self._stop.wait(delay)
             delay = min(delay * 2, 5.0)
-        if self.config.node_wait:
+        if urls and self.config.node_wait:
             log.warning(
-                "the node at %s did not answer in %g s; polling anyway",
-                self.config.node_url,
-                self.config.node_wait,
+                "%s did not answer in %g s; polling anyway", ", ".join(urls)[:500], self.config.node_wait
             )
         return False
 
