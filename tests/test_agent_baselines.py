@@ -486,3 +486,14 @@ class fake_engine:
     def __exit__(self, *exc: object) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+def test_the_readme_baseline_config_is_accepted_as_written() -> None:
+    import re
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    block = re.search(r"```json\n(\{[^`]*\"baselines\"[^`]*)```", readme)
+    assert block is not None, "the README's baseline config example moved"
+    config = agent.Config(**json.loads(block.group(1)))
+    config.check()
+    assert [b.engine for b in config.baseline_list()] == ["llama.cpp", "vllm"]
