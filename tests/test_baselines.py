@@ -398,3 +398,11 @@ def test_the_mean_acceptance_length_of_otlp_span_reports_reads_the_native_mtp_co
     assert row.faster.mean_acceptance_length == pytest.approx(
         1.75
     )  # 1 + 180 / 240; the bogus report left out
+
+
+def test_the_admin_lists_and_shows_baseline_windows_read_only(admin_client: Client) -> None:
+    _stored_window(make_node("baseline-box"), 4.0)
+    row = BaselineReport.objects.get()
+    assert admin_client.get("/admin/packages_app/baselinereport/").status_code == 200
+    page = admin_client.get(f"/admin/packages_app/baselinereport/{row.pk}/change/")
+    assert page.status_code == 200 and b'name="_save"' not in page.content
