@@ -241,15 +241,22 @@ def speedups(package: Package, revision: Revision, before: Revision | None = Non
         mtp = Speedup("mtp", "MTP on against MTP off", mesh_on, off, scope, apart)
     source = source_of(package, revision)
     groups = _baseline_groups(source.repo) if source.repo else []
-    splits = {c["stage_splits"] for c in cells if c["mtp_used"]}
-    rows = [_baseline_speedup(mesh_on, group, source, splits) for group in groups] if mesh_on.reports else []
+    # Against a baseline: mesh-llm with MTP where it ran, else mesh-llm as it ran (a revision served
+    # without MTP is compared too: how far is mesh-llm without MTP from plain llama.cpp?).
+    used = bool(mesh_on.reports)
+    mesh = mesh_on if used else _side("mesh-llm without MTP", [c for c in cells if not c["mtp_used"]])
+    splits = {c["stage_splits"] for c in cells if c["mtp_used"] == used}
+    rows = [_baseline_speedup(mesh, group, source, splits, used) for group in groups] if mesh.reports else []
     rows.sort(key=lambda s: (s.other_quantization, -s.slower.reports))
     if not source.repo:
         why = "The package names no source model (manifest source_model, card base_model): nothing to join."
     elif not groups:
-        why = f"No baseline engine reports for {source.repo} yet."
-    elif not mesh_on.reports:
-        why = "No mesh-llm reports with MTP on for this revision yet."
+        why = (
+            f"No baseline engine reports for {source.repo} yet. A plain llama.cpp or vLLM server serving it "
+            'reports through meshdash-agent\'s baselines (README, "Baseline engines").'
+        )
+    elif not mesh.reports:
+        why = "No node has reported decoding this revision yet."
     else:
         why = ""
     return Speedups(source, mtp, missing, rows, why)
@@ -468,7 +475,7 @@ def _add_positions(into: list[int], more: list[Any]) -> None:
         into[index] += int(value) if isinstance(value, int) else 0
 
 
-def _baseline_speedup(mesh_on: Side, group: _Group, source: Source, splits: set[str]) -> Speedup:
+def _baseline_speedup(mesh: Side, group: _Group, source: Source, splits: set[str], mtp: bool) -> Speedup:
     engine = f"{group.engine} {group.version}".strip()
     quant = group.quantization or "quantization not known"
     baseline = Side(
@@ -501,8 +508,8 @@ def _baseline_speedup(mesh_on: Side, group: _Group, source: Source, splits: set[
         apart.append(f"{group.flagged} baseline windows whose figures contradict each other are left out")
     return Speedup(
         "baseline",
-        f"mesh-llm MTP on against {engine}",
-        replace(mesh_on, label="mesh-llm with MTP"),
+        f"mesh-llm {'MTP on' if mtp else 'without MTP'} against {engine}",
+        replace(mesh, label="mesh-llm with MTP" if mtp else "mesh-llm without MTP"),
         baseline,
         f"{source.repo}, {quant}" + (f" ({', '.join(sorted(group.files)[:2])})" if group.files else ""),
         tuple(apart),

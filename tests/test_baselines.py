@@ -281,9 +281,9 @@ def test_a_speculating_baseline_has_its_acceptance_beside_it() -> None:
 
 def test_nothing_to_join_is_said() -> None:
     package, revision = _mtp_fleet([6.0] * 3, [3.0] * 3)
-    assert (
-        baselines.speedups(package, revision).baseline_missing
-        == f"No baseline engine reports for {SOURCE} yet."
+    missing = baselines.speedups(package, revision).baseline_missing
+    assert missing.startswith(
+        f"No baseline engine reports for {SOURCE} yet. A plain llama.cpp or vLLM server"
     )
 
 
@@ -406,3 +406,22 @@ def test_the_admin_lists_and_shows_baseline_windows_read_only(admin_client: Clie
     assert admin_client.get("/admin/packages_app/baselinereport/").status_code == 200
     page = admin_client.get(f"/admin/packages_app/baselinereport/{row.pk}/change/")
     assert page.status_code == 200 and b'name="_save"' not in page.content
+
+
+def test_a_revision_served_without_mtp_is_compared_with_the_baseline_as_it_ran() -> None:
+    package = make_package("meshllm/Qwen3.5-35B-A3B-UD-Q4_K_XL-layers")
+    revision = make_revision(package, "undeclared-mtp")
+    node = make_node("demo-qwen")
+    for i in range(20):
+        make_report(node, revision, 3.2 + i * 0.01, at=BASE_TIME + timedelta(minutes=i))
+    box = make_node("baseline-box")
+    for i in range(20):
+        _stored_window(box, 4.0 + i * 0.01)
+    found = baselines.speedups(package, revision)
+    assert found.mtp is None and found.mtp_missing == "No report of this revision ran with MTP on."
+    (row,) = found.baselines
+    assert row.title == "mesh-llm without MTP against llama.cpp b6105-1a2b3c4"
+    assert row.ratio is not None and row.ratio.ratio == pytest.approx(3.295 / 4.095, rel=0.02)
+    assert row.sentence.startswith("mesh-llm without MTP decodes 3.")
+    assert row.sentence.endswith("% slower.")
+    assert row.faster.mean_acceptance_length is None

@@ -165,7 +165,9 @@ def snapshot(parsed: Parsed, engine: str, model: str = "") -> dict[str, float]:
             if not position.isdigit() or len(position) > 3:
                 continue
             if int(position) not in positions and len(positions) >= MAX_POSITIONS:
-                parsed.trimmed.append(f"draft positions past the first {MAX_POSITIONS}")
+                too_many = f"draft positions past the first {MAX_POSITIONS}"
+                if too_many not in parsed.trimmed:
+                    parsed.trimmed.append(too_many)
                 continue
             positions.add(int(position))
             key = f"accepted_at:{int(position)}"
