@@ -253,7 +253,7 @@ def speedups(package: Package, revision: Revision, before: Revision | None = Non
     elif not groups:
         why = (
             f"No baseline engine reports for {source.repo} yet. A plain llama.cpp or vLLM server serving it "
-            'reports through meshdash-agent\'s baselines (README, "Baseline engines").'
+            'reports through meshdash-agent\'s baselines (docs/api.md, "Baseline engines").'
         )
     elif not mesh.reports:
         why = "No node has reported decoding this revision yet."

@@ -6,11 +6,14 @@ workers write the same rows (docs/design.md).
 
 from __future__ import annotations
 
+from functools import cached_property
+
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
 from packages_app import verdicts
+from packages_app.audit.revision import StoredAudit
 from packages_app.layout import FileRole
 
 FILE_ROLES = [(role.value, role.name.title()) for role in FileRole]
@@ -72,10 +75,6 @@ class Package(models.Model):
     @property
     def owner(self) -> str:
         return self.repo_id.split("/", 1)[0]
-
-    @property
-    def is_public(self) -> bool:
-        return self.private is False
 
     @property
     def name(self) -> str:
@@ -196,6 +195,11 @@ class Revision(models.Model):
     @property
     def short_sha(self) -> str:
         return self.commit_sha[:8]
+
+    @cached_property
+    def audited(self) -> StoredAudit:
+        """The stored audit read back typed: the one reader of the ``audit`` column's keys."""
+        return StoredAudit.from_json(self.audit)
 
 
 class PackageFile(models.Model):

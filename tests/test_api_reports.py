@@ -438,11 +438,12 @@ def test_a_batch_item_that_is_not_an_object_is_refused_alone(client: Client, tok
 def test_a_racing_replay_that_loses_the_insert_answers_duplicate(token: str) -> None:
     # Simulates the race: the row is already there when this insert runs, so the unique
     # constraint, not a prior read, decides the answer.
-    from packages_app.nodes.report_schema import body_digest, validate_report
+    from packages_app.nodes.report_schema import validate_report_body
 
     node = nodes.get_node("node-a")
     body = make_report()
-    item = reports.ValidReport(report=validate_report(body), digest=body_digest(body), body=body)
+    report, digest = validate_report_body(body)
+    item = reports.ValidReport(report=report, digest=digest, body=body)
     now = datetime.now(UTC)
     first = reports.store_report(node, item, now)
     second = reports.store_report(node, item, now)

@@ -1161,7 +1161,8 @@ environment:
 
 A flag overrides the config file's key of the same name; the config file also takes interval,
 upstream_url, spool_max_bytes, spool_max_age, node_wait and baselines: the llama.cpp or vLLM servers
-whose /metrics is scraped as a baseline (see the README, "The agent")."""
+whose /metrics is scraped as a baseline (see docs/api.md, "Run meshdash-agent beside the node", and
+"Baseline engines")."""
 
 
 def parser() -> argparse.ArgumentParser:

@@ -609,10 +609,6 @@ def canonical_json(value: Any) -> bytes:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 
 
-def body_digest(value: Any) -> str:
-    return hashlib.sha256(canonical_json(value)).hexdigest()
-
-
 def check_json_tree(value: Any, path: str = "", depth: int = 0) -> None:
     """Refuse what JSON allows but storage does not: deep nesting, NUL, lone surrogates, inf."""
     if depth > MAX_DEPTH:
@@ -644,13 +640,9 @@ def _safe(path: str) -> str:
     return path.encode("utf-8", "replace").decode().replace("\x00", "?")
 
 
-def validate_report(data: Any, prefix: str = "") -> ReportIn:
-    """Validate one report; on failure raise BodyError naming the first bad field."""
-    return validate_report_body(data, prefix)[0]
-
-
 def validate_report_body(data: Any, prefix: str = "") -> tuple[ReportIn, str]:
-    """The validated report and the digest of its canonical body (what a verbatim replay repeats)."""
+    """The validated report and the digest of its canonical body (what a verbatim replay repeats); on
+    failure a BodyError naming the first bad field."""
     return _validated_body(ReportIn, "A report", data, prefix)
 
 
