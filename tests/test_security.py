@@ -326,8 +326,9 @@ HOSTILE_DOWNLOADS = {
 # Routes that are not pages: the JSON APIs (test_json_endpoints_... below, and their own tests), and the
 # operators' actions, which answer a POST with a redirect (tests/test_fixes_web.py, tests/test_access.py).
 NOT_PAGES = {
-    "api_reports", "api_reports_batch", "api_runs", "otlp_traces", "api_ping", "api_certify_reports",
-    "api_hook_hub", "api_check_manifest", "api_openapi", "api_packages", "api_package", "api_node",
+    "api_reports", "api_reports_batch", "api_runs", "api_baselines", "otlp_traces", "api_ping",
+    "api_certify_reports", "api_hook_hub", "api_check_manifest", "api_openapi", "api_packages", "api_package",
+    "api_node",
     "logout", "package_untrack", "package_delete", "package_reingest", "package_sync", "package_propose_fix",
 }  # fmt: skip
 

@@ -14,7 +14,7 @@ from django.shortcuts import render
 from django.utils.http import content_disposition_header
 from django.views.decorators.http import require_safe
 
-from packages_app import charts, fleet, glossary, queries, report_metrics, staticfinders
+from packages_app import baselines, charts, fleet, glossary, queries, report_metrics, staticfinders
 from packages_app.models import Package, Report, Revision
 from packages_app.verdicts import STATUSES_BY_RANK, VERDICTS_BY_RANK, ActionKind, Cause
 from packages_app.web import access
@@ -116,6 +116,7 @@ def compare(request: HttpRequest, owner: str, name: str) -> HttpResponse:
         "package": package,
         "history": history,
         "comparison": comparison,
+        "speedups": baselines.speedups(package, new, before=old),
         "charts": comparison_charts(comparison),
         "plotly_guard_ids": staticfinders.installed_plotly_guard_ids(),
     }

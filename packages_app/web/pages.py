@@ -23,6 +23,7 @@ from django.views.decorators.http import require_http_methods, require_POST, req
 
 from packages_app import (
     background,
+    baselines,
     certify_reports,
     charts,
     fixes,
@@ -207,6 +208,7 @@ def package_detail(request: HttpRequest, owner: str, name: str) -> HttpResponse:
         pair = fleet.default_comparison_pair(history, revision.pk)
         context["previous"] = next((r for r in history if pair and r.pk == pair[0]), None)
         context.update(_fix_context(package, revision, context["assessment"], context["suggested"]))
+        context["speedups"] = baselines.speedups(package, revision)
     context["hub_url"] = hub_url(package, revision)
     context["base_model_url"] = source_model_url(package.base_model)
     context["plotly_guard_ids"] = staticfinders.installed_plotly_guard_ids()
