@@ -57,7 +57,7 @@ REFUSAL_REASONS = (
     "conflict",
     "error",
 )
-REPORT_SOURCES = ("report", "otlp", "runs")
+REPORT_SOURCES = ("report", "otlp", "runs", "baseline")
 NOTIFICATION_OUTCOMES = ("sent", "failed", "retry", "refused")
 
 INGESTS = Counter(

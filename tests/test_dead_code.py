@@ -18,7 +18,6 @@ WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # Public names the application does not call that the tests do, each for a reason of its own.
 TEST_SEAMS = {
     "gguf_header.parse_header": "the parser's whole-buffer entry point, the fuzz tests' oracle",
-    "sketch.of_values": "a sketch of plain values, what the sketch tests compare the merges against",
     "background.wait_idle": "lets a test wait for the in-process background thread",
     "tasks.wait_eager_deliveries": "lets a test wait for deliveries sent eagerly",
 }

@@ -25,7 +25,7 @@ def placeholders(apps, schema_editor):
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("packages_app", "0029_node_run_observations"),
+        ("packages_app", "0030_baseline_engine_reports"),
     ]
 
     operations = [
