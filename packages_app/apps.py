@@ -9,4 +9,4 @@ class PackagesAppConfig(AppConfig):
     verbose_name = "Layer packages"
 
     def ready(self) -> None:
-        from packages_app import judgements, pgtime  # noqa: F401 - connect their receivers
+        from packages_app import pgtime  # noqa: F401 - connects its connection_created receiver

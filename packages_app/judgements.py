@@ -8,10 +8,12 @@ query for the rows they show:
 - ``judge`` writes the rows of some nodes (or of all) in the caller's transaction, computed by the same code
   the pages used (``fleet.judged_rows``, the needing-action list's judgement); ``rebuild`` (``manage.py
   rebuild_judgements``) writes every node's rows from scratch, the same rows.
-- Whatever changes a judgement calls ``judge`` in its own transaction: a report stored (rollups.add_reports,
-  through reports.insert_claimed), a run registered (telemetry), an ingest or re-audit of a revision or its
-  package's latest or privacy changing (ingest: ``revisions_changed``), a release or roster imported
-  (``rebuild``), a node created or renamed (a row expired at once, below).
+- Whatever changes a judgement calls ``judge`` in its own transaction: a report stored or linked
+  (``serving_changing``, which rollups.add_reports calls for reports.py and telemetry.py, judging only the
+  nodes whose judgement the batch can change), a run registered (telemetry), an ingest or re-audit of a
+  revision or its package's latest or privacy changing (ingest: ``revisions_changed``), a release or
+  roster imported
+  (``rebuild``), a node created or renamed (models.node_judgements: its rows expired at once).
 - The window moves: a row is valid until its first report in the window leaves it, its last report showing
   MTP unused leaves it, or (where its cells' strategies are read) the window's first hour moves on
   (``_valid_until``); ``fresh`` judges anew the rows read past that, and those judged against another
@@ -32,14 +34,12 @@ from typing import Any
 from django.core.paginator import Paginator
 from django.db import transaction
 from django.db.models import Case, Count, F, Max, Min, Q, Value, When
-from django.db.models.signals import post_save
-from django.dispatch import receiver
 from django.utils import timezone
 
 from packages_app import fleet, rollups
 from packages_app.audit import certification, releases
 from packages_app.audit.advice import strategy_can_change_cause
-from packages_app.models import Node, NodeJudgement, NodeRun, Revision, Serving
+from packages_app.models import JUDGEMENT_EXPIRED, Node, NodeJudgement, NodeRun, Revision, Serving
 from packages_app.verdicts import Cause
 
 WINDOW_DAYS = fleet.DEFAULT_WINDOW_DAYS
@@ -49,7 +49,7 @@ AUDIENCES = (
 )  # NodeJudgement.private: judged for visitors, and for those who see private packages
 CHUNK = 1000  # nodes judged a round: a list of ids in each query, not the whole fleet's
 FOREVER = datetime(9999, 1, 1, tzinfo=UTC)
-EXPIRED = datetime(2000, 1, 1, tzinfo=UTC)
+EXPIRED = JUDGEMENT_EXPIRED
 _JUST_AFTER = timedelta(microseconds=1)
 _FIELDS = ("node_name", "needs_action", "cause", "cause_rank", "revision", "advice", "valid_until", "basis")
 
@@ -236,7 +236,7 @@ def _valid_until(
     return until
 
 
-def _serving_changing(servings: Mapping[rollups.ServingKey, rollups.Cell]) -> Callable[[], object]:
+def serving_changing(servings: Mapping[rollups.ServingKey, rollups.Cell]) -> Callable[[], object]:
     """Before a batch of reports is added to the Serving rows: which of their nodes to judge once it is,
     all but those whose judgement the batch cannot change (``_unchanged_by``)."""
     nodes = {node for _revision, node, _topology, _splits in servings if node}
@@ -245,9 +245,6 @@ def _serving_changing(servings: Mapping[rollups.ServingKey, rollups.Cell]) -> Ca
     now = timezone.now()
     changed = nodes - _unchanged_by(servings, nodes, now)
     return lambda: judge(changed, now) if changed else 0
-
-
-rollups.when_serving_changes("judgements", _serving_changing)
 
 
 def _unchanged_by(
@@ -305,30 +302,6 @@ def _keeps(row: tuple[Any, str] | None, cell: rollups.Cell, since: datetime) -> 
     if not sole or cell.sole_strategy != sole:
         return False
     return cell.last_unused_at is None or (unused_at is not None and unused_at >= since)
-
-
-@receiver(post_save, sender=Node, dispatch_uid="packages_app.judgements.node_saved")
-def node_saved(sender: type[Node], instance: Node, raw: bool = False, **kwargs: Any) -> None:
-    """A node created or renamed: its rows, expired, so the next read judges it (never missing from the
-    list); a node's other fields (its token, last seen) change no judgement."""
-    if raw:
-        return
-    if kwargs.get("created"):
-        NodeJudgement.objects.bulk_create(
-            [_expired(instance, private) for private in AUDIENCES],
-            update_conflicts=True,
-            unique_fields=["node", "private"],
-            update_fields=["node_name", "valid_until"],
-        )
-        return
-    renamed = NodeJudgement.objects.filter(node=instance).exclude(node_name=instance.name)
-    renamed.update(node_name=instance.name, valid_until=EXPIRED)
-
-
-def _expired(node: Node, private: bool) -> NodeJudgement:
-    return NodeJudgement(
-        node=node, private=private, node_name=node.name, valid_until=EXPIRED, basis="", judged_at=EXPIRED
-    )
 
 
 # --- reading -------------------------------------------------------------------------------------

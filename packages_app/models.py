@@ -6,11 +6,15 @@ workers write the same rows (docs/design.md).
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from functools import cached_property
+from typing import Any
 
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
+from django.db.models.signals import post_save
+from django.dispatch import receiver
 
 from packages_app import verdicts
 from packages_app.audit.revision import StoredAudit
@@ -994,3 +998,35 @@ class NodeJudgement(models.Model):
 
     def __str__(self) -> str:
         return f"{self.node_name}: {self.cause or 'nothing to do'}"
+
+
+JUDGEMENT_EXPIRED = datetime(2000, 1, 1, tzinfo=UTC)  # a NodeJudgement the next read judges anew
+
+
+@receiver(post_save, sender=Node, dispatch_uid="packages_app.models.node_judgements")
+def node_judgements(sender: type[Node], instance: Node, raw: bool = False, **kwargs: Any) -> None:
+    """A node created or renamed: its judgements (NodeJudgement, one per audience) expired, so the next
+    read judges it (packages_app.judgements.fresh) and no node is missing from the list; a node's other
+    fields (its token, when it was last seen) change no judgement."""
+    if raw:
+        return
+    if kwargs.get("created"):
+        rows = [
+            NodeJudgement(
+                node=instance,
+                private=private,
+                node_name=instance.name,
+                valid_until=JUDGEMENT_EXPIRED,
+                judged_at=JUDGEMENT_EXPIRED,
+            )
+            for private in (False, True)
+        ]
+        NodeJudgement.objects.bulk_create(
+            rows,
+            update_conflicts=True,
+            unique_fields=["node", "private"],
+            update_fields=["node_name", "valid_until"],
+        )
+        return
+    renamed = NodeJudgement.objects.filter(node=instance).exclude(node_name=instance.name)
+    renamed.update(node_name=instance.name, valid_until=JUDGEMENT_EXPIRED)

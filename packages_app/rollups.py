@@ -131,11 +131,14 @@ def hourly_since(now: datetime | None = None) -> datetime:
 # --- adding ------------------------------------------------------------------------------------
 
 
-def add_reports(rows: Iterable[Report], *, using: str = "default") -> int:
+def add_reports(
+    rows: Iterable[Report], *, using: str = "default", serving: ServingListener | None = None
+) -> int:
     """Add stored reports to their rollups; call inside the transaction that stored them.
 
     Rows without a revision are skipped (``link_reports`` adds them once linked). Returns how many
-    reports were added.
+    reports were added. ``serving`` sees what the batch adds to each Serving row before it is added, and
+    returns what to do once it is, in the same transaction (judgements.serving_changing).
     """
     if not settings.MESHDASH_ROLLUP_ON_STORE:
         return 0
@@ -147,40 +150,33 @@ def add_reports(rows: Iterable[Report], *, using: str = "default") -> int:
             upsert(cells, using=using)
             upsert_node_rollups(node_rollups_of(cells), using=using)
             servings = servings_of(cells)
-            then = [listener(servings) for listener in _LISTENERS.values()] if using == "default" else []
+            then = serving(servings) if serving is not None else None
             upsert_serving(servings, using=using)
             upsert_last_served(servings, using=using)
-            for after in then:
-                after()
+            if then is not None:
+                then()
     return added
 
 
-# What each node served is about to change (a batch of reports added): who is told, in the same
-# transaction. A listener is called with what the batch adds to each Serving row before it is added, and
-# returns what to do once it is (packages_app.judgements: judge the nodes whose judgement it can change).
+# Told what a batch adds to each Serving row before it is added; returns what to do once it is.
 ServingListener = Callable[[Mapping["ServingKey", "Cell"]], Callable[[], object]]
-_LISTENERS: dict[str, ServingListener] = {}
 
 
-def when_serving_changes(name: str, listener: ServingListener) -> None:
-    """Register ``listener`` (once by ``name``): called inside the transaction that adds to the Serving
-    rows, before and (through what it returns) after they are added."""
-    _LISTENERS[name] = listener
-
-
-def add_report_ids(ids: Sequence[int], *, using: str = "default") -> int:
+def add_report_ids(
+    ids: Sequence[int], *, using: str = "default", serving: ServingListener | None = None
+) -> int:
     """Add reports by id (the link paths): one read of the columns a rollup needs."""
     if not ids:
         return 0
     rows = Report.objects.using(using).filter(pk__in=ids).values_list(*SOURCE_FIELDS)
-    return add_reports([_report(row) for row in rows], using=using)
+    return add_reports([_report(row) for row in rows], using=using, serving=serving)
 
 
 def _report(values: tuple[object, ...]) -> Report:
     return Report(**dict(zip(SOURCE_FIELDS, values, strict=True)))
 
 
-def link_reports(unlinked: Q, changes: dict[str, object]) -> int:
+def link_reports(unlinked: Q, changes: dict[str, object], serving: ServingListener | None = None) -> int:
     """Give the reports matching ``unlinked`` (a filter that excludes linked ones) ``changes`` and
     roll up the ones that gain a revision, exactly once: their rows are locked first, so a second
     linker waits, then finds them linked already and skips them."""
@@ -189,7 +185,7 @@ def link_reports(unlinked: Q, changes: dict[str, object]) -> int:
         if not ids:
             return 0
         Report.objects.filter(pk__in=ids).update(**changes)
-        add_report_ids(ids)
+        add_report_ids(ids, serving=serving)
     return len(ids)
 
 

@@ -254,7 +254,9 @@ def _link_span_reports(node: Node, run_id: str, fields: Mapping[str, object]) ->
     """The node's spans that arrived before their run was registered get its package now."""
     unlinked = Q(node=node, run_id=run_id, source=Report.Source.OTLP, repo_id="")
     keys = ("repo_id", "commit_sha", "manifest_sha256", "revision_id", "topology_id", "stage_splits")
-    return rollups.link_reports(unlinked, {key: fields[key] for key in keys})
+    return rollups.link_reports(
+        unlinked, {key: fields[key] for key in keys}, serving=judgements.serving_changing
+    )
 
 
 # --- What the node says about itself (docs/node-report.md section 5) ---------------------------

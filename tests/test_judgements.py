@@ -19,7 +19,7 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from packages_app import fleet, ingest, judgements, rollups, telemetry
+from packages_app import fleet, ingest, judgements, telemetry
 from packages_app.audit import releases
 from packages_app.models import Node, NodeJudgement, Package, Report, Serving
 from packages_app.nodes import identity
@@ -133,11 +133,11 @@ def test_a_stored_report_judges_its_node_in_the_store(monkeypatch: pytest.Monkey
     assert needing() == {"n1"} and agrees()
 
 
-def test_control_without_the_rollups_hook_a_stored_report_leaves_the_row_stale(
+def test_control_without_the_store_hook_a_stored_report_leaves_the_row_stale(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     node, broken = f.make_node("n1"), broken_revision()
-    monkeypatch.setattr(rollups, "_LISTENERS", {})
+    monkeypatch.setattr(judgements, "serving_changing", lambda servings: lambda: 0)
     f.make_report(node, broken, 3.1, at=timezone.now() - timedelta(hours=1))
     assert needing() == set() and not agrees()
 
