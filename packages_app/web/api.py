@@ -20,12 +20,13 @@ from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_safe
 
-from packages_app import certify_reports, metrics, queries, queueing, reports
+from packages_app import certify_reports, input_budget, metrics, queries, queueing, reports
 from packages_app.audit.certify_report import MAX_REPORT_BYTES as CERTIFY_MAX_BYTES
 from packages_app.audit.certify_report import CertifyReportError
+from packages_app.input_budget import InputBudget, OverBudget
 from packages_app.models import CertifyReport, Node
 from packages_app.nodes import identity as nodes
-from packages_app.nodes.report_schema import BodyError, validate_batch, validate_report_body
+from packages_app.nodes.report_schema import MAX_DEPTH, BodyError, validate_batch, validate_report_body
 from packages_app.reports import Stored
 from packages_app.web import access, check_budget, ratelimit
 from packages_app.web.openapi import openapi_document
@@ -34,6 +35,9 @@ log = logging.getLogger(__name__)
 
 MAX_SINGLE_BYTES = 64 * 1024
 MAX_BATCH_BYTES = 4 * 1024 * 1024
+# The input budget's depth: past report_schema's MAX_DEPTH, so that a report nested past it is refused
+# naming its field; this cap only keeps json.loads and the validators off a hostile depth.
+JSON_DEPTH = 4 * MAX_DEPTH
 HTTP_STATUS = {Stored.CREATED: 201, Stored.DUPLICATE: 200, Stored.CONFLICT: 409}
 
 NodeView = Callable[[HttpRequest, Node, Any], HttpResponse]
@@ -109,6 +113,8 @@ def _guarded(request: HttpRequest, view: NodeView, max_bytes: int) -> HttpRespon
         return error_response(415, "The body must be sent as Content-Type: application/json.")
     except BodyTooLarge:
         return error_response(413, f"The body must be at most {max_bytes // 1024} KiB.")
+    except OverBudget as exc:
+        return error_response(400 if exc.limit == "depth" else 413, exc.message)
     except BodyError as exc:
         return error_response(400, exc.message, exc.field)
     nodes.touch_node(node)
@@ -135,8 +141,14 @@ def _bearer_node(request: HttpRequest) -> Node | None:
     return nodes.authenticate_node(token.strip())
 
 
+def json_budget(max_bytes: int) -> InputBudget:
+    """The shared input budget of a node's JSON body."""
+    return InputBudget.for_bytes("The body", max_bytes, JSON_DEPTH)
+
+
 def read_json(request: HttpRequest, max_bytes: int) -> Any:
-    """Parse the body as JSON within max_bytes, judged by Content-Length and by the bytes read.
+    """Parse the body as JSON within max_bytes, judged by Content-Length and by the bytes read, and
+    within the shared input budget (values and depth counted before anything is built: OverBudget).
 
     Reads the stream directly: request.body would apply DATA_UPLOAD_MAX_MEMORY_SIZE (2.5 MiB),
     which is below the batch limit; our own limit is the one that counts here.
@@ -153,9 +165,15 @@ def read_json(request: HttpRequest, max_bytes: int) -> Any:
     if len(raw) > max_bytes:
         raise BodyTooLarge
     try:
-        return json.loads(raw, parse_constant=_reject_constant)
-    except (ValueError, RecursionError):
+        return input_budget.load_json(raw, json_budget(max_bytes), loads=_loads)
+    except OverBudget:
+        raise
+    except ValueError:
         raise BodyError("The body is not valid JSON.", "") from None
+
+
+def _loads(text: str) -> Any:
+    return json.loads(text, parse_constant=_reject_constant)
 
 
 def _reject_constant(name: str) -> Any:
