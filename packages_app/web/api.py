@@ -71,8 +71,8 @@ def node_json_endpoint(max_bytes: int, source: str = "report") -> Callable[[Node
         def wrapper(request: HttpRequest) -> HttpResponse:
             try:
                 response = _guarded(request, view, max_bytes)
-            except (OperationalError, InterfaceError):
-                raise  # the database is down: meshdash.middleware answers 503 + Retry-After
+            except (OperationalError, InterfaceError, *queueing.BROKER_DOWN):
+                raise  # the database or Redis is down: meshdash.middleware answers 503 + Retry-After
             except Exception:  # the last guard: never an HTML 500 page for a node
                 log.exception("report endpoint failed")
                 response = error_response(500, "Internal error; the request was not fully processed.")

@@ -16,6 +16,7 @@ added up here; the gauges are read from the database (monitoring.current_figures
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 import ipaddress
 import logging
@@ -30,7 +31,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
 
-from packages_app import metrics, monitoring
+from packages_app import metrics, monitoring, queueing
 from packages_app.web import ratelimit
 
 log = logging.getLogger(__name__)
@@ -110,8 +111,14 @@ class DatabaseCollector(Collector):
 
 
 def cached_figures() -> monitoring.Figures | None:
+    """The database's figures, from the shared cache when it holds them; with the cache (Redis) down they
+    are read from the database for this scrape (issue 48: /metrics answered 500 with Redis down)."""
     seconds = settings.MESHDASH_METRICS_CACHE_SECONDS
-    figures = cache.get(FIGURES_KEY) if seconds > 0 else None
+    try:
+        figures = cache.get(FIGURES_KEY) if seconds > 0 else None
+    except queueing.BROKER_DOWN as exc:
+        log.warning("/metrics could not read the cache: %s", exc)
+        figures, seconds = None, 0
     if isinstance(figures, monitoring.Figures):
         return figures
     try:
@@ -120,7 +127,8 @@ def cached_figures() -> monitoring.Figures | None:
         log.warning("/metrics could not read the database: %s", exc)
         return None
     if seconds > 0:
-        cache.set(FIGURES_KEY, figures, seconds)
+        with contextlib.suppress(*queueing.BROKER_DOWN):
+            cache.set(FIGURES_KEY, figures, seconds)
     return figures
 
 
