@@ -10,8 +10,10 @@ Three limits, each checked before the parser builds anything it would charge for
   n colons and n - 1 commas), so ``["","",...]`` costs its commas, not a pass of ``json.loads`` and then
   one of protobuf's JSON parser per item (issue 48: a 1,120-byte gzip of empty strings in
   ``resource.entityRefs[].idKeys`` cost 0.3-0.5 CPU s). The count is an upper bound (a comma inside a
-  string counts too), which is why the default allows a value for every 4 bytes: real bodies spend 6-20
-  bytes a value, the cheapest hostile shapes (``[0,0,...]``, ``[[],[],...]``, ``{"":0,...}``) 2-3;
+  string counts too). The values allowed grow with the body's own size, one for every
+  ``bytes_per_value`` bytes of it (at least VALUES_FLOOR), so a body costs at most a few times what a
+  well-formed body of its size costs: real report batches spend 12.6 bytes a value, manifests 18, the
+  cheapest hostile shapes (``[0,0,...]``, ``[[],[],...]``, ``{"":0,...}``) 2-4 (bench/bench_input_budget.py);
 - **depth**: nesting; ``json.loads`` stops at Python's recursion limit (RecursionError, caught), and the
   parsed value is then measured level by level, which costs one step per container.
 
@@ -25,7 +27,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-BYTES_PER_VALUE = 4  # the default: real bodies spend 6-20 bytes a value, the hostile shapes 2-3
+BYTES_PER_VALUE = 8  # the default: real bodies spend 11-18 bytes a value, the hostile shapes 2-4
+VALUES_FLOOR = 1024  # a small body may always hold this many values
 _CONTAINERS = frozenset({dict, list})
 
 
@@ -46,22 +49,34 @@ class InputBudget:
     max_bytes: int
     max_values: int
     max_depth: int
+    bytes_per_value: int = 0  # 0: max_values whatever the size; else one value per this many body bytes
 
     @classmethod
-    def for_bytes(cls, what: str, max_bytes: int, max_depth: int) -> InputBudget:
-        """The default: a value for every BYTES_PER_VALUE bytes of the cap."""
-        return cls(what, max_bytes, max(1024, max_bytes // BYTES_PER_VALUE), max_depth)
+    def for_bytes(
+        cls, what: str, max_bytes: int, max_depth: int, bytes_per_value: int = BYTES_PER_VALUE
+    ) -> InputBudget:
+        """Values allowed by the body's size: one per ``bytes_per_value`` bytes, VALUES_FLOOR at least."""
+        values = max(VALUES_FLOOR, max_bytes // bytes_per_value)
+        return cls(what, max_bytes, values, max_depth, bytes_per_value)
+
+    def values_for(self, size: int) -> int:
+        """The values a body of ``size`` bytes may hold."""
+        if not self.bytes_per_value:
+            return self.max_values
+        return min(self.max_values, max(VALUES_FLOOR, size // self.bytes_per_value))
 
     def check_bytes(self, size: int) -> None:
         if size > self.max_bytes:
             raise OverBudget("bytes", f"{self.what} is {size} bytes, over the {self.max_bytes}-byte limit.")
 
-    def check_values(self, count: int) -> None:
-        if count > self.max_values:
+    def check_values(self, count: int, size: int) -> None:
+        allowed = self.values_for(size)
+        if count > allowed:
+            per = f", one per {self.bytes_per_value} bytes of a {size}-byte body" * bool(self.bytes_per_value)
             raise OverBudget(
                 "values",
-                f"{self.what} holds more than {self.max_values} values (objects, arrays, keys and "
-                "every item of an array count).",
+                f"{self.what} holds more than {allowed} values (objects, arrays, keys and every item of an "
+                f"array count{per}).",
             )
 
     def depth_refusal(self) -> OverBudget:
@@ -78,7 +93,7 @@ def json_value_bound(raw: bytes) -> int:
 def check_json_bytes(raw: bytes, budget: InputBudget) -> None:
     """Refuse JSON bytes over the budget's bytes or values before anything parses them."""
     budget.check_bytes(len(raw))
-    budget.check_values(json_value_bound(raw))
+    budget.check_values(json_value_bound(raw), len(raw))
 
 
 def load_json(

@@ -2,7 +2,8 @@
 
 Each parser (node reports, runs, certify reports, OTLP/JSON, OTLP/protobuf, Hub webhooks, model-package.json)
 gets the same shapes filled to its own byte cap: arrays of empty strings, of zeros, of empty objects, of empty
-arrays (each item a value: 2-3 bytes apiece), and arrays nested past the depth. Each is refused naming the
+arrays (each item a value: 2-3 bytes apiece), and arrays nested 900 deep (past the depth; 5,000 deep is past
+the values too). Each is refused naming the
 limit, before ``json.loads`` (or protobuf) builds anything. The control switches the value count off
 (``json_value_bound`` -> 0) and shows the same body parsed whole: the issue's OTLP/JSON body of empty
 strings in ``resource.entityRefs[].idKeys`` (a 1 KB gzip) goes through protobuf's JSON parser and answers 200.
@@ -23,6 +24,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 
 from packages_app import input_budget
 from packages_app.audit.certify_report import MAX_REPORT_BYTES
+from packages_app.devnode import payloads
 from packages_app.layout import MAX_MANIFEST_BYTES
 from packages_app.manifest import parse_manifest
 from packages_app.nodes import identity, otlp
@@ -38,7 +40,8 @@ def filled(prefix: bytes, item: bytes, suffix: bytes, size: int) -> bytes:
     return prefix + b"[" + b",".join([item] * count) + b"]" + suffix
 
 
-def deep(prefix: bytes, suffix: bytes, levels: int = 5_000) -> bytes:
+def deep(prefix: bytes, suffix: bytes, levels: int = 900) -> bytes:
+    # 900 levels: past every parser's depth, within the 1,024 values any body may hold
     return prefix + b"[" * levels + b"]" * levels + suffix
 
 
@@ -193,17 +196,7 @@ def test_control_without_the_value_count_each_shape_reaches_json_loads_whole(
 # --- OTLP/protobuf: the same shapes on the wire ---------------------------------------------------
 
 
-def _delimited(number: int, payload: bytes) -> bytes:
-    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
-
-
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while value > 0x7F:
-        out.append(value & 0x7F | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
+_delimited = payloads.length_delimited
 
 
 def protobuf_id_keys(count: int) -> bytes:
@@ -238,3 +231,12 @@ def test_a_budget_refusal_names_the_limit() -> None:
             refuse()
         limits.append(exc.value.limit)
     assert limits == ["values", "depth", "bytes"]
+
+
+def test_the_values_allowed_grow_with_the_bodys_own_size() -> None:
+    budget = api.json_budget(api.MAX_BATCH_BYTES)  # one value per 8 bytes of the body, 1,024 at least
+    for size in (64 * 1024, 512 * 1024, api.MAX_BATCH_BYTES):
+        with pytest.raises(input_budget.OverBudget):  # 4 bytes a value, at any size
+            input_budget.check_json_bytes(filled(b'{"reports": ', b"1.5", b"}", size), budget)
+        input_budget.check_json_bytes(filled(b'{"reports": ', b'"abcdef"', b"}", size), budget)  # 9 bytes
+    input_budget.check_json_bytes(b"[" + b"0," * 1000 + b"0]", budget)  # a small body: the floor

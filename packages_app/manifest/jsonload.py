@@ -45,6 +45,10 @@ def load_json_strict(data: bytes) -> tuple[Any, list[str]]:
             seen.add(key)
         return dict(items)
 
+    try:
+        input_budget.check_json_bytes(data, BUDGET)  # counted before anything else reads the bytes
+    except OverBudget as exc:
+        raise Rejected("manifest_too_large", exc.message) from None
     # The number hooks run in Python per number, 4x slower than json's C code on a 16 MiB body of
     # numbers; only a 19-digit run or a 3-digit exponent can leave 64 bits or overflow a float.
     slow = _LONG_NUMBER.search(data) is not None

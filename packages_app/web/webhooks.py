@@ -35,7 +35,8 @@ RETRY_AFTER_SECONDS = 30
 MAX_REFS = 100
 MAX_DEPTH = 16  # a Hub payload nests 4 deep
 # The input budget every parser of untrusted input shares: bytes, values (array items too), depth.
-BUDGET = InputBudget.for_bytes("The body", MAX_BODY_BYTES, MAX_DEPTH)
+# A Hub payload is mostly text (a comment): a value per 32 bytes is far more than a real one holds.
+BUDGET = InputBudget.for_bytes("The body", MAX_BODY_BYTES, MAX_DEPTH, bytes_per_value=32)
 
 
 class WebhookRejected(Exception):
