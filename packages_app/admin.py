@@ -11,6 +11,7 @@ import json
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from django import forms
 from django.contrib import admin, messages
@@ -322,10 +323,29 @@ class NotificationChannelForm(forms.ModelForm):  # type: ignore[type-arg]
         help_text="Webhooks: where to POST.",
     )
 
+    clear_secret = forms.BooleanField(required=False, help_text="Remove the secret: messages go unsigned.")
+
     class Meta:
         model = NotificationChannel
-        fields = ("name", "enabled", "kind", "events", "url", "secret", "allow_private", "emails")
-        widgets = {"secret": forms.PasswordInput(render_value=True)}
+        fields = (
+            "name",
+            "enabled",
+            "kind",
+            "events",
+            "url",
+            "secret",
+            "clear_secret",
+            "allow_private",
+            "emails",
+        )
+        # Never sent back to the browser (issue 48: the page carried it in clear); blank keeps the one set.
+        widgets = {"secret": forms.PasswordInput(render_value=False)}
+
+    def clean_secret(self) -> str:
+        given = str(self.cleaned_data.get("secret") or "")
+        if self.data.get("clear_secret"):
+            return ""
+        return given or (self.instance.secret if self.instance.pk else "")
 
     def clean(self) -> dict[str, Any]:
         data: dict[str, Any] = super().clean() or {}
@@ -344,12 +364,53 @@ class NotificationChannelForm(forms.ModelForm):  # type: ignore[type-arg]
         return data
 
 
+def shown_url(url: str) -> str:
+    """A receiver's URL without what may be its credentials: the user and password, the path and the query
+    (a Slack or Discord webhook URL's path is its token)."""
+    parts = urlsplit(url)
+    if not parts.scheme or not parts.hostname:
+        return "" if not url else "(set)"
+    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+    port = f":{parts.port}" if parts.port else ""
+    rest = "/…" if parts.path.strip("/") or parts.query else ""
+    return f"{parts.scheme}://{host}{port}{rest}"
+
+
 @admin.register(NotificationChannel)
 class NotificationChannelAdmin(ChannelAdminBase):
     form = NotificationChannelForm
-    list_display = ("name", "kind", "enabled", "events", "url", "emails")
+    list_display = ("name", "kind", "enabled", "events", "receiver", "emails")
     actions = ("send_test_message",)
     change_form_template = "admin/packages_app/notificationchannel/change_form.html"
+
+    @admin.display(description="URL")
+    def receiver(self, obj: NotificationChannel) -> str:
+        return shown_url(obj.url)
+
+    @admin.display(description="secret")
+    def secret_state(self, obj: NotificationChannel) -> str:
+        return "set" if obj.secret else "not set"
+
+    def get_fields(
+        self, request: HttpRequest, obj: NotificationChannel | None = None
+    ) -> list[str | list[str] | tuple[str, ...] | tuple[()]]:
+        fields = list(super().get_fields(request, obj))
+        if obj is None or self.has_change_permission(request, obj):
+            return fields
+        # Staff who may only view: the URL without its credentials, whether a secret is set, not the secret.
+        swap: dict[str, str] = {"url": "receiver", "secret": "secret_state"}
+        return [
+            swap.get(name, name) if isinstance(name, str) else name
+            for name in fields
+            if name != "clear_secret"
+        ]
+
+    def get_readonly_fields(
+        self, request: HttpRequest, obj: NotificationChannel | None = None
+    ) -> list[str] | tuple[str, ...]:
+        if obj is not None and not self.has_change_permission(request, obj):
+            return ("receiver", "secret_state")
+        return super().get_readonly_fields(request, obj)
 
     @admin.action(description="Send a test message")
     def send_test_message(self, request: HttpRequest, queryset: QuerySet[NotificationChannel]) -> None:
