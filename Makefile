@@ -29,7 +29,7 @@ $(AGENT): packages_app/nodes/agent.py $(STAMP)
 install: $(STAMP) $(AGENT)
 
 # Debian's Chromium drives the browser tests (Playwright's own browser download cannot work here); Debian's
-# nginx is the buffering proxy tests/test_proxy.py puts in front of gunicorn, as the README documents.
+# nginx is the buffering proxy tests/test_proxy.py puts in front of gunicorn, as docs/configuration.md documents.
 system-deps:
 	@command -v chromium >/dev/null || { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; }
 	@test -x /usr/sbin/nginx || { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q nginx-light; }

@@ -1,6 +1,6 @@
 """How a dashboard page answers while 12 clients run large anonymous manifest checks (issue 22, item 3).
 
-Starts, on loopback, the production shape the README documents: nginx (buffering request bodies, as
+Starts, on loopback, the production shape docs/configuration.md documents: nginx (buffering request bodies, as
 gunicorn's sync workers need) in front of gunicorn with 3 sync workers and production settings (DEBUG
 off), on the database of DATABASE_URL (PostgreSQL, migrated) and the shared cache of REDIS_URL (the
 check budget is counted there, so all three workers share it); ``--no-proxy`` talks to gunicorn

@@ -1,4 +1,4 @@
-"""All of meshdash's settings, read from the environment (see README, "Configuration").
+"""All of meshdash's settings, read from the environment (see docs/configuration.md).
 
 With no variable set everything runs on one machine with no services: SQLite in the project
 folder and Celery tasks executed eagerly in-process. Production (DEBUG=false) must name its

@@ -24,6 +24,7 @@ from django.urls import reverse
 
 from packages_app.models import (
     ActionLog,
+    BaselineReport,
     FixProposal,
     Node,
     NodeRun,
@@ -70,8 +71,9 @@ if TYPE_CHECKING:
     NodeAdminBase = admin.ModelAdmin[Node]
     ReportAdminBase = admin.ModelAdmin[Report]
     NodeRunAdminBase = admin.ModelAdmin[NodeRun]
+    BaselineAdminBase = admin.ModelAdmin[BaselineReport]
 else:
-    NodeAdminBase = ReportAdminBase = NodeRunAdminBase = admin.ModelAdmin
+    NodeAdminBase = ReportAdminBase = NodeRunAdminBase = BaselineAdminBase = admin.ModelAdmin
 
 
 @admin.register(Node)
@@ -145,6 +147,33 @@ class ReportAdmin(ReportAdminBase):
         return False
 
     def has_change_permission(self, request: HttpRequest, obj: Report | None = None) -> bool:
+        return False
+
+
+@admin.register(BaselineReport)
+class BaselineReportAdmin(BaselineAdminBase):
+    """Windows of a baseline engine's counters (POST /api/v1/baselines): read only, like the reports."""
+
+    list_display = (
+        "received_at",
+        "node",
+        "engine",
+        "engine_version",
+        "source_model",
+        "quantization",
+        "predicted_per_second",
+        "drafts",
+        "counter_reset",
+    )
+    list_filter = ("engine", "quantization", "counter_reset", "node")
+    list_select_related = ("node",)
+    search_fields = ("report_id", "source_model", "source_file")
+    date_hierarchy = "received_at"
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: BaselineReport | None = None) -> bool:
         return False
 
 

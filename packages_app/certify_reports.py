@@ -72,12 +72,6 @@ def revision_certify_reports(revision: Revision) -> list[CertifyReport]:
     return list(CertifyReport.objects.filter(manifest_sha256=revision.manifest_sha256)[:20])
 
 
-def untracked_certify_reports(limit: int = UNTRACKED_LIMIT) -> list[CertifyReport]:
-    """Reports for bytes no stored revision holds: kept and listed, newest first (one query)."""
-    held = Revision.objects.filter(manifest_sha256=OuterRef("manifest_sha256"))
-    return list(CertifyReport.objects.filter(~Exists(held))[:limit])
-
-
 def visible_certify_reports(show_private: bool, limit: int = UNTRACKED_LIMIT) -> list[CertifyReport]:
     """Every report a reader may see, newest first: those for bytes of a package the reader may see, and,
     for a reader who may see private packages, those meshdash tracks no bytes of (a report names its

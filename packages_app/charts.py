@@ -8,12 +8,13 @@ from __future__ import annotations
 import functools
 import html
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from packages_app import report_metrics
+from packages_app.audit.model import Block
 from packages_app.glossary import format_decimal_size
 
 Figure = dict[str, Any]
@@ -61,12 +62,11 @@ def _layout(title: str, x_title: str, y_title: str, **extra: Any) -> dict[str, A
 # --- layer layout --------------------------------------------------------------------------------
 
 
-def block_category(block: dict[str, Any]) -> str:
+def block_category(block: Block) -> str:
     """The legend group of a block: ``mtp`` for NextN blocks, else its kinds joined (``attention+moe``)."""
-    if block.get("mtp"):
+    if block.mtp:
         return "mtp"
-    raw = block.get("kinds")
-    kinds = {str(k) for k in raw if k != "nextn"} if isinstance(raw, list) else set()
+    kinds = {k for k in block.kinds if k != "nextn"}
     return "+".join(sorted(kinds, key=_kind_rank)) or "other"
 
 
@@ -81,23 +81,25 @@ def _category_colour(category: str) -> str:
 
 
 def layer_layout_figure(
-    blocks: list[dict[str, Any]], stage_splits: Iterable[str] = (), missing_mtp: Any = None
+    blocks: Iterable[Block],
+    stage_splits: Iterable[str] = (),
+    missing_mtp: Mapping[int, Sequence[str]] | None = None,
 ) -> Figure:
     """Bytes per block as bars (MTP highlighted), tensor counts as a line, stage boundaries as lines.
 
-    ``missing_mtp`` is the audit's ``missing_nextn_tensors`` ({block: [tensor names]}): those blocks get
+    ``missing_mtp`` is the audit's ``missing_nextn_tensors`` ({block: tensor names}): those blocks get
     a marker above their bar, so a head that cannot load is visible on the chart.
     """
-    ordered = sorted(blocks, key=lambda b: _as_int(b.get("index")))
+    ordered = sorted(blocks, key=lambda b: b.index)
     data = _block_bar_traces(ordered)
     data.append(_tensor_count_trace(ordered))
-    if isinstance(missing_mtp, dict) and missing_mtp:
+    if missing_mtp:
         data.append(_missing_mtp_trace(ordered, missing_mtp))
     splits = list(stage_splits)
     shapes, annotations = _stage_boundaries(splits)
     gap_shapes, gap_notes = _gap_marks([g for split in splits for g in stage_gaps(split, len(ordered))])
     shapes, annotations = shapes + gap_shapes, annotations + gap_notes
-    most_tensors = max((_as_int(b.get("tensor_count")) for b in ordered), default=0)
+    most_tensors = max((b.tensor_count for b in ordered), default=0)
     layout = _layout(
         "Layer layout: tensor data and tensor count per block",
         "Block index",
@@ -122,8 +124,8 @@ def layer_layout_figure(
     return {"data": data, "layout": layout}
 
 
-def _block_bar_traces(blocks: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    groups: dict[str, list[dict[str, Any]]] = {}
+def _block_bar_traces(blocks: list[Block]) -> list[dict[str, Any]]:
+    groups: dict[str, list[Block]] = {}
     for block in blocks:
         groups.setdefault(block_category(block), []).append(block)
     # MTP last, so it is drawn on top and listed last in the legend.
@@ -145,36 +147,31 @@ def category_colours(categories: list[str]) -> dict[str, str]:
     return colours
 
 
-def _missing_mtp_trace(blocks: list[dict[str, Any]], missing: dict[Any, Any]) -> dict[str, Any]:
-    heights = {_as_int(b.get("index")): _as_int(b.get("bytes")) for b in blocks}
-    indices = sorted(int(k) for k in missing if str(k).isdigit())
+def _missing_mtp_trace(blocks: list[Block], missing: Mapping[int, Sequence[str]]) -> dict[str, Any]:
+    heights = {b.index: b.nbytes for b in blocks}
+    indices = sorted(missing)
     return {
         "type": "scatter",
         "mode": "markers",
         "name": "MTP tensors missing",
         "x": indices,
         "y": [round(heights.get(i, 0) * 1.04) for i in indices],
-        "customdata": [
-            plain(", ".join(map(str, missing.get(str(i)) or missing.get(i) or []))) for i in indices
-        ],
+        "customdata": [plain(", ".join(missing[i])) for i in indices],
         "marker": {"symbol": "x", "size": 13, "color": "#c92a2a", "line": {"width": 2, "color": "#c92a2a"}},
         "hovertemplate": "block %{x} lacks %{customdata}<extra>MTP tensors missing</extra>",
     }
 
 
-def _bar_trace(category: str, blocks: list[dict[str, Any]], colour: str) -> dict[str, Any]:
+def _bar_trace(category: str, blocks: list[Block], colour: str) -> dict[str, Any]:
     mtp = category == "mtp"
     return {
         "type": "bar",
         # A fixed width: plotly would otherwise size each trace's bars by its own x spacing.
         "width": 0.8,
         "name": "MTP (NextN) block" if mtp else plain(category),
-        "x": [_as_int(b.get("index")) for b in blocks],
-        "y": [_as_int(b.get("bytes")) for b in blocks],
-        "customdata": [
-            [plain(b.get("file") or ""), _as_int(b.get("tensor_count")), _size_label(b.get("bytes"))]
-            for b in blocks
-        ],
+        "x": [b.index for b in blocks],
+        "y": [b.nbytes for b in blocks],
+        "customdata": [[plain(b.file or ""), b.tensor_count, _size_label(b.nbytes)] for b in blocks],
         "hovertemplate": "block %{x}<br>%{customdata[2]}, %{customdata[1]} tensors<br>%{customdata[0]}"
         "<extra>" + plain(category) + "</extra>",
         "marker": {
@@ -192,14 +189,14 @@ def _size_label(value: Any) -> str:
     return f"{format_decimal_size(size)} ({size:,} bytes)"
 
 
-def _tensor_count_trace(blocks: list[dict[str, Any]]) -> dict[str, Any]:
+def _tensor_count_trace(blocks: list[Block]) -> dict[str, Any]:
     return {
         "type": "scatter",
         "mode": "lines+markers",
         "name": "tensors",
         "yaxis": "y2",
-        "x": [_as_int(b.get("index")) for b in blocks],
-        "y": [_as_int(b.get("tensor_count")) for b in blocks],
+        "x": [b.index for b in blocks],
+        "y": [b.tensor_count for b in blocks],
         "line": {"color": INK, "width": 1},
         "marker": {"size": 4},
         "hovertemplate": "block %{x}: %{y} tensors<extra></extra>",

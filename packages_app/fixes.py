@@ -42,10 +42,10 @@ from django.utils import timezone
 
 from packages_app import stored_audit
 from packages_app.audit import Assessment
-from packages_app.audit.model import WriterShape
+from packages_app.audit.model import Detected, WriterShape
 from packages_app.manifest import MANIFEST_FILE
 from packages_app.models import FixProposal, Package, Revision
-from packages_app.verdicts import ActionKind, Status, improves, status_of
+from packages_app.verdicts import ActionKind, Status, Verdict, improves, status_of
 
 if TYPE_CHECKING:  # the Hub client loads only where a PR is sent or read (workers, the command)
     from packages_app import hub
@@ -151,14 +151,14 @@ def plan(package: Package, revision: Revision) -> Plan:
             f"{revision.commit_sha[:12]}'s action is \u201c{action.label}\u201d, not "
             f"\u201c{ActionKind.APPLY_PATCH.label}\u201d: there is no patched manifest to propose."
         )
-    suggested = (revision.audit or {}).get("suggested_generation") or {}
-    patched, diff = suggested.get("patched_manifest"), suggested.get("diff")
-    if not isinstance(patched, str) or not isinstance(diff, str) or not diff:
+    suggested = revision.audited.suggestion
+    patched, diff = (suggested.patched_manifest, suggested.diff) if suggested else ("", "")
+    if not patched or not diff:
         raise FixRefused(f"The patched manifest of {revision.commit_sha[:12]} was not stored (too large?).")
     result = stored_audit.audit_stored(revision, patched.encode())
     after = result.assessment.status if result.assessment else Status.NOT_ASSESSED
     before = assessment.status
-    if result.verdict == "invalid-manifest" or not result.consistent:
+    if result.verdict == Verdict.INVALID_MANIFEST or not result.consistent:
         codes = (
             ", ".join(sorted({p.code for p in result.problems if p.severity == "error"})) or result.verdict
         )
@@ -174,20 +174,19 @@ def plan(package: Package, revision: Revision) -> Plan:
     description = _description(
         package,
         revision,
-        result.to_json(),
+        result.detected,
         before,
         after,
         id_before,
         id_after,
-        writer=suggested.get("writer"),
+        writer=suggested.writer if suggested else None,
     )
     return Plan(package, revision, patched, diff, title, description, before, after, id_before, id_after)
 
 
-def _writer_line(writer: object) -> str:
+def _writer_line(shape: WriterShape | None) -> str:
     """How the description names the block's origin: the writer's own shape, or written by hand because
     the writer refuses this source (audit.fix.writer_shape; docs/rules.md section 6b)."""
-    shape = WriterShape.from_json(writer)
     if shape is None or shape.emits:
         return "as the fixed writer (mesh-llm PR #1937) emits it for this source"
     return (
@@ -217,25 +216,21 @@ def package_url(package: Package) -> str:
 def _description(
     package: Package,
     revision: Revision,
-    audit: dict[str, object],
+    detected: Detected,
     before: Status,
     after: Status,
     id_before: str,
     id_after: str,
     *,
-    writer: object = None,  # the suggestion's writer shape (audit.fix.writer_shape), as stored
+    writer: WriterShape | None = None,  # the suggestion's writer shape (audit.fix.writer_shape)
 ) -> str:
-    detected = audit.get("detected") if isinstance(audit.get("detected"), dict) else {}
-    assert isinstance(detected, dict)
-    blocks = [b for b in detected.get("blocks") or [] if isinstance(b, dict) and b.get("mtp")]
-    arch = detected.get("architecture") or "?"
-    tensors = [str(t) for t in detected.get("expected_nextn_tensors") or []][:8]
+    blocks = [b for b in detected.blocks if b.mtp]
+    arch = detected.architecture or "?"
+    tensors = list(detected.expected_nextn_tensors)[:8]
     found = [
-        f"- block {b.get('index')} in `{b.get('file')}`: {b.get('tensor_count')} tensors "
-        f"({', '.join(str(k) for k in b.get('kinds') or [])})"
-        for b in blocks
+        f"- block {b.index} in `{b.file}`: {b.tensor_count} tensors ({', '.join(b.kinds)})" for b in blocks
     ]
-    layer_indices = [b.get("index") for b in blocks]
+    layer_indices = [b.index for b in blocks]
     lines = [
         f"meshdash audited revision `{revision.commit_sha}` of `{package.repo_id}`: "
         f"**{before.label}** (verdict `{revision.verdict}`).",
@@ -244,7 +239,7 @@ def _description(
         "The GGUF weights hold a native MTP (NextN) block that the manifest does not declare, so nodes on "
         "the default `speculative.strategy = auto` never run it:",
         *found,
-        f"- GGUF key `{arch}.nextn_predict_layers` = {detected.get('nextn_predict_layers')}",
+        f"- GGUF key `{arch}.nextn_predict_layers` = {detected.nextn_predict_layers}",
         f"- NextN tensors per block: {', '.join(f'`{t}`' for t in tensors) or '(none listed)'}",
         "",
         "### What this change does",
@@ -608,10 +603,4 @@ def fail_abandoned_openings() -> int:
         message="The worker opening this pull request never finished; nothing is known to be open. "
         "Check the Hub, and propose again if needed.",
         checked_at=timezone.now(),
-    )
-
-
-def proposals_for_pr(repo_id: str, number: int) -> list[int]:
-    return list(
-        FixProposal.objects.filter(package__repo_id=repo_id, pr_number=number).values_list("pk", flat=True)
     )

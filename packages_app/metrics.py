@@ -58,7 +58,7 @@ REFUSAL_REASONS = (
     "deadline",
     "error",
 )
-REPORT_SOURCES = ("report", "otlp", "runs")
+REPORT_SOURCES = ("report", "otlp", "runs", "baseline")
 NOTIFICATION_OUTCOMES = ("sent", "failed", "retry", "refused")
 
 INGESTS = Counter(

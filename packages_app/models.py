@@ -6,11 +6,14 @@ workers write the same rows (docs/design.md).
 
 from __future__ import annotations
 
+from functools import cached_property
+
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
 from packages_app import verdicts
+from packages_app.audit.revision import StoredAudit
 from packages_app.layout import FileRole
 
 FILE_ROLES = [(role.value, role.name.title()) for role in FileRole]
@@ -72,10 +75,6 @@ class Package(models.Model):
     @property
     def owner(self) -> str:
         return self.repo_id.split("/", 1)[0]
-
-    @property
-    def is_public(self) -> bool:
-        return self.private is False
 
     @property
     def name(self) -> str:
@@ -196,6 +195,11 @@ class Revision(models.Model):
     @property
     def short_sha(self) -> str:
         return self.commit_sha[:8]
+
+    @cached_property
+    def audited(self) -> StoredAudit:
+        """The stored audit read back typed: the one reader of the ``audit`` column's keys."""
+        return StoredAudit.from_json(self.audit)
 
 
 class PackageFile(models.Model):
@@ -442,6 +446,55 @@ class RunClaim(models.Model):
 
     def __str__(self) -> str:
         return f"{self.run_id} -> node {self.node_id}"
+
+
+class BaselineReport(models.Model):
+    """One window of a baseline engine's counters: a plain llama.cpp or vLLM server serving a model's source
+    GGUF or weights, scraped from its Prometheus /metrics by meshdash-agent (POST /api/v1/baselines).
+
+    Joined to a layer package by ``source_model`` (the package manifest's ``source_model.repo``, its card's
+    ``base_model``): the decode rate mesh-llm's MTP is compared with. Stored exactly once per (node,
+    report_id). ``flagged`` names figures that contradict each other; such a report is kept, shown, and
+    left out of the speedup.
+    """
+
+    class Engine(models.TextChoices):
+        LLAMA_CPP = "llama.cpp"
+        VLLM = "vllm"
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="baseline_reports")
+    report_id = models.UUIDField()
+    body_sha256 = models.CharField(max_length=64, help_text="Digest of the canonical body, for replays.")
+    received_at = models.DateTimeField()
+    observed_at = models.DateTimeField()
+    window_seconds = models.FloatField()
+    engine = models.CharField(max_length=16, choices=Engine.choices)
+    engine_version = models.CharField(max_length=100, blank=True)
+    served_model = models.CharField(max_length=300, blank=True)
+    source_model = models.CharField(max_length=96, help_text="Hub repo of the GGUF / weights served.")
+    source_file = models.CharField(max_length=300, blank=True)
+    quantization = models.CharField(
+        max_length=64, blank=True, help_text="As configured, else read from source_file's name; '' unknown."
+    )
+    counter_reset = models.BooleanField(default=False, help_text="The engine restarted within the window.")
+    predicted_n = models.BigIntegerField(null=True, blank=True)
+    predicted_seconds = models.FloatField(null=True, blank=True)
+    predicted_per_second = models.FloatField(null=True, blank=True, help_text="Decode tok/s over the window.")
+    drafts = models.BigIntegerField(null=True, blank=True)
+    draft_tokens = models.BigIntegerField(null=True, blank=True)
+    accepted_tokens = models.BigIntegerField(null=True, blank=True)
+    accepted_per_position = models.JSONField(null=True, blank=True, help_text="Accepted tokens by position.")
+    flagged = models.JSONField(default=list, blank=True, help_text="Figures that contradict each other.")
+    body = models.JSONField(help_text="The report as posted.")
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["node", "report_id"], name="baselinereport_natural_key"),
+        ]
+        indexes = [models.Index(fields=["source_model", "received_at"], name="baseline_by_source")]
+
+    def __str__(self) -> str:
+        return f"{self.engine} {self.source_model} {self.report_id}"
 
 
 ROLLUP_KEY = (

@@ -20,7 +20,6 @@ import hmac
 import json
 import logging
 import time
-from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -362,11 +361,3 @@ def test_notification(channel: NotificationChannel) -> Notification:
     title = f"meshdash test message to {channel.name}"
     payload = {"event": "test", "key": "test", "title": title, "url": _link("/")}
     return Notification(key="test", event="test", title=title, payload=payload)
-
-
-def pending_deliveries(ids: Iterable[int]) -> list[int]:
-    return list(
-        NotificationDelivery.objects.filter(pk__in=list(ids), status=NotificationDelivery.Status.PENDING)
-        .order_by("pk")
-        .values_list("pk", flat=True)
-    )

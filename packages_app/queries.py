@@ -10,10 +10,10 @@ import difflib
 import hashlib
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeAlias
 
 from django.core.paginator import Page, Paginator
 from django.db import DatabaseError
@@ -23,6 +23,7 @@ from django.db.models.functions import NullIf
 from packages_app import fleet, throughput
 from packages_app.audit.assessment import Headline
 from packages_app.audit.check import ManifestCheck, check_manifest
+from packages_app.audit.model import FileCheck
 from packages_app.layout import FileRole
 from packages_app.models import FixProposal, LastServed, Package, PackageFile, Revision, Serving, TrackRequest
 from packages_app.verdicts import INCONSISTENT_VERDICTS, NEEDS_ACTION, STATUSES, VERDICTS, Status, Verdict
@@ -118,6 +119,7 @@ DIFF_LINE_LIMIT = 4000
 DIFF_INPUT_LIMIT = 6000
 TENSOR_ROW_LIMIT = 5000
 FILES_PER_PAGE = 500
+Checks: TypeAlias = Mapping[str, FileCheck]  # the manifest's check of each file, by path (audit provenance)
 MISSING_ON_HUB = "missing_on_hub"  # capability.py's provenance status of a file the Hub did not list
 _SHA_PREFIX = re.compile(r"[0-9a-fA-F]{4,40}")
 
@@ -398,11 +400,6 @@ def catalog_architectures(show_private: bool = False) -> list[str]:
     return list(names)
 
 
-def catalog_facets(filters: CatalogFilters, show_private: bool = False) -> dict[str, int]:
-    """How many packages each verdict would show, given every other filter."""
-    return catalog_counts(filters, show_private).facets
-
-
 def catalog_page(
     filters: CatalogFilters, page_number: int, per_page: int, clamp: bool = True, show_private: bool = False
 ) -> CatalogResult:
@@ -583,14 +580,17 @@ def revision_files(revision: Revision, page_number: int = 1, per_page: int = FIL
     """
     paginator = Paginator(revision.files.defer("kv", "tensors").order_by("path"), per_page)
     page = paginator.get_page(page_number)
-    provenance = _provenance_by_path(revision.audit)
-    rows = [_file_row(f, provenance.get(f.path, {})) for f in page.object_list]
+    checks = revision.audited.provenance.by_path()
+    rows = [_file_row(f, checks.get(f.path)) for f in page.object_list]
     if not page.has_next():
-        unlisted = (e for e in provenance.values() if e.get("status") == MISSING_ON_HUB)
-        for entry in sorted(unlisted, key=lambda e: str(e["path"])):
-            file = PackageFile(revision=revision, path=str(entry["path"]), role=str(entry.get("role", "")))
-            rows.append(_file_row(file, entry))
+        rows += _unlisted_rows(revision, checks)
     return FilePage(rows, page)
+
+
+def _unlisted_rows(revision: Revision, checks: Checks) -> list[FileRow]:
+    """Rows for the files the manifest names and the Hub did not list, by path."""
+    unlisted = sorted((c for c in checks.values() if c.status == MISSING_ON_HUB), key=lambda c: c.path)
+    return [_file_row(PackageFile(revision=revision, path=c.path, role=c.role), c) for c in unlisted]
 
 
 @dataclass(frozen=True)
@@ -636,39 +636,36 @@ _OVERVIEW_FIELDS = (
 def revision_file_overview(revision: Revision, mtp_blocks: Iterable[int] = ()) -> FileOverview:
     """Layer files grouped into ranges, with mismatches, failed headers and MTP blocks kept as rows."""
     files = revision.files.only(*_OVERVIEW_FIELDS)
-    provenance = _provenance_by_path(revision.audit)
+    checks = revision.audited.provenance.by_path()
     layers = list(files.filter(role=FileRole.LAYER.value).order_by("path")[:OVERVIEW_LAYER_FILES])
     others = list(files.exclude(role=FileRole.LAYER.value).order_by("path")[: OVERVIEW_OTHER_FILES + 1])
     total = revision.files.count()
-    rows = [_file_row(f, provenance.get(f.path, {})) for f in others[:OVERVIEW_OTHER_FILES]]
-    items: list[FileRow | FileRange] = [*rows, *_layer_items(layers, provenance, frozenset(mtp_blocks))]
-    unlisted = (e for e in provenance.values() if e.get("status") == MISSING_ON_HUB)
-    for entry in sorted(unlisted, key=lambda e: str(e["path"])):
-        file = PackageFile(revision=revision, path=str(entry["path"]), role=str(entry.get("role", "")))
-        items.append(_file_row(file, entry))
+    rows = [_file_row(f, checks.get(f.path)) for f in others[:OVERVIEW_OTHER_FILES]]
+    items: list[FileRow | FileRange] = [*rows, *_layer_items(layers, checks, frozenset(mtp_blocks))]
+    items += _unlisted_rows(revision, checks)
     shown_others = min(len(others), OVERVIEW_OTHER_FILES)
     more = total - len(layers) - shown_others
     return FileOverview(items, total, max(more, 0))
 
 
 def _layer_items(
-    layers: list[PackageFile], provenance: dict[str, dict[str, Any]], mtp_blocks: frozenset[int]
+    layers: list[PackageFile], checks: Checks, mtp_blocks: frozenset[int]
 ) -> list[FileRow | FileRange]:
     items: list[FileRow | FileRange] = []
     run: list[PackageFile] = []
     for file in layers:
-        row = _file_row(file, provenance.get(file.path, {}))
-        if _unremarkable(row, mtp_blocks) and (not run or _status(run[-1], provenance) == row.status):
+        row = _file_row(file, checks.get(file.path))
+        if _unremarkable(row, mtp_blocks) and (not run or _status(run[-1], checks) == row.status):
             run.append(file)
             continue
         if _unremarkable(row, mtp_blocks):
-            items.extend(_closed_run(run, provenance))
+            items.extend(_closed_run(run, checks))
             run = [file]
             continue
-        items.extend(_closed_run(run, provenance))
+        items.extend(_closed_run(run, checks))
         run = []
         items.append(row)
-    items.extend(_closed_run(run, provenance))
+    items.extend(_closed_run(run, checks))
     return items
 
 
@@ -681,13 +678,14 @@ def _unremarkable(row: FileRow, mtp_blocks: frozenset[int]) -> bool:
     )
 
 
-def _status(file: PackageFile, provenance: dict[str, dict[str, Any]]) -> str:
-    return str(provenance.get(file.path, {}).get("status") or "")
+def _status(file: PackageFile, checks: Checks) -> str:
+    check = checks.get(file.path)
+    return check.status if check else ""
 
 
-def _closed_run(run: list[PackageFile], provenance: dict[str, dict[str, Any]]) -> list[FileRow | FileRange]:
+def _closed_run(run: list[PackageFile], checks: Checks) -> list[FileRow | FileRange]:
     if len(run) < 3:
-        return [_file_row(f, provenance.get(f.path, {})) for f in run]
+        return [_file_row(f, checks.get(f.path)) for f in run]
     return [
         FileRange(
             first=run[0].path,
@@ -697,25 +695,19 @@ def _closed_run(run: list[PackageFile], provenance: dict[str, dict[str, Any]]) -
             last_block=run[-1].layer_index,
             size=sum(f.size for f in run),
             header_bytes=sum(f.header_bytes or 0 for f in run),
-            status=_status(run[0], provenance),
+            status=_status(run[0], checks),
         )
     ]
 
 
-def _provenance_by_path(audit: Any) -> dict[str, dict[str, Any]]:
-    files = _dig(audit, "provenance", "files")
-    if not isinstance(files, list):
-        return {}
-    return {str(e["path"]): e for e in files if isinstance(e, dict) and "path" in e}
-
-
-def _file_row(file: PackageFile, entry: dict[str, Any]) -> FileRow:
-    size = entry.get("manifest_size")
+def _file_row(file: PackageFile, check: FileCheck | None) -> FileRow:
+    if check is None:
+        return FileRow(file=file, manifest_size=None, manifest_sha256="", status="")
     return FileRow(
         file=file,
-        manifest_size=size if isinstance(size, int) else None,
-        manifest_sha256=str(entry.get("manifest_sha256") or ""),
-        status=str(entry.get("status") or ""),
+        manifest_size=check.manifest_size,
+        manifest_sha256=check.manifest_sha256 or "",
+        status=check.status,
     )
 
 
@@ -724,14 +716,6 @@ def get_file(revision: Revision, path: str) -> PackageFile:
     if file is None:
         raise LookupFailed(f"{revision} has no file {path}.")
     return file
-
-
-def _dig(value: Any, *keys: str) -> Any:
-    for key in keys:
-        if not isinstance(value, dict):
-            return None
-        value = value.get(key)
-    return value
 
 
 # --- GGUF metadata view --------------------------------------------------------------------------
@@ -829,70 +813,6 @@ def _manifest_lines(manifest: Any) -> list[str]:
     if manifest is None:
         return []
     return json.dumps(manifest, indent=2, sort_keys=True, ensure_ascii=False).splitlines()
-
-
-# --- the audit, read defensively (it is JSON written by another module, possibly older) --------
-
-
-def audit_section(revision: Revision, key: str) -> dict[str, Any]:
-    value = _dig(revision.audit, key)
-    return value if isinstance(value, dict) else {}
-
-
-def audit_compatibility(revision: Revision) -> list[dict[str, Any]]:
-    """Release -> admitted (true, false or null when not pinned down) and why, as the audit stored it."""
-    value = _dig(revision.audit, "compatibility")
-    rows = value if isinstance(value, list) else []
-    return [r for r in rows if isinstance(r, dict) and {"release", "admitted", "why"} <= set(r)]
-
-
-@dataclass(frozen=True)
-class ProblemRow:
-    code: str
-    severity: str
-    message: str
-    evidence: list[tuple[str, str]]
-
-
-def audit_problems(revision: Revision) -> list[ProblemRow]:
-    """The audit's problems, errors first, evidence flattened to (key, JSON text) pairs."""
-    problems = _dig(revision.audit, "problems")
-    if not isinstance(problems, list):
-        return []
-    rows = [_problem_row(p) for p in problems if isinstance(p, dict)]
-    order = {"error": 0, "warning": 1, "info": 2}
-    return sorted(rows, key=lambda p: order.get(p.severity, 3))
-
-
-def _problem_row(problem: dict[str, Any]) -> ProblemRow:
-    evidence = problem.get("evidence")
-    items = evidence.items() if isinstance(evidence, dict) else []
-    return ProblemRow(
-        code=str(problem.get("code") or ""),
-        severity=str(problem.get("severity") or "info"),
-        message=str(problem.get("message") or ""),
-        evidence=[(str(k), _compact_json(v)) for k, v in items],
-    )
-
-
-def _compact_json(value: Any) -> str:
-    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
-
-
-def audit_blocks(revision: Revision) -> list[dict[str, Any]]:
-    blocks = _dig(revision.audit, "detected", "blocks")
-    return [b for b in blocks if isinstance(b, dict)] if isinstance(blocks, list) else []
-
-
-def audit_truncated(revision: Revision) -> list[dict[str, Any]]:
-    """What ingest cut from this audit before storing it (ingest.cap_audit), for the page to say."""
-    cut = _dig(revision.audit, "truncated")
-    return [c for c in cut if isinstance(c, dict)] if isinstance(cut, list) else []
-
-
-def suggested_generation(revision: Revision) -> dict[str, Any] | None:
-    value = _dig(revision.audit, "suggested_generation")
-    return value if isinstance(value, dict) else None
 
 
 # --- ingest status ----------------------------------------------------------------------------

@@ -17,7 +17,7 @@ from django.db.models import Q
 
 from packages_app import report_metrics, rollups
 from packages_app.models import Node, Report, ReportKey, Revision
-from packages_app.nodes.report_schema import ReportIn
+from packages_app.nodes.report_schema import ReportIn, Timings
 from packages_app.report_time import Placement, placement
 
 
@@ -213,23 +213,28 @@ def _timing_fields(report: ReportIn) -> dict[str, float | int | None]:
 TIMING_COLUMNS = report_metrics.stored_columns()
 
 
+# The speculative counters that move only when drafts were verified: one tuple for every source of
+# reports (JSON reports, OTLP spans), so "MTP really ran" means the same whichever way a node reports.
 MTP_COUNTERS = ("speculative_proposed_n", "speculative_windows", "draft_n", "native_mtp_verifications")
 
 
-def mtp_used(report: ReportIn) -> bool:
-    """Native MTP really ran: the node says it was on, and the speculative counters moved.
+def mtp_ran(said_on: bool, timings: Timings) -> bool:
+    """The node says native MTP was on and one of its speculative counters moved.
 
     `mtp_source=Disabled` with every counter 0 is the silent failure the dashboard exists for
     (docs/domain.md section 4), so either signal alone is not enough.
     """
-    spec, t = report.speculative, report.timings
-    counters = [t.plausible(key) for key in MTP_COUNTERS]
-    if spec is not None and spec.mtp_source == "Disabled":
+    return said_on and any((timings.plausible(key) or 0) > 0 for key in MTP_COUNTERS)
+
+
+def mtp_used(report: ReportIn) -> bool:
+    """Native MTP really ran, as a JSON report says it: `mtp_source` Integrated or External (or a
+    native-mtp effective strategy), never Disabled, and its counters moved (`mtp_ran`)."""
+    spec = report.speculative
+    if spec is None or spec.mtp_source == "Disabled":
         return False
-    said_on = spec is not None and (
-        spec.mtp_source in ("Integrated", "External") or "native-mtp" in (spec.effective_strategy or "")
-    )
-    return said_on and any((value or 0) > 0 for value in counters)
+    said_on = spec.mtp_source in ("Integrated", "External") or "native-mtp" in (spec.effective_strategy or "")
+    return mtp_ran(said_on, report.timings)
 
 
 # --- Linking reports to revisions -------------------------------------------------------------

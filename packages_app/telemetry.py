@@ -36,7 +36,6 @@ from packages_app.reports import TIMING_COLUMNS
 
 # Fixed forever: a span's report_id must be the same on every export of it.
 SPAN_NAMESPACE = uuid.UUID("6d1f0b3e-8f57-4f0e-9d0c-0e5b1d3c7a21")
-MTP_COUNTERS = ("draft_n", "native_mtp_verifications", "speculative_windows")
 
 
 class RunConflict(Exception):
@@ -171,9 +170,9 @@ def _run_fields(run: NodeRun | None) -> dict[str, object]:
 
 
 def span_used_mtp(span: otlp.DecodeSpan, timings: Timings) -> bool:
-    """Native MTP really ran: the effective plan names it and its counters moved."""
-    said_on = span.effective_strategy.startswith("native-mtp")
-    return said_on and any((timings.plausible(key) or 0) > 0 for key in MTP_COUNTERS)
+    """Native MTP really ran, as a span says it: the effective plan names it and its counters moved
+    (`reports.mtp_ran`, the same counters as a JSON report's)."""
+    return reports.mtp_ran(span.effective_strategy.startswith("native-mtp"), timings)
 
 
 # --- Runs the agent registers -----------------------------------------------------------------

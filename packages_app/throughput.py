@@ -85,7 +85,6 @@ class RevisionThroughput:
     mtp_off: MtpFigures
     acceptance_rate: float | None
     mean_accepted_length: float | None
-    prompt_tps: float | None
     stage_splits: list[str]
     recent: list[dict[str, Any]]
     plans: list[Plan]
@@ -141,7 +140,7 @@ def revision_throughput(
     which are kept MESHDASH_ROLLUP_HOURLY_DAYS: an older revision is shown by day instead.
     ``page=False`` leaves out what only the HTML page shows (the time series and the recent raw
     reports): the JSON API does not pay for them. ``since`` and ``until`` limit the time series, the
-    MTP on/off and per-strategy figures, the acceptance figures and the prompt rate to the buckets from
+    MTP on/off and per-strategy figures and the acceptance figures to the buckets from
     ``since`` on and starting before ``until`` (hour buckets while the hourly rollups cover ``since``,
     else whole UTC days), and pick the series' bucket from that range; ``reports``, ``first_at``,
     ``last_at``, the nodes' plans, the alert and the recent reports stay over every report.
@@ -149,9 +148,7 @@ def revision_throughput(
     if bucket is not None and bucket not in BUCKETS:
         raise ValueError(f"bucket must be one of {', '.join(BUCKETS)}, not {bucket!r}")
     totals = list(
-        _cells(revision_id, Rollup.Grain.TOTAL)
-        .annotate(tps=stored("tps_sketch"), prompt=stored("prompt_sketch"))
-        .values(*_TOTAL_FIELDS)
+        _cells(revision_id, Rollup.Grain.TOTAL).annotate(tps=stored("tps_sketch")).values(*_TOTAL_FIELDS)
     )
     if not totals:
         return None
@@ -178,7 +175,6 @@ def revision_throughput(
         mtp_on=_mtp(figured, used=True),
         mtp_off=_mtp(figured, used=False),
         **_rates(_add_up(figured)),
-        prompt_tps=sketch.median(_merged(figured, "prompt")),
         stage_splits=sorted({c["stage_splits"] for c in totals} - {""}),
         recent=_recent(revision_id) if page else [],
         plans=_plans(nodes),
@@ -204,8 +200,7 @@ _TOTAL_FIELDS = (
     "refused",
     "first_at",
     "last_at",
-    "tps",  # the sketches, as JSON text (stored)
-    "prompt",
+    "tps",  # the decode sketch, as JSON text (stored)
 )
 ADDED_UP = ("reports", "unused", "accepted", "proposed", "windows", "moved", "refused")
 
@@ -219,9 +214,7 @@ def _range_cells(revision_id: int, since: datetime | None, until: datetime | Non
         cells = cells.filter(bucket_start__gte=bucket_start(since, grain.value))
     if until is not None:
         cells = cells.filter(bucket_start__lt=until)
-    return list(
-        cells.annotate(tps=stored("tps_sketch"), prompt=stored("prompt_sketch")).values(*_TOTAL_FIELDS)
-    )
+    return list(cells.annotate(tps=stored("tps_sketch")).values(*_TOTAL_FIELDS))
 
 
 def _cells(revision_id: int, grain: str) -> QuerySet[Rollup]:
@@ -458,16 +451,6 @@ def _node_totals(revision_id: int) -> NodeTotals:
         cells.append(NodeCell(*values))
         detected = bool(mtp_detected)
     return NodeTotals(cells, detected)
-
-
-def strategy_plans(revision_id: int) -> list[Plan]:
-    """Requested vs effective strategy per node and topology: what each node asked for and what ran.
-
-    The effective strategy comes from the node (the ``stage.openai_decode`` span's attributes, or the
-    report's ``speculative`` block); a requested plan that differs from the effective one is the
-    thing to see. Two queries over the revision's per-node total rollups; the busiest PLAN_ROWS.
-    """
-    return _plans(_node_totals(revision_id))
 
 
 def _plans(nodes: NodeTotals) -> list[Plan]:

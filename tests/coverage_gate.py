@@ -26,7 +26,23 @@ PURE = (
     "packages_app/report_metrics.py",
     "packages_app/layout.py",
     "packages_app/verdicts.py",
+    "packages_app/repo_ids.py",
+    "packages_app/glossary.py",
+    "packages_app/charts.py",
+    "packages_app/report_time.py",
+    "packages_app/nodes/exposition.py",
 )
+# Pure modules (tests/test_import_rules.py, LAYERS) not gated yet, each with why and its figure in the
+# gated pass on 2026-12-05: tests/test_passes.py fails on a pure module in neither list, so a new one is gated
+# the day it is written. Their tests touch a store, so the gated (storeless) pass does not measure them.
+NOT_YET_GATED = {
+    "packages_app/nodes/report_schema.py": "75.5 %: the reports API tests post through the database",
+    "packages_app/nodes/otlp.py": "25.7 %: the OTLP tests store what they parse",
+    "packages_app/nodes/agent.py": "83.8 %: the agent's loop against live servers",
+    "packages_app/devhub/": "the imitation Hub: exercised end to end through huggingface_hub",
+    "packages_app/devnode/": "the imitation node: exercised end to end by the agent and demo tests",
+    "packages_app/metrics.py": "the Prometheus families: read through /metrics, a store test",
+}
 SHOWN_GAPS = 12
 
 

@@ -40,6 +40,7 @@ NOT_PAGES = {
     "api_reports": "node endpoint: POST only",
     "api_reports_batch": "node endpoint: POST only",
     "api_runs": "node endpoint: POST only",
+    "api_baselines": "node endpoint: POST only",
     "otlp_traces": "OTLP/HTTP endpoint: POST only",
     "api_hook_hub": "the Hub's webhook: POST only",
     "api_check_manifest": "JSON API: POST only (the check page is walked)",

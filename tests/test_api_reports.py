@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import copy
 import json
+import threading
 import uuid
 from datetime import UTC, datetime, timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from io import StringIO
 from typing import Any
 from unittest import mock
@@ -13,9 +15,11 @@ from unittest import mock
 import pytest
 from django.core.cache import cache
 from django.core.management import call_command
+from django.core.management.base import CommandError
 from django.test import Client
 
 from packages_app import reports
+from packages_app.management.commands import simulate_nodes
 from packages_app.models import Package, Report, Revision
 from packages_app.nodes import identity as nodes
 
@@ -438,11 +442,12 @@ def test_a_batch_item_that_is_not_an_object_is_refused_alone(client: Client, tok
 def test_a_racing_replay_that_loses_the_insert_answers_duplicate(token: str) -> None:
     # Simulates the race: the row is already there when this insert runs, so the unique
     # constraint, not a prior read, decides the answer.
-    from packages_app.nodes.report_schema import body_digest, validate_report
+    from packages_app.nodes.report_schema import validate_report_body
 
     node = nodes.get_node("node-a")
     body = make_report()
-    item = reports.ValidReport(report=validate_report(body), digest=body_digest(body), body=body)
+    report, digest = validate_report_body(body)
+    item = reports.ValidReport(report=report, digest=digest, body=body)
     now = datetime.now(UTC)
     first = reports.store_report(node, item, now)
     second = reports.store_report(node, item, now)
@@ -484,3 +489,43 @@ def test_simulate_nodes_posts_reports_over_http_that_the_server_accepts(
     first = Report.objects.filter(commit_sha=FIRST_SHA)
     assert first.count() == 30 and not first.filter(mtp_used=True).exists()
     assert {r.mtp_source for r in first} == {"Disabled"}
+
+
+class _Flaky(BaseHTTPRequestHandler):
+    """Answers 503 to the first ``failures`` POSTs, then accepts the batch."""
+
+    failures = 1
+    seen = 0
+
+    def do_POST(self) -> None:
+        type(self).seen += 1
+        self.rfile.read(int(self.headers["Content-Length"]))
+        ok = type(self).seen > type(self).failures
+        body = b'{"results": [{"status": 201}]}' if ok else b'{"error": "The database is unavailable"}'
+        self.send_response(200 if ok else 503)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.mark.parametrize(("retries", "stored"), [(simulate_nodes.RETRIES_ON_503, True), (0, False)])
+def test_simulate_nodes_retries_a_503_as_an_agent_does(monkeypatch: Any, retries: int, stored: bool) -> None:
+    # The control (no retry) shows the 503 once ended the run: a busy SQLite test server answered it.
+    monkeypatch.setattr(simulate_nodes, "RETRIES_ON_503", retries)
+    monkeypatch.setattr(simulate_nodes, "RETRY_PAUSE", 0.01)
+    _Flaky.seen = 0
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Flaky)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        if stored:
+            assert simulate_nodes.post_batch(url, "t", [{}]) == [201]
+        else:
+            with pytest.raises(CommandError, match="answered 503"):
+                simulate_nodes.post_batch(url, "t", [{}])
+    finally:
+        server.shutdown()
+        server.server_close()

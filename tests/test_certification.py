@@ -26,7 +26,8 @@ from tests.test_rulebook import mtp_sd, v2_base
 
 ROSTERS = Path(certification.__file__).parent / "rosters"
 OLD, NEW = "mesh-llm-173b7cd6", "mesh-llm-00caec16"
-ABI_0_1_66 = ("mesh-llm-5d067fec", "mesh-llm-97372534")  # both stored rosters for v0.78.0's ABI (rules.md 6b)
+# Both stored rosters for v0.78.0's ABI (docs/rules.md 6b).
+ABI_0_1_66 = ("mesh-llm-5d067fec", "mesh-llm-97372534")
 ABI_0_1_67 = "mesh-llm-b51ef30e"  # a build after v0.78.0 whose tag is unknown
 ADDED_IN_0_1_63 = {"bailingmoe2", "deepseek4", "minimax-m2", "mistral3", "muse-glimmer", "nemotron_h"}
 ON_BOTH = {"qwen35moe", "qwen35", "deepseek2", "glm4moe", "nemotron_h_moe", "llama", "qwen4exp"}

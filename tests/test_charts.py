@@ -9,10 +9,18 @@ import plotly.graph_objects as go
 import pytest
 
 from packages_app import charts
+from packages_app.audit.model import Block, Detected
 from tests.dashboard_factories import block
 
 MIB = 1024 * 1024
-QWEN35_BLOCKS = [block(i, mtp=i == 40) for i in range(41)]
+
+
+def blocks(*docs: dict[str, Any]) -> list[Block]:
+    """Blocks as the stored audit holds them, read back as the pages read them."""
+    return list(Detected.from_json({"blocks": list(docs)}).blocks)
+
+
+QWEN35_BLOCKS = blocks(*(block(i, mtp=i == 40) for i in range(41)))
 
 
 def trace_named(figure: dict[str, Any], name: str) -> dict[str, Any]:
@@ -50,9 +58,13 @@ def test_it_ignores_stage_splits_it_cannot_read() -> None:
     assert charts.stage_boundaries(["", "garbage", "x..y|..", "27..41"]) == {27: ["27..41"]}
 
 
-def test_it_tolerates_malformed_blocks_instead_of_crashing() -> None:
-    figure = charts.layer_layout_figure([{"index": "7", "bytes": None}, {}, {"kinds": "attention"}])
-    assert [(t["name"], t["x"]) for t in figure["data"] if t["type"] == "bar"] == [("other", [0, 0, 0])]
+def test_it_tolerates_malformed_stored_blocks_instead_of_crashing() -> None:
+    # A block without an index is not drawn; a block's malformed values read as empty.
+    malformed = blocks({"index": "7", "bytes": None}, {}, {"kinds": "attention"}, {"index": 3, "bytes": "x"})
+    figure = charts.layer_layout_figure(malformed)
+    assert [(t["name"], t["x"], t["y"]) for t in figure["data"] if t["type"] == "bar"] == [
+        ("other", [3], [0])
+    ]
 
 
 def test_labels_from_reports_and_manifests_are_entity_escaped_for_plotly() -> None:
@@ -62,7 +74,7 @@ def test_labels_from_reports_and_manifests_are_entity_escaped_for_plotly() -> No
     assert figure["data"][0]["x"] == [escaped]
     days = [{"bucket": f"2026-01-0{d}", "strategy": hostile, "tps": 1.0} for d in (1, 2)]
     assert charts.throughput_timeline_figure(days)["data"][0]["name"] == escaped
-    layout = charts.layer_layout_figure([block(0) | {"file": hostile}])
+    layout = charts.layer_layout_figure(blocks(block(0) | {"file": hostile}))
     assert "<img" not in str(layout)
 
 
@@ -117,20 +129,20 @@ def test_every_figure_is_valid_plotly_with_titled_axes(index: int) -> None:
 
 
 def test_each_block_kind_gets_its_own_colour_in_the_layer_chart() -> None:
-    blocks = [
+    four = blocks(
         {"index": 0, "kinds": ["attention"], "bytes": MIB, "tensor_count": 9},
         {"index": 1, "kinds": ["attention", "moe"], "bytes": MIB, "tensor_count": 9},
         {"index": 2, "kinds": ["ssm", "moe"], "bytes": MIB, "tensor_count": 9},
         {"index": 3, "kinds": ["attention", "nextn"], "mtp": True, "bytes": MIB, "tensor_count": 12},
-    ]
-    bars = [t for t in charts.layer_layout_figure(blocks)["data"] if t["type"] == "bar"]
+    )
+    bars = [t for t in charts.layer_layout_figure(four)["data"] if t["type"] == "bar"]
     colours = [t["marker"]["color"] for t in bars]
     assert len(bars) == 4 and len(set(colours)) == 4
 
 
 def test_blocks_missing_mtp_tensors_are_marked_on_the_layer_chart() -> None:
-    blocks = [{"index": i, "kinds": ["attention"], "bytes": MIB, "tensor_count": 9} for i in range(3)]
-    figure = charts.layer_layout_figure(blocks, missing_mtp={"2": ["eh_proj", "<b>enorm</b>"]})
+    three = blocks(*({"index": i, "kinds": ["attention"], "bytes": MIB, "tensor_count": 9} for i in range(3)))
+    figure = charts.layer_layout_figure(three, missing_mtp={2: ["eh_proj", "<b>enorm</b>"]})
     marker = next(t for t in figure["data"] if t["name"] == "MTP tensors missing")
     assert marker["x"] == [2]
     assert marker["customdata"] == ["eh_proj, &lt;b&gt;enorm&lt;/b&gt;"]
@@ -346,12 +358,12 @@ def test_stage_gaps_finds_a_hole_between_stages_and_nothing_when_the_split_cover
 
 
 def test_the_layout_chart_shades_the_blocks_no_stage_holds() -> None:
-    blocks = [{"index": i, "tensor_bytes": 10, "tensor_count": 9, "kinds": ["attention"]} for i in range(48)]
-    figure = charts.layer_layout_figure(blocks, ["0..20|20..41"])
+    glm = blocks(*({"index": i, "bytes": 10, "tensor_count": 9, "kinds": ["attention"]} for i in range(48)))
+    figure = charts.layer_layout_figure(glm, ["0..20|20..41"])
     (rect,) = [s for s in figure["layout"]["shapes"] if s["type"] == "rect"]
     assert (rect["x0"], rect["x1"]) == (40.5, 47.5)
     assert "held by no stage" in [a["text"] for a in figure["layout"]["annotations"]]
-    covered = charts.layer_layout_figure(blocks, ["0..24|24..48"])
+    covered = charts.layer_layout_figure(glm, ["0..24|24..48"])
     assert [s for s in covered["layout"]["shapes"] if s["type"] == "rect"] == []
 
 

@@ -40,6 +40,7 @@ LAYERS: Mapping[str, int] = {
     "packages_app.nodes.report_schema": PURE,
     "packages_app.nodes.otlp": PURE,
     "packages_app.nodes.agent": PURE,
+    "packages_app.nodes.exposition": PURE,
     "packages_app.devhub": PURE,
     "packages_app.devnode": PURE,
     "packages_app.sketch": PURE,
@@ -70,6 +71,7 @@ LAYERS: Mapping[str, int] = {
     "packages_app.monitoring": SERVICES,
     "packages_app.notifications": SERVICES,
     "packages_app.certify_reports": SERVICES,
+    "packages_app.baselines": SERVICES,
     # Celery tasks: ids in, one service call, follow-ups enqueued
     "packages_app.tasks": TASKS,
     # edges: HTTP and gRPC under web/; commands, admin, template tags where Django finds them; the door

@@ -1,5 +1,6 @@
-"""gunicorn behind the buffering proxy the README documents (Debian's nginx): a chunked report is stored,
-and a client that sends its body slowly holds no gunicorn worker. Each with a control straight to gunicorn.
+"""gunicorn behind the buffering proxy docs/configuration.md documents (Debian's nginx): a chunked report is
+stored, and a client that sends its body slowly holds no gunicorn worker. Each with a control straight to
+gunicorn.
 
 gunicorn (one sync worker) and nginx listen on unix sockets in a temporary folder: no ports at all.
 """

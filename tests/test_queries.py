@@ -38,7 +38,7 @@ def test_not_audited_lists_packages_still_ingesting_or_without_any_revision(mix:
 
 
 def test_facets_count_every_verdict_under_the_other_filters(mix: dict[str, Package]) -> None:
-    facets = queries.catalog_facets(CatalogFilters(verdict="consistent-mtp", schema=1))
+    facets = queries.catalog_counts(CatalogFilters(verdict="consistent-mtp", schema=1)).facets
     # The verdict filter itself is ignored, so the user sees what each verdict would give.
     assert facets["undeclared-mtp"] == 1
     assert facets["consistent-mtp"] == 0  # the only consistent-mtp package is schema v2
@@ -126,17 +126,16 @@ def test_file_rows_compare_the_manifest_sha256_with_the_hub_lfs_sha256() -> None
 def test_file_rows_survive_an_audit_of_an_unexpected_shape() -> None:
     revision = f.make_revision(f.make_package("meshllm/c-layers"), files=True, audit={"provenance": [1, 2]})
     assert len(queries.revision_files(revision).rows) == 42
-    assert queries.audit_problems(revision) == []
-    assert queries.audit_blocks(revision) == []
-    assert queries.suggested_generation(revision) is None
+    audited = revision.audited
+    assert audited.problems == () and audited.detected.blocks == () and audited.suggestion is None
 
 
 def test_problems_are_listed_errors_first_with_evidence_as_text() -> None:
     revision = f.make_revision(f.make_package("meshllm/d-layers"), "undeclared-mtp")
     revision.audit["problems"].reverse()
-    problems = queries.audit_problems(revision)
+    problems = revision.audited.problems_by_severity()
     assert [p.severity for p in problems] == ["error", "warning"]
-    assert problems[0].evidence == [("mtp_blocks", "[40]"), ("generation", "null")]
+    assert problems[0].evidence_lines() == [("mtp_blocks", "[40]"), ("generation", "null")]
 
 
 def test_kv_rows_summarise_arrays_and_fold_long_text() -> None:

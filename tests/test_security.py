@@ -3,6 +3,7 @@ hostile repo ids at every entry point, and hostile stored text rendered inert on
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -15,6 +16,7 @@ from io import StringIO
 from pathlib import Path
 from typing import Any
 from unittest import mock
+from urllib.parse import quote, urlsplit
 
 import pytest
 from django.conf import settings
@@ -23,6 +25,8 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management import call_command, get_commands
 from django.core.management.base import CommandError
 from django.test import Client
+from django.urls import Resolver404, URLPattern, resolve
+from django.utils import timezone
 
 from meshdash.settings import proxy_ssl_header
 from packages_app import tasks
@@ -280,12 +284,15 @@ def hostile_package(db: None) -> Package:
     PackageFile.objects.filter(revision__in=[revision, old]).update(kv=kv)
     PackageFile.objects.create(revision=revision, path=f"notes/{HOSTILE[:60]}.txt", size=1)
     node = f.make_node(HOSTILE[:90])
-    f.make_report(node, revision, 3.1, effective_strategy=HOSTILE[:60], topology_id=HOSTILE[:200])
+    recent = timezone.now()  # inside the fleet pages' window, so the topology page has a run to show
+    f.make_report(node, revision, 3.1, recent, effective_strategy=HOSTILE[:60], topology_id=HOSTILE[:200])
     failed = f.make_revision(package, "", status=Revision.Status.FAILED, error=HOSTILE, latest=False)
     assert failed.error == HOSTILE
     return package
 
 
+HOSTILE_NODE = quote(HOSTILE[:90], safe="")
+HOSTILE_TOPOLOGY = quote(HOSTILE[:200], safe="")
 HOSTILE_PAGES = [
     "/",
     "/?q=%3Cscript%3Ealert(1)%3C/script%3E",
@@ -296,9 +303,65 @@ HOSTILE_PAGES = [
     "/packages/meshllm/hostile-layers/files/layers/layer-001.gguf",
     "/packages/meshllm/hostile-layers/files/layers/layer-040.gguf",
     "/packages/meshllm/hostile-layers/diff",
+    "/packages/meshllm/hostile-layers/compare",
+    "/packages/meshllm/hostile-layers/compare?from=%3Cscript%3E&to=%3Cimg%20src=x%3E",
     "/packages/meshllm/%3Cscript%3E/",
+    "/nodes/",
+    "/nodes/?action=1",
+    f"/nodes/{HOSTILE_NODE}/",
+    f"/topologies/{HOSTILE_TOPOLOGY}/",
+    "/topologies/%3Cscript%3Ealert(1)%3C/script%3E/",
+    "/glossary/",
+    "/check/",
+    "/accounts/login/?next=%3Cscript%3Ealert(1)%3C/script%3E",
+    f"/{settings.MESHDASH_ADMIN_PATH}login/?next=%3Cscript%3Ealert(1)%3C/script%3E",
     "/no-such-page/%3Cscript%3Ealert(1)%3C/script%3E",
 ]
+# Downloads: the hostile text comes back as data, never as a page a browser would run.
+HOSTILE_DOWNLOADS = {
+    "/catalog.csv": "text/csv",
+    "/packages/meshllm/hostile-layers/reports.csv": "text/csv",
+    "/packages/meshllm/hostile-layers/manifest.patched.json": "application/json",
+}
+# Routes that are not pages: the JSON APIs (test_json_endpoints_... below, and their own tests), and the
+# operators' actions, which answer a POST with a redirect (tests/test_fixes_web.py, tests/test_access.py).
+NOT_PAGES = {
+    "api_reports", "api_reports_batch", "api_runs", "api_baselines", "otlp_traces", "api_ping",
+    "api_certify_reports", "api_hook_hub", "api_check_manifest", "api_openapi", "api_packages", "api_package",
+    "api_node",
+    "logout", "package_untrack", "package_delete", "package_reingest", "package_sync", "package_propose_fix",
+}  # fmt: skip
+
+
+def page_routes() -> set[str]:
+    """The name of every route of the application's URL conf (the admin's are Django's own)."""
+    from packages_app.web import urls
+
+    return {pattern.name for pattern in urls.urlpatterns if isinstance(pattern, URLPattern) and pattern.name}
+
+
+def routes_requested(urls: list[str]) -> set[str]:
+    """The names of the application's routes these URLs reach."""
+    found = set()
+    for url in urls:
+        with contextlib.suppress(Resolver404):
+            match = resolve(urlsplit(url).path)
+            if match.namespace == "packages_app":  # the admin's login is not the application's
+                found.add(match.url_name)
+    return found
+
+
+def test_the_hostile_page_list_covers_every_page_the_url_conf_routes() -> None:
+    requested = routes_requested(HOSTILE_PAGES) | routes_requested(list(HOSTILE_DOWNLOADS))
+    assert page_routes() - NOT_PAGES - requested == set()
+    assert page_routes() >= NOT_PAGES  # a route renamed or gone leaves the list
+
+
+def test_control_a_page_missing_from_the_list_is_found() -> None:
+    # Without the fleet pages, the check names them: the list of 11 URLs this test once had left them out.
+    shortened = [url for url in HOSTILE_PAGES if not url.startswith(("/nodes/", "/topologies/"))]
+    requested = routes_requested(shortened) | routes_requested(list(HOSTILE_DOWNLOADS))
+    assert page_routes() - NOT_PAGES - requested == {"nodes", "node", "topology"}
 
 
 @pytest.mark.django_db
@@ -309,6 +372,28 @@ def test_hostile_text_is_inert_on_every_page(client: Client, hostile_package: Pa
     body = response.content.decode()
     assert audit_html(body) == []
     assert "<script>alert(1)</script>" not in body and "<img src=x" not in body
+
+
+@pytest.mark.django_db
+def test_the_hostile_node_and_topology_pages_show_their_hostile_names_escaped(
+    client: Client, hostile_package: Package
+) -> None:
+    # The fleet pages render the node's and the topology's names: they are found, and shown as text.
+    for url in (f"/nodes/{HOSTILE_NODE}/", f"/topologies/{HOSTILE_TOPOLOGY}/"):
+        response = client.get(url)
+        assert response.status_code == 200, url
+        assert "&lt;/script&gt;&lt;script&gt;alert(1)&lt;/script&gt;" in response.content.decode()
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("url", "content_type"), HOSTILE_DOWNLOADS.items())
+def test_downloads_serve_hostile_text_as_data(
+    client: Client, hostile_package: Package, url: str, content_type: str
+) -> None:
+    response = client.get(url)
+    assert response.status_code == 200, url
+    assert response["Content-Type"].startswith(content_type)
+    assert response["X-Content-Type-Options"] == "nosniff"
 
 
 @pytest.mark.django_db

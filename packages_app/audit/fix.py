@@ -26,6 +26,7 @@ from packages_app.manifest import (
 )
 from packages_app.manifest.identity import package_id_of
 from packages_app.manifest.v2schema import DecodeError
+from packages_app.verdicts import Verdict
 
 _WRITER_WINDOW = {"default": "fixed", "initial_window": 1, "min_window": 1, "max_window": 1}
 
@@ -33,13 +34,13 @@ _WRITER_WINDOW = {"default": "fixed", "initial_window": 1, "min_window": 1, "max
 # --- the suggested fix ------------------------------------------------------------------------
 
 
-def suggest(verdict: str, manifest: Manifest | None, d: Detected) -> Suggestion | None:
+def suggest(verdict: Verdict, manifest: Manifest | None, d: Detected) -> Suggestion | None:
     if manifest is None:
         return None
     sd = manifest.speculative_decoding
-    if verdict == "undeclared-mtp":
+    if verdict == Verdict.UNDECLARED_MTP:
         speculative = _with_mtp_strategy(manifest, d.mtp_blocks)
-    elif verdict == "declaration-mismatch" and sd is not None:
+    elif verdict == Verdict.DECLARATION_MISMATCH and sd is not None:
         speculative = _corrected(sd.raw, d.mtp_blocks)
     else:
         return None

@@ -26,6 +26,7 @@ from packages_app.manifest import (
     Strategy,
     describe_layers,
 )
+from packages_app.verdicts import Verdict
 
 # --- what the manifest declares ---------------------------------------------------------------
 
@@ -58,24 +59,24 @@ def _lead_mtp_strategy(sd: SpeculativeDecoding) -> Strategy | None:
 # --- the verdict ------------------------------------------------------------------------------
 
 
-def judge(manifest: Manifest | None, d: Detected, declared: Declared) -> tuple[str, list[Problem]]:
+def judge(manifest: Manifest | None, d: Detected, declared: Declared) -> tuple[Verdict, list[Problem]]:
     if manifest is None:
-        return "invalid-manifest", []
+        return Verdict.INVALID_MANIFEST, []
     problems = _head_problems(d)
     if d.has_mtp_weights and not declared.uses_native_mtp:
-        return "undeclared-mtp", [_undeclared(manifest, d), *problems]
+        return Verdict.UNDECLARED_MTP, [_undeclared(manifest, d), *problems]
     if declared.uses_native_mtp and not d.has_mtp_weights:
-        return "declared-without-weights", [_declared_without_weights(manifest, d, declared), *problems]
+        return Verdict.DECLARED_WITHOUT_WEIGHTS, [_declared_without_weights(manifest, d, declared), *problems]
     problems += _missing_key_block_problems(d)
     sd = manifest.speculative_decoding
     mismatches = _declaration_mismatches(sd, d) if sd else []
     refused = any(s.runtime_refusals for s in sd.strategies.values()) if sd else False
     if mismatches or refused:
-        return "declaration-mismatch", mismatches + problems
+        return Verdict.DECLARATION_MISMATCH, mismatches + problems
     if d.has_mtp_weights:
         assert sd is not None
-        return "consistent-mtp", _not_default_problems(sd) + problems
-    return "consistent-no-mtp", problems
+        return Verdict.CONSISTENT_MTP, _not_default_problems(sd) + problems
+    return Verdict.CONSISTENT_NO_MTP, problems
 
 
 def _tensor_list(block: int, suffixes: Sequence[str]) -> str:

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from packages_app.audit import readback as rb
 from packages_app.manifest import (
     Json,
     Problem,
@@ -56,6 +57,21 @@ class Block:
             "mtp": self.mtp,
         }
 
+    @classmethod
+    def from_json(cls, doc: Any) -> Block | None:
+        d = rb.mapping(doc)
+        index = rb.integer(d.get("index"))
+        if index is None:
+            return None
+        return cls(
+            index=index,
+            file=rb.optional_text(d.get("file")),
+            tensor_count=rb.integer(d.get("tensor_count")) or 0,
+            nbytes=rb.integer(d.get("bytes")) or 0,
+            kinds=rb.texts(d.get("kinds")),
+            mtp=rb.flag(d.get("mtp")),
+        )
+
 
 @dataclass(frozen=True)
 class Detected:
@@ -101,6 +117,29 @@ class Detected:
             else None,
         }
 
+    @classmethod
+    def from_json(cls, doc: Any) -> Detected:
+        """What to_json stored; ``has_mtp_weights`` is recomputed from the blocks it names."""
+        d = rb.mapping(doc)
+        missing = {
+            int(key): rb.texts(names)
+            for key, names in rb.mapping(d.get("missing_nextn_tensors")).items()
+            if key.isdigit()
+        }
+        sidecar = rb.mapping(d.get("mtp_sidecar"))
+        return cls(
+            architecture=rb.optional_text(d.get("architecture")),
+            block_count=rb.integer(d.get("block_count")),
+            nextn_predict_layers=rb.integer(d.get("nextn_predict_layers")),
+            mtp_blocks=rb.ints(d.get("mtp_blocks")),
+            key_and_tensors_agree=rb.flag(d.get("key_and_tensors_agree"), default=True),
+            expected_nextn_tensors=rb.texts(d.get("expected_nextn_tensors")),
+            missing_nextn_tensors=missing,
+            blocks=rb.each(d.get("blocks"), Block.from_json),
+            sidecar=rb.optional_text(sidecar.get("path")),
+            sidecar_mtp_blocks=rb.ints(sidecar.get("mtp_blocks")),
+        )
+
 
 @dataclass(frozen=True)
 class Declared:
@@ -120,6 +159,18 @@ class Declared:
             "prediction_depth": self.prediction_depth,
             "strategies": dict(self.strategies),
         }
+
+    @classmethod
+    def from_json(cls, doc: Any) -> Declared:
+        d = rb.mapping(doc)
+        return cls(
+            present=rb.flag(d.get("present")),
+            default_strategy=rb.optional_text(d.get("default_strategy")),
+            uses_native_mtp=rb.flag(d.get("uses_native_mtp")),
+            layer_indices=rb.ints(d.get("layer_indices")),
+            prediction_depth=rb.integer(d.get("prediction_depth")),
+            strategies={k: v for k, v in rb.mapping(d.get("strategies")).items() if isinstance(v, str)},
+        )
 
 
 @dataclass(frozen=True)
@@ -143,6 +194,22 @@ class FileCheck:
             "status": self.status,
         }
 
+    @classmethod
+    def from_json(cls, doc: Any) -> FileCheck | None:
+        d = rb.mapping(doc)
+        path = rb.optional_text(d.get("path"))
+        if path is None:
+            return None
+        return cls(
+            path=path,
+            role=rb.text(d.get("role")),
+            manifest_size=rb.integer(d.get("manifest_size")),
+            manifest_sha256=rb.optional_text(d.get("manifest_sha256")),
+            hub_size=rb.integer(d.get("hub_size")),
+            hub_sha256=rb.optional_text(d.get("hub_sha256")),
+            status=rb.text(d.get("status")),
+        )
+
 
 @dataclass(frozen=True)
 class Provenance:
@@ -160,6 +227,20 @@ class Provenance:
             "build_host_path": self.build_host_path,
             "files": [f.to_json() for f in self.files],
         }
+
+    @classmethod
+    def from_json(cls, doc: Any) -> Provenance:
+        d = rb.mapping(doc)
+        return cls(
+            revision=rb.optional_text(d.get("revision")),
+            manifest_sha256=rb.optional_text(d.get("manifest_sha256")),
+            source_model_path=rb.optional_text(d.get("source_model_path")),
+            build_host_path=rb.flag(d.get("build_host_path")),
+            files=rb.each(d.get("files"), FileCheck.from_json),
+        )
+
+    def by_path(self) -> dict[str, FileCheck]:
+        return {f.path: f for f in self.files}
 
 
 @dataclass(frozen=True)
@@ -258,6 +339,17 @@ class Runtime:
     def to_json(self) -> dict[str, dict[str, str]]:
         return {r.setting: r.to_json() for r in self.rows}
 
+    @classmethod
+    def from_json(cls, doc: Any) -> Runtime:
+        """The rows to_json stored (the assumptions and notes are the code's, not stored)."""
+        rows = []
+        for setting, row in rb.mapping(doc).items():
+            values = rb.mapping(row)
+            outcome, why = rb.optional_text(values.get("outcome")), rb.optional_text(values.get("why"))
+            if outcome is not None and why is not None:
+                rows.append(Resolution(setting, outcome, why))
+        return cls(tuple(rows))
+
 
 WRITER_SHAPES = ("writer", "key-absent", "deep", "not-last", "no-tensors")
 
@@ -303,3 +395,17 @@ class Suggestion:
             "advice": self.advice,
             "writer": self.writer.to_json() if self.writer else None,
         }
+
+    @classmethod
+    def from_json(cls, doc: Any) -> Suggestion | None:
+        d = rb.mapping(doc)
+        generation = d.get("generation")
+        if not isinstance(generation, Mapping):
+            return None
+        return cls(
+            generation=dict(generation),
+            patched_manifest=rb.text(d.get("patched_manifest")),
+            diff=rb.text(d.get("diff")),
+            advice=rb.optional_text(d.get("advice")),
+            writer=WriterShape.from_json(d.get("writer")),
+        )

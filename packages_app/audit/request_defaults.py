@@ -15,9 +15,11 @@ mesh-llm's serde types hold. No Django, no I/O.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from packages_app.audit import readback as rb
 from packages_app.manifest import Manifest
 from packages_app.manifest.v2schema import PUBLISHER_DEFAULTS, REQUEST_DEFAULTS, DecodeError, decode
 
@@ -73,6 +75,11 @@ class Provenance:
             "url": self.url,
         }
 
+    @classmethod
+    def from_json(cls, doc: Any) -> Provenance:
+        d = rb.mapping(doc)
+        return cls(*(rb.text(d.get(key)) for key in ("source_repo", "revision", "file", "section", "url")))
+
 
 @dataclass(frozen=True)
 class Profile:
@@ -110,6 +117,28 @@ class Profile:
             "is_default": self.is_default,
         }
 
+    @classmethod
+    def from_json(cls, doc: Any) -> Profile | None:
+        d = rb.mapping(doc)
+        name = rb.optional_text(d.get("name"))
+        if name is None:
+            return None
+        reasoning = rb.mapping(d.get("reasoning"))
+        budget = reasoning.get("budget")
+        tokens = rb.integer(budget)
+        return cls(
+            name=name,
+            max_tokens=rb.integer(d.get("max_tokens")),
+            sampling=tuple(rb.mapping(d.get("sampling")).items()),
+            stop=rb.texts(d.get("stop")),
+            ignore_eos=rb.tristate(d.get("ignore_eos")),
+            reasoning_enabled=rb.optional_text(reasoning.get("enabled")),
+            reasoning_format=rb.optional_text(reasoning.get("format")),
+            reasoning_budget=tokens if tokens is not None else rb.optional_text(budget),
+            provenance=Provenance.from_json(d.get("provenance")),
+            selected_for=rb.texts(d.get("selected_for")),
+        )
+
 
 @dataclass(frozen=True)
 class Selection:
@@ -125,6 +154,16 @@ class Selection:
             "reasoning_on": self.reasoning_on,
             "reasoning_off": self.reasoning_off,
         }
+
+    @classmethod
+    def from_json(cls, doc: Any) -> Selection | None:
+        d = rb.mapping(doc)
+        automatic = rb.optional_text(d.get("automatic"))
+        if automatic is None:
+            return None
+        return cls(
+            automatic, rb.optional_text(d.get("reasoning_on")), rb.optional_text(d.get("reasoning_off"))
+        )
 
 
 @dataclass(frozen=True)
@@ -143,6 +182,15 @@ class DtypeDefault:
             "artifact_id": self.artifact_id,
             "json_path": self.json_path,
         }
+
+    @classmethod
+    def from_json(cls, doc: Any) -> DtypeDefault | None:
+        d = rb.mapping(doc)
+        values = [rb.optional_text(d.get(key)) for key in ("key", "dtype", "artifact_id", "json_path")]
+        key, dtype, artifact_id, json_path = values
+        if key is None or dtype is None or artifact_id is None or json_path is None:
+            return None
+        return cls(key, dtype, artifact_id, json_path)
 
 
 @dataclass(frozen=True)
@@ -170,6 +218,19 @@ class RequestDefaults:
             "notes": list(self.notes),
             "unreadable": self.unreadable,
         }
+
+    @classmethod
+    def from_json(cls, doc: Any) -> RequestDefaults | None:
+        if not isinstance(doc, Mapping):
+            return None
+        return cls(
+            declared=rb.flag(doc.get("declared")),
+            profiles=rb.each(doc.get("profiles"), Profile.from_json),
+            selection=Selection.from_json(doc.get("selection")),
+            publisher_defaults=rb.each(doc.get("publisher_defaults"), DtypeDefault.from_json),
+            notes=rb.texts(doc.get("notes")),
+            unreadable=rb.optional_text(doc.get("unreadable")),
+        )
 
 
 def request_defaults(manifest: Manifest | None) -> RequestDefaults:

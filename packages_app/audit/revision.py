@@ -6,10 +6,11 @@ assessment, which assessment.py builds from those types."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from packages_app.audit import readback as rb
 from packages_app.audit.assessment import Assessment, Facts, Scope, assess
 from packages_app.audit.detection import (
     detect,
@@ -41,6 +42,7 @@ from packages_app.audit.request_defaults import RequestDefaults, request_default
 from packages_app.audit.runtime import resolve
 from packages_app.manifest import (
     MANIFEST_FILE,
+    SEVERITIES,
     Json,
     Manifest,
     Problem,
@@ -54,7 +56,7 @@ _NO_ERRORS: Mapping[str, str] = MappingProxyType({})
 
 @dataclass(frozen=True)
 class Audit:
-    verdict: str
+    verdict: Verdict
     detected: Detected
     declared: Declared
     problems: list[Problem]
@@ -77,7 +79,7 @@ class Audit:
 
     def to_json(self) -> Json:
         return {
-            "verdict": self.verdict,
+            "verdict": self.verdict.value,
             "detected": self.detected.to_json(),
             "declared": self.declared.to_json(),
             "problems": [p.to_json() for p in self.problems],
@@ -89,6 +91,97 @@ class Audit:
             "compatibility": [a.to_json() for a in self.compatibility],
             "request_defaults": self.request_defaults.to_json() if self.request_defaults else None,
         }
+
+
+@dataclass(frozen=True)
+class Cut:
+    """What ingest cut from a stored audit (ingest.cap_audit): a list kept to its first ``kept`` items, or
+    a text of ``total`` characters dropped whole (``kept`` 0)."""
+
+    path: str
+    kept: int
+    total: int
+
+    @classmethod
+    def from_json(cls, doc: Any) -> Cut | None:
+        d = rb.mapping(doc)
+        path, kept, total = (
+            rb.optional_text(d.get("path")),
+            rb.integer(d.get("kept")),
+            rb.integer(d.get("total")),
+        )
+        return cls(path, kept, total) if path is not None and kept is not None and total is not None else None
+
+
+@dataclass(frozen=True)
+class StoredAudit:
+    """A revision's audit as the database holds it (``Audit.to_json``, capped by ingest), read back typed:
+    the one place that knows the stored document's keys (``Revision.audited``). A revision never audited,
+    or an audit from an older version, reads as empty values, never as an error."""
+
+    present: bool = False  # False: the revision was never audited (or its audit is not a JSON object)
+    verdict: Verdict | None = None
+    detected: Detected = field(default_factory=Detected)
+    declared: Declared = field(default_factory=Declared)
+    problems: tuple[Problem, ...] = ()
+    provenance: Provenance = field(default_factory=lambda: Provenance(None, None, None, False, ()))
+    runtime: Runtime = field(default_factory=lambda: Runtime(()))
+    suggestion: Suggestion | None = None
+    request_defaults: RequestDefaults | None = None
+    # Each release's admission as stored ({"release", "admitted", "why", ...}), which the API passes on.
+    compatibility: tuple[Mapping[str, Any], ...] = ()
+    truncated: tuple[Cut, ...] = ()
+
+    @classmethod
+    def from_json(cls, doc: Any) -> StoredAudit:
+        d = rb.mapping(doc)
+        verdict = rb.text(d.get("verdict"))
+        return cls(
+            present=isinstance(doc, Mapping),
+            runtime=Runtime.from_json(d.get("runtime")),
+            verdict=Verdict(verdict) if verdict in Verdict._value2member_map_ else None,
+            detected=Detected.from_json(d.get("detected")),
+            declared=Declared.from_json(d.get("declared")),
+            problems=rb.each(d.get("problems"), Problem.from_json),
+            provenance=Provenance.from_json(d.get("provenance")),
+            suggestion=Suggestion.from_json(d.get("suggested_generation")),
+            request_defaults=RequestDefaults.from_json(d.get("request_defaults")),
+            compatibility=rb.each(d.get("compatibility"), _admission_row),
+            truncated=rb.each(d.get("truncated"), Cut.from_json),
+        )
+
+    def to_json(self) -> Json:
+        """The stored sections as the API shows them (``null`` where the revision was never audited)."""
+        if not self.present:
+            return dict.fromkeys(STORED_SECTIONS) | {"problems": [], "compatibility": []}
+        return {
+            "detected": self.detected.to_json(),
+            "declared": self.declared.to_json(),
+            "problems": [p.to_json() for p in self.problems],
+            "provenance": self.provenance.to_json(),
+            "runtime": self.runtime.to_json(),
+            "compatibility": [dict(row) for row in self.compatibility],
+            "suggested_generation": self.suggestion.to_json() if self.suggestion else None,
+            "request_defaults": self.request_defaults.to_json() if self.request_defaults else None,
+        }
+
+    def problems_by_severity(self) -> list[Problem]:
+        """Errors first, then warnings, then notes; each severity in the audit's order."""
+        return sorted(self.problems, key=lambda p: SEVERITIES.index(p.severity))
+
+    def was_cut(self, path: str) -> bool:
+        return any(c.path == path for c in self.truncated)
+
+
+STORED_SECTIONS = (
+    *("detected", "declared", "problems", "provenance", "runtime"),
+    *("compatibility", "suggested_generation", "request_defaults"),
+)
+
+
+def _admission_row(doc: Any) -> Mapping[str, Any] | None:
+    row = rb.mapping(doc)
+    return row if {"release", "admitted", "why"} <= row.keys() else None
 
 
 # --- the audit --------------------------------------------------------------------------------
@@ -117,7 +210,7 @@ def audit(
     problems += file_problems + source_path_problems(manifest)
     trusted = parsed is not None and parsed.trusted
     if not trusted:
-        verdict = "invalid-manifest"
+        verdict = Verdict.INVALID_MANIFEST
     runtime = resolve(parsed, detected)
     admissions = tuple(compatibility(parsed, architecture=detected.architecture))
     suggestion = suggest(verdict, manifest, detected) if trusted else None
@@ -127,7 +220,7 @@ def audit(
         runtime=runtime,
         compatibility=admissions,
         declared=declared,
-        verdict=Verdict(verdict) if auditable or not trusted else None,
+        verdict=verdict if auditable or not trusted else None,
         detected=detected,
         suggestion=suggestion,
         problems=problems,

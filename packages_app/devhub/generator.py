@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from packages_app.manifest import identity
-from packages_app.verdicts import ActionKind, Status
+from packages_app.verdicts import ActionKind, Status, Verdict
 
 from .store import Commit, FileEntry, RepoRecord, Store, copy_sparse
 from .weights import (
@@ -240,14 +240,14 @@ def _plans() -> tuple[PackagePlan, ...]:
                 RevisionPlan(
                     "Upload layer package",
                     _at("2026-03-02T14:11:09"),
-                    "undeclared-mtp",
+                    Verdict.UNDECLARED_MTP,
                     Status.NOT_SERVABLE,
                     ActionKind.REPUBLISH_V2,
                 ),
                 RevisionPlan(
                     "Declare native MTP (native-mtp-n1)",
                     _at("2026-03-09T09:30:00"),
-                    "consistent-mtp",
+                    Verdict.CONSISTENT_MTP,
                     Status.NOT_SERVABLE,
                     ActionKind.REPUBLISH_V2,
                     generation=mtp_generation(40, "native-mtp-n1"),
@@ -255,7 +255,7 @@ def _plans() -> tuple[PackagePlan, ...]:
                 RevisionPlan(
                     "Update README",
                     _at("2026-03-10T08:00:00"),
-                    "consistent-mtp",
+                    Verdict.CONSISTENT_MTP,
                     Status.NOT_SERVABLE,
                     ActionKind.REPUBLISH_V2,
                     generation=mtp_generation(40, "native-mtp-n1"),
@@ -264,7 +264,7 @@ def _plans() -> tuple[PackagePlan, ...]:
                 RevisionPlan(
                     "Republish as package-v2 (writer 0.78.0, MTP declared)",
                     _at("2026-09-24T10:00:00"),
-                    "consistent-mtp",
+                    Verdict.CONSISTENT_MTP,
                     Status.SERVES_MTP,
                     ActionKind.NOTHING,
                     generation=mtp_generation(40),
@@ -290,7 +290,7 @@ def _plans() -> tuple[PackagePlan, ...]:
                 RevisionPlan(
                     "Upload layer package",
                     _at("2026-02-11T10:02:41"),
-                    "declaration-mismatch",
+                    Verdict.DECLARATION_MISMATCH,
                     Status.FAILS_AT_LOAD,
                     ActionKind.APPLY_PATCH,
                     generation=mtp_generation(46),
@@ -298,7 +298,7 @@ def _plans() -> tuple[PackagePlan, ...]:
                 RevisionPlan(
                     "Fix MTP layer index (46 -> 47)",
                     _at("2026-02-12T16:45:00"),
-                    "consistent-mtp",
+                    Verdict.CONSISTENT_MTP,
                     Status.SERVES_MTP,
                     ActionKind.NOTHING,
                     generation=mtp_generation(47),
@@ -306,7 +306,7 @@ def _plans() -> tuple[PackagePlan, ...]:
                 RevisionPlan(
                     "Republish with publisher metadata (writer 0.76.1)",
                     _at("2026-09-18T09:00:00"),
-                    "consistent-mtp",
+                    Verdict.CONSISTENT_MTP,
                     Status.SERVES_MTP,
                     ActionKind.NOTHING,
                     generation=mtp_generation(47),
@@ -329,7 +329,7 @@ def _plans() -> tuple[PackagePlan, ...]:
                 RevisionPlan(
                     "Upload layer package",
                     _at("2026-04-01T12:00:00"),
-                    "invalid-manifest",
+                    Verdict.INVALID_MANIFEST,
                     Status.INVALID_MANIFEST,
                     ActionKind.FIX_MANIFEST,
                     extra_keys={"speculative_decoding": mtp_generation(64)["speculative_decoding"]},
@@ -337,7 +337,7 @@ def _plans() -> tuple[PackagePlan, ...]:
                 RevisionPlan(
                     "Republish with writer 0.76.0",
                     _at("2026-09-02T07:15:00"),
-                    "undeclared-mtp",
+                    Verdict.UNDECLARED_MTP,
                     Status.MTP_UNUSED,
                     ActionKind.APPLY_PATCH,
                     writer=V0760,
@@ -360,7 +360,7 @@ def _plans() -> tuple[PackagePlan, ...]:
                 RevisionPlan(
                     "Upload layer package",
                     _at("2026-01-20T09:00:00"),
-                    "consistent-no-mtp",
+                    Verdict.CONSISTENT_NO_MTP,
                     Status.FILES_MISMATCH,
                     ActionKind.FIX_MANIFEST,
                     stale_sha_layer=7,
@@ -369,14 +369,14 @@ def _plans() -> tuple[PackagePlan, ...]:
                 RevisionPlan(
                     "Regenerate manifest hashes",
                     _at("2026-01-21T11:30:00"),
-                    "consistent-no-mtp",
+                    Verdict.CONSISTENT_NO_MTP,
                     Status.SERVES_NO_MTP,
                     ActionKind.NOTHING,
                 ),
                 RevisionPlan(
                     "Add the publisher's request defaults",
                     _at("2026-09-10T10:00:00"),
-                    "consistent-no-mtp",
+                    Verdict.CONSISTENT_NO_MTP,
                     Status.SERVES_NO_MTP,
                     ActionKind.NOTHING,
                     generation={"request_defaults": llama_request_defaults()},
@@ -398,7 +398,7 @@ def _plans() -> tuple[PackagePlan, ...]:
                 RevisionPlan(
                     "Upload layer package",
                     _at("2026-03-20T18:00:00"),
-                    "undeclared-mtp",
+                    Verdict.UNDECLARED_MTP,
                     Status.MTP_UNUSED,
                     ActionKind.APPLY_PATCH,
                     generation_null=True,
@@ -407,7 +407,7 @@ def _plans() -> tuple[PackagePlan, ...]:
                 RevisionPlan(
                     "Declare native MTP (mtp)",
                     _at("2026-03-24T10:00:00"),
-                    "consistent-mtp",
+                    Verdict.CONSISTENT_MTP,
                     Status.SERVES_MTP,
                     ActionKind.NOTHING,
                     generation=mtp_generation(88),
@@ -415,7 +415,7 @@ def _plans() -> tuple[PackagePlan, ...]:
                 RevisionPlan(
                     "Default to mtp-suffix (native MTP + ngram-suffix)",
                     _at("2026-03-27T10:00:00"),
-                    "consistent-mtp",
+                    Verdict.CONSISTENT_MTP,
                     Status.SERVES_MTP,
                     ActionKind.NOTHING,
                     generation=mtp_suffix_generation(88),
@@ -436,14 +436,14 @@ def _plans() -> tuple[PackagePlan, ...]:
                 RevisionPlan(
                     "Upload layer package",
                     _at("2026-04-10T13:00:00"),
-                    "consistent-no-mtp",
+                    Verdict.CONSISTENT_NO_MTP,
                     Status.SERVES_NO_MTP,
                     ActionKind.NOTHING,
                 ),
                 RevisionPlan(
                     "Declare native MTP from the nextn key",
                     _at("2026-04-12T08:30:00"),
-                    "declared-without-weights",
+                    Verdict.DECLARED_WITHOUT_WEIGHTS,
                     Status.FAILS_AT_LOAD,
                     ActionKind.FIX_DECLARATION,
                     generation=mtp_generation(47),
@@ -465,7 +465,7 @@ def _plans() -> tuple[PackagePlan, ...]:
                 RevisionPlan(
                     "Upload layer package",
                     _at("2026-08-28T16:00:00"),
-                    "consistent-no-mtp",
+                    Verdict.CONSISTENT_NO_MTP,
                     Status.SERVES_NO_MTP,
                     ActionKind.NOTHING,
                 ),
@@ -495,7 +495,7 @@ def _qwen38_mtp2_plan() -> PackagePlan:
             RevisionPlan(
                 "Upload layer package (writer 0.76.0)",
                 _at("2026-09-05T11:00:00"),
-                "undeclared-mtp",
+                Verdict.UNDECLARED_MTP,
                 Status.MTP_UNUSED,
                 ActionKind.APPLY_PATCH,
                 writer=V0760,
@@ -525,7 +525,7 @@ def _glm51_plan() -> PackagePlan:
             RevisionPlan(
                 "Upload layer package (writer 0.78.0)",
                 _at("2026-10-02T09:00:00"),
-                "consistent-mtp",
+                Verdict.CONSISTENT_MTP,
                 Status.NOT_SERVABLE,  # split: every known roster leaves glm-dsa out
                 ActionKind.SPLIT_OVERRIDE,
                 generation=mtp_generation(78),
@@ -550,7 +550,7 @@ def _bench_plan() -> PackagePlan:
             RevisionPlan(
                 "Upload layer package",
                 _at("2026-02-01T08:00:00"),
-                "consistent-no-mtp",
+                Verdict.CONSISTENT_NO_MTP,
                 Status.NOT_SERVABLE,
                 ActionKind.REPUBLISH_V2,
             ),

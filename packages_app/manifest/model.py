@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -12,6 +13,7 @@ MAX_PROBLEMS = 200  # a hostile manifest must not turn into millions of stored p
 MAX_INT = 2**63 - 1
 
 Severity = Literal["error", "warning", "info"]
+SEVERITIES: tuple[Severity, ...] = ("error", "warning", "info")  # worst first
 Json = dict[str, Any]
 
 NATIVE_MTP = "native-mtp"
@@ -47,6 +49,34 @@ class Problem:
             "message": self.message,
             "evidence": self.evidence,
         }
+
+    @classmethod
+    def from_json(cls, doc: Any) -> Problem | None:
+        """A stored problem read back (a page shows what an older or capped audit holds, never fails)."""
+        if not isinstance(doc, Mapping) or not isinstance(doc.get("code"), str):
+            return None
+        severity = doc.get("severity")
+        message, evidence = doc.get("message"), doc.get("evidence")
+        return cls(
+            code=doc["code"],
+            severity=severity if severity in SEVERITIES else "info",
+            message=message if isinstance(message, str) else "",
+            evidence=dict(evidence) if isinstance(evidence, Mapping) else {},
+        )
+
+    def evidence_lines(self) -> list[tuple[str, str]]:
+        """(key, text) of each piece of evidence: a string as it is, anything else as compact JSON."""
+        return [
+            (
+                str(key),
+                value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str),
+            )
+            for key, value in self.evidence.items()
+        ]
+
+
+def _compact(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
 
 
 @dataclass(frozen=True)
@@ -182,12 +212,6 @@ class Manifest:
     computed_package_id: str | None = None  # v2 only: what mesh-llm computes from the file
     request_defaults: bool = False
     publisher_metadata: bool = False
-
-    @property
-    def package_id_matches(self) -> bool | None:
-        if self.computed_package_id is None:
-            return None
-        return self.package_id == self.computed_package_id
 
     def layer_files(self) -> dict[int, str]:
         """Layer index -> the path of its (first part's) file."""

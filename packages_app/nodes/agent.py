@@ -42,6 +42,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlsplit
 
+import packages_app.nodes.exposition as exposition
+
 log = logging.getLogger("meshdash.agent")
 
 TIMEOUT = 10.0
@@ -111,6 +113,10 @@ class Config:
     # At start-up, how long to wait quietly for the node's console API to answer before the first poll:
     # the agent usually starts with its node, which takes a while to listen (0 = poll at once).
     node_wait: float = 120.0
+    # Baseline engines (a plain llama.cpp or vLLM server) whose Prometheus /metrics is scraped each cycle:
+    # [{engine, metrics_url, source_model, served_model?, source_file?, quantization?, version?}]
+    # (Baseline below). With baselines, node_url may be "" (no mesh-llm node beside this agent).
+    baselines: list[dict[str, Any]] = field(default_factory=list)
 
     @classmethod
     def load(cls, path: str | None, overrides: dict[str, Any]) -> Config:
@@ -130,7 +136,13 @@ class Config:
         return config
 
     def check(self) -> None:
+        if not isinstance(self.baselines, list):
+            raise AgentError("baselines must be a list of objects.")
+        for index, item in enumerate(self.baselines):
+            Baseline.of(item, index)
         for name in ("node_url", "meshdash_url", "hub_url"):
+            if name == "node_url" and self.baselines and not self.node_url:
+                continue  # an agent that only scrapes baseline engines
             if not getattr(self, name).startswith(("http://", "https://")):
                 raise AgentError(f"{name} must be an http:// or https:// URL.")
         if not self.token:
@@ -146,6 +158,9 @@ class Config:
     @property
     def spool(self) -> Path:
         return Path(self.spool_dir or Path(tempfile.gettempdir()) / "meshdash-agent")
+
+    def baseline_list(self) -> list[Baseline]:
+        return [Baseline.of(item, index) for index, item in enumerate(self.baselines)]
 
 
 # --- HTTP (stdlib) ----------------------------------------------------------------------------
@@ -611,6 +626,135 @@ def _clip_text(value: str, path: str, trimmed: list[str], limit: int) -> str:
     return UNSTORABLE.sub("?", value[:limit])
 
 
+# --- Baseline engines: a plain llama.cpp or vLLM server's Prometheus /metrics ----------------
+
+
+BASELINE_TEXT = {"served_model": 300, "source_file": 300, "quantization": 64, "version": 100}
+MAX_VERSION_BYTES = 64 * 1024
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """One engine to scrape: what it is, where its ``/metrics`` is, and which source model it serves (the
+    Hub repo of the GGUF or weights: a layer package's ``source_model.repo`` / card ``base_model``)."""
+
+    engine: str  # "llama.cpp" or "vllm"
+    metrics_url: str
+    source_model: str
+    served_model: str = ""  # the model name the engine serves (vLLM labels its series with it)
+    source_file: str = ""  # e.g. Qwen3.5-35B-A3B-UD-Q4_K_XL.gguf
+    quantization: str = ""  # e.g. UD-Q4_K_XL; else read from source_file's name by meshdash
+    version: str = ""  # the engine's version; empty: asked of the engine (llama.cpp /props, vLLM /version)
+
+    @classmethod
+    def of(cls, item: Any, index: int) -> Baseline:
+        where = f"baselines[{index}]"
+        if not isinstance(item, dict):
+            raise AgentError(f"{where} must be an object.")
+        unknown = set(item) - set(cls.__dataclass_fields__)
+        if unknown:
+            raise AgentError(f"Unknown keys in {where}: {', '.join(sorted(map(str, unknown)))}")
+        if item.get("engine") not in exposition.ENGINES:
+            raise AgentError(f"{where}.engine must be one of {', '.join(exposition.ENGINES)}.")
+        url = item.get("metrics_url")
+        if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+            raise AgentError(f"{where}.metrics_url must be an http:// or https:// URL.")
+        source = item.get("source_model")
+        if not isinstance(source, str) or not REF.match(source) or "@" in source or source.startswith("hf:"):
+            raise AgentError(f"{where}.source_model must be a Hub repo id, like owner/name.")
+        for key, limit in BASELINE_TEXT.items():
+            value = item.get(key, "")
+            if not isinstance(value, str) or len(value) > limit:
+                raise AgentError(f"{where}.{key} must be text of at most {limit} characters.")
+        return cls(**item)
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None  # a redirect is answered as the 3xx it is, not followed
+
+
+_NO_REDIRECTS = urllib.request.build_opener(_NoRedirect)
+
+
+def fetch_capped(url: str, cap: int) -> bytes:
+    """GET ``url`` (no redirects, TIMEOUT): its body, refused when over ``cap`` bytes."""
+    try:
+        with _NO_REDIRECTS.open(urllib.request.Request(url), timeout=TIMEOUT) as response:  # noqa: S310
+            body: bytes = response.read(cap + 1)
+    except urllib.error.HTTPError as exc:
+        raise AgentError(f"The engine answered {exc.code} for {url}.") from None
+    except OSError as exc:
+        raise AgentError(f"The engine does not answer at {url}: {exc}") from None
+    if len(body) > cap:
+        raise AgentError(f"The engine's {url} is over {cap // 1024} KiB; not read.")
+    return body
+
+
+class BaselineScraper:
+    """Scrapes one engine each cycle; the counters' growth since the last scrape is one report."""
+
+    def __init__(self, baseline: Baseline) -> None:
+        self.baseline = baseline
+        self.version = baseline.version
+        self._before: dict[str, float] | None = None
+        self._before_at = 0.0
+
+    def scrape(self) -> dict[str, Any] | None:
+        """The report of the window since the last scrape; None on the first scrape (no window yet) and
+        when the engine decoded and drafted nothing in it. AgentError when the engine cannot be read."""
+        b = self.baseline
+        try:
+            parsed = exposition.parse(
+                fetch_capped(b.metrics_url, exposition.MAX_BODY_BYTES), exposition.wanted_names(b.engine)
+            )
+        except exposition.ExpositionError as exc:
+            raise AgentError(f"{b.metrics_url}: {exc}") from None
+        now, at = exposition.snapshot(parsed, b.engine, b.served_model), time.monotonic()
+        if parsed.trimmed:
+            log.warning("%s: left out %s", b.metrics_url, "; ".join(parsed.trimmed))
+        before, before_at = self._before, self._before_at
+        self._before, self._before_at = now, at
+        if before is None:
+            return None
+        window, reset = exposition.deltas(before, now)
+        figures = exposition.figures(window)
+        if not figures["predicted_n"] and not figures["drafts"]:
+            return None
+        not_reported = figures.pop("not_reported")
+        if not self.version:
+            self.version = self._ask_version()
+        if not self.version:
+            not_reported.append("engine_version")
+        return {
+            "report_id": str(uuid.uuid4()),
+            "observed_at": datetime.now(UTC).isoformat(),
+            "window_seconds": round(at - before_at, 3),
+            "engine": b.engine,
+            "engine_version": self.version,
+            "served_model": b.served_model,
+            "source_model": b.source_model,
+            "source_file": b.source_file,
+            "quantization": b.quantization,
+            "counter_reset": reset,
+            "figures": figures,
+            "not_reported": not_reported,
+            "trimmed": [t[:200] for t in parsed.trimmed][:16],
+        }
+
+    def _ask_version(self) -> str:
+        """llama.cpp: ``/props``'s ``build_info``; vLLM: ``/version``'s ``version``; "" when not told."""
+        parts = urlsplit(self.baseline.metrics_url)
+        llama = self.baseline.engine == "llama.cpp"
+        path, key = ("/props", "build_info") if llama else ("/version", "version")
+        try:
+            answer = json.loads(fetch_capped(f"{parts.scheme}://{parts.netloc}{path}", MAX_VERSION_BYTES))
+        except (AgentError, ValueError, RecursionError):
+            return ""
+        value = answer.get(key) if isinstance(answer, dict) else None
+        return UNSTORABLE.sub("?", value[:100]) if isinstance(value, str) else ""
+
+
 # --- The spool: nothing is lost while meshdash is down ----------------------------------------
 
 
@@ -720,7 +864,11 @@ class Sender:
     sent: int = 0
     refused: int = 0
     endpoints: dict[str, str] = field(
-        default_factory=lambda: {"runs": "/api/v1/runs", "reports": "/api/v1/reports/batch"}
+        default_factory=lambda: {
+            "runs": "/api/v1/runs",
+            "reports": "/api/v1/reports/batch",
+            "baselines": "/api/v1/baselines",
+        }
     )
 
     def flush(self) -> bool:
@@ -764,6 +912,13 @@ class Sender:
         return False
 
 
+def _answers(url: str) -> bool:
+    try:
+        return http("GET", url).status == 200
+    except OSError:
+        return False
+
+
 # --- The proxy: timings of each completion become a report ------------------------------------
 
 
@@ -776,40 +931,54 @@ class Agent:
         self.runs: list[dict[str, Any]] = []
         self._spooled_runs: list[dict[str, Any]] = []
         self._stop = threading.Event()
+        self.scrapers = [BaselineScraper(b) for b in config.baseline_list()]
 
     def cycle(self) -> bool:
-        """Poll the node, spool its runs, flush; True when everything was sent."""
-        try:
-            self.runs = read_runs(self.config, self.resolver)
-        except AgentError as exc:
-            log.warning("%s", exc)
-        else:
-            # Registrations are upserts of the node's current state: spool one only when it changed.
-            if self.runs and self.runs != self._spooled_runs:
-                self.spool.put("runs", {"runs": self.runs})
-                self._spooled_runs = self.runs
+        """Poll the node, spool its runs, scrape the baseline engines, flush; True when all was sent."""
+        if self.config.node_url:
+            try:
+                self.runs = read_runs(self.config, self.resolver)
+            except AgentError as exc:
+                log.warning("%s", exc)
+            else:
+                # Registrations are upserts of the node's current state: spool one only when it changed.
+                if self.runs and self.runs != self._spooled_runs:
+                    self.spool.put("runs", {"runs": self.runs})
+                    self._spooled_runs = self.runs
+        baseline_reports = []
+        for scraper in self.scrapers:
+            try:
+                report = scraper.scrape()
+            except AgentError as exc:
+                log.warning("%s", exc)
+                continue
+            if report is not None:
+                baseline_reports.append(report)
+        if baseline_reports:
+            self.spool.put("baselines", {"reports": baseline_reports})
         return self.sender.flush()
 
     def wait_for_node(self) -> bool:
-        """Wait, quietly, until the node's console API answers or ``node_wait`` seconds pass; True when it
-        answered. A node that is still starting is normal: only one that never answers is worth a line."""
+        """Wait, quietly, until the node's console API answers (for an agent of baseline engines only, each
+        engine's /metrics) or ``node_wait`` seconds pass; True when it answered. A node or engine that is
+        still starting is normal: only one that never answers is worth a line."""
+        if self.config.node_url:
+            urls = [self.config.node_url + "/api/status"]
+        else:
+            urls = [b.metrics_url for b in self.config.baseline_list()]
         deadline = time.monotonic() + self.config.node_wait
         delay = 0.2
-        while not self._stop.is_set():
-            try:
-                if http("GET", self.config.node_url + "/api/status").status == 200:
-                    return True
-            except OSError:
-                pass
+        while urls and not self._stop.is_set():
+            urls = [url for url in urls if not _answers(url)]
+            if not urls:
+                return True
             if time.monotonic() + delay > deadline:
                 break
             self._stop.wait(delay)
             delay = min(delay * 2, 5.0)
-        if self.config.node_wait:
+        if urls and self.config.node_wait:
             log.warning(
-                "the node at %s did not answer in %g s; polling anyway",
-                self.config.node_url,
-                self.config.node_wait,
+                "%s did not answer in %g s; polling anyway", ", ".join(urls)[:500], self.config.node_wait
             )
         return False
 
@@ -991,7 +1160,9 @@ environment:
                   no "token"; prefer it (or a config file of mode 600) to a token on the command line
 
 A flag overrides the config file's key of the same name; the config file also takes interval,
-upstream_url, spool_max_bytes, spool_max_age and node_wait (see the README, "The agent")."""
+upstream_url, spool_max_bytes, spool_max_age, node_wait and baselines: the llama.cpp or vLLM servers
+whose /metrics is scraped as a baseline (see docs/api.md, "Run meshdash-agent beside the node", and
+"Baseline engines")."""
 
 
 def parser() -> argparse.ArgumentParser:

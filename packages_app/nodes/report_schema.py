@@ -12,7 +12,7 @@ import re
 import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 
 from pydantic import (
     AfterValidator,
@@ -395,8 +395,8 @@ class SplitReadiness(_Observed):
 
     model_ref: Annotated[str, Strict(), Field(max_length=300)] = ""
     verdict: Text64 = ""
-    participant_count: Count | None = None
-    exclusion_count: Count | None = None
+    participant_count: BaselineCount | None = None
+    exclusion_count: BaselineCount | None = None
     blockers: list[ReadinessBlocker] = Field(default_factory=list, max_length=MAX_OBSERVED_ITEMS)
     recommendations: list[Text600] = Field(default_factory=list, max_length=MAX_OBSERVED_ITEMS)
 
@@ -499,6 +499,82 @@ class RunsIn(_Strict):
     runs: list[Any] = Field(min_length=1, max_length=64, description="1 to 64 runs.")
 
 
+# --- Baseline engines: a plain llama.cpp / vLLM server's counters over one window (meshdash-agent) ---
+
+MAX_BASELINE_BATCH = 100
+BaselineCount = Annotated[int, Strict(), Field(ge=0, le=10**15)]
+MAX_BASELINE_TPS = 100_000.0  # a decode rate past this is flagged, not aggregated
+
+
+class BaselineFigures(_Strict):
+    """The window's counter deltas (packages_app.nodes.exposition.figures); None where the engine does not
+    publish the series."""
+
+    predicted_n: BaselineCount | None = None
+    predicted_seconds: Annotated[float, Strict(), Field(ge=0, le=1e9)] | None = None
+    predicted_per_second: Annotated[float, Strict(), Field(ge=0)] | None = Field(
+        default=None,
+        description="Recomputed by meshdash from predicted_n / predicted_seconds when both are sent.",
+    )
+    drafts: BaselineCount | None = None
+    draft_tokens: BaselineCount | None = None
+    accepted_tokens: BaselineCount | None = None
+    accepted_per_position: list[BaselineCount] | None = Field(default=None, max_length=32)
+
+
+class BaselineReportIn(_Strict):
+    """One window of a baseline engine's /metrics, as meshdash-agent scrapes it."""
+
+    report_id: uuid.UUID
+    observed_at: Timestamp
+    window_seconds: Annotated[float, Strict(), Field(gt=0, le=366 * 86400)]
+    engine: Literal["llama.cpp", "vllm"]
+    engine_version: Annotated[str, Strict(), Field(max_length=100)] = ""
+    served_model: Annotated[str, Strict(), Field(max_length=300)] = ""
+    source_model: RepoId = Field(description="The Hub repo of the GGUF or weights the engine serves.")
+    source_file: Annotated[str, Strict(), Field(max_length=300)] = ""
+    quantization: Annotated[str, Strict(), Field(max_length=64)] = ""
+    counter_reset: Annotated[bool, Strict()] = False
+    figures: BaselineFigures
+    not_reported: list[Annotated[str, Strict(), Field(max_length=64)]] = Field(
+        default_factory=list, max_length=16
+    )
+    trimmed: list[Annotated[str, Strict(), Field(max_length=200)]] = Field(
+        default_factory=list, max_length=16
+    )
+
+    def flagged(self) -> list[str]:
+        """What contradicts itself (kept, shown, left out of the speedup): more accepted than drafted, more
+        drafts than draft tokens, a position accepted more often than there were drafts, or a decode rate no
+        engine reaches."""
+        f, out = self.figures, []
+        if f.accepted_tokens is not None and (f.draft_tokens is None or f.accepted_tokens > f.draft_tokens):
+            out.append("accepted_tokens")
+        if f.drafts is not None and f.draft_tokens is not None and f.drafts > f.draft_tokens:
+            out.append("drafts")
+        if f.accepted_per_position and (f.drafts is None or max(f.accepted_per_position) > f.drafts):
+            out.append("accepted_per_position")
+        rate = self.decode_rate()
+        if rate is not None and rate > MAX_BASELINE_TPS:
+            out.append("predicted_per_second")
+        return out
+
+    def decode_rate(self) -> float | None:
+        """Tokens over decode seconds when both are sent (the counters), else the rate sent."""
+        f = self.figures
+        if f.predicted_n is not None and f.predicted_seconds:
+            return f.predicted_n / f.predicted_seconds
+        return f.predicted_per_second
+
+
+class BaselinesIn(_Strict):
+    reports: list[Any] = Field(
+        min_length=1,
+        max_length=MAX_BASELINE_BATCH,
+        description=f"1 to {MAX_BASELINE_BATCH} baseline reports.",
+    )
+
+
 # --- Responses (documented in the OpenAPI schema; the views build plain dicts of this shape) --
 
 
@@ -533,10 +609,6 @@ def canonical_json(value: Any) -> bytes:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 
 
-def body_digest(value: Any) -> str:
-    return hashlib.sha256(canonical_json(value)).hexdigest()
-
-
 def check_json_tree(value: Any, path: str = "", depth: int = 0) -> None:
     """Refuse what JSON allows but storage does not: deep nesting, NUL, lone surrogates, inf."""
     if depth > MAX_DEPTH:
@@ -568,18 +640,26 @@ def _safe(path: str) -> str:
     return path.encode("utf-8", "replace").decode().replace("\x00", "?")
 
 
-def validate_report(data: Any, prefix: str = "") -> ReportIn:
-    """Validate one report; on failure raise BodyError naming the first bad field."""
-    return validate_report_body(data, prefix)[0]
-
-
 def validate_report_body(data: Any, prefix: str = "") -> tuple[ReportIn, str]:
-    """The validated report and the digest of its canonical body (what a verbatim replay repeats)."""
+    """The validated report and the digest of its canonical body (what a verbatim replay repeats); on
+    failure a BodyError naming the first bad field."""
+    return _validated_body(ReportIn, "A report", data, prefix)
+
+
+def validate_baseline(data: Any, prefix: str) -> tuple[BaselineReportIn, str]:
+    """One baseline report and the digest of its canonical body."""
+    return _validated_body(BaselineReportIn, "A baseline report", data, prefix)
+
+
+_Body = TypeVar("_Body", bound=BaseModel)
+
+
+def _validated_body(model: type[_Body], what: str, data: Any, prefix: str) -> tuple[_Body, str]:
     if not isinstance(data, dict):
-        raise BodyError("A report must be a JSON object.", prefix)
+        raise BodyError(f"{what} must be a JSON object.", prefix)
     digest = storable_digest(data, prefix)
     try:
-        return ReportIn.model_validate(data), digest
+        return model.model_validate(data), digest
     except ValidationError as exc:
         raise _first_error(exc, prefix) from None
 
@@ -609,7 +689,11 @@ def validate_batch(data: Any) -> list[Any]:
     return _validate_list(data, BatchIn, "reports")
 
 
-def _validate_list(data: Any, model: type[BatchIn | RunsIn], key: str) -> list[Any]:
+def validate_baselines(data: Any) -> list[Any]:
+    return _validate_list(data, BaselinesIn, "reports")
+
+
+def _validate_list(data: Any, model: type[BatchIn | RunsIn | BaselinesIn], key: str) -> list[Any]:
     """The still-untyped items of a ``{key: [...]}`` body, so each is judged (and refused) alone."""
     if not isinstance(data, dict):
         raise BodyError(f'The body must be a JSON object like {{"{key}": [...]}}.')

@@ -11,7 +11,7 @@ import json
 import logging
 from collections.abc import Callable
 from functools import wraps
-from typing import Any
+from typing import Any, TypeVar
 
 from django.conf import settings
 from django.db import InterfaceError, OperationalError
@@ -20,13 +20,20 @@ from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_safe
 
-from packages_app import certify_reports, input_budget, metrics, queries, queueing, reports
+from packages_app import baselines, certify_reports, input_budget, metrics, queries, queueing, reports
 from packages_app.audit.certify_report import MAX_REPORT_BYTES as CERTIFY_MAX_BYTES
 from packages_app.audit.certify_report import CertifyReportError
 from packages_app.input_budget import InputBudget, OverBudget
 from packages_app.models import CertifyReport, Node
 from packages_app.nodes import identity as nodes
-from packages_app.nodes.report_schema import MAX_DEPTH, BodyError, validate_batch, validate_report_body
+from packages_app.nodes.report_schema import (
+    MAX_DEPTH,
+    BodyError,
+    validate_baseline,
+    validate_baselines,
+    validate_batch,
+    validate_report_body,
+)
 from packages_app.reports import Stored
 from packages_app.web import access, check_budget, ratelimit
 from packages_app.web.openapi import openapi_document
@@ -40,6 +47,7 @@ MAX_BATCH_BYTES = 4 * 1024 * 1024
 JSON_DEPTH = 4 * MAX_DEPTH
 HTTP_STATUS = {Stored.CREATED: 201, Stored.DUPLICATE: 200, Stored.CONFLICT: 409}
 
+_Item = TypeVar("_Item")
 NodeView = Callable[[HttpRequest, Node, Any], HttpResponse]
 View = Callable[[HttpRequest], HttpResponse]
 
@@ -203,14 +211,7 @@ def report_batch(request: HttpRequest, node: Node, data: Any) -> HttpResponse:
         bodies = validate_batch(data)
     except BodyError as exc:
         return error_response(400, exc.message, exc.field)
-    results: list[dict[str, Any]] = [{"index": i} for i in range(len(bodies))]
-    valid: list[tuple[int, reports.ValidReport]] = []
-    for index, body in enumerate(bodies):
-        try:
-            valid.append((index, _valid_report(body, f"reports.{index}")))
-        except BodyError as exc:
-            results[index].update(status=400, error=exc.message, field=exc.field)
-    metrics.count_reports("report", "invalid", len(bodies) - len(valid))
+    results, valid = _each_item(bodies, _valid_report, "report")
     if valid:
         outcomes = reports.store_reports(node, [item for _, item in valid], timezone.now())
         count_outcomes(outcomes)
@@ -219,6 +220,47 @@ def report_batch(request: HttpRequest, node: Node, data: Any) -> HttpResponse:
         for (index, _), outcome in zip(valid, outcomes, strict=True):
             results[index].update(_item_result(outcome))
     return JsonResponse({"results": results}, status=200)
+
+
+MAX_BASELINES_BYTES = 256 * 1024  # 100 windows of about 1 KiB each, with room
+
+
+@node_json_endpoint(MAX_BASELINES_BYTES, source="baseline")
+def baselines_create(request: HttpRequest, node: Node, data: Any) -> HttpResponse:
+    """``POST /api/v1/baselines``: windows of a baseline engine's counters (meshdash-agent's ``baselines``),
+    one result per report in order: 201 stored, 200 the same report again, 409 the id with another body,
+    400 the item's first problem (the others are still stored)."""
+    try:
+        bodies = validate_baselines(data)
+    except BodyError as exc:
+        return error_response(400, exc.message, exc.field)
+    results, valid = _each_item(bodies, validate_baseline, "baseline")
+    if valid:
+        stored = baselines.store_baselines(node, [item for _, item in valid], timezone.now())
+        for (index, _), outcome in zip(valid, stored, strict=True):
+            results[index].update(status=outcome.status, id=outcome.id)
+            if outcome.status == 409:
+                results[index].update(error=_CONFLICT_MESSAGE, field=f"reports.{index}.report_id")
+            metrics.count_reports(
+                "baseline", {201: "created", 200: "duplicate"}.get(outcome.status, "conflict")
+            )
+    return JsonResponse({"results": results}, status=200)
+
+
+def _each_item(
+    bodies: list[Any], validate: Callable[[Any, str], _Item], source: str
+) -> tuple[list[dict[str, Any]], list[tuple[int, _Item]]]:
+    """A batch's items validated one by one: a result per item (a 400 for a bad one, naming its field) and
+    the valid items with their index; the refused ones counted."""
+    results: list[dict[str, Any]] = [{"index": i} for i in range(len(bodies))]
+    valid: list[tuple[int, _Item]] = []
+    for index, body in enumerate(bodies):
+        try:
+            valid.append((index, validate(body, f"reports.{index}")))
+        except BodyError as exc:
+            results[index].update(status=400, error=exc.message, field=exc.field)
+    metrics.count_reports(source, "invalid", len(bodies) - len(valid))
+    return results, valid
 
 
 def count_outcomes(outcomes: list[reports.StoreOutcome]) -> None:

@@ -218,21 +218,14 @@ def _history_entry(revision: Revision) -> dict[str, Any]:
 
 
 def _audit_json(revision: Revision) -> dict[str, Any]:
-    audit = revision.audit if isinstance(revision.audit, dict) else {}
+    audited = revision.audited
     throughput = revision_throughput(revision.pk, page=False)
     assessment = Assessment.from_json(revision.assessment)
     judged = fleet.plan_advice(revision.pk, assessment, throughput.plans) if throughput else []
     alert = asdict(throughput.alert) if throughput and throughput.alert else None
     return {
         "verdict": revision.verdict or None,
-        "detected": audit.get("detected"),
-        "declared": audit.get("declared"),
-        "problems": audit.get("problems", []),
-        "provenance": audit.get("provenance"),
-        "runtime": audit.get("runtime"),
-        "compatibility": queries.audit_compatibility(revision),
-        "suggested_generation": audit.get("suggested_generation"),
-        "request_defaults": audit.get("request_defaults"),
+        **audited.to_json(),
         "throughput": _throughput_summary(throughput, judged),
         "alerts": [alert] if alert else [],
     }

@@ -14,7 +14,7 @@ from django.shortcuts import render
 from django.utils.http import content_disposition_header
 from django.views.decorators.http import require_safe
 
-from packages_app import charts, fleet, glossary, queries, report_metrics, staticfinders
+from packages_app import baselines, charts, fleet, glossary, queries, report_metrics, staticfinders
 from packages_app.models import Package, Report, Revision
 from packages_app.verdicts import STATUSES_BY_RANK, VERDICTS_BY_RANK, ActionKind, Cause
 from packages_app.web import access
@@ -95,14 +95,13 @@ def topology_detail(request: HttpRequest, topology_id: str) -> HttpResponse:
 
 def _layout_chart(revision_id: int, splits: list[str]) -> dict[str, Any]:
     revision = Revision.objects.only("id", "audit").get(pk=revision_id)
-    return charts.layer_layout_figure(queries.audit_blocks(revision), [s for s in splits if s])
+    return charts.layer_layout_figure(revision.audited.detected.blocks, [s for s in splits if s])
 
 
 def _stage_gaps(revision_id: int, split: str) -> list[charts.StageGap]:
     """The package's blocks that no stage of the split holds (charts.stage_gaps), MTP blocks named."""
     revision = Revision.objects.only("id", "block_count", "audit").get(pk=revision_id)
-    mtp = queries.audit_section(revision, "detected").get("mtp_blocks") or []
-    return charts.stage_gaps(split, revision.block_count, [b for b in mtp if isinstance(b, int)])
+    return charts.stage_gaps(split, revision.block_count, list(revision.audited.detected.mtp_blocks))
 
 
 @require_safe
@@ -117,6 +116,7 @@ def compare(request: HttpRequest, owner: str, name: str) -> HttpResponse:
         "package": package,
         "history": history,
         "comparison": comparison,
+        "speedups": baselines.speedups(package, new, before=old),
         "charts": comparison_charts(comparison),
         "plotly_guard_ids": staticfinders.installed_plotly_guard_ids(),
     }

@@ -17,6 +17,8 @@ from packages_app.audit.certify_report import MAX_REPORT_BYTES
 from packages_app.layout import MAX_MANIFEST_BYTES
 from packages_app.nodes.report_schema import (
     MAX_BATCH,
+    BaselineReportIn,
+    BaselinesIn,
     BatchIn,
     BatchOut,
     ErrorOut,
@@ -41,6 +43,8 @@ SCHEMA_MODELS: list[tuple[type[BaseModel], JsonMode]] = [
     (ReportIn, "validation"),
     (BatchIn, "validation"),
     (RunsIn, "validation"),
+    (BaselinesIn, "validation"),
+    (BaselineReportIn, "validation"),
     (RunIn, "validation"),
     (ReportAccepted, "serialization"),
     (BatchOut, "serialization"),
@@ -192,6 +196,21 @@ def _path_runs() -> PathItem:
         "responses": {"200": {"description": "Per-run results.", **json_content(results)}} | node_errors(),
     }
     return "/api/v1/runs", {"post": operation}
+
+
+def _path_baselines() -> PathItem:
+    results = {"type": "object", "properties": {"results": {"type": "array", "items": {"type": "object"}}}}
+    operation = {
+        "operationId": "baselines_create",
+        "summary": "meshdash-agent: windows of a baseline engine's /metrics (plain llama.cpp or vLLM).",
+        "description": "Items are BaselineReportIn. Each result: `index`, `status` (201 stored, 200 the "
+        "same report again, 409 the id with another body, 400 with `error` and `field`), `id`. Bodies "
+        "over 256 KiB get 413.",
+        "security": [{"nodeToken": []}],
+        "requestBody": {"required": True, **json_content(ref("BaselinesIn"))},
+        "responses": {"200": {"description": "Per-report results.", **json_content(results)}} | node_errors(),
+    }
+    return "/api/v1/baselines", {"post": operation}
 
 
 def _path_traces() -> PathItem:
@@ -359,6 +378,7 @@ PATHS: list[Callable[[], PathItem]] = [
     _path_reports,
     _path_reports_batch,
     _path_runs,
+    _path_baselines,
     _path_traces,
     _path_ping,
     _path_openapi,

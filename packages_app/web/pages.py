@@ -24,6 +24,7 @@ from django.views.decorators.http import require_http_methods, require_POST, req
 
 from packages_app import (
     background,
+    baselines,
     certify_reports,
     charts,
     fixes,
@@ -37,6 +38,7 @@ from packages_app import (
 from packages_app.audit.assessment import Assessment, release_tables, shared_outcomes
 from packages_app.audit.check import ManifestCheck
 from packages_app.audit.model import UNCERTAIN as RESOLVER_UNCERTAIN
+from packages_app.audit.model import Suggestion
 from packages_app.layout import METADATA_CARRIER, FileRole
 from packages_app.models import ActionLog, Package, Revision
 from packages_app.throughput import RevisionThroughput, revision_throughput
@@ -209,6 +211,7 @@ def package_detail(request: HttpRequest, owner: str, name: str) -> HttpResponse:
         pair = fleet.default_comparison_pair(history, revision.pk)
         context["previous"] = next((r for r in history if pair and r.pk == pair[0]), None)
         context.update(_fix_context(package, revision, context["assessment"], context["suggested"]))
+        context["speedups"] = baselines.speedups(package, revision)
     context["hub_url"] = hub_url(package, revision)
     context["base_model_url"] = source_model_url(package.base_model)
     context["plotly_guard_ids"] = staticfinders.installed_plotly_guard_ids()
@@ -253,10 +256,10 @@ def _revision_context(
     first = queries.first_served(revisions) if throughput else {}
     served = [(r.short_sha, first[r.pk]) for r in revisions if r.pk in first]
     splits = throughput.stage_splits if throughput else []
-    suggested = queries.suggested_generation(revision)
+    audited = revision.audited
+    suggested, detected = audited.suggestion, audited.detected
     assessment = Assessment.from_json(revision.assessment)
     plans = fleet.plan_advice(revision.pk, assessment, throughput.plans) if throughput else []
-    detected = queries.audit_section(revision, "detected")
     return {
         "assessment": assessment,
         "status": assessment.status if assessment else revision.headline_status,
@@ -265,24 +268,24 @@ def _revision_context(
         "plans": plans,
         "node_notes": [p for p in plans if p.advice.cause in NODE_NOTES],
         "hub_base": hub_url(revision.package, revision, path="/"),
-        "problems": queries.audit_problems(revision),
-        "truncated": queries.audit_truncated(revision),
+        "problems": audited.problems_by_severity(),
+        "truncated": audited.truncated,
         "detected": detected,
-        "declared": queries.audit_section(revision, "declared"),
+        "declared": audited.declared,
         "runtime_notes": RESOLVER_UNCERTAIN,
-        "provenance": queries.audit_section(revision, "provenance"),
-        "request_defaults": queries.audit_section(revision, "request_defaults"),
+        "provenance": audited.provenance,
+        "request_defaults": audited.request_defaults,
         "suggested": suggested,
-        "suggested_json": _pretty_json(suggested.get("generation")) if suggested else "",
-        "file_overview": (overview := queries.revision_file_overview(revision, _mtp_blocks(detected))),
+        "suggested_json": _pretty_json(suggested.generation) if suggested else "",
+        "file_overview": (overview := queries.revision_file_overview(revision, detected.mtp_blocks)),
         "metadata_path": metadata_path(overview.items),
         "throughput": throughput,
         "skew_minutes": int(report_time.CLOCK_SKEW_LIMIT.total_seconds() // 60),
         "replay_days": report_time.REPLAY_WINDOW.days,
         "layout_chart": charts.layer_layout_figure(
-            queries.audit_blocks(revision),
+            detected.blocks,
             splits,
-            detected.get("missing_nextn_tensors"),
+            detected.missing_nextn_tensors,
         ),
         "throughput_charts": _throughput_charts(throughput, served),
         "stage_boundaries": charts.stage_boundaries(splits),
@@ -291,7 +294,7 @@ def _revision_context(
 
 
 def _fix_context(
-    package: Package, revision: Revision, assessment: Any, suggested: dict[str, Any] | None
+    package: Package, revision: Revision, assessment: Any, suggested: Suggestion | None
 ) -> dict[str, Any]:
     """The pull request part of the fix section: what was proposed, and whether one may be."""
     applies = assessment is not None and assessment.headline.action.kind == ActionKind.APPLY_PATCH
@@ -313,11 +316,6 @@ def hub_pr_link(url: str) -> str:
     endpoint, parts = urlsplit(settings.HF_ENDPOINT), urlsplit(url)
     same = (parts.scheme, parts.netloc) == (endpoint.scheme, endpoint.netloc) and parts.path.startswith("/")
     return url if url and same else ""
-
-
-def _mtp_blocks(detected: dict[str, Any]) -> list[int]:
-    blocks = detected.get("mtp_blocks")
-    return [b for b in blocks if isinstance(b, int)] if isinstance(blocks, list) else []
 
 
 # What the package page's headline box lists of the nodes' plans: contradictions and the causes that
@@ -378,11 +376,12 @@ def patched_manifest(request: HttpRequest, owner: str, name: str) -> HttpRespons
     """The manifest with the suggested ``generation`` applied, as a download."""
     package = queries.get_package(owner, name, access.can_see_private(request.user))
     revision = queries.require_revision(package, request.GET.get("revision"))
-    suggested = queries.suggested_generation(revision)
-    patched = suggested.get("patched_manifest") if suggested else None
-    if not isinstance(patched, str):
-        cut = any(c.get("path") == _PATCHED_PATH for c in queries.audit_truncated(revision))
-        reason = "was too large to store" if cut else "needs no fix, so there is none"
+    audited = revision.audited
+    patched = audited.suggestion.patched_manifest if audited.suggestion else ""
+    if not patched:
+        reason = (
+            "was too large to store" if audited.was_cut(_PATCHED_PATH) else "needs no fix, so there is none"
+        )
         raise queries.LookupFailed(f"The patched manifest of {revision} {reason}.")
     filename = f"{package.name}-{revision.short_sha}-model-package.json"
     response = HttpResponse(patched, content_type="application/json")

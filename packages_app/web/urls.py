@@ -13,6 +13,7 @@ _NODE_ENDPOINTS = [
     path("api/v1/reports", login_not_required(api.report_create), name="api_reports"),
     path("api/v1/reports/batch", login_not_required(api.report_batch), name="api_reports_batch"),
     path("api/v1/runs", login_not_required(api_telemetry.runs_register), name="api_runs"),
+    path("api/v1/baselines", login_not_required(api.baselines_create), name="api_baselines"),
     path("v1/traces", login_not_required(api_telemetry.traces_export), name="otlp_traces"),
     path("api/v1/ping", login_not_required(api.ping), name="api_ping"),
     # POST: a node hands in a models certify report (its token); GET: the reports a reader may see.

@@ -12,10 +12,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.conf import settings
 from django.utils import timezone
 
 from tests import dashboard_factories as f
 from tests.browser.conftest import DESKTOP, PHONE, Tab
+from tests.test_security import HOSTILE_DOWNLOADS, NOT_PAGES, page_routes, routes_requested
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -40,7 +42,26 @@ PAGES = {
     "file": f"{QWEN}files/layers/layer-040.gguf?revision={f.QWEN35_SHA}",
     "ingest": "/ingest/",
     "glossary": "/glossary/",
+    "login": "/accounts/login/",
+    "admin-login": f"/{settings.MESHDASH_ADMIN_PATH}login/",
 }
+
+
+def test_every_page_the_url_conf_routes_is_walked_here() -> None:
+    # Every page is checked for accessibility and fit; downloads and the JSON APIs are not pages.
+    missing = (
+        page_routes()
+        - NOT_PAGES
+        - routes_requested(list(HOSTILE_DOWNLOADS))
+        - routes_requested(list(PAGES.values()))
+    )
+    assert missing == set()
+
+
+def test_control_a_page_left_out_of_the_walk_is_named() -> None:
+    walked = [path for name, path in PAGES.items() if name != "login"]
+    missing = page_routes() - NOT_PAGES - routes_requested(list(HOSTILE_DOWNLOADS)) - routes_requested(walked)
+    assert missing == {"login"}
 
 
 def fleet_with_files() -> None:

@@ -19,6 +19,7 @@ from django.core.management.base import BaseCommand, CommandParser
 from packages_app import audit as auditing
 from packages_app import hub, inspection, repo_ids
 from packages_app.management.cli_text import grouped_lines, plain
+from packages_app.verdicts import Verdict
 
 
 class Command(BaseCommand):
@@ -67,7 +68,7 @@ def unauditable_reason(audit: auditing.Audit) -> str | None:
     judged `invalid-manifest` (exit 1) whatever the weights; no manifest at all is not a package."""
     if "missing_manifest" in audit.codes():
         return "no model-package.json, so this is not a layer package"
-    if not audit.auditable and audit.verdict != "invalid-manifest":
+    if not audit.auditable and audit.verdict != Verdict.INVALID_MANIFEST:
         return "the GGUF headers that would show MTP could not be read"
     return None
 

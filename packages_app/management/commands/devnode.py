@@ -9,6 +9,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from packages_app.devnode.baseline import BaselineEngine
 from packages_app.devnode.payloads import NEW_FIELDS, SERVING_STRATEGIES, VERSION, RunPlan, StagePlan
 from packages_app.devnode.server import DevNode, OtlpTarget
 
@@ -73,8 +74,22 @@ class Command(BaseCommand):
         parser.add_argument(
             "--exit-after-requests", action="store_true", help="exit once --requests completions are served"
         )
+        parser.add_argument(
+            "--baseline",
+            choices=("llama.cpp",),
+            help="baseline mode: serve a plain llama.cpp server's /metrics and /props (decoding at --tps), "
+            "not a mesh-llm node; the other node options are ignored",
+        )
+        parser.add_argument(
+            "--acceptance",
+            type=float,
+            help="baseline mode: speculate with a draft model, accepting this share at position 0 (its "
+            "square at 1, ...); default: no speculation",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
+        if options["baseline"]:
+            return self._baseline(options)
         if options["otlp"] and not options["otlp"].startswith(("grpc://", "http://", "https://")):
             raise CommandError("--otlp must start with grpc://, http:// or https://")
         node = self._node(options)
@@ -98,6 +113,27 @@ class Command(BaseCommand):
                 time.sleep(3600)
         except KeyboardInterrupt:
             node.stop()
+
+    def _baseline(self, options: dict[str, Any]) -> None:
+        acceptance = options["acceptance"]
+        if acceptance is not None and not 0 < acceptance < 1:
+            raise CommandError("--acceptance must be between 0 and 1")
+        engine = BaselineEngine(
+            options["tps"],
+            acceptance=acceptance,
+            host=options["host"],
+            port=options["port"],
+            seed=options["seed"],
+        )
+        engine.start()
+        self.stdout.write(
+            f"devnode: baseline {options['baseline']} for {options['repo']} on {engine.url}/metrics"
+        )
+        try:
+            while True:
+                time.sleep(3600)
+        except KeyboardInterrupt:
+            engine.stop()
 
     def _node(self, options: dict[str, Any]) -> DevNode:
         half = options["layers"] // 2

@@ -24,7 +24,7 @@ EXIT_REFUSED, EXIT_STALE, EXIT_HUB = 2, 3, 4
 
 
 class Command(BaseCommand):
-    help = "Open a pull request on the Hub with a revision's patched manifest (see README: propose_fix)."
+    help = "Open a pull request on the Hub with a revision's patched manifest (see docs/cli.md: propose_fix)."
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("repo_id", help="a tracked package, owner/name")

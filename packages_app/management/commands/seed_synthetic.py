@@ -97,12 +97,16 @@ PROFILES = [
 QUANTS = ["UD-Q4_K_XL", "Q4_K_M", "UD-Q3_K_XL", "Q8_0", "UD-Q5_K_XL"]
 # (verdict, weight) for packages whose weights hold MTP, and for those without.
 MTP_VERDICTS = [
-    ("consistent-mtp", 45),
-    ("undeclared-mtp", 40),
-    ("declaration-mismatch", 10),
-    ("invalid-manifest", 5),
+    (Verdict.CONSISTENT_MTP, 45),
+    (Verdict.UNDECLARED_MTP, 40),
+    (Verdict.DECLARATION_MISMATCH, 10),
+    (Verdict.INVALID_MANIFEST, 5),
 ]
-NO_MTP_VERDICTS = [("consistent-no-mtp", 90), ("declared-without-weights", 7), ("invalid-manifest", 3)]
+NO_MTP_VERDICTS = [
+    (Verdict.CONSISTENT_NO_MTP, 90),
+    (Verdict.DECLARED_WITHOUT_WEIGHTS, 7),
+    (Verdict.INVALID_MANIFEST, 3),
+]
 STRATEGIES_ON = ["native-mtp", "native-mtp+ngram-cache", "native-mtp+ngram-suffix"]
 STRATEGIES_OFF = ["disabled", "ngram-cache", "ngram-suffix"]
 
@@ -313,7 +317,11 @@ class Seeder:
 
     @staticmethod
     def declared(verdict: str, profile: Profile) -> bool:
-        return verdict in ("consistent-mtp", "declared-without-weights", "declaration-mismatch")
+        return verdict in (
+            Verdict.CONSISTENT_MTP,
+            Verdict.DECLARED_WITHOUT_WEIGHTS,
+            Verdict.DECLARATION_MISMATCH,
+        )
 
     def audit(self, profile: Profile, verdict: str, sha: str) -> dict[str, Any]:
         template = self.audits.get((profile, verdict))

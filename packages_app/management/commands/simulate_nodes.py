@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import random
+import time
 import urllib.error
 import urllib.request
 import uuid
@@ -110,20 +111,37 @@ def post_all(
     return statuses
 
 
+# A 503 (the server's database or cache briefly unavailable) is retried as a node's agent retries it: the
+# batch's report ids make a replay a no-op, so nothing is stored twice.
+RETRIES_ON_503 = 3
+RETRY_PAUSE = 1.0  # seconds, doubled after each try
+
+
 def post_batch(url: str, token: str, items: list[dict[str, Any]]) -> list[int]:
+    pause = RETRY_PAUSE
+    for attempt in range(RETRIES_ON_503 + 1):
+        try:
+            return _post_batch(url, token, items)
+        except urllib.error.HTTPError as exc:
+            with exc:  # the answer's connection closes whether it is reported or retried
+                if exc.code != 503 or attempt == RETRIES_ON_503:
+                    raise CommandError(f"{url} answered {exc.code}: {exc.read()[:200]!r}") from None
+            time.sleep(pause)
+            pause *= 2
+        except OSError as exc:
+            raise CommandError(f"Cannot reach {url}: {exc}. Is the server running?") from None
+    raise AssertionError("unreachable")
+
+
+def _post_batch(url: str, token: str, items: list[dict[str, Any]]) -> list[int]:
     request = urllib.request.Request(  # noqa: S310 - handle() allows only http(s) URLs
         f"{url}/api/v1/reports/batch",
         data=json.dumps({"reports": items}).encode(),
         headers={"Content-Type": "application/json", "Authorization": f"Bearer {token}"},
         method="POST",
     )
-    try:
-        with urllib.request.urlopen(request, timeout=30) as response:  # noqa: S310 - http(s) only
-            return [r["status"] for r in json.load(response)["results"]]
-    except urllib.error.HTTPError as exc:
-        raise CommandError(f"{url} answered {exc.code}: {exc.read()[:200]!r}") from None
-    except OSError as exc:
-        raise CommandError(f"Cannot reach {url}: {exc}. Is the server running?") from None
+    with urllib.request.urlopen(request, timeout=30) as response:  # noqa: S310 - http(s) only
+        return [r["status"] for r in json.load(response)["results"]]
 
 
 def make_report(rng: random.Random, node: str, target: Target) -> dict[str, Any]:

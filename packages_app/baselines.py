@@ -1,0 +1,517 @@
+"""Baseline engines and speedup: what MTP buys, not only how often its drafts are accepted (issue 46).
+
+Storing: ``store_baselines`` keeps each window a baseline engine reports (a plain llama.cpp or vLLM server,
+scraped by meshdash-agent: packages_app/nodes/exposition.py), exactly once per (node, report_id).
+
+Reading: ``speedups(revision)`` answers, for one revision, the two questions a user of mesh-llm asks
+(mesh-llm #1026, #938, #1366; docs/node-report.md section 6):
+
+- **MTP on against MTP off** on the same stage split and mesh-llm release, from the nodes' own rollups;
+- **mesh-llm against a baseline engine** serving the same source model (the package manifest's
+  ``source_model.repo``, else its card's ``base_model``), each quantization its own row: a baseline of
+  another quantization is shown as such, never merged with the like-for-like one.
+
+Each is the ratio of median decode rates with a conservative 95 % interval (sketch.ratio_of_medians), with
+the mean acceptance length (1 + accepted / drafts) and the acceptance by draft position beside it where the
+counters exist, and the reasons the two sides are not like for like.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import transaction
+from django.db.models import TextField
+from django.db.models.fields.json import KeyTransform
+from django.db.models.functions import Cast
+
+from packages_app import sketch
+from packages_app.models import BaselineReport, Node, NodeRun, Package, Report, Revision, Rollup
+from packages_app.nodes.exposition import acceptance_by_position, acceptance_rate, mean_acceptance_length
+from packages_app.nodes.report_schema import BaselineReportIn
+
+BASELINE_DAYS = 30  # the baseline windows a page reads: the newest, within this many days
+MAX_BASELINE_ROWS = 5000
+MAX_MESH_ROWS = 2000  # mesh-llm reports read for the mean acceptance length
+# A GGUF quantization as file and repo names spell it: Q4_K_M, UD-Q4_K_XL, IQ2_XXS, Q8_0, BF16, F16, MXFP4.
+_QUANT = re.compile(
+    r"(?<![A-Za-z0-9])((?:UD-)?(?:I?Q\d(?:_[A-Z0-9]+)*|BF16|F16|F32|MXFP4(?:_MOE)?))(?![A-Za-z0-9])", re.I
+)
+
+
+def quantization_of(name: str) -> str:
+    """The quantization a GGUF file or repo name carries (``UD-Q4_K_XL`` of
+    ``Qwen3.5-35B-A3B-UD-Q4_K_XL.gguf``), upper-cased; "" when it names none."""
+    found = _QUANT.findall(name.rsplit("/", 1)[-1].removesuffix(".gguf"))
+    return found[-1].upper() if found else ""
+
+
+# --- Storing -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Stored:
+    status: int  # 201 stored, 200 the same report again, 409 the id with another body
+    id: int
+
+
+def store_baselines(
+    node: Node, items: Sequence[tuple[BaselineReportIn, str]], received_at: datetime
+) -> list[Stored]:
+    """Store a batch: one read of the keys already stored, one insert, one read back (three queries)."""
+    ids = [report.report_id for report, _ in items]
+    before = set(
+        BaselineReport.objects.filter(node=node, report_id__in=ids).values_list("report_id", flat=True)
+    )
+    firsts: dict[Any, int] = {}
+    rows = []
+    for index, (report, digest) in enumerate(items):
+        if report.report_id in before or report.report_id in firsts:
+            continue
+        firsts[report.report_id] = index
+        rows.append(_row(node, report, digest, received_at))
+    with transaction.atomic():
+        BaselineReport.objects.bulk_create(rows, ignore_conflicts=True)
+    stored = {
+        rid: (pk, digest)
+        for rid, pk, digest in BaselineReport.objects.filter(node=node, report_id__in=ids).values_list(
+            "report_id", "id", "body_sha256"
+        )
+    }
+    out = []
+    for index, (report, digest) in enumerate(items):
+        pk, kept = stored[report.report_id]
+        if kept != digest:
+            out.append(Stored(409, pk))
+        else:
+            created = report.report_id not in before and firsts.get(report.report_id) == index
+            out.append(Stored(201 if created else 200, pk))
+    return out
+
+
+def _row(node: Node, report: BaselineReportIn, digest: str, received_at: datetime) -> BaselineReport:
+    f = report.figures
+    rate = report.decode_rate()
+    return BaselineReport(
+        node=node,
+        report_id=report.report_id,
+        body_sha256=digest,
+        received_at=received_at,
+        observed_at=report.observed_at,
+        window_seconds=report.window_seconds,
+        engine=report.engine,
+        engine_version=report.engine_version,
+        served_model=report.served_model,
+        source_model=report.source_model,
+        source_file=report.source_file,
+        quantization=(
+            report.quantization or quantization_of(report.source_file or report.served_model)
+        ).upper(),
+        counter_reset=report.counter_reset,
+        predicted_n=f.predicted_n,
+        predicted_seconds=f.predicted_seconds,
+        predicted_per_second=round(rate, 4) if rate is not None else None,
+        drafts=f.drafts,
+        draft_tokens=f.draft_tokens,
+        accepted_tokens=f.accepted_tokens,
+        accepted_per_position=f.accepted_per_position,
+        flagged=report.flagged(),
+        body=report.model_dump(mode="json"),
+    )
+
+
+# --- A package's source model --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Source:
+    repo: str  # the Hub repo of the GGUF / weights the package was cut from; "" unknown
+    quantization: str  # "" unknown
+    file: str = ""
+
+
+def source_of(package: Package, revision: Revision) -> Source:
+    """The manifest's ``source_model`` (repo, primary file) and quantization (``model_id``'s ``repo:QUANT``,
+    else the primary file's name, else the package's name); the card's ``base_model`` when the manifest
+    names no repo."""
+    manifest: dict[str, Any] = revision.manifest_json if isinstance(revision.manifest_json, dict) else {}
+    found = manifest.get("source_model")
+    source: dict[str, Any] = found if isinstance(found, dict) else {}
+    repo = _text(source.get("repo"))
+    primary = _text(source.get("primary_file")) or _text(source.get("path"))
+    model_id = _text(manifest.get("model_id"))
+    quant = ""
+    if ":" in model_id:
+        quant = quantization_of(model_id.rsplit(":", 1)[1]) or model_id.rsplit(":", 1)[1].upper()
+        repo = repo or model_id.rsplit(":", 1)[0]
+    quant = quant or quantization_of(primary) or quantization_of(package.repo_id)
+    return Source(repo or package.base_model, quant, primary.rsplit("/", 1)[-1])
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+# --- Speedups ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Side:
+    label: str
+    reports: int
+    sketch: sketch.Sketch
+    acceptance_rate: float | None = None
+    mean_acceptance_length: float | None = None
+    by_position: list[float] | None = None
+
+    @property
+    def median(self) -> float | None:
+        return sketch.median(self.sketch)
+
+
+@dataclass(frozen=True)
+class Speedup:
+    """``faster`` / ``slower`` median decode rate, with its 95 % interval; ``apart`` names what differs
+    between the two sides besides what is compared (empty: like for like)."""
+
+    kind: str  # "mtp" | "baseline"
+    title: str
+    faster: Side
+    slower: Side
+    scope: str
+    apart: tuple[str, ...] = ()
+    other_quantization: bool = False
+
+    @property
+    def ratio(self) -> sketch.Ratio | None:
+        return sketch.ratio_of_medians(self.slower.sketch, self.faster.sketch)
+
+    @property
+    def sentence(self) -> str:
+        """E.g. ``MTP on decodes 5.32 tok/s against 3.15 with MTP off: x1.69 (95 % interval x1.60 to
+        x1.78).``; a ratio whose interval is below 1 says how much slower."""
+        ratio, fast, slow = self.ratio, self.faster.median, self.slower.median
+        if ratio is None or fast is None or slow is None:
+            return f"{self.faster.label} against {self.slower.label}: no decode figures on a side yet."
+        text = (
+            f"{self.faster.label} decodes {fast:.2f} tok/s against {slow:.2f} with {self.slower.label}: "
+            f"x{ratio.ratio:.2f}"
+        )
+        if ratio.low is not None and ratio.high is not None:
+            text += f" (95 % interval x{ratio.low:.2f} to x{ratio.high:.2f})"
+        else:
+            text += " (too few reports on a side for an interval)"
+        if ratio.high is not None and ratio.high < 1:
+            text += f", {100 * (1 - ratio.ratio):.0f} % slower"
+        elif ratio.low is not None and ratio.low <= 1 <= (ratio.high or 0):
+            text += ", not told apart from no speedup"
+        return text + "."
+
+
+@dataclass(frozen=True)
+class Speedups:
+    source: Source
+    mtp: Speedup | None
+    mtp_missing: str  # why there is no MTP on/off ratio, when there is none
+    baselines: list[Speedup] = field(default_factory=list)
+    baseline_missing: str = ""
+
+
+def speedups(package: Package, revision: Revision, before: Revision | None = None) -> Speedups:
+    """The revision's MTP on / off speedup and its speedup over each baseline engine group. With ``before``
+    (the compare page's other revision), a revision that never ran with MTP off on one split and release is
+    compared with ``before``'s MTP-off reports instead, and the page says it is not like for like."""
+    cells = _node_cells(revision)
+    releases = _releases(revision)
+    on_off, missing = _mtp_pair(cells, releases)
+    if on_off is None and before is not None and any(c["mtp_used"] for c in cells):
+        on_off = _cross_revision_pair(revision, cells, releases, before)
+        missing = "" if on_off else missing
+    mesh_on = on_off[0] if on_off else _side("mesh-llm, MTP on", [c for c in cells if c["mtp_used"]])
+    if mesh_on.reports:
+        mesh_on = _with_mesh_acceptance(mesh_on, revision)
+    mtp = None
+    if on_off:
+        _, off, scope, apart = on_off
+        mtp = Speedup("mtp", "MTP on against MTP off", mesh_on, off, scope, apart)
+    source = source_of(package, revision)
+    groups = _baseline_groups(source.repo) if source.repo else []
+    # Against a baseline: mesh-llm with MTP where it ran, else mesh-llm as it ran (a revision served
+    # without MTP is compared too: how far is mesh-llm without MTP from plain llama.cpp?).
+    used = bool(mesh_on.reports)
+    mesh = mesh_on if used else _side("mesh-llm without MTP", [c for c in cells if not c["mtp_used"]])
+    splits = {c["stage_splits"] for c in cells if c["mtp_used"] == used}
+    rows = [_baseline_speedup(mesh, group, source, splits, used) for group in groups] if mesh.reports else []
+    rows.sort(key=lambda s: (s.other_quantization, -s.slower.reports))
+    if not source.repo:
+        why = "The package names no source model (manifest source_model, card base_model): nothing to join."
+    elif not groups:
+        why = (
+            f"No baseline engine reports for {source.repo} yet. A plain llama.cpp or vLLM server serving it "
+            'reports through meshdash-agent\'s baselines (docs/api.md, "Baseline engines").'
+        )
+    elif not mesh.reports:
+        why = "No node has reported decoding this revision yet."
+    else:
+        why = ""
+    return Speedups(source, mtp, missing, rows, why)
+
+
+def _releases(revision: Revision) -> dict[int, str]:
+    """node -> the mesh-llm release its agent registered for its run of the revision (the newest)."""
+    runs = NodeRun.objects.filter(revision=revision).exclude(version="").order_by("updated_at")
+    return dict(runs.values_list("node_id", "version"))
+
+
+def _cross_revision_pair(
+    revision: Revision, cells: list[dict[str, Any]], releases: Mapping[int, str], before: Revision
+) -> tuple[Side, Side, str, tuple[str, ...]] | None:
+    """This revision's MTP on against ``before``'s MTP off, on their most-reported shared stage split."""
+    off_cells = [c for c in _node_cells(before) if not c["mtp_used"]]
+    if not off_cells:
+        return None
+    on_cells = [c for c in cells if c["mtp_used"]]
+    apart = [
+        f"MTP off is {before.short_sha}'s reports: {revision.short_sha} never ran without MTP on one split "
+        "and release"
+    ]
+    shared = {c["stage_splits"] for c in on_cells} & {c["stage_splits"] for c in off_cells}
+    split = (
+        max(shared, key=lambda x: sum(c["reports"] for c in cells if c["stage_splits"] == x))
+        if shared
+        else ""
+    )
+    if shared:
+        on_cells = [c for c in on_cells if c["stage_splits"] == split]
+        off_cells = [c for c in off_cells if c["stage_splits"] == split]
+    else:
+        apart.append("the two sides ran on different stage splits")
+    on_releases = sorted({releases.get(c["node_key"], "") for c in on_cells} - {""})
+    before_releases = _releases(before)
+    off_releases = sorted({before_releases.get(c["node_key"], "") for c in off_cells} - {""})
+    if on_releases != off_releases:
+        apart.append(
+            f"another mesh-llm release: MTP on ran {', '.join(on_releases) or 'a release not reported'}, "
+            f"MTP off {', '.join(off_releases) or 'a release not reported'}"
+        )
+    if {c["node_key"] for c in on_cells} != {c["node_key"] for c in off_cells}:
+        apart.append("different nodes ran each side (the hardware may differ)")
+    scope = f"MTP on: {revision.short_sha}, MTP off: {before.short_sha}" + (
+        f"; stage split {split}" if split else ""
+    )
+    return _side("MTP on", on_cells), _side(f"MTP off ({before.short_sha})", off_cells), scope, tuple(apart)
+
+
+def _node_cells(revision: Revision) -> list[dict[str, Any]]:
+    rows = Rollup.objects.filter(revision=revision, grain=Rollup.Grain.TOTAL).exclude(
+        node_key=Rollup.ALL_NODES
+    )
+    fields = ("node_key", "stage_splits", "mtp_used", "reports", "accepted", "proposed", "tps")
+    cells = list(rows.annotate(tps=Cast("tps_sketch", TextField())).values(*fields))
+    for cell in cells:
+        cell["tps"] = sketch.from_json(_json(cell["tps"]))
+    return cells
+
+
+def _json(text: Any) -> dict[str, int]:
+    value = json.loads(text) if isinstance(text, str) else text
+    return value if isinstance(value, dict) else {}
+
+
+def _side(label: str, cells: Iterable[Mapping[str, Any]]) -> Side:
+    cells = list(cells)
+    accepted = sum(c["accepted"] for c in cells)
+    proposed = sum(c["proposed"] for c in cells)
+    return Side(
+        label,
+        sum(sketch.count(c["tps"]) for c in cells),
+        sketch.merged(c["tps"] for c in cells),
+        acceptance_rate(accepted, proposed) if proposed else None,
+    )
+
+
+def _mtp_pair(
+    cells: list[dict[str, Any]], releases: Mapping[int, str]
+) -> tuple[tuple[Side, Side, str, tuple[str, ...]] | None, str]:
+    """MTP on and off on one stage split and release (the one with the most reports on its thinner side)."""
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for cell in cells:
+        groups.setdefault((cell["stage_splits"], releases.get(cell["node_key"], "")), []).append(cell)
+    best = None
+    for (splits, release), mine in groups.items():
+        on = [c for c in mine if c["mtp_used"]]
+        off = [c for c in mine if not c["mtp_used"]]
+        thinner = min(sum(c["reports"] for c in on), sum(c["reports"] for c in off))
+        if on and off and (best is None or thinner > best[0]):
+            best = (thinner, splits, release, on, off)
+    if best is None:
+        ran = {bool(c["mtp_used"]) for c in cells}
+        if not cells:
+            return None, "No node has reported decoding this revision yet."
+        if ran == {True}:
+            return None, "Every report of this revision ran with MTP on: no MTP-off run to compare with."
+        if ran == {False}:
+            return None, "No report of this revision ran with MTP on."
+        return None, "MTP on and MTP off never ran on the same stage split and mesh-llm release."
+    _, splits, release, on, off = best
+    scope = f"stage split {splits or 'not reported'}, mesh-llm {release or 'release not reported'}"
+    apart = []
+    if {c["node_key"] for c in on} != {c["node_key"] for c in off}:
+        apart.append("different nodes ran each side (the hardware may differ)")
+    if not release:
+        apart.append("the nodes' mesh-llm release is not reported, so it is not held equal")
+    return (_side("MTP on", on), _side("MTP off", off), scope, tuple(apart)), ""
+
+
+def _with_mesh_acceptance(side: Side, revision: Revision) -> Side:
+    """The mean acceptance length of mesh-llm's own counters: accepted tokens over drafts, a draft being a
+    speculative window (n-gram) or a native-MTP verification (docs/node-report.md sections 1.1, 1.4; a
+    span's ``llama_stage.native_mtp.*`` attributes, section 4). A report without both counts is left out."""
+    timings = KeyTransform("timings", "body")
+    rows = (
+        Report.objects.filter(revision=revision, mtp_used=True)
+        .order_by("-received_at")
+        .annotate(
+            verifications=KeyTransform("native_mtp_verifications", timings),
+            native_accepted=KeyTransform("native_mtp_accepted", timings),
+        )
+        .values_list(
+            "draft_n_accepted",
+            "speculative_accepted_n",
+            "native_accepted",
+            "speculative_windows",
+            "verifications",
+        )[:MAX_MESH_ROWS]
+    )
+    accepted = drafts = 0
+    for took, spec_took, native_took, windows, verifications in rows:
+        took = next((v for v in (took, spec_took, native_took) if _count(v, least=0)), None)
+        steps = windows if _count(windows) else verifications if _count(verifications) else None
+        if took is not None and steps is not None:
+            accepted += took
+            drafts += steps
+    return Side(
+        side.label, side.reports, side.sketch, side.acceptance_rate, mean_acceptance_length(accepted, drafts)
+    )
+
+
+def _count(value: Any, least: int = 1) -> bool:
+    """A count a report can hold (a JSON value read from the body may be anything)."""
+    return isinstance(value, int) and not isinstance(value, bool) and least <= value <= 10**15
+
+
+@dataclass
+class _Group:
+    engine: str
+    version: str
+    quantization: str
+    files: set[str] = field(default_factory=set)
+    rates: list[float] = field(default_factory=list)
+    drafts: int = 0
+    draft_tokens: int = 0
+    accepted: int = 0
+    per_position: list[int] = field(default_factory=list)
+    positions_drafts: int = 0
+    flagged: int = 0
+
+
+def _baseline_groups(source_model: str) -> list[_Group]:
+    """The newest baseline windows for the source model, one group per engine, version and quantization."""
+    newest = (
+        BaselineReport.objects.filter(source_model=source_model)
+        .order_by("-received_at")
+        .values_list("received_at", flat=True)
+        .first()
+    )
+    if newest is None:
+        return []
+    rows = (
+        BaselineReport.objects.filter(
+            source_model=source_model, received_at__gte=newest - timedelta(days=BASELINE_DAYS)
+        )
+        .order_by("-received_at")
+        .values_list(
+            "engine",
+            "engine_version",
+            "quantization",
+            "source_file",
+            "predicted_per_second",
+            "drafts",
+            "draft_tokens",
+            "accepted_tokens",
+            "accepted_per_position",
+            "flagged",
+        )[:MAX_BASELINE_ROWS]
+    )
+    groups: dict[tuple[str, str, str], _Group] = {}
+    for engine, version, quant, file, rate, drafts, draft_tokens, accepted, per_pos, flagged in rows:
+        group = groups.setdefault((engine, version, quant), _Group(engine, version, quant))
+        if file:
+            group.files.add(file)
+        if flagged:
+            group.flagged += 1
+            continue
+        if rate is not None:
+            group.rates.append(rate)
+        if drafts and draft_tokens is not None and accepted is not None:
+            group.drafts += drafts
+            group.draft_tokens += draft_tokens
+            group.accepted += accepted
+            if isinstance(per_pos, list) and per_pos:
+                _add_positions(group.per_position, per_pos)
+                group.positions_drafts += drafts
+    return [g for g in groups.values() if g.rates]
+
+
+def _add_positions(into: list[int], more: list[Any]) -> None:
+    for index, value in enumerate(more):
+        if index >= len(into):
+            into.append(0)
+        into[index] += int(value) if isinstance(value, int) else 0
+
+
+def _baseline_speedup(mesh: Side, group: _Group, source: Source, splits: set[str], mtp: bool) -> Speedup:
+    engine = f"{group.engine} {group.version}".strip()
+    quant = group.quantization or "quantization not known"
+    baseline = Side(
+        f"{engine} ({quant})",
+        len(group.rates),
+        sketch.of_values(group.rates),
+        acceptance_rate(group.accepted, group.draft_tokens) if group.drafts else None,
+        mean_acceptance_length(group.accepted, group.drafts) if group.drafts else None,
+        acceptance_by_position(group.per_position, group.positions_drafts)
+        if group.positions_drafts
+        else None,
+    )
+    apart = []
+    other = bool(group.quantization and source.quantization and group.quantization != source.quantization)
+    if other:
+        apart.append(
+            f"another quantization: the baseline serves {group.quantization}, "
+            f"the package is {source.quantization}"
+        )
+    elif not group.quantization or not source.quantization:
+        apart.append("the quantization of one side is not known, so it may differ")
+    if any("|" in s for s in splits):
+        apart.append("mesh-llm splits the model across stages (network hops); the baseline is one process")
+    if group.drafts:
+        apart.append(
+            f"the baseline speculates too (mean acceptance length {baseline.mean_acceptance_length:.2f})"
+        )
+    apart.append("meshdash does not know that both ran on the same hardware")
+    if group.flagged:
+        apart.append(f"{group.flagged} baseline windows whose figures contradict each other are left out")
+    return Speedup(
+        "baseline",
+        f"mesh-llm {'MTP on' if mtp else 'without MTP'} against {engine}",
+        replace(mesh, label="mesh-llm with MTP" if mtp else "mesh-llm without MTP"),
+        baseline,
+        f"{source.repo}, {quant}" + (f" ({', '.join(sorted(group.files)[:2])})" if group.files else ""),
+        tuple(apart),
+        other,
+    )
