@@ -1,4 +1,5 @@
-"""Project-wide HTTP middleware: the Content-Security-Policy header; 503, not 500, when the DB is down."""
+"""Project-wide HTTP middleware: the Content-Security-Policy header; 503, not 500, when the database or Redis
+(the cache the rate limits and the login throttle count in, and the task queue) is down."""
 
 from __future__ import annotations
 
@@ -9,11 +10,17 @@ from django.conf import settings
 from django.db import InterfaceError, OperationalError
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
+from packages_app.queueing import BROKER_DOWN
+
 log = logging.getLogger(__name__)
 
 GetResponse = Callable[[HttpRequest], HttpResponse]
 
 UNAVAILABLE_MESSAGE = "The database is unavailable; try again shortly."
+REDIS_UNAVAILABLE_MESSAGE = (
+    "The cache and task queue (Redis) are unavailable, so this cannot be counted or queued now; "
+    "try again shortly."
+)
 _UNAVAILABLE_PAGE = (
     "<!doctype html><html lang=en><head><meta charset=utf-8><title>Unavailable · meshdash</title></head>"
     "<body><h1>Temporarily unavailable</h1><p>{message}</p></body></html>"
@@ -47,19 +54,22 @@ class DatabaseUnavailableMiddleware:
         return self.get_response(request)
 
     def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
+        if isinstance(exception, BROKER_DOWN):
+            log.warning("Redis unavailable during %s %s: %s", request.method, request.path, exception)
+            return unavailable_response(request, REDIS_UNAVAILABLE_MESSAGE)
         if not isinstance(exception, OperationalError | InterfaceError):
             return None
         log.warning("database unavailable during %s %s: %s", request.method, request.path, exception)
         return unavailable_response(request)
 
 
-def unavailable_response(request: HttpRequest) -> HttpResponse:
+def unavailable_response(request: HttpRequest, message: str = UNAVAILABLE_MESSAGE) -> HttpResponse:
     retry_after = str(settings.MESHDASH_DB_RETRY_AFTER)
     response: HttpResponse
-    if request.path.startswith("/api/"):
-        response = JsonResponse({"error": UNAVAILABLE_MESSAGE}, status=503)
+    if request.path.startswith("/api/") or request.path.startswith("/v1/"):
+        response = JsonResponse({"error": message}, status=503)
     else:
-        response = HttpResponse(_UNAVAILABLE_PAGE.format(message=UNAVAILABLE_MESSAGE), status=503)
+        response = HttpResponse(_UNAVAILABLE_PAGE.format(message=message), status=503)
     response["Retry-After"] = retry_after
     response["Cache-Control"] = "no-store"
     return response

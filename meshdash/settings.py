@@ -330,6 +330,12 @@ MESHDASH_NODE_RATE_LIMIT = envint("MESHDASH_NODE_RATE_LIMIT", 1200)  # requests/
 MESHDASH_NODE_SPAN_RATE_LIMIT = envint("MESHDASH_NODE_SPAN_RATE_LIMIT", 12000)
 # The OTLP/gRPC receiver: calls handled at once; more are refused at once (RESOURCE_EXHAUSTED).
 MESHDASH_OTLP_GRPC_MAX_CALLS = envint("MESHDASH_OTLP_GRPC_MAX_CALLS", 8)
+# Of those, calls one node token may hold at once; more from that node are refused (UNAVAILABLE, retried
+# by exporters), so one token cannot hold every slot. An exporter sends one batch at a time.
+MESHDASH_OTLP_GRPC_MAX_CALLS_PER_NODE = envint("MESHDASH_OTLP_GRPC_MAX_CALLS_PER_NODE", 2)
+# Seconds from a call's start until its whole export message has arrived; past it the call is cancelled
+# and its slot freed (a peer that sends the metadata and never the message holds nothing longer).
+MESHDASH_OTLP_GRPC_MESSAGE_DEADLINE = envint("MESHDASH_OTLP_GRPC_MESSAGE_DEADLINE", 15)
 # Hourly report rollups are kept this many days; day and total rollups are kept for good.
 MESHDASH_ROLLUP_HOURLY_DAYS = envint("MESHDASH_ROLLUP_HOURLY_DAYS", 14)
 # Raw reports are kept this many months (whole months, dropped by beat; 0 = for good). The pages read

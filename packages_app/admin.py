@@ -8,8 +8,10 @@ here are written to the action log, like those taken on the dashboard.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from django import forms
 from django.contrib import admin, messages
@@ -335,6 +337,7 @@ else:
     ChannelAdminBase = NotificationAdminBase = admin.ModelAdmin
 
 TEST_SEND = "_test_send"  # the change page's "Save and send a test message" button
+TEST_SENDS_FOR = 20.0  # seconds of test sends one admin request starts (each ends within its own 10 s)
 
 
 class NotificationChannelForm(forms.ModelForm):  # type: ignore[type-arg]
@@ -349,10 +352,29 @@ class NotificationChannelForm(forms.ModelForm):  # type: ignore[type-arg]
         help_text="Webhooks: where to POST.",
     )
 
+    clear_secret = forms.BooleanField(required=False, help_text="Remove the secret: messages go unsigned.")
+
     class Meta:
         model = NotificationChannel
-        fields = ("name", "enabled", "kind", "events", "url", "secret", "allow_private", "emails")
-        widgets = {"secret": forms.PasswordInput(render_value=True)}
+        fields = (
+            "name",
+            "enabled",
+            "kind",
+            "events",
+            "url",
+            "secret",
+            "clear_secret",
+            "allow_private",
+            "emails",
+        )
+        # Never sent back to the browser (issue 48: the page carried it in clear); blank keeps the one set.
+        widgets = {"secret": forms.PasswordInput(render_value=False)}
+
+    def clean_secret(self) -> str:
+        given = str(self.cleaned_data.get("secret") or "")
+        if self.data.get("clear_secret"):
+            return ""
+        return given or (self.instance.secret if self.instance.pk else "")
 
     def clean(self) -> dict[str, Any]:
         data: dict[str, Any] = super().clean() or {}
@@ -371,16 +393,63 @@ class NotificationChannelForm(forms.ModelForm):  # type: ignore[type-arg]
         return data
 
 
+def shown_url(url: str) -> str:
+    """A receiver's URL without what may be its credentials: the user and password, the path and the query
+    (a Slack or Discord webhook URL's path is its token)."""
+    parts = urlsplit(url)
+    if not parts.scheme or not parts.hostname:
+        return "" if not url else "(set)"
+    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+    port = f":{parts.port}" if parts.port else ""
+    rest = "/…" if parts.path.strip("/") or parts.query else ""
+    return f"{parts.scheme}://{host}{port}{rest}"
+
+
 @admin.register(NotificationChannel)
 class NotificationChannelAdmin(ChannelAdminBase):
     form = NotificationChannelForm
-    list_display = ("name", "kind", "enabled", "events", "url", "emails")
+    list_display = ("name", "kind", "enabled", "events", "receiver", "emails")
     actions = ("send_test_message",)
     change_form_template = "admin/packages_app/notificationchannel/change_form.html"
 
+    @admin.display(description="URL")
+    def receiver(self, obj: NotificationChannel) -> str:
+        return shown_url(obj.url)
+
+    @admin.display(description="secret")
+    def secret_state(self, obj: NotificationChannel) -> str:
+        return "set" if obj.secret else "not set"
+
+    def get_fields(
+        self, request: HttpRequest, obj: NotificationChannel | None = None
+    ) -> list[str | list[str] | tuple[str, ...] | tuple[()]]:
+        fields = list(super().get_fields(request, obj))
+        if obj is None or self.has_change_permission(request, obj):
+            return fields
+        # Staff who may only view: the URL without its credentials, whether a secret is set, not the secret.
+        swap: dict[str, str] = {"url": "receiver", "secret": "secret_state"}
+        return [
+            swap.get(name, name) if isinstance(name, str) else name
+            for name in fields
+            if name != "clear_secret"
+        ]
+
+    def get_readonly_fields(
+        self, request: HttpRequest, obj: NotificationChannel | None = None
+    ) -> list[str] | tuple[str, ...]:
+        if obj is not None and not self.has_change_permission(request, obj):
+            return ("receiver", "secret_state")
+        return super().get_readonly_fields(request, obj)
+
     @admin.action(description="Send a test message")
     def send_test_message(self, request: HttpRequest, queryset: QuerySet[NotificationChannel]) -> None:
+        # Each send ends within its own deadline; no new one starts past TEST_SENDS_FOR, so the request
+        # ends well inside gunicorn's 60 s however many channels are selected.
+        started = time.monotonic()
         for channel in queryset:
+            if time.monotonic() - started > TEST_SENDS_FOR:
+                messages.warning(request, f"{channel.name}: not sent, the test sends ran out of time.")
+                continue
             _test_send(request, channel)
 
     def response_change(self, request: HttpRequest, obj: NotificationChannel) -> HttpResponse:
@@ -401,13 +470,16 @@ class NotificationChannelAdmin(ChannelAdminBase):
 
 
 def _test_send(request: HttpRequest, channel: NotificationChannel) -> None:
-    """Send now, within the outbound timeouts, and say what happened (an operator is waiting for it)."""
+    """Send now, within the test send's deadline over the whole exchange (10 s, under gunicorn's timeout),
+    and say what happened (an operator is waiting for it)."""
     # Imported here: the web process loads the outbound client (packages_app.hub) only when it sends.
     from packages_app import notifications
     from packages_app.hub.outbound import DeliveryFailed
 
     try:
-        notifications.send(channel, notifications.test_notification(channel), "test")
+        notifications.send(
+            channel, notifications.test_notification(channel), "test", notifications.TEST_SEND_LIMITS
+        )
     except DeliveryFailed as exc:
         messages.error(request, f"{channel.name}: the test message was not delivered: {exc}")
         return

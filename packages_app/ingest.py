@@ -393,7 +393,10 @@ def _fill_commit_info(rev: Revision, source: hub.PackageSource) -> None:
 
 
 def _finish(rev: Revision, status: str, error: str = "") -> None:
-    Revision.objects.filter(pk=rev.pk).update(status=status, error=error, finished_at=timezone.now())
+    now = timezone.now()
+    # Queued again: its wait starts now (the queue-wait gauge and the "waited over an hour" alert).
+    again = {"queued_at": now} if status == Revision.Status.QUEUED else {}
+    Revision.objects.filter(pk=rev.pk).update(status=status, error=error, finished_at=now, **again)
 
 
 def _ingest_claimed(rev: Revision, source: hub.PackageSource, progress: ProgressFn | None) -> None:

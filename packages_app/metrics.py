@@ -55,6 +55,7 @@ REFUSAL_REASONS = (
     "not-json",
     "invalid",
     "conflict",
+    "deadline",
     "error",
 )
 REPORT_SOURCES = ("report", "otlp", "runs", "baseline")

@@ -26,6 +26,7 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.core.mail import send_mail
 from django.db import IntegrityError, OperationalError, transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from packages_app import fleet, metrics, monitoring
@@ -39,7 +40,14 @@ Event = NotificationChannel.Event
 NODE_CAUSES = (Cause.REFUSED, Cause.UNCERTIFIED, Cause.MTP_UNUSED)
 NODE_WINDOW = timedelta(hours=1)  # what a node served lately, when its reports arrive
 SIGNATURE_HEADER = "X-Meshdash-Signature"
-CLAIM_FOR = timedelta(seconds=OutboundLimits().deadline + 45)  # the POST's deadline, and the mail timeout
+DELIVERY_LIMITS = OutboundLimits()  # a worker's POST: 15 s for the whole exchange
+TEST_SEND_LIMITS = OutboundLimits(deadline=10.0)  # the admin's test send: an operator's request is waiting
+CLAIM_FOR = timedelta(seconds=DELIVERY_LIMITS.deadline + 45)  # the POST's deadline, and the mail timeout
+# A pending delivery whose claim ran out this long ago was being sent by a worker that stopped (killed,
+# or its process lost); one never claimed this long after it was recorded lost its task. The periodic
+# task (``stale_deliveries``) sends either again, or fails it once it has had its attempts.
+STALE_AFTER = timedelta(minutes=10)
+MAX_ATTEMPTS = 9  # the task's first try and its 8 retries (tasks.NOTIFY_MAX_RETRIES)
 
 
 @dataclass(frozen=True)
@@ -277,8 +285,38 @@ def give_up(delivery_id: int, error: str) -> None:
     )
 
 
-def send(channel: NotificationChannel, notification: Notification, delivery_id: int | str) -> None:
-    """One message to one channel (also the admin's test send); DeliveryFailed when it did not go."""
+def stale_deliveries(now: datetime | None = None) -> list[int]:
+    """Pending deliveries no worker will finish: claimed by one that stopped before it recorded the
+    outcome, or recorded and never claimed. Those with attempts left are released to be sent again (their
+    ids returned, for the periodic task to enqueue); the rest are failed, naming why."""
+    now = now or timezone.now()
+    stale = NotificationDelivery.objects.filter(status=NotificationDelivery.Status.PENDING).filter(
+        Q(claimed_until__lt=now - STALE_AFTER)
+        | Q(claimed_until__isnull=True, attempts=0, notification__created_at__lt=now - STALE_AFTER)
+    )
+    spent = stale.filter(attempts__gte=MAX_ATTEMPTS)
+    for delivery in spent:
+        log.warning(
+            "delivery %s failed: its worker stopped on the last of %s attempts", delivery.pk, MAX_ATTEMPTS
+        )
+    spent.update(
+        status=NotificationDelivery.Status.FAILED,
+        claimed_until=None,
+        error=f"the worker sending it stopped on the last of {MAX_ATTEMPTS} attempts",
+    )
+    again = list(stale.filter(attempts__lt=MAX_ATTEMPTS).order_by("pk").values_list("pk", flat=True))
+    NotificationDelivery.objects.filter(pk__in=again).update(claimed_until=None)
+    return again
+
+
+def send(
+    channel: NotificationChannel,
+    notification: Notification,
+    delivery_id: int | str,
+    limits: OutboundLimits | None = None,
+) -> None:
+    """One message to one channel (also the admin's test send, with its own ``limits``); DeliveryFailed
+    when it did not go."""
     if channel.kind == NotificationChannel.Kind.EMAIL:
         _send_email(channel, notification)
         return
@@ -291,7 +329,7 @@ def send(channel: NotificationChannel, notification: Notification, delivery_id: 
     }
     if channel.secret:
         headers[SIGNATURE_HEADER] = signature(channel.secret, body)
-    post(channel.url, body, headers, allow_private=channel.allow_private)
+    post(channel.url, body, headers, allow_private=channel.allow_private, limits=limits or DELIVERY_LIMITS)
 
 
 def webhook_body(channel: NotificationChannel, notification: Notification) -> bytes:

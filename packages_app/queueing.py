@@ -12,8 +12,15 @@ from collections.abc import Iterable
 
 from django.conf import settings
 from django.core.cache import cache
+from kombu.exceptions import OperationalError as BrokerUnreachable
+from redis.exceptions import ConnectionError as RedisUnreachable
+from redis.exceptions import TimeoutError as RedisTimeout
 
 log = logging.getLogger(__name__)
+
+# What an enqueue, or the shared cache (rate limits, the login throttle), raises while Redis is down:
+# Celery's publish wraps the connection error in kombu's OperationalError; the cache raises redis's own.
+BROKER_DOWN = (BrokerUnreachable, RedisUnreachable, RedisTimeout)
 
 INGEST_REQUEST_TTL = 3600  # seconds; one enqueue per unknown revision per hour, not one per report
 

@@ -275,8 +275,9 @@ def notify_node_serving(node_id: int) -> int:
 
 @shared_task(acks_late=True)
 def notify_operations() -> int:
-    """Periodic: an ingest stuck for an hour, a node that stopped reporting (each sent once)."""
-    return _enqueue_deliveries(notifications.operations_events())
+    """Periodic: an ingest stuck for an hour, a node that stopped reporting (each sent once); and the
+    deliveries a stopped worker left pending, sent again or failed (notifications.stale_deliveries)."""
+    return _enqueue_deliveries(notifications.operations_events() + notifications.stale_deliveries())
 
 
 def _enqueue_deliveries(ids: list[int]) -> int:

@@ -201,7 +201,7 @@ def test_it_caps_the_size_of_the_timings_object(client: Client, token: str) -> N
 
 
 @pytest.mark.parametrize(
-    "raw", [b"{not json", b"  ", b"[" * 5000 + b"]" * 5000, b'{"a": NaN}', b'{"a": 1e999}', b"\xff\xfe"]
+    "raw", [b"{not json", b"  ", b"[" * 900 + b"]" * 900, b'{"a": NaN}', b'{"a": 1e999}', b"\xff\xfe"]
 )
 def test_it_answers_400_for_a_body_that_is_not_json(client: Client, token: str, raw: bytes) -> None:
     response = post(client, raw, token)

@@ -3,7 +3,10 @@ goes away and comes back."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import socket
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -173,3 +176,88 @@ def test_a_live_gunicorn_readyz_goes_503_when_postgresql_is_cut_and_back_to_200(
     assert server.get("/healthz")[0] == 200  # the process itself is alive
     db_proxy.restore()
     assert wait_until(lambda: readyz(server)[0] == 200, 15)
+
+
+# --- PostgreSQL black-holed (issue 48) ----------------------------------------------------------------
+
+
+class _BlackHole:
+    """A PostgreSQL host that is unreachable: connections are accepted and never answered."""
+
+    def __init__(self) -> None:
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = int(self.listener.getsockname()[1])
+        self.held: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                self.held.append(self.listener.accept()[0])
+            except OSError:
+                return
+
+    def close(self) -> None:
+        self.listener.close()
+        for held in self.held:
+            held.close()
+
+
+class _PostgresSettings:
+    """What ``connection`` gives the probe on PostgreSQL: the settings' connect timeout (5 s), no other."""
+
+    vendor = "postgresql"
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+
+    def get_connection_params(self) -> dict[str, Any]:
+        return {
+            "dbname": "meshdash",
+            "user": "meshdash",
+            "host": "127.0.0.1",
+            "port": self.port,
+            "connect_timeout": 5,
+        }
+
+
+@pytest.fixture
+def black_hole(monkeypatch: pytest.MonkeyPatch) -> Iterator[_BlackHole]:
+    hole = _BlackHole()
+    monkeypatch.setattr(health, "connection", _PostgresSettings(hole.port))
+    yield hole
+    hole.close()
+
+
+def test_readyz_with_postgresql_black_holed_answers_503_in_about_two_seconds(
+    probe_client: Client, black_hole: _BlackHole
+) -> None:
+    started = time.monotonic()
+    response = probe_client.get("/readyz")
+    elapsed = time.monotonic() - started
+    assert response.status_code == 503 and response.json()["checks"]["database"] == "failing"
+    assert elapsed < health.READY_TIMEOUT + 1  # README: "a second or two"
+    assert black_hole.held  # it did reach the black hole
+
+
+def test_control_without_the_probes_timeouts_the_same_check_is_still_waiting_after_four_seconds(
+    black_hole: _BlackHole, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import psycopg
+
+    # The request's own connection, as before: no connect timeout on a connection already open (the
+    # issue's 61.5 s was TCP giving up on one), here a fresh one with the probe's timeouts taken off.
+    params = {
+        k: v for k, v in health.probe_params().items() if k not in ("connect_timeout", "tcp_user_timeout")
+    }  # type: ignore[union-attr]
+    done = threading.Event()
+
+    def check() -> None:
+        with contextlib.suppress(psycopg.Error):
+            psycopg.connect(**params).close()
+        done.set()
+
+    threading.Thread(target=check, daemon=True).start()
+    assert not done.wait(4)  # still waiting on the black hole
+    black_hole.close()
+    assert done.wait(10)  # and ends only when the peer goes away

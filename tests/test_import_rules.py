@@ -34,6 +34,7 @@ LAYERS: Mapping[str, int] = {
     "packages_app.glossary": PURE,
     "packages_app.gguf_header": PURE,
     "packages_app.manifest": PURE,
+    "packages_app.input_budget": PURE,  # what one body of untrusted input may cost a parser
     "packages_app.audit": PURE,
     "packages_app.charts": PURE,
     "packages_app.nodes.report_schema": PURE,

@@ -8,7 +8,10 @@ X-Forwarded-For, and a forged header from anyone else is ignored. Each guard has
 
 from __future__ import annotations
 
+import threading
+import time
 from typing import Any
+from unittest import mock
 
 import pytest
 from django.conf import settings as django_settings
@@ -16,7 +19,7 @@ from django.contrib import admin
 from django.contrib.admin.forms import AdminAuthenticationForm
 from django.contrib.auth.models import User
 from django.core.cache import cache
-from django.core.exceptions import ImproperlyConfigured
+from django.core.exceptions import ImproperlyConfigured, ValidationError
 from django.test import Client, RequestFactory
 
 from meshdash.settings import trusted_proxies
@@ -220,3 +223,64 @@ def test_every_login_view_in_the_url_conf_uses_a_throttled_form() -> None:
     for view in login_views:
         assert issubclass(view.view_initkwargs["authentication_form"], access.ThrottledLoginMixin)
     assert issubclass(admin.site.login_form, access.ThrottledLoginMixin)
+
+
+# --- parallel guesses (issue 48): counted before the password is checked ---------------------------------
+
+
+def _parallel_guesses(count: int) -> int:
+    """``count`` sign-ins with a wrong password at once, from one address; how many passwords were checked
+    (each check made slow, as a real hash is, so the guesses overlap)."""
+    checked = threading.Semaphore(0)
+    start = threading.Barrier(count)
+
+    def slow_wrong_password(request: Any = None, **credentials: Any) -> None:
+        checked.release()
+        time.sleep(0.05)
+        return None
+
+    def guess(i: int) -> None:
+        request = RequestFactory().post(SITE_LOGIN, REMOTE_ADDR="198.51.100.9")
+        data = {"username": "root", "password": f"guess-{i}"}
+        form = access.ThrottledAuthenticationForm(request, data=data)
+        start.wait(10)
+        form.is_valid()
+
+    with mock.patch("django.contrib.auth.forms.authenticate", slow_wrong_password):
+        threads = [threading.Thread(target=guess, args=(i,)) for i in range(count)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(30)
+    return sum(1 for _ in iter(lambda: checked.acquire(blocking=False), False))
+
+
+def test_thirty_parallel_guesses_get_at_most_the_limit_of_password_checks() -> None:
+    assert _parallel_guesses(30) <= 5
+
+
+def test_control_checking_before_counting_lets_parallel_guesses_past_the_limit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def check_then_count(self: Any) -> Any:  # the order before issue 48
+        keys = access._failure_keys(self.request, str(self.data.get("username", "")))
+        if any(int(cache.get(k) or 0) >= 5 for k in keys):
+            raise ValidationError("Too many failed sign-ins", code="throttled")
+        try:
+            return super(access.ThrottledLoginMixin, self).clean()
+        except ValidationError:
+            for key in keys:
+                ratelimit.count_hit(key, 900)
+            raise
+
+    monkeypatch.setattr(access.ThrottledLoginMixin, "clean", check_then_count)
+    assert _parallel_guesses(30) > 5  # the issue saw 7; here every guess overlaps the first checks
+
+
+def test_a_right_password_after_four_wrong_ones_signs_in_and_gives_its_count_back(
+    client: Client, root: User
+) -> None:
+    assert not any(sign_in(client, SITE_LOGIN, "root", f"guess-{i}") for i in range(4))
+    assert sign_in(client, SITE_LOGIN, "root", PASSWORD)
+    keys = access._failure_keys(RequestFactory().post(SITE_LOGIN), "root")
+    assert cache.get(keys[0]) == 4  # the four failures; the sign-in itself not counted

@@ -106,6 +106,31 @@ def test_with_a_token_set_a_scraper_needs_it_unless_its_address_is_allowed(setti
 
 
 @pytest.mark.django_db
+@pytest.mark.parametrize("trusted", [[], ["127.0.0.1/32"]], ids=["proxy-not-trusted", "proxy-trusted"])
+def test_behind_a_loopback_proxy_a_visitor_needs_the_token(settings: Any, trusted: list[str]) -> None:
+    # issue 48: nginx on loopback makes every visitor's peer 127.0.0.1, which the default list allows
+    settings.MESHDASH_METRICS_TOKEN = TOKEN
+    settings.MESHDASH_TRUSTED_PROXIES = trusted
+    through_nginx = Client(REMOTE_ADDR="127.0.0.1", HTTP_X_FORWARDED_FOR="203.0.113.9")
+    refused = through_nginx.get("/metrics")
+    assert refused.status_code == 401 and b"meshdash_" not in refused.content
+    assert through_nginx.get("/metrics", HTTP_AUTHORIZATION=f"Bearer {TOKEN}").status_code == 200
+    assert Client(REMOTE_ADDR="127.0.0.1").get("/metrics").status_code == 200  # a scraper on this host
+
+
+@pytest.mark.django_db
+def test_control_judged_on_the_peer_a_visitor_through_nginx_reads_the_metrics(
+    settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from packages_app.web import metrics_view
+
+    settings.MESHDASH_METRICS_TOKEN = TOKEN
+    monkeypatch.setattr(metrics_view, "scraper_address", lambda request: request.META["REMOTE_ADDR"])
+    leaked = Client(REMOTE_ADDR="127.0.0.1", HTTP_X_FORWARDED_FOR="203.0.113.9").get("/metrics")
+    assert leaked.status_code == 200 and b"meshdash_" in leaked.content  # the issue's finding
+
+
+@pytest.mark.django_db
 def test_metrics_answer_a_prometheus_scrape_on_an_unlisted_host_over_plain_http(settings: Any) -> None:
     settings.SECURE_SSL_REDIRECT = True
     settings.ALLOWED_HOSTS = ["meshdash.example.org"]

@@ -26,6 +26,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 
+from packages_app import input_budget
 from packages_app.devnode import payloads
 from packages_app.nodes import identity, otlp
 from packages_app.web import otlp_grpc
@@ -118,7 +119,7 @@ def test_a_json_export_of_a_million_empty_objects_is_refused_before_json_loads(
     client: Client, token: str
 ) -> None:
     body = json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": [{}] * BOMB_SPANS}]}]}).encode()
-    with mock.patch.object(otlp.json, "loads", wraps=json.loads) as loads:
+    with mock.patch.object(input_budget.json, "loads", wraps=json.loads) as loads:
         response = post_traces(
             client, token, gzip.compress(body), content_encoding="gzip", content_type="application/json"
         )

@@ -269,6 +269,7 @@ def tcp_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, in
     tmp = tmp_path_factory.mktemp("tcp-proxy")
     env = {k: v for k, v in os.environ.items() if k not in ("CELERY_BROKER_URL", "REDIS_URL", "CACHE_URL")}
     env |= {"DEBUG": "true", "DATABASE_URL": f"sqlite:///{tmp}/db.sqlite3", "MESHDASH_CHECK_RATE_LIMIT": "2"}
+    env |= {"MESHDASH_METRICS_TOKEN": METRICS_TOKEN}
     manage(env, "migrate", "--noinput", "-v0")
     ports = {name: free_port() for name in ("trusted", "trusted_upstream", "plain", "plain_upstream")}
     procs = []
@@ -312,6 +313,20 @@ def tcp_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, in
         for proc in reversed(procs):
             proc.terminate()
             proc.wait(30)
+
+
+METRICS_TOKEN = "metrics-token-for-the-proxy-test"
+
+
+@pytest.mark.parametrize("nginx", ["trusted", "plain"])
+def test_through_the_readmes_nginx_metrics_need_the_token(tcp_stack: dict[str, int], nginx: str) -> None:
+    # issue 48: nginx on loopback makes every visitor's peer 127.0.0.1, on the default allowed list
+    port = tcp_stack[nginx]
+    for source in ("127.0.0.6", "127.0.0.1"):
+        assert http_status(port, source, "GET", "/metrics") == 401
+    bearer = {"Authorization": f"Bearer {METRICS_TOKEN}"}
+    assert http_status(port, "127.0.0.6", "GET", "/metrics", bearer) == 200
+    # its control (judged on the peer: 200 to anyone) is in tests/test_metrics.py
 
 
 def checks(port: int, source: str, count: int, forged: str | None = None) -> list[int]:

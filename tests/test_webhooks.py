@@ -226,7 +226,8 @@ def test_a_head_sha_that_is_not_40_hex_is_dropped_not_trusted(
             "event.scope",
         ),
         (b'{"event": {"scope": "repo", "action": "update"}, "repo": {"type": "model"}}', 400, "repo.name"),
-        (b"[" * 100_000 + b"]" * 100_000, 400, "not valid JSON"),
+        (b"[" * 100_000 + b"]" * 100_000, 413, "more than 6250 values"),
+        (b"[" * 1_000 + b"]" * 1_000, 400, "more than 16 levels deep"),
         (b"\xff\xfe{}", 400, "not valid JSON"),
     ],
 )

@@ -18,12 +18,17 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from packages_app import input_budget
+from packages_app.input_budget import InputBudget, OverBudget
+
 SCHEMA_VERSION = 1
 STATUSES = ("passed", "failed", "incomplete", "not_required")
 MAX_REPORT_BYTES = 1024 * 1024
 MAX_GATES = 32
 MAX_STAGES = 64
 MAX_TEXT = 2000
+# The input budget every parser of untrusted input shares (a real report nests 5 deep).
+BUDGET = InputBudget.for_bytes("The report", MAX_REPORT_BYTES, 16)
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 
 
@@ -118,11 +123,11 @@ def aggregate_status(statuses: list[str]) -> str:
 
 def _document(data: bytes | Any) -> dict[str, Any]:
     if isinstance(data, bytes | bytearray):
-        if len(data) > MAX_REPORT_BYTES:
-            raise CertifyReportError(f"the report is over the {MAX_REPORT_BYTES}-byte limit")
         try:
-            data = json.loads(data)
-        except (UnicodeDecodeError, ValueError, RecursionError):
+            data = input_budget.load_json(bytes(data), BUDGET)
+        except OverBudget as exc:
+            raise CertifyReportError(exc.message.rstrip(".")) from None
+        except ValueError:
             raise CertifyReportError("the report is not JSON") from None
     if not isinstance(data, dict):
         raise CertifyReportError(f"the report must be a JSON object, not {type(data).__name__}")

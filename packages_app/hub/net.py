@@ -285,6 +285,38 @@ class _CappedStream(httpx2.SyncByteStream):
 # --- the sockets ------------------------------------------------------------------------------------
 
 
+@contextmanager
+def exchange_deadline(seconds: float) -> Iterator[float]:
+    """Every connect, read and write made through ``connect_bounded`` in this block stops at the deadline:
+    the whole exchange, connect, headers and body, however slowly the peer drips its answer. The one
+    deadline helper for every outbound exchange (the Hub's calls set theirs per request in
+    ``_guard_request``, which outlives the call in its thread: so this block sets its own, never the min
+    with a deadline a Hub call left behind)."""
+    deadline = time.monotonic() + seconds
+    token = _DEADLINE.set(deadline)
+    try:
+        yield deadline
+    finally:
+        _DEADLINE.reset(token)
+
+
+def connect_bounded(
+    backend: httpcore2.SyncBackend,
+    address: str,
+    port: int,
+    timeout: float | None,
+    local_address: str | None = None,
+    socket_options: Iterable[Any] | None = None,
+) -> httpcore2.NetworkStream:
+    """A socket connected within the connect timeout and the deadline, whose every read and write is
+    bounded by the read timeout and the deadline (``exchange_deadline``, or the Hub call's)."""
+    bound = _bounded_timeout(timeout, _limits().connect_timeout)
+    if bound <= 0:
+        raise httpcore2.ConnectTimeout("the deadline passed before connecting")
+    stream = httpcore2.SyncBackend.connect_tcp(backend, address, port, bound, local_address, socket_options)
+    return _DeadlineStream(stream)
+
+
 def _bounded_timeout(given: float | None, cap: float) -> float:
     deadline = _DEADLINE.get()
     bound = cap if given is None else min(given, cap)
@@ -371,11 +403,7 @@ class _GuardedBackend(httpcore2.SyncBackend):
     ) -> httpcore2.NetworkStream:
         call = _CALL.get()
         address = host if call is None else permitted_address(host, port, call.policy.development)
-        bound = _bounded_timeout(timeout, _limits().connect_timeout)
-        if bound <= 0:
-            raise httpcore2.ConnectTimeout("the call's deadline passed before connecting")
-        stream = super().connect_tcp(address, port, bound, local_address, socket_options)
-        return _DeadlineStream(stream)
+        return connect_bounded(self, address, port, timeout, local_address, socket_options)
 
 
 def make_client() -> httpx2.Client:

@@ -3,13 +3,14 @@
 The same guards as every Hub request (net.py): the address is resolved once and checked before the
 socket connects to it (no loopback, link-local or private address unless the receiver is allowed one,
 so a DNS answer cannot switch it afterwards), no proxy from the environment, a connect timeout, a read
-timeout, a deadline over the whole exchange, a capped response body, and no redirects followed (a
-receiver cannot bounce the signed body to another host).
+timeout, a deadline over the whole exchange (``net.exchange_deadline``: every connect, read and write of
+the socket stops at it, so a receiver that drips its headers a byte at a time is cut at the deadline,
+not at the worker's time limit), a capped response body, and no redirects followed (a receiver cannot
+bounce the signed body to another host).
 """
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,7 +18,7 @@ import httpcore2
 import httpx2
 
 from packages_app.hub.errors import HubRefused
-from packages_app.hub.net import permitted_address
+from packages_app.hub.net import connect_bounded, exchange_deadline, permitted_address
 
 MAX_RESPONSE_BYTES = 64 * 1024
 
@@ -26,7 +27,7 @@ MAX_RESPONSE_BYTES = 64 * 1024
 class OutboundLimits:
     connect_timeout: float = 5.0
     read_timeout: float = 5.0
-    deadline: float = 15.0  # the whole exchange, however slowly the receiver drips its answer
+    deadline: float = 15.0  # the whole exchange (connect, headers, body), however slowly the receiver drips
 
 
 class DeliveryFailed(Exception):
@@ -50,7 +51,7 @@ class _CheckedBackend(httpcore2.SyncBackend):
         socket_options: Any = None,
     ) -> httpcore2.NetworkStream:
         address = permitted_address(host, port, self.allow_private)
-        return super().connect_tcp(address, port, timeout, local_address, socket_options)
+        return connect_bounded(self, address, port, timeout, local_address, socket_options)
 
 
 def _client(allow_private: bool, limits: OutboundLimits) -> httpx2.Client:
@@ -74,13 +75,13 @@ def post(
     limits = limits or OutboundLimits()
     if not url.startswith(("https://", "http://")):
         raise DeliveryFailed("the URL must start with https:// or http://", retryable=False)
-    started = time.monotonic()
     try:
         with (
+            exchange_deadline(limits.deadline),
             _client(allow_private, limits) as client,
             client.stream("POST", url, content=body, headers=headers) as r,
         ):
-            _drain(r, started, limits)
+            _drain(r)
             status = r.status_code
     except HubRefused as exc:
         raise DeliveryFailed(
@@ -94,12 +95,17 @@ def post(
     return _judged(status)
 
 
-def _drain(response: httpx2.Response, started: float, limits: OutboundLimits) -> None:
+def _drain(response: httpx2.Response) -> None:
+    """Read the answer's body up to the cap; its status is what counts, and it came (a body dripped past
+    the deadline ends the read, not the delivery: the message was taken)."""
     read = 0
-    for chunk in response.iter_raw():
-        read += len(chunk)
-        if read > MAX_RESPONSE_BYTES or time.monotonic() - started > limits.deadline:
-            break  # the answer's body is not needed; its status is
+    try:
+        for chunk in response.iter_raw():  # each read stops at the exchange's deadline
+            read += len(chunk)
+            if read > MAX_RESPONSE_BYTES:
+                break
+    except (httpx2.TimeoutException, httpcore2.TimeoutException):
+        return
 
 
 def _judged(status: int) -> int:

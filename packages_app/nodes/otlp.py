@@ -10,14 +10,14 @@ message of a body at once (an 8 KB gzip of empty spans inflates to 8 MiB, four m
 ~700 MB), and has no element limit of its own, so the body is first walked on the wire format with the
 message's descriptor, counting spans and fields, and refused past the caps; a body may inflate only
 so many times its compressed size, and the work allowed grows with the bytes sent. JSON is bounded
-the same way by counting its objects, arrays and keys (bytes.count runs at C speed) before json.loads.
+the same way, by the budget every parser of node input shares (packages_app.input_budget): every value
+counted, the items of an array of scalars included (bytes.count runs at C speed), before json.loads.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
-import json
 import math
 import zlib
 from collections.abc import Iterator, Mapping
@@ -34,13 +34,18 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
+from packages_app import input_budget
+from packages_app.input_budget import InputBudget, OverBudget
+
 DECODE_SPAN = "stage.openai_decode"
 MAX_BODY_BYTES = 8 * 1024 * 1024  # compressed or not; a 512-span export is about 0.5 MiB
 # Per export. An OpenTelemetry exporter sends 512 spans a batch by default; mesh-llm's decode span
 # carries ~15 attributes (~70 protobuf fields a span).
 MAX_SPANS = 2048
-MAX_FIELDS = 200_000  # protobuf fields, or JSON objects + arrays + keys, in one export
+MAX_FIELDS = 200_000  # protobuf fields, or JSON values (the items of arrays too), in one export
 MAX_DEPTH = 32  # nested messages (AnyValue arrays and kvlists nest); real spans nest 7 deep
+# OTLP/JSON writes a message as an object and a repeated field as an array: two levels a message.
+MAX_JSON_DEPTH = 2 * MAX_DEPTH
 # A body inflates at most INFLATE_RATIO times its compressed size (real OTLP gzips 10-45x), and is
 # worth at most FIELDS_PER_BYTE fields per byte sent; below the floors, every body is allowed them.
 INFLATE_RATIO = 100
@@ -99,6 +104,10 @@ class Budget:
     @property
     def fields(self) -> int:
         return min(MAX_FIELDS, max(FIELDS_FLOOR, FIELDS_PER_BYTE * self.sent_bytes))
+
+    def json_budget(self) -> InputBudget:
+        """The same budget as the shared one every JSON parser of node input checks."""
+        return InputBudget("The export", self.inflated_bytes, self.fields, MAX_JSON_DEPTH)
 
 
 @dataclass(frozen=True)
@@ -216,13 +225,12 @@ def parse_protobuf(raw: bytes, budget: Budget | None = None) -> ExportTraceServi
 
 
 def _load_json(raw: bytes, budget: Budget) -> Any:
-    # Every object, array and key becomes Python objects, then protobuf fields: count them first.
-    fields = raw.count(b"{") + raw.count(b"[") + raw.count(b":")
-    if fields > budget.fields:
-        raise OtlpTooLarge(f"The export holds more than {budget.fields} JSON objects, arrays and keys.")
+    # Every value (an item of an array of scalars too) becomes a Python object, then a protobuf field.
     try:
-        data = json.loads(raw)
-    except (ValueError, RecursionError) as exc:
+        data = input_budget.load_json(raw, budget.json_budget())
+    except OverBudget as exc:
+        raise OtlpTooLarge(exc.message) from None
+    except ValueError as exc:
         raise OtlpError(f"The body is not a valid OTLP/JSON trace export ({_short(exc)}).") from None
     if not isinstance(data, dict):
         raise OtlpError("The body is not a valid OTLP/JSON trace export (expected an object).")
@@ -325,7 +333,10 @@ class _WireCount:
     def _field(self, pos: int, end: int, field: Any, depth: int) -> None:
         message = field.message_type if field is not None else None
         if message is None:
-            return  # bytes, a string, packed scalars or an unknown field: its length bounds it
+            # bytes, a string or an unknown field: its length bounds it. (A repeated string, such as
+            # EntityRef.id_keys, is one field per item, each counted above; trace messages have no
+            # packed scalar arrays.)
+            return
         if message is Span.DESCRIPTOR:
             self.count += 1
             if self.count > MAX_SPANS:

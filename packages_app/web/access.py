@@ -13,6 +13,7 @@ same lock-out rule.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import logging
@@ -190,18 +191,23 @@ class ThrottledLoginMixin:
         assert self.request is not None
         keys = _failure_keys(self.request, str(self.data.get("username", "")))
         limit = settings.MESHDASH_LOGIN_FAILURE_LIMIT
-        if limit > 0 and any(int(cache.get(k) or 0) >= limit for k in keys):
+        if limit <= 0:
+            return super().clean()  # type: ignore[misc, no-any-return]
+        # Counted first, then checked: each attempt takes its place in the count (one atomic increment)
+        # before the password is asked, so parallel guesses cannot all pass a check none of them has been
+        # counted in yet (issue 48: 30 parallel guesses got 7 password checks against a limit of 5).
+        counts = [ratelimit.count_hit(key, settings.MESHDASH_LOGIN_LOCKOUT) for key in keys]
+        if any(count > limit for count in counts):
             minutes = settings.MESHDASH_LOGIN_LOCKOUT // 60
             raise ValidationError(
                 f"Too many failed sign-ins for this account or address; try again in {minutes} minutes.",
                 code="throttled",
             )
-        try:
-            return super().clean()  # type: ignore[misc, no-any-return]
-        except ValidationError:
-            for key in keys:
-                ratelimit.count_hit(key, settings.MESHDASH_LOGIN_LOCKOUT)
-            raise
+        cleaned: dict[str, Any] = super().clean()  # type: ignore[misc]  # a failure stays counted
+        for key in keys:  # signed in: this attempt was no failure
+            with contextlib.suppress(ValueError):
+                cache.decr(key)
+        return cleaned
 
 
 class ThrottledAuthenticationForm(ThrottledLoginMixin, AuthenticationForm):

@@ -20,12 +20,14 @@ from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_safe
 
-from packages_app import baselines, certify_reports, metrics, queries, queueing, reports
+from packages_app import baselines, certify_reports, input_budget, metrics, queries, queueing, reports
 from packages_app.audit.certify_report import MAX_REPORT_BYTES as CERTIFY_MAX_BYTES
 from packages_app.audit.certify_report import CertifyReportError
+from packages_app.input_budget import InputBudget, OverBudget
 from packages_app.models import CertifyReport, Node
 from packages_app.nodes import identity as nodes
 from packages_app.nodes.report_schema import (
+    MAX_DEPTH,
     BodyError,
     validate_baseline,
     validate_baselines,
@@ -40,6 +42,9 @@ log = logging.getLogger(__name__)
 
 MAX_SINGLE_BYTES = 64 * 1024
 MAX_BATCH_BYTES = 4 * 1024 * 1024
+# The input budget's depth: past report_schema's MAX_DEPTH, so that a report nested past it is refused
+# naming its field; this cap only keeps json.loads and the validators off a hostile depth.
+JSON_DEPTH = 4 * MAX_DEPTH
 HTTP_STATUS = {Stored.CREATED: 201, Stored.DUPLICATE: 200, Stored.CONFLICT: 409}
 
 _Item = TypeVar("_Item")
@@ -74,8 +79,8 @@ def node_json_endpoint(max_bytes: int, source: str = "report") -> Callable[[Node
         def wrapper(request: HttpRequest) -> HttpResponse:
             try:
                 response = _guarded(request, view, max_bytes)
-            except (OperationalError, InterfaceError):
-                raise  # the database is down: meshdash.middleware answers 503 + Retry-After
+            except (OperationalError, InterfaceError, *queueing.BROKER_DOWN):
+                raise  # the database or Redis is down: meshdash.middleware answers 503 + Retry-After
             except Exception:  # the last guard: never an HTML 500 page for a node
                 log.exception("report endpoint failed")
                 response = error_response(500, "Internal error; the request was not fully processed.")
@@ -116,6 +121,8 @@ def _guarded(request: HttpRequest, view: NodeView, max_bytes: int) -> HttpRespon
         return error_response(415, "The body must be sent as Content-Type: application/json.")
     except BodyTooLarge:
         return error_response(413, f"The body must be at most {max_bytes // 1024} KiB.")
+    except OverBudget as exc:
+        return error_response(400 if exc.limit == "depth" else 413, exc.message)
     except BodyError as exc:
         return error_response(400, exc.message, exc.field)
     nodes.touch_node(node)
@@ -142,8 +149,14 @@ def _bearer_node(request: HttpRequest) -> Node | None:
     return nodes.authenticate_node(token.strip())
 
 
+def json_budget(max_bytes: int) -> InputBudget:
+    """The shared input budget of a node's JSON body."""
+    return InputBudget.for_bytes("The body", max_bytes, JSON_DEPTH)
+
+
 def read_json(request: HttpRequest, max_bytes: int) -> Any:
-    """Parse the body as JSON within max_bytes, judged by Content-Length and by the bytes read.
+    """Parse the body as JSON within max_bytes, judged by Content-Length and by the bytes read, and
+    within the shared input budget (values and depth counted before anything is built: OverBudget).
 
     Reads the stream directly: request.body would apply DATA_UPLOAD_MAX_MEMORY_SIZE (2.5 MiB),
     which is below the batch limit; our own limit is the one that counts here.
@@ -160,9 +173,15 @@ def read_json(request: HttpRequest, max_bytes: int) -> Any:
     if len(raw) > max_bytes:
         raise BodyTooLarge
     try:
-        return json.loads(raw, parse_constant=_reject_constant)
-    except (ValueError, RecursionError):
+        return input_budget.load_json(raw, json_budget(max_bytes), loads=_loads)
+    except OverBudget:
+        raise
+    except ValueError:
         raise BodyError("The body is not valid JSON.", "") from None
+
+
+def _loads(text: str) -> Any:
+    return json.loads(text, parse_constant=_reject_constant)
 
 
 def _reject_constant(name: str) -> Any:

@@ -33,8 +33,8 @@ def traces_export(request: HttpRequest) -> HttpResponse:
     """OTLP/HTTP trace export: the decode spans become reports; everything else is counted."""
     try:
         response = _traces(request)
-    except (OperationalError, InterfaceError):
-        raise  # the database is down: meshdash.middleware answers 503 + Retry-After (OTLP retries it)
+    except (OperationalError, InterfaceError, *queueing.BROKER_DOWN):
+        raise  # the database or Redis is down: meshdash.middleware answers 503 + Retry-After (OTLP retries)
     except Exception:  # the last guard: never an HTML 500 page for an exporter
         log.exception("OTLP traces endpoint failed")
         response = error_response(500, "Internal error; the export was not fully processed.")

@@ -7,7 +7,11 @@ an outsider could use (which check failed, never why: the reason goes to the log
 
 Readiness: the database answers ``SELECT 1``, no migration is pending (remembered once true: migrations
 are not un-applied under a running process), and the broker accepts a connection when one is configured.
-Each check is bounded by a timeout of a second or two, so a probe never hangs on a dead dependency.
+Each check is bounded by a timeout of a second or two, so a probe never hangs on a dead dependency: on
+PostgreSQL the database check opens a connection of its own with ``READY_TIMEOUT`` as libpq's connect
+timeout, its TCP user timeout and the statement timeout (issue 48: with the server black-holed, ``SELECT 1``
+on the request's persistent connection waited 61.5 s for TCP to give up; now the probe answers 503 in
+about 2 s).
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import logging
 import socket
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 from django.conf import settings
@@ -29,16 +34,44 @@ log = logging.getLogger(__name__)
 
 GetResponse = Callable[[HttpRequest], HttpResponse]
 BROKER_TIMEOUT = 1.5  # seconds, connect and answer
+READY_TIMEOUT = 2  # seconds: the database probe's connect (libpq's minimum), TCP and statement timeouts
 
 _migrations_applied = False
 
 
 def check_database() -> bool:
+    params = probe_params()
+    if params is not None:
+        return _postgresql_answers(params)
     try:
         with connection.cursor() as cursor:
             cursor.execute("SELECT 1")
             cursor.fetchone()
     except DatabaseError as exc:
+        log.warning("readyz: database unreachable: %s", exc)
+        return False
+    return True
+
+
+def probe_params() -> dict[str, Any] | None:
+    """The probe's own connection to PostgreSQL (the settings' with short timeouts), or None on another
+    database (SQLite: a file, nothing to wait for)."""
+    if connection.vendor != "postgresql":
+        return None
+    params = dict(connection.get_connection_params())
+    params["connect_timeout"] = READY_TIMEOUT
+    params["tcp_user_timeout"] = READY_TIMEOUT * 1000  # unacknowledged data: the server is gone
+    params["options"] = f"{params.get('options', '')} -c statement_timeout={READY_TIMEOUT * 1000}".strip()
+    return params
+
+
+def _postgresql_answers(params: dict[str, Any]) -> bool:
+    import psycopg
+
+    try:
+        with psycopg.connect(**params) as probe:
+            probe.execute("SELECT 1").fetchone()
+    except psycopg.Error as exc:
         log.warning("readyz: database unreachable: %s", exc)
         return False
     return True

@@ -4,7 +4,10 @@ An edge, answered by health.ProbeMiddleware before host validation and the HTTPS
 scrapes a container by its service name over plain HTTP). Who may scrape: a request carrying
 ``Authorization: Bearer <MESHDASH_METRICS_TOKEN>``, or one from an address in
 ``MESHDASH_METRICS_ALLOWED_ADDRESSES`` (addresses or networks; default loopback only). Anything else
-gets 401 (token) or 403 and no figure.
+gets 401 (token) or 403 and no figure. A proxied request (it carries X-Forwarded-For, Forwarded or
+X-Real-IP) is judged on the client a trusted proxy names (``MESHDASH_TRUSTED_PROXIES``), never on the
+proxy's own address: behind the README's nginx on loopback every visitor's peer is 127.0.0.1 (issue 48:
+``/metrics`` answered 200 to anyone through nginx with the token set).
 
 The counters come from every process writing to ``PROMETHEUS_MULTIPROC_DIR`` (packages_app/metrics.py),
 added up here; the gauges are read from the database (monitoring.current_figures), cached for
@@ -13,6 +16,7 @@ added up here; the gauges are read from the database (monitoring.current_figures
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 import ipaddress
 import logging
@@ -27,7 +31,8 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
 
-from packages_app import metrics, monitoring
+from packages_app import metrics, monitoring, queueing
+from packages_app.web import ratelimit
 
 log = logging.getLogger(__name__)
 
@@ -55,13 +60,27 @@ def scrape_refusal(request: HttpRequest) -> HttpResponse | None:
     scheme, _, given = request.headers.get("Authorization", "").partition(" ")
     if token and scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), token.encode()):
         return None
-    if address_allowed(request.META.get("REMOTE_ADDR", ""), settings.MESHDASH_METRICS_ALLOWED_ADDRESSES):
+    address = scraper_address(request)
+    if address is not None and address_allowed(address, settings.MESHDASH_METRICS_ALLOWED_ADDRESSES):
         return None
     if token:
         response = JsonResponse({"error": "A valid metrics token is required (Bearer)."}, status=401)
         response["WWW-Authenticate"] = "Bearer"
         return response
     return JsonResponse({"error": "This address may not read the metrics."}, status=403)
+
+
+FORWARDING_HEADERS = ("HTTP_X_FORWARDED_FOR", "HTTP_FORWARDED", "HTTP_X_REAL_IP")
+
+
+def scraper_address(request: HttpRequest) -> str | None:
+    """The address the allowance is judged on: the peer, or for a proxied request the client a trusted
+    proxy named; None (token only) for a proxied request no trusted proxy resolved to another address."""
+    peer = str(request.META.get("REMOTE_ADDR") or "")
+    if not any(request.META.get(header) for header in FORWARDING_HEADERS):
+        return peer
+    client = ratelimit.client_address(request)
+    return client if client != peer else None
 
 
 def address_allowed(address: str, allowed: list[str]) -> bool:
@@ -92,8 +111,14 @@ class DatabaseCollector(Collector):
 
 
 def cached_figures() -> monitoring.Figures | None:
+    """The database's figures, from the shared cache when it holds them; with the cache (Redis) down they
+    are read from the database for this scrape (issue 48: /metrics answered 500 with Redis down)."""
     seconds = settings.MESHDASH_METRICS_CACHE_SECONDS
-    figures = cache.get(FIGURES_KEY) if seconds > 0 else None
+    try:
+        figures = cache.get(FIGURES_KEY) if seconds > 0 else None
+    except queueing.BROKER_DOWN as exc:
+        log.warning("/metrics could not read the cache: %s", exc)
+        figures, seconds = None, 0
     if isinstance(figures, monitoring.Figures):
         return figures
     try:
@@ -102,7 +127,8 @@ def cached_figures() -> monitoring.Figures | None:
         log.warning("/metrics could not read the database: %s", exc)
         return None
     if seconds > 0:
-        cache.set(FIGURES_KEY, figures, seconds)
+        with contextlib.suppress(*queueing.BROKER_DOWN):
+            cache.set(FIGURES_KEY, figures, seconds)
     return figures
 
 

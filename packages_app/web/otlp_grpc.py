@@ -12,11 +12,18 @@ token, and only then reads the one message, as bytes, so an unauthenticated mess
 The bytes are weighed against the export's budget (nodes/otlp.py) and only then parsed; a malformed
 message answers INVALID_ARGUMENT. ``maximum_concurrent_rpcs`` refuses calls past
 MESHDASH_OTLP_GRPC_MAX_CALLS at once (RESOURCE_EXHAUSTED) instead of queueing them without bound.
+
+No call holds a slot for long (issue 48: 8 calls that sent their metadata and never the message held every
+slot for as long as their peer liked): one node token holds at most MESHDASH_OTLP_GRPC_MAX_CALLS_PER_NODE
+calls at once (the rest UNAVAILABLE at once, which exporters retry), and a call whose message has not
+arrived whole MESHDASH_OTLP_GRPC_MESSAGE_DEADLINE seconds after it started is cancelled (CANCELLED to the
+peer, counted as a ``deadline`` refusal), its slot free again.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import NoReturn
@@ -43,14 +50,28 @@ class TraceReceiver:
     set, which a server that is stopped before its process ends (the tests) needs.
     """
 
-    def __init__(self, *, close_connections: bool = False) -> None:
+    def __init__(
+        self,
+        *,
+        close_connections: bool = False,
+        per_node: int | None = None,
+        message_deadline: float | None = None,
+    ) -> None:
         self.close_connections = close_connections
+        self.per_node = per_node  # None: no per-node cap
+        self.message_deadline = message_deadline  # None: wait for the message as long as the peer likes
+        self._lock = threading.Lock()
+        self._calls: dict[int, int] = {}  # node pk -> calls in progress
 
     def Export(self, messages: Iterator[bytes], context: grpc.ServicerContext) -> ExportTraceServiceResponse:
         close_old_connections()
+        deadline = _MessageDeadline(context, self.message_deadline)
+        held: Node | None = None
         try:
             node = self._node(context)
-            raw = next(messages, None)  # read only now, once the token is known good
+            self._hold(node, context)
+            held = node
+            raw = deadline.read(messages)  # read only now, once the token is known good
             if raw is None:
                 _abort(context, grpc.StatusCode.INVALID_ARGUMENT, "The call carried no export message.")
             try:
@@ -73,7 +94,31 @@ class TraceReceiver:
             log.warning("database unavailable during an OTLP export", exc_info=True)
             _abort(context, grpc.StatusCode.UNAVAILABLE, "The database is unavailable; retry later.")
         finally:
+            deadline.cancel()
+            if held is not None:
+                self._release(held)
             connection.close() if self.close_connections else close_old_connections()
+
+    def _hold(self, node: Node, context: grpc.ServicerContext) -> None:
+        """Count the call against its node; past the node's share of the slots, refuse it at once."""
+        with self._lock:
+            held = self._calls.get(node.pk, 0)
+            if self.per_node is None or held < self.per_node:
+                self._calls[node.pk] = held + 1
+                return
+        _abort(
+            context,
+            grpc.StatusCode.UNAVAILABLE,
+            f"Too many calls from this node at once (at most {self.per_node}); retry when one has ended.",
+        )
+
+    def _release(self, node: Node) -> None:
+        with self._lock:
+            held = self._calls.get(node.pk, 0)
+            if held <= 1:
+                self._calls.pop(node.pk, None)
+            else:
+                self._calls[node.pk] = held - 1
 
     def _node(self, context: grpc.ServicerContext) -> Node:
         metadata = {key: value for key, value in context.invocation_metadata() if isinstance(value, str)}
@@ -92,11 +137,54 @@ class TraceReceiver:
         return node
 
 
+class _MessageDeadline:
+    """Cancels the call when its message has not arrived whole ``seconds`` after the call started."""
+
+    def __init__(self, context: grpc.ServicerContext, seconds: float | None) -> None:
+        self.context = context
+        self.lock = threading.Lock()
+        self.done = False
+        self.expired = False
+        self.timer = threading.Timer(seconds, self._expire) if seconds is not None else None
+        if self.timer is not None:
+            self.timer.daemon = True
+            self.timer.start()
+
+    def read(self, messages: Iterator[bytes]) -> bytes | None:
+        try:
+            raw = next(messages, None)
+        except grpc.RpcError:  # cancelled (by the deadline, or by the peer) while waiting
+            raw = None
+        with self.lock:
+            self.done = True
+            expired = self.expired
+        if expired:
+            _abort(
+                self.context, grpc.StatusCode.DEADLINE_EXCEEDED, "The export message did not arrive in time."
+            )
+        return raw
+
+    def cancel(self) -> None:
+        with self.lock:
+            self.done = True
+        if self.timer is not None:
+            self.timer.cancel()
+
+    def _expire(self) -> None:
+        with self.lock:
+            if self.done:
+                return
+            self.expired = True
+        log.warning("OTLP/gRPC call from %s cancelled: no message within the deadline", self.context.peer())
+        self.context.cancel()
+
+
 GRPC_REFUSAL_REASON = {
     grpc.StatusCode.INVALID_ARGUMENT: "invalid",
     grpc.StatusCode.RESOURCE_EXHAUSTED: "too-large",
     grpc.StatusCode.UNAUTHENTICATED: "unauthorized",
     grpc.StatusCode.ALREADY_EXISTS: "conflict",
+    grpc.StatusCode.DEADLINE_EXCEEDED: "deadline",
 }
 
 
@@ -122,7 +210,11 @@ def build_server(
         ],
         maximum_concurrent_rpcs=settings.MESHDASH_OTLP_GRPC_MAX_CALLS,
     )
-    receiver = TraceReceiver(close_connections=close_connections)
+    receiver = TraceReceiver(
+        close_connections=close_connections,
+        per_node=settings.MESHDASH_OTLP_GRPC_MAX_CALLS_PER_NODE or None,
+        message_deadline=settings.MESHDASH_OTLP_GRPC_MESSAGE_DEADLINE or None,
+    )
     export = grpc.stream_unary_rpc_method_handler(
         receiver.Export,
         request_deserializer=None,  # raw bytes, read after the token is checked

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 from collections.abc import Callable
 from dataclasses import asdict
 from datetime import datetime
@@ -51,6 +52,8 @@ from packages_app.web.forms import (
     TimeRangeForm,
     TrackPackageForm,
 )
+
+log = logging.getLogger(__name__)
 
 View = Callable[..., HttpResponse]
 
@@ -516,15 +519,27 @@ def package_reingest(request: HttpRequest, owner: str, name: str) -> HttpRespons
     shas = list(
         package.revisions.exclude(status=Revision.Status.RUNNING).values_list("commit_sha", flat=True)
     )
+    queued = f"{len(shas)} revisions of {package.repo_id} are queued for ingest again"
     try:
         with transaction.atomic():  # queued first: the work starts only once this commits
-            package.revisions.filter(commit_sha__in=shas).update(status=Revision.Status.QUEUED)
+            # queued_at: their wait starts now (a re-queued revision kept its first one, issue 48)
+            package.revisions.filter(commit_sha__in=shas).update(
+                status=Revision.Status.QUEUED, queued_at=timezone.now()
+            )
             queueing.enqueue_reingest(package.repo_id, shas)
     except background.Busy as exc:
         messages.error(request, str(exc))
         return redirect("packages_app:package", owner, name)
+    except queueing.BROKER_DOWN as exc:  # committed: the revisions are queued, the reconciler sends them
+        log.warning("reingest of %s: the task queue is unavailable: %s", package.repo_id, exc)
+        messages.warning(
+            request,
+            f"{queued}; the task queue is unavailable right now, so they start once it is back "
+            "(the reconciler sends queued revisions).",
+        )
+    else:
+        messages.success(request, f"{queued}.")
     access.record(request.user, ActionLog.Action.REINGEST, package.repo_id, f"{len(shas)} revisions")
-    messages.success(request, f"{len(shas)} revisions of {package.repo_id} are queued for ingest again.")
     return redirect("packages_app:package", owner, name)
 
 

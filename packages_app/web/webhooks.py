@@ -14,7 +14,6 @@ refs (``refs/pr/N``: a PR opened or pushed to) changed no branch of the package,
 from __future__ import annotations
 
 import hmac
-import json
 import logging
 from dataclasses import dataclass
 from typing import Any
@@ -23,7 +22,8 @@ from django.conf import settings
 from django.http import HttpRequest, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
-from packages_app import repo_ids
+from packages_app import input_budget, repo_ids
+from packages_app.input_budget import InputBudget, OverBudget
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +33,10 @@ SYNC_EVENTS = {("repo", "create"), ("repo", "update"), ("repo.content", "update"
 DISCUSSION_SCOPES = ("discussion", "discussion.comment")
 RETRY_AFTER_SECONDS = 30
 MAX_REFS = 100
+MAX_DEPTH = 16  # a Hub payload nests 4 deep
+# The input budget every parser of untrusted input shares: bytes, values (array items too), depth.
+# A Hub payload is mostly text (a comment): a value per 32 bytes is far more than a real one holds.
+BUDGET = InputBudget.for_bytes("The body", MAX_BODY_BYTES, MAX_DEPTH, bytes_per_value=32)
 
 
 class WebhookRejected(Exception):
@@ -88,8 +92,10 @@ def _read_body(request: HttpRequest) -> Any:
     if declared > MAX_BODY_BYTES or len(raw) > MAX_BODY_BYTES:
         raise WebhookRejected(413, f"The body must be at most {MAX_BODY_BYTES // 1024} KiB.")
     try:
-        return json.loads(raw)
-    except (ValueError, RecursionError):
+        return input_budget.load_json(raw, BUDGET)
+    except OverBudget as exc:
+        raise WebhookRejected(400 if exc.limit == "depth" else 413, exc.message) from None
+    except ValueError:
         raise WebhookRejected(400, "The body is not valid JSON.") from None
 
 
