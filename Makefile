@@ -17,14 +17,19 @@ $(STAMP): pyproject.toml requirements.lock
 	$(PY) -m pip install -q -r requirements.lock
 	touch $@
 
-# meshdash-agent on the venv's PATH. The agent is one module of the standard library only
-# (packages_app/nodes/agent.py), so the command is that file with the venv's Python on its first line:
-# no copy of the project in site-packages to shadow the working tree, nothing that points into a folder
-# that may go away. `pip install .` installs the same command from [project.scripts] where meshdash is
+# meshdash-agent on the venv's PATH. The agent is two modules of the standard library only
+# (packages_app/nodes/agent.py and the exposition parser it imports, nodes/exposition.py), so the command
+# is a zipapp of those two (python -m zipapp: one executable file, the venv's Python on its first line): no
+# copy of the project in site-packages to shadow the working tree, nothing that points into a folder that
+# may go away. `pip install .` installs the same command from [project.scripts] where meshdash is
 # deployed. Remade when the agent changes.
 AGENT := $(VENV)/bin/meshdash-agent
-$(AGENT): packages_app/nodes/agent.py $(STAMP)
-	{ echo '#!$(realpath $(VENV))/bin/python'; cat $<; } >$@.tmp && chmod 755 $@.tmp && mv $@.tmp $@
+AGENT_MODULES := packages_app/nodes/__init__.py packages_app/nodes/agent.py packages_app/nodes/exposition.py
+$(AGENT): $(AGENT_MODULES) $(STAMP)
+	rm -rf $@.d && mkdir -p $@.d/packages_app/nodes && touch $@.d/packages_app/__init__.py
+	cp $(AGENT_MODULES) $@.d/packages_app/nodes/
+	printf 'import sys\nfrom packages_app.nodes.agent import main\nsys.exit(main())\n' >$@.d/__main__.py
+	$(PY) -m zipapp $@.d -p '$(realpath $(VENV))/bin/python' -o $@.tmp && rm -rf $@.d && mv $@.tmp $@
 
 install: $(STAMP) $(AGENT)
 

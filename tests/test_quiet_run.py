@@ -146,4 +146,20 @@ def test_make_install_puts_meshdash_agent_on_the_venvs_path(tmp_path: Path) -> N
     )
     assert refused.returncode == 2 and "MESHDASH_TOKEN" in refused.stderr  # no token: one sentence naming it
     assert sys.executable  # the suite's interpreter is not what runs it: the venv's, from the first line
-    assert command.read_text().splitlines()[0].endswith("/.venv/bin/python")
+    assert command.read_bytes().splitlines()[0].endswith(b"/.venv/bin/python")
+
+
+def test_the_agent_runs_as_a_file_with_only_the_standard_library(tmp_path: Path) -> None:
+    # docs/api.md: `python3 packages_app/nodes/agent.py` on a node without the project installed; its
+    # parser of baseline engines' /metrics (nodes/exposition.py) is found beside it.
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    script = ROOT / "packages_app" / "nodes" / "agent.py"
+    shown = subprocess.run(
+        [sys.executable, "-s", str(script), "--help"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert "--node-url URL" in shown.stdout

@@ -42,7 +42,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlsplit
 
-import packages_app.nodes.exposition as exposition
+try:
+    import packages_app.nodes.exposition as exposition
+except ModuleNotFoundError:  # run as a file (python3 packages_app/nodes/agent.py): its neighbour
+    import exposition  # type: ignore[no-redef]
 
 log = logging.getLogger("meshdash.agent")
 
