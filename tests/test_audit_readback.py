@@ -125,3 +125,22 @@ def test_control_a_planted_key_read_is_found() -> None:
         "packages_app/web/pages.py:2",
         "packages_app/web/pages.py:2",
     ]
+
+
+def test_request_defaults_read_back_with_publisher_defaults_and_without_a_selection() -> None:
+    from packages_app.audit.request_defaults import DtypeDefault, RequestDefaults
+
+    made = RequestDefaults(
+        declared=True,
+        publisher_defaults=(DtypeDefault("compute_dtype", "bf16", "layer-0", "torch_dtype"),),
+        notes=("v1: no request defaults",),
+    )
+    assert RequestDefaults.from_json(made.to_json()) == made
+    doc = made.to_json() | {
+        "publisher_defaults": [{"key": "kv_cache_dtype"}, 7],  # a row without its fields is left out
+        "profiles": [{"max_tokens": 5}],  # a profile without a name is left out
+        "selection": {"reasoning_on": "x"},  # a selection without its automatic profile is none
+    }
+    read = RequestDefaults.from_json(doc)
+    assert read is not None and read.publisher_defaults == () and read.profiles == ()
+    assert read.selection is None and read.default_profile is None
