@@ -49,7 +49,7 @@ from packages_app.manifest import (
     Severity,
     parse_manifest,
 )
-from packages_app.verdicts import Verdict
+from packages_app.verdicts import Verdict, verdict_of
 
 _NO_ERRORS: Mapping[str, str] = MappingProxyType({})
 
@@ -135,11 +135,10 @@ class StoredAudit:
     @classmethod
     def from_json(cls, doc: Any) -> StoredAudit:
         d = rb.mapping(doc)
-        verdict = rb.text(d.get("verdict"))
         return cls(
             present=isinstance(doc, Mapping),
             runtime=Runtime.from_json(d.get("runtime")),
-            verdict=Verdict(verdict) if verdict in Verdict._value2member_map_ else None,
+            verdict=verdict_of(rb.optional_text(d.get("verdict"))),
             detected=Detected.from_json(d.get("detected")),
             declared=Declared.from_json(d.get("declared")),
             problems=rb.each(d.get("problems"), Problem.from_json),
