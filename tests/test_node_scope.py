@@ -136,7 +136,7 @@ def grpc_receiver(transactional_db: None) -> Iterator[int]:
     server, port = build_server("127.0.0.1", 0, workers=2, close_connections=True)
     server.start()
     yield port
-    server.stop(grace=None)
+    server.stop(grace=None).wait(10)  # every handler done: none writes while the test database is flushed
 
 
 def test_spans_over_grpc_for_another_nodes_run_are_refused_with_already_exists(grpc_receiver: int) -> None:

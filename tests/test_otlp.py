@@ -244,7 +244,7 @@ def grpc_receiver(transactional_db: None) -> Iterator[int]:
     server, port = build_server("127.0.0.1", 0, close_connections=True)
     server.start()
     yield port
-    server.stop(grace=None)
+    server.stop(grace=None).wait(10)  # every handler done: none writes while the test database is flushed
 
 
 def complete(node: DevNode, n: int) -> list[dict[str, Any]]:

@@ -168,7 +168,7 @@ def receiver(transactional_db: None, settings: Any) -> Iterator[tuple[int, grpc.
     channel = grpc.insecure_channel(f"127.0.0.1:{port}")
     yield port, channel
     channel.close()
-    server.stop(grace=None)
+    server.stop(grace=None).wait(10)  # every handler done: none writes while the test database is flushed
 
 
 def raw_export(
@@ -218,7 +218,7 @@ def generated_receiver() -> Iterator[tuple[GeneratedServicer, grpc.Channel]]:
     channel = grpc.insecure_channel(f"127.0.0.1:{port}")
     yield servicer, channel
     channel.close()
-    server.stop(grace=None)
+    server.stop(grace=None).wait(10)  # every handler done: none writes while the test database is flushed
 
 
 @pytest.mark.cache
@@ -306,5 +306,5 @@ def test_negative_control_without_the_cap_extra_calls_wait_for_a_worker_until_th
     try:
         codes = held_calls(port, identity.create_node("node-g").token, threading.Event(), calls=5)
     finally:
-        server.stop(grace=None)
+        server.stop(grace=None).wait(10)  # every handler done: none writes while the test database is flushed
     assert codes[:3] == [grpc.StatusCode.DEADLINE_EXCEEDED] * 3  # queued behind the held ones

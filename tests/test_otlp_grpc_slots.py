@@ -106,7 +106,7 @@ def attack(settings: Any, *, per_node: int, deadline: int) -> Iterator[tuple[int
         yield port, silent, b
     finally:
         silent.release()
-        server.stop(grace=None)
+        server.stop(grace=None).wait(10)  # every handler done: none writes while the test database is flushed
 
 
 @pytest.mark.django_db(transaction=True)
@@ -151,4 +151,4 @@ def test_a_real_export_within_the_deadline_is_stored(settings: Any) -> None:
         token = identity.create_node("node-a").token
         assert exports(port, token, 3) == [grpc.StatusCode.OK] * 3  # one after another: the slot comes back
     finally:
-        server.stop(grace=None)
+        server.stop(grace=None).wait(10)  # every handler done: none writes while the test database is flushed
