@@ -19,9 +19,14 @@ from django.http import HttpRequest, JsonResponse
 from django.urls import reverse
 from pydantic import BaseModel, Field
 
-from packages_app import certify_reports, fleet, queries, verdicts
+from packages_app import certify_reports, queries, verdicts
 from packages_app.audit.advice import Advice
 from packages_app.audit.assessment import Assessment
+from packages_app.fleet.nodes import node_rows
+from packages_app.fleet.plans import PlanAdvice, plan_advice
+from packages_app.fleet.served import ServedRevision
+from packages_app.fleet.serving import NodeServing
+from packages_app.fleet.window import DEFAULT_WINDOW_DAYS, window_start
 from packages_app.models import Package, Revision
 from packages_app.throughput import Plan, RevisionThroughput, revision_throughput
 from packages_app.web import access
@@ -107,7 +112,7 @@ def _catalog_row_json(row: queries.CatalogRow) -> dict[str, Any]:
     }
 
 
-def _served_json(served: fleet.ServedRevision) -> dict[str, Any]:
+def _served_json(served: ServedRevision) -> dict[str, Any]:
     return {
         "commit_sha": served.commit_sha,
         "status": served.status.value,
@@ -221,7 +226,7 @@ def _audit_json(revision: Revision) -> dict[str, Any]:
     audited = revision.audited
     throughput = revision_throughput(revision.pk, page=False)
     assessment = Assessment.from_json(revision.assessment)
-    judged = fleet.plan_advice(revision.pk, assessment, throughput.plans) if throughput else []
+    judged = plan_advice(revision.pk, assessment, throughput.plans) if throughput else []
     alert = asdict(throughput.alert) if throughput and throughput.alert else None
     return {
         "verdict": revision.verdict or None,
@@ -246,7 +251,7 @@ def _empty_audit() -> dict[str, Any]:
 
 
 def _throughput_summary(
-    throughput: RevisionThroughput | None, judged: list[fleet.PlanAdvice] | None = None
+    throughput: RevisionThroughput | None, judged: list[PlanAdvice] | None = None
 ) -> dict[str, Any] | None:
     if not throughput:
         return None
@@ -291,10 +296,8 @@ def node_detail(request: HttpRequest, name: str) -> JsonResponse:
     """One node: what it served in the window (``days``, as on its page), the advice for each revision,
     and what it says about itself (its newest run's observations)."""
     raw = request.GET.get("days", "")
-    days = int(raw) if raw.isdigit() and int(raw) in WINDOW_DAYS else fleet.DEFAULT_WINDOW_DAYS
-    rows = fleet.node_rows(
-        fleet.window_start(days), name=name, show_private=access.can_see_private(request.user)
-    )
+    days = int(raw) if raw.isdigit() and int(raw) in WINDOW_DAYS else DEFAULT_WINDOW_DAYS
+    rows = node_rows(window_start(days), name=name, show_private=access.can_see_private(request.user))
     if not rows:
         return error(f"No node named {name} is registered.", 404)
     row = rows[0]
@@ -312,7 +315,7 @@ def node_detail(request: HttpRequest, name: str) -> JsonResponse:
     )
 
 
-def _serving_json(s: fleet.NodeServing) -> dict[str, Any]:
+def _serving_json(s: NodeServing) -> dict[str, Any]:
     return {
         "repo_id": s.repo_id,
         "commit_sha": s.commit_sha,

@@ -28,7 +28,6 @@ from packages_app import (
     certify_reports,
     charts,
     fixes,
-    fleet,
     queries,
     queueing,
     repo_ids,
@@ -39,6 +38,8 @@ from packages_app.audit.assessment import Assessment, release_tables, shared_out
 from packages_app.audit.check import ManifestCheck
 from packages_app.audit.model import UNCERTAIN as RESOLVER_UNCERTAIN
 from packages_app.audit.model import Suggestion
+from packages_app.fleet.compare import default_comparison_pair
+from packages_app.fleet.plans import plan_advice
 from packages_app.layout import METADATA_CARRIER, FileRole
 from packages_app.models import ActionLog, Package, Revision
 from packages_app.throughput import RevisionThroughput, revision_throughput
@@ -208,7 +209,7 @@ def package_detail(request: HttpRequest, owner: str, name: str) -> HttpResponse:
         context["range_form"] = range_form
         if "files_page" in request.GET or request.GET.get("files") == "all":
             context["files"] = queries.revision_files(revision, _page_param(request.GET.get("files_page")))
-        pair = fleet.default_comparison_pair(history, revision.pk)
+        pair = default_comparison_pair(history, revision.pk)
         context["previous"] = next((r for r in history if pair and r.pk == pair[0]), None)
         context.update(_fix_context(package, revision, context["assessment"], context["suggested"]))
         context["speedups"] = baselines.speedups(package, revision)
@@ -259,7 +260,7 @@ def _revision_context(
     audited = revision.audited
     suggested, detected = audited.suggestion, audited.detected
     assessment = Assessment.from_json(revision.assessment)
-    plans = fleet.plan_advice(revision.pk, assessment, throughput.plans) if throughput else []
+    plans = plan_advice(revision.pk, assessment, throughput.plans) if throughput else []
     return {
         "assessment": assessment,
         "status": assessment.status if assessment else revision.headline_status,
