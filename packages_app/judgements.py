@@ -139,8 +139,9 @@ def _judge_nodes(nodes: list[Node], since: datetime, among: NodeIds) -> int:
         return 0
     everything = judged_rows(nodes, since, True, among)
     ids = [n.pk for n in nodes]
-    # Visitors are told the same where nothing of the node's is hidden from them (as fleet.ranking._window and
-    # fleet.runs._latest_runs hide it): judged again only for the nodes with a row or run it hides.
+    # Visitors are told the same where nothing of the node's is hidden from them (as
+    # fleet.ranking.servings_in_window and fleet.runs.latest_runs hide it): judged again only for the nodes
+    # with a row or run it hides.
     hiding = _hiding(ids, since)
     again = [n for n in nodes if n.pk in hiding]
     public = {r.node.pk: r for r in judged_rows(again, since, False)} if again else {}

@@ -193,7 +193,7 @@ def test_the_needs_action_filter_is_the_advice_not_the_sql_ranking(
     f.qwen35_fleet(timezone.now())
     needing = {r.node.name for r in fleet_nodes.node_rows(fleet_window.window_start()) if r.needs_action}
     assert needing
-    monkeypatch.setattr(fleet_ranking, "_flagged", lambda servings, since: servings.none())
+    monkeypatch.setattr(fleet_ranking, "flagged_servings", lambda servings, since: servings.none())
     listed = text(client.get("/nodes/", {"action": "1"}))
     assert all(f'href="/nodes/{name}/"' in listed for name in needing)
     assert f"{len(needing)} node" in listed
@@ -328,9 +328,9 @@ def test_nodes_read_from_the_windows_rows_rank_as_when_read_node_by_node(
                 node, revision, 4.0, at=at, mtp_used=bool(j % 2), stage_splits=splits, topology_id=topology
             )
     since = fleet_window.window_start()
-    few = fleet_ranking._few_window_rows
+    few = fleet_ranking.few_window_rows
     monkeypatch.setattr(
-        fleet_nodes, "_few_window_rows", lambda ids, since, private, cap: few(ids, since, private, 10**6)
+        fleet_nodes, "few_window_rows", lambda ids, since, private, cap: few(ids, since, private, 10**6)
     )
 
     def everything() -> list[Any]:
@@ -342,7 +342,7 @@ def test_nodes_read_from_the_windows_rows_rank_as_when_read_node_by_node(
         ]
 
     from_the_window = everything()
-    monkeypatch.setattr(fleet_nodes, "_few_window_rows", lambda *args: None)
+    monkeypatch.setattr(fleet_nodes, "few_window_rows", lambda *args: None)
     assert everything() == from_the_window
     (busy,) = [row for row in from_the_window[0] if row.node.name == "gpu-box-1"]
     assert len(busy.serving) == limit and busy.hidden > 0
@@ -366,7 +366,7 @@ def test_a_group_ran_one_strategy_only_when_every_topology_of_it_ran_that_one() 
             node, revision, 4.0, at=now, stage_splits=splits, topology_id=topology, mtp_used=mtp_used
         )
     since = fleet_window.window_start()
-    window = fleet_ranking._few_window_rows([node.pk], since, False, 100)
+    window = fleet_ranking.few_window_rows([node.pk], since, False, 100)
     assert window is not None and len(window) == 4
     from_window = fleet_ranking._groups_of(window, since, {(node.pk, revision.pk)})
     ranked = fleet_ranking._ranked_groups(Serving.objects.filter(node_key=node.pk), since)
@@ -388,7 +388,7 @@ def test_a_newer_revision_not_assessed_yet_puts_no_node_in_need_of_action() -> N
     since = fleet_window.window_start()
 
     def judged() -> tuple[bool, bool]:
-        flagged = fleet_ranking._flagged(Serving.objects.filter(node_key=node.pk), since).exists()
+        flagged = fleet_ranking.flagged_servings(Serving.objects.filter(node_key=node.pk), since).exists()
         (row,) = fleet_nodes.node_rows(since, name="pending-box")
         return flagged, row.needs_action
 

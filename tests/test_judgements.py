@@ -358,7 +358,7 @@ def test_a_node_whose_reports_ran_several_strategies_on_a_known_release_is_kept_
     client: Client,
 ) -> None:
     """Its advice reads its cells' strategies, which the window reads by the hour
-    (fleet.window._window_terms): its row expires when the window's first hour moves on, not when its first
+    (fleet.window.window_terms): its row expires when the window's first hour moves on, not when its first
     report leaves."""
     older = registered_setup(client)
     node = Node.objects.get(name="demo-glm")

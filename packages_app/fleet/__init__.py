@@ -21,7 +21,7 @@ cost what the revisions x nodes cost, not what the reports or the days do. What 
 inside the window (reports, medians from the rollups' sketches, within 1 %) comes from their node's
 NodeRollup cells, every strategy and topology in one (day cells for whole days; the window's first
 day by its hours, or as its day cell less the hours before the window, whichever is fewer cells:
-``_window_terms``; ``window_cells`` for the catalog's every-node cells). The topology page reads the
+``window_terms``; ``window_cells`` for the catalog's every-node cells). The topology page reads the
 Rollup cells of its topology, the before/after comparison the two revisions' total cells. Raw reports
 are read only for the stage layout of a shown row's newest report.
 /nodes/ is paged (NODES_PER_PAGE); each node's rows start from its few busiest Serving rows, read in

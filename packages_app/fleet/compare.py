@@ -14,7 +14,7 @@ from django.db.models import TextField
 from django.db.models.functions import Cast
 
 from packages_app import sketch, throughput
-from packages_app.fleet.figures import _median
+from packages_app.fleet.figures import median_of
 from packages_app.models import NodeRun, Revision, Rollup
 from packages_app.rollups import hourly_since
 
@@ -319,9 +319,9 @@ def _figures(cells: list[Mapping[str, Any]]) -> dict[int, dict[str, Any]]:
             "reports": sum(c["reports"] for c in group),
             "on_reports": sum(c["reports"] for c in on),
             "acceptance_rate": round(accepted / proposed, 3) if proposed else None,
-            "tps": _median([c["tps"] for c in group]),
-            "tps_mtp_on": _median([c["tps"] for c in on]),
-            "tps_mtp_off": _median([c["tps"] for c in off]),
+            "tps": median_of([c["tps"] for c in group]),
+            "tps_mtp_on": median_of([c["tps"] for c in on]),
+            "tps_mtp_off": median_of([c["tps"] for c in off]),
             "distribution": throughput.merged_stored(c["tps"] for c in group),
         }
     return figures

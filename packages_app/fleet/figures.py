@@ -15,8 +15,8 @@ from django.db import connection
 from django.db.models import Model
 
 from packages_app import sketch, throughput
-from packages_app.fleet.sql import SqlPart, _aliased, _joined, _values
-from packages_app.fleet.window import _window_terms
+from packages_app.fleet.sql import SqlPart, aliased, joined, value_rows
+from packages_app.fleet.window import window_terms
 from packages_app.models import NodeRollup, Rollup
 
 
@@ -27,7 +27,7 @@ class Figures:
 
     reports: int = 0
     bins: list[str] = field(default_factory=list)
-    less: list[str] = field(default_factory=list)  # sketches taken away (``_window_terms``)
+    less: list[str] = field(default_factory=list)  # sketches taken away (``window_terms``)
     strategies: dict[tuple[str, str, bool], int] = field(default_factory=dict)
 
     @property
@@ -43,14 +43,14 @@ class Figures:
         """The median decode rate of the sketches, less those taken away (bin counts subtract exactly),
         rounded; None without any report."""
         if not self.less:
-            return _median(self.bins)
+            return median_of(self.bins)
         bins = throughput.merged_stored(self.bins)
         for index, count in throughput.merged_stored(self.less).items():
             bins[index] = bins.get(index, 0) - count
-        return _rounded(sketch.median({index: count for index, count in bins.items() if count > 0}))
+        return rounded(sketch.median({index: count for index, count in bins.items() if count > 0}))
 
 
-def _window_figures(
+def window_figures(
     since: datetime, groups: list[tuple[Any, ...]], keys: tuple[str, ...], sketches: bool = True
 ) -> dict[Any, Figures]:
     """Reports, sketches and strategies of the cells of each group (the values of ``keys``, naming its
@@ -107,7 +107,7 @@ def _named(counts: Mapping[str, int]) -> dict[tuple[str, str, bool], int]:
     (two spellings of one strategy add up)."""
     named: dict[tuple[str, str, bool], int] = {}
     for pair, n in counts.items():
-        strategy = _strategy(pair)
+        strategy = strategy_of(pair)
         named[strategy] = named.get(strategy, 0) + n
     return named
 
@@ -116,7 +116,7 @@ _STRATEGIES = "t.requested_strategy, t.strategy, t.mtp_used"  # a Rollup cell's 
 
 
 @functools.lru_cache(maxsize=1024)
-def _strategy(key: str) -> tuple[str, str, bool]:
+def strategy_of(key: str) -> tuple[str, str, bool]:
     """(requested, effective, MTP used) of a NodeRollup.strategies key (rollups.strategy_key)."""
     requested, effective, used = json.loads(key)
     return str(requested), str(effective), bool(used)
@@ -131,28 +131,28 @@ def _window_cells_sql(
     columns: str,
 ) -> SqlPart:
     """The window's ``model`` cells (Rollup or NodeRollup) of each group, ``columns`` of each (of those
-    ``picked``) and the sign it is added with (``_window_terms``): the groups and window terms as a list
-    (``_values``), each row of it read as one range of the natural key (revision, grain, node, bucket
-    start; ``_joined``). An OR of one term a group and part took PostgreSQL 1.07 s to plan for
+    ``picked``) and the sign it is added with (``window_terms``): the groups and window terms as a list
+    (``value_rows``), each row of it read as one range of the natural key (revision, grain, node, bucket
+    start; ``joined``). An OR of one term a group and part took PostgreSQL 1.07 s to plan for
     /nodes/?action=1 at 1,000 nodes; the list read the 35,000 Rollup cells there in 0.12 s. The keys'
     values come back as passed."""
-    values, names, params = _values(groups)
-    terms, (grain, start, end, sign), term_params = _values(_window_terms(since))
+    values, names, params = value_rows(groups)
+    terms, (grain, start, end, sign), term_params = value_rows(window_terms(since))
     quote = connection.ops.quote_name
     matches = [f"t.{quote(key)} = v.{name}" for key, name in zip(keys, names, strict=True)]
     matches += [f"t.grain = w.{grain}", f"t.bucket_start >= w.{start}", f"t.bucket_start < w.{end}"]
     where = " AND ".join(matches)
     group = ", ".join(f"v.{name}" for name in names)
     table = quote(model._meta.db_table)
-    also = _aliased(terms, [grain, start, end, sign], "w")
-    sql = _joined(values, names, table, where, picked, f"{group}, {columns}, w.{sign}", also)
+    also = aliased(terms, [grain, start, end, sign], "w")
+    sql = joined(values, names, table, where, picked, f"{group}, {columns}, w.{sign}", also)
     return sql, params + term_params
 
 
-def _rounded(value: float | None, digits: int = 2) -> float | None:
+def rounded(value: float | None, digits: int = 2) -> float | None:
     return None if value is None else round(float(value), digits)
 
 
-def _median(sketches: list[str]) -> float | None:
+def median_of(sketches: list[str]) -> float | None:
     """The median decode rate of sketches stored as JSON texts, rounded (None without any)."""
-    return _rounded(sketch.median(throughput.merged_stored(sketches))) if sketches else None
+    return rounded(sketch.median(throughput.merged_stored(sketches))) if sketches else None

@@ -5,7 +5,7 @@ from __future__ import annotations
 from packages_app.verdicts import Status, status_of
 
 
-class _Names:
+class RevisionNames:
     """Display helpers for a row naming a revision by ``repo_id`` and ``commit_sha``."""
 
     repo_id: str

@@ -19,25 +19,25 @@ from packages_app.fleet.ranking import (
     NODE_PAGE_ROWS,
     NODES_PAGE_ROWS,
     NODES_PER_PAGE,
-    _few_window_rows,
-    _flagged,
-    _tops,
-    _tops_of,
-    _window,
+    few_window_rows,
+    flagged_servings,
+    servings_in_window,
+    top_revisions,
+    tops_of_window,
 )
-from packages_app.fleet.runs import LatestRun, NodeIds, Observations, RunFacts, _latest_runs, _run_facts
+from packages_app.fleet.runs import LatestRun, NodeIds, Observations, RunFacts, facts_of_runs, latest_runs
 from packages_app.fleet.serving import (
-    _NOTHING_SERVED,
+    NOTHING_SERVED,
     NodeServed,
     NodeServing,
-    _group_figures,
-    _last_topologies,
-    _placement,
-    _ran,
-    _registered_layout,
-    _revisions,
-    _serving,
-    _unless_moved_on,
+    group_figures,
+    last_topologies,
+    placement,
+    ran_in_window,
+    registered_layout,
+    served_by_nodes,
+    shown_revisions,
+    unless_moved_on,
 )
 from packages_app.fleet.stages import mark_registered, node_devices, with_registration
 from packages_app.models import Node
@@ -104,7 +104,9 @@ def node_page(
         judged = node_rows(since, needs_action=True, show_private=show_private, placed=False)
         page_of_rows = Paginator(judged, NODES_PER_PAGE).get_page(number)
         return NodePage(_placed(list(page_of_rows.object_list), since, show_private), page_of_rows)
-    nodes = Node.objects.annotate(attention=Exists(_flagged(_window(since, show_private), since)))
+    nodes = Node.objects.annotate(
+        attention=Exists(flagged_servings(servings_in_window(since, show_private), since))
+    )
     page = Paginator(nodes.order_by("-attention", "name"), NODES_PER_PAGE).get_page(number)
     return NodePage(_rows_of(list(page.object_list), since, show_private, NODES_PAGE_ROWS), page)
 
@@ -118,7 +120,7 @@ def node_rows(
     placed: bool = True,
 ) -> list[NodeRow]:
     """Every node (or the one named) with what it served since ``since`` (9 queries; 10 where the
-    nodes' rows in the window outnumber those shown: ``_few_window_rows``), at most
+    nodes' rows in the window outnumber those shown: ``few_window_rows``), at most
     ``limit`` rows a node (NODES_PAGE_ROWS, or NODE_PAGE_ROWS for one node), each with its advice;
     a run the node's agent registered without any report in the window is a row too.
 
@@ -165,11 +167,17 @@ def _rows_of(
     the query the nodes came from, read as a subquery where a list of a thousand ids took psycopg and
     PostgreSQL a few milliseconds a query to format, split and parse."""
     ids = among if among is not None else [n.pk for n in nodes]
-    runs = _latest_runs(ids, show_private, stages=placed)
-    window = _few_window_rows(ids, since, show_private, len(nodes) * limit)
-    tops = _tops(ids, since, show_private, limit) if window is None else _tops_of(window, since, limit)
-    serving = _serving(since, {n.pk: n.name for n in nodes}, show_private, tops, runs, limit, placed, window)
-    rows = [_node_row(n, runs.get(n.pk), serving.get(n.pk, _NOTHING_SERVED)) for n in nodes]
+    runs = latest_runs(ids, show_private, stages=placed)
+    window = few_window_rows(ids, since, show_private, len(nodes) * limit)
+    tops = (
+        top_revisions(ids, since, show_private, limit)
+        if window is None
+        else tops_of_window(window, since, limit)
+    )
+    serving = served_by_nodes(
+        since, {n.pk: n.name for n in nodes}, show_private, tops, runs, limit, placed, window
+    )
+    rows = [_node_row(n, runs.get(n.pk), serving.get(n.pk, NOTHING_SERVED)) for n in nodes]
     rows.sort(key=lambda r: (not r.needs_action, r.advice.cause.rank if r.advice else 0, r.node.name))
     return rows
 
@@ -186,7 +194,7 @@ def _node_row(node: Node, run: LatestRun | None, served: NodeServed) -> NodeRow:
 
 def _placed(rows: list[NodeRow], since: datetime, show_private: bool) -> list[NodeRow]:
     """Rows judged without their placement (``node_rows(placed=False)``) with it, as node_rows reads
-    them: each reported row's ``_placement``, its reports and strategy in the window, and its advice
+    them: each reported row's ``placement``, its reports and strategy in the window, and its advice
     again with them (the same cause: ``_read_to_judge``); each node's devices and its registered-only
     row's layers from its newest run, the nodes whole, and which stages' nodes are registered
     (7 queries)."""
@@ -201,11 +209,11 @@ def _placed(rows: list[NodeRow], since: datetime, show_private: bool) -> list[No
         for s in r.serving
         if s.reported
     ]
-    figures = _group_figures(since, groups)
-    topologies = _last_topologies(groups)
-    run_facts = _run_facts(groups)
-    revisions = _revisions(g["revision_id"] for g in groups)
-    newest = _latest_runs([row.node.pk for row in rows], show_private)
+    figures = group_figures(since, groups)
+    topologies = last_topologies(groups)
+    run_facts = facts_of_runs(groups)
+    revisions = shown_revisions(g["revision_id"] for g in groups)
+    newest = latest_runs([row.node.pk for row in rows], show_private)
     whole = Node.objects.in_bulk([row.node.pk for row in rows])
     placed: list[NodeRow] = []
     for row in rows:
@@ -216,14 +224,14 @@ def _placed(rows: list[NodeRow], since: datetime, show_private: bool) -> list[No
             if s.reported:
                 run, found = run_facts.get(key[:2]) or RunFacts(), figures.get(key) or Figures()
                 if s.revision_id in revisions:
-                    ran = _ran(revisions[s.revision_id], found, run, row.node.name, s.alert)
-                    s = replace(s, **{**ran, "advice": _unless_moved_on(s.advice, ran["advice"])})
+                    ran = ran_in_window(revisions[s.revision_id], found, run, row.node.name, s.alert)
+                    s = replace(s, **{**ran, "advice": unless_moved_on(s.advice, ran["advice"])})
                 s = replace(s, identity=run.identity, observations=run.observations)
                 s = replace(
-                    s, **_placement(s.stage_splits, topologies.get(key), run, row.node.name, found.tps)
+                    s, **placement(s.stage_splits, topologies.get(key), run, row.node.name, found.tps)
                 )
             elif latest is not None:
-                s = replace(s, **_registered_layout(latest, row.node.name))
+                s = replace(s, **registered_layout(latest, row.node.name))
             serving.append(s)
         devices = node_devices(latest.stages, latest.devices, row.node.name) if latest else []
         said = latest.observations if latest else None

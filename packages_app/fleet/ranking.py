@@ -70,7 +70,7 @@ class CappedCount(Subquery):
     output_field = IntegerField()
 
 
-def _window(since: datetime, show_private: bool) -> QuerySet[Serving]:
+def servings_in_window(since: datetime, show_private: bool) -> QuerySet[Serving]:
     """Each node's own Serving rows (never node_key 0) of the rows it served since ``since``."""
     servings = Serving.objects.filter(node_key=OuterRef("pk"), last_at__gte=since)
     return servings if show_private else servings.exclude(revision_id__in=_hidden_revisions())
@@ -83,7 +83,7 @@ def _hidden_revisions() -> QuerySet[Revision, Any]:
     return Revision.objects.exclude(package__private=False).values("pk")
 
 
-def _flagged(servings: QuerySet[Serving], since: datetime) -> QuerySet[Serving]:
+def flagged_servings(servings: QuerySet[Serving], since: datetime) -> QuerySet[Serving]:
     """The rows likely to need action: a revision whose headline calls for action, one whose
     package's latest revision has a better headline (verdicts.improves), or MTP unused in the window
     (the advice itself is judged in Python for the rows shown, against the node's release)."""
@@ -105,16 +105,16 @@ class Tops:
 _BUSIEST = ("-reports", "-revision_id", "stage_splits", "topology_id")
 
 
-def _tops(node_ids: NodeIds, since: datetime, show_private: bool, limit: int) -> Tops:
+def top_revisions(node_ids: NodeIds, since: datetime, show_private: bool, limit: int) -> Tops:
     """Each node's candidate revisions (one query): of its busiest rows over their life, and of its
     busiest flagged rows."""
     if isinstance(node_ids, list) and not node_ids:
         return Tops({}, {})
-    mine = _window(since, show_private)
+    mine = servings_in_window(since, show_private)
     rows = Node.objects.filter(pk__in=node_ids).values_list(
         "pk",
         RevisionList(mine.order_by(*_BUSIEST).values("revision_id")[:limit]),
-        RevisionList(_flagged(mine, since).order_by(*_BUSIEST).values("revision_id")[:limit]),
+        RevisionList(flagged_servings(mine, since).order_by(*_BUSIEST).values("revision_id")[:limit]),
         CappedCount(mine.order_by().values("pk")[: SERVED_COUNT_CAP + 1]),
     )
     revisions: dict[int, set[int]] = {}
@@ -142,13 +142,13 @@ _WINDOW_ROW = (
 )
 
 
-def _few_window_rows(
+def few_window_rows(
     ids: NodeIds, since: datetime, show_private: bool, cap: int
 ) -> list[dict[str, Any]] | None:
     """The nodes' Serving rows in the window with what ranking them reads, when there are at most ``cap``
     (the rows a page shows of these nodes; two queries, the first counting at most ``cap + 1``); else
     None (one query). A fleet of a thousand nodes each running a few revisions has fewer rows in the
-    window than the per-node queries of ``_tops`` and ``_shown_groups`` cost (about 40 ms at 1,000
+    window than the per-node queries of ``top_revisions`` and ``shown_groups`` cost (about 40 ms at 1,000
     nodes); a few nodes serving thousands each have many more, and there those read each node's
     busiest rows only. The count takes in the rows of private packages too: never fewer than shown."""
     if isinstance(ids, list) and not ids:
@@ -161,9 +161,9 @@ def _few_window_rows(
     return list(rows.values(*_WINDOW_ROW))
 
 
-def _tops_of(window: list[dict[str, Any]], since: datetime, limit: int) -> Tops:
-    """``_tops`` from every row of the window (``_few_window_rows``): the same busiest and flagged rows'
-    revisions, by the same order, and each node's count of rows."""
+def tops_of_window(window: list[dict[str, Any]], since: datetime, limit: int) -> Tops:
+    """``top_revisions`` from every row of the window (``few_window_rows``): the same busiest and flagged
+    rows' revisions, by the same order, and each node's count of rows."""
     by_node: dict[int, list[dict[str, Any]]] = {}
     for row in window:
         by_node.setdefault(row["node_key"], []).append(row)
@@ -182,7 +182,7 @@ def _recently_unused(row: Mapping[str, Any], since: datetime) -> int:
     return int(row["last_unused_at"] is not None and row["last_unused_at"] >= since)
 
 
-def _shown_groups(
+def shown_groups(
     since: datetime, show_private: bool, tops: Tops, limit: int, window: list[dict[str, Any]] | None = None
 ) -> tuple[list[dict[str, Any]], dict[int, int]]:
     """The (node, revision, split) groups of each node's candidate revisions, added up over their
@@ -215,7 +215,8 @@ def _shown_groups(
 
 def _ranked_groups(servings: QuerySet[Serving], since: datetime) -> list[dict[str, Any]]:
     """Per (node, revision, split), its Serving rows (one a topology) added up, flagged (``stale``) as
-    likely to need action by ``_flagged``'s conditions, judged here from the values read (one query)."""
+    likely to need action by ``flagged_servings``' conditions, judged here from the values read (one
+    query)."""
     rows = (
         servings.values(
             "node_key",
@@ -248,7 +249,7 @@ def _one_of(row: Mapping[str, Any]) -> str:
 def _groups_of(
     window: list[dict[str, Any]], since: datetime, pairs: set[tuple[int, int]]
 ) -> list[dict[str, Any]]:
-    """``_ranked_groups`` of the window's rows (``_few_window_rows``) of these (node, revision) pairs."""
+    """``_ranked_groups`` of the window's rows (``few_window_rows``) of these (node, revision) pairs."""
     groups: dict[tuple[int, int, str], dict[str, Any]] = {}
     for row in window:
         if (row["node_key"], row["revision_id"]) not in pairs:

@@ -83,12 +83,12 @@ class LatestRun:
     strategy_speculative: str = ""
     draft_name: str = ""
     identity: str = ""
-    stages: Any = None  # read only for the rows shown (``_latest_runs``)
+    stages: Any = None  # read only for the rows shown (``latest_runs``)
     devices: Any = None
     observations: Any = None
 
 
-def _latest_runs(node_ids: NodeIds, show_private: bool, stages: bool = True) -> dict[int, LatestRun]:
+def latest_runs(node_ids: NodeIds, show_private: bool, stages: bool = True) -> dict[int, LatestRun]:
     """Each node's newest registered run (one query), with (``stages``) its stages and devices, which
     only the rows shown need (parsing them for 1,000 nodes took 25 ms). Without ``show_private``, its
     newest run of a public package or of none (a run of a private package, of one whose privacy is
@@ -161,7 +161,7 @@ RUN_COLUMNS = (
 )
 
 
-def _run_facts(groups: list[dict[str, Any]], stages: bool = True) -> dict[tuple[int, int], RunFacts]:
+def facts_of_runs(groups: list[dict[str, Any]], stages: bool = True) -> dict[tuple[int, int], RunFacts]:
     """Each shown (node, revision)'s mesh-llm version, split certification, topology, what the node says
     about itself and (with ``stages``) its stages and whole observations, from its agent's newest run
     (one query)."""

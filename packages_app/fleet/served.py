@@ -12,13 +12,13 @@ from typing import Any
 from django.db.models import Count, Exists, OuterRef, Q, QuerySet, Subquery, Sum
 
 from packages_app.audit.assessment import Headline
-from packages_app.fleet.names import _Names
+from packages_app.fleet.names import RevisionNames
 from packages_app.fleet.window import window_cells
 from packages_app.models import LastServed, Revision, Rollup, Serving
 
 
 @dataclass(frozen=True)
-class ServedRevision(_Names):
+class ServedRevision(RevisionNames):
     """A revision some node reported running inside the window."""
 
     package_id: int

@@ -14,19 +14,19 @@ from django.db.models.functions import Cast
 
 from packages_app.audit.advice import Advice, Newer, NodeFacts, advise, moved_on, strategy_can_change_cause
 from packages_app.audit.assessment import parse_stored
-from packages_app.fleet.figures import Figures, _strategy, _window_figures
-from packages_app.fleet.names import _Names
-from packages_app.fleet.ranking import SERVED_COUNT_CAP, Tops, _shown_groups
-from packages_app.fleet.runs import LatestRun, Observations, RunFacts, _run_facts
+from packages_app.fleet.figures import Figures, strategy_of, window_figures
+from packages_app.fleet.names import RevisionNames
+from packages_app.fleet.ranking import SERVED_COUNT_CAP, Tops, shown_groups
+from packages_app.fleet.runs import LatestRun, Observations, RunFacts, facts_of_runs
 from packages_app.fleet.stages import (
     Stage,
-    _layer_range,
-    _newest_topologies,
-    _topology_id,
     best_stages,
+    layer_range,
     mark_registered,
+    newest_topologies,
     run_stages,
     stages_of,
+    topology_id_of,
     with_registration,
 )
 from packages_app.models import NodeRun, Revision
@@ -34,7 +34,7 @@ from packages_app.verdicts import Cause, status_of
 
 
 @dataclass(frozen=True)
-class NodeServing(_Names):
+class NodeServing(RevisionNames):
     """What one node ran of one revision inside the window (or registered, without a report), and what
     it should do about it, judged against the node's own release (audit.advice)."""
 
@@ -88,10 +88,10 @@ class NodeServed:
     at_least: bool = False
 
 
-_NOTHING_SERVED = NodeServed([], 0)
+NOTHING_SERVED = NodeServed([], 0)
 
 
-def _serving(
+def served_by_nodes(
     since: datetime,
     names: dict[int, str],
     show_private: bool,
@@ -110,13 +110,13 @@ def _serving(
     nor the stages' registration (4 queries), and the cells only of the groups that ran several
     strategies and whose cause their strategy can change (``_read_to_judge``): the others are judged by
     the strategy they all ran, or by none, and their reports (and advice text) are ``_placed``'s."""
-    shown, hidden = _shown_groups(since, show_private, tops, limit, window)
+    shown, hidden = shown_groups(since, show_private, tops, limit, window)
     registered = _registered_only(shown, runs, show_private)
-    revisions = _revisions([g["revision_id"] for g in shown] + [r.revision_id or 0 for r in registered])
-    run_facts = _run_facts(shown, stages=placed)
+    revisions = shown_revisions([g["revision_id"] for g in shown] + [r.revision_id or 0 for r in registered])
+    run_facts = facts_of_runs(shown, stages=placed)
     read = shown if placed else [g for g in shown if _read_to_judge(run_facts, g)]
-    figures = _group_figures(since, read, sketches=placed)
-    topologies = _last_topologies(shown) if placed else {}
+    figures = group_figures(since, read, sketches=placed)
+    topologies = last_topologies(shown) if placed else {}
     result: dict[int, list[NodeServing]] = {}
     for group in shown:
         key = (group["node_key"], group["revision_id"], group["stage_splits"])
@@ -153,7 +153,7 @@ _SERVED_REVISION = (
 )
 
 
-def _revisions(ids: Iterable[int]) -> dict[int, dict[str, Any]]:
+def shown_revisions(ids: Iterable[int]) -> dict[int, dict[str, Any]]:
     """The shown revisions' names, assessments (read as text and parsed once a process for each distinct
     text: ``parse_stored``) and their package's latest (one query)."""
     rows = Revision.objects.filter(pk__in=set(ids)).values(
@@ -200,21 +200,19 @@ def _read_to_judge(run_facts: Mapping[tuple[int, int], RunFacts], group: Mapping
 def _sole(group: Mapping[str, Any]) -> Figures:
     """The figures of a group whose cells were not read: the strategy its reports all ran, if one."""
     sole = group.get("sole_strategy")
-    return Figures(strategies={_strategy(sole): 1}) if sole else Figures()
+    return Figures(strategies={strategy_of(sole): 1}) if sole else Figures()
 
 
-def _group_figures(
-    since: datetime, groups: list[dict[str, Any]], sketches: bool = True
-) -> dict[Any, Figures]:
+def group_figures(since: datetime, groups: list[dict[str, Any]], sketches: bool = True) -> dict[Any, Figures]:
     """The shown (node, revision, split) groups' figures in the window (one query)."""
     keys = ("node_key", "revision_id", "stage_splits")
-    return _window_figures(since, [tuple(g[k] for k in keys) for g in groups], keys, sketches)
+    return window_figures(since, [tuple(g[k] for k in keys) for g in groups], keys, sketches)
 
 
-def _last_topologies(groups: list[dict[str, Any]]) -> dict[Any, Any]:
+def last_topologies(groups: list[dict[str, Any]]) -> dict[Any, Any]:
     """The topology of each (node, revision, split) group's newest report (one query)."""
     newest = [(g["node_key"], g["revision_id"], g["stage_splits"], g["last_at_max"]) for g in groups]
-    return _newest_topologies(Q(), ("node_id", "revision_id", "stage_splits"), newest)
+    return newest_topologies(Q(), ("node_id", "revision_id", "stage_splits"), newest)
 
 
 def _node_serving(
@@ -242,12 +240,12 @@ def _node_serving(
         last_at=group["last_at_max"],
         identity=run.identity,
         observations=run.observations,
-        **_ran(revision, figures, run, node_name, alert),
-        **(_placement(group["stage_splits"], topology, run, node_name, figures.tps) if placed else _UNPLACED),
+        **ran_in_window(revision, figures, run, node_name, alert),
+        **(placement(group["stage_splits"], topology, run, node_name, figures.tps) if placed else _UNPLACED),
     )
 
 
-def _ran(
+def ran_in_window(
     revision: Mapping[str, Any], figures: Figures, run: RunFacts, node_name: str, alert: bool
 ) -> dict[str, Any]:
     """A reported row's reports in the window, its most-reported strategy and its advice."""
@@ -257,15 +255,13 @@ def _ran(
     return {"reports": figures.reports, "requested": requested, "effective": effective, "advice": advice}
 
 
-def _placement(
-    splits: str, topology: Any, run: RunFacts, node_name: str, tps: float | None
-) -> dict[str, Any]:
+def placement(splits: str, topology: Any, run: RunFacts, node_name: str, tps: float | None) -> dict[str, Any]:
     """A reported row's fields that advice never reads: the layers and stages the node holds (as the
     newest report's topology places it, else as its agent registered them), the topology, and its
     median decode rate ``tps``."""
     return {
-        "layer_range": _layer_range(topology, node_name) or _layer_range({"stages": run.stages}, node_name),
-        "topology_id": _topology_id(topology) or run.topology_id,
+        "layer_range": layer_range(topology, node_name) or layer_range({"stages": run.stages}, node_name),
+        "topology_id": topology_id_of(topology) or run.topology_id,
         "tps": tps,
         "stages": tuple(best_stages(run_stages(run.stages), stages_of(topology), splits)),
     }
@@ -274,7 +270,7 @@ def _placement(
 _UNPLACED: dict[str, Any] = {"layer_range": "", "topology_id": "", "tps": None, "stages": ()}
 
 
-def _unless_moved_on(judged: Advice, advice: Advice) -> Advice:
+def unless_moved_on(judged: Advice, advice: Advice) -> Advice:
     """``advice`` in place of the judged one, unless that said the node moved on (``_with_moves``): a
     text the strategies never change."""
     return judged if judged.cause is Cause.MOVED_ON else advice
@@ -313,13 +309,13 @@ def _registered_row(
         last_at=run.updated_at,
         reported=False,
         identity=run.identity,
-        **_registered_layout(run, node_name),
+        **registered_layout(run, node_name),
     )
 
 
-def _registered_layout(run: LatestRun, node_name: str) -> dict[str, Any]:
+def registered_layout(run: LatestRun, node_name: str) -> dict[str, Any]:
     """A registered-only row's fields that advice never reads: the layers and stages its run registered."""
-    layers = _layer_range({"stages": run.stages}, node_name) if isinstance(run.stages, list) else ""
+    layers = layer_range({"stages": run.stages}, node_name) if isinstance(run.stages, list) else ""
     return {"layer_range": layers, "stages": tuple(run_stages(run.stages)), "observations": run.observations}
 
 

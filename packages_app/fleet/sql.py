@@ -17,17 +17,17 @@ SqlPart = tuple[str, list[Any]]  # SQL text with %s placeholders, and its parame
 
 def rows_matching(model: type[Model], keys: Sequence[str], groups: Sequence[Sequence[Any]]) -> RawSQL:
     """The ids of ``model``'s rows whose ``keys`` columns equal one group's values, as a subquery for
-    ``pk__in``: the groups as a list (``_values``), each row of it looked up on its own (``_joined``)
+    ``pk__in``: the groups as a list (``value_rows``), each row of it looked up on its own (``joined``)
     by whichever index serves its keys. (An OR of one term a group took PostgreSQL 175 ms to plan for
     2,600 groups; the ORM's Q objects cost a millisecond a term to build.)"""
-    values, names, params = _values(groups)
+    values, names, params = value_rows(groups)
     quote = connection.ops.quote_name
     where = " AND ".join(f"t.{quote(key)} = v.{name}" for key, name in zip(keys, names, strict=True))
     table = quote(model._meta.db_table)
-    return RawSQL(_joined(values, names, table, where, "t.id", "t.id"), params)  # noqa: S611
+    return RawSQL(joined(values, names, table, where, "t.id", "t.id"), params)  # noqa: S611
 
 
-def _values(groups: Sequence[Sequence[Any]]) -> tuple[str, list[str], list[Any]]:
+def value_rows(groups: Sequence[Sequence[Any]]) -> tuple[str, list[str], list[Any]]:
     """These rows of parameters (at least one) as a list to select from: its text, its columns' names
     (SQLite's own for a VALUES list's) and its parameters. PostgreSQL gets one array a column: with a
     VALUES list of 13,000 placeholders the needing-action page's cells query took 229 ms, most of it
@@ -53,23 +53,23 @@ def _pg_array(column: list[Any]) -> str:
     return _PG_ARRAYS.get(type(first), "text[]")
 
 
-def _joined(
+def joined(
     values: str, names: list[str], table: str, where: str, picked: str, columns: str, also: str = ""
 ) -> str:
-    """``columns`` of a ``_values`` list (``v``; each of its rows with every row of ``also``, another
-    list as ``_aliased`` names it) joined to the rows of ``table`` (``t``) that ``where`` matches to each
+    """``columns`` of a ``value_rows`` list (``v``; each of its rows with every row of ``also``, another
+    list as ``aliased`` names it) joined to the rows of ``table`` (``t``) that ``where`` matches to each
     of its rows. PostgreSQL reads them by a LATERAL subquery selecting ``picked`` from them: it keeps the
     planner from hashing the list against a scan of the whole table; SQLite reads a plain join that way.
     Only names and constant text are formatted in: values are the lists' parameters."""
-    lists = _aliased(values, names, "v") + (f" CROSS JOIN {also}" if also else "")
+    lists = aliased(values, names, "v") + (f" CROSS JOIN {also}" if also else "")
     if connection.vendor == "postgresql":
         lateral = f"SELECT {picked} FROM {table} AS t WHERE {where}"  # noqa: S608
         return f"SELECT {columns} FROM {lists} CROSS JOIN LATERAL ({lateral}) AS t"  # noqa: S608
     return f"SELECT {columns} FROM {lists} JOIN {table} AS t ON {where}"  # noqa: S608
 
 
-def _aliased(values: str, names: list[str], alias: str) -> str:
-    """A ``_values`` list as a FROM item named ``alias``, its columns by ``names`` (SQLite's own)."""
+def aliased(values: str, names: list[str], alias: str) -> str:
+    """A ``value_rows`` list as a FROM item named ``alias``, its columns by ``names`` (SQLite's own)."""
     return (
         f"{values} AS {alias} ({', '.join(names)})"
         if connection.vendor == "postgresql"

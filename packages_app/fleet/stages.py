@@ -59,7 +59,7 @@ def _vram(size: int) -> str:
     return f"{gib:.0f} GiB" if gib >= 10 else f"{gib:.1f} GiB" if gib >= 1 else f"{size // 2**20} MiB"
 
 
-def _newest_topologies(among: Q, keys: tuple[str, ...], reports: list[tuple[Any, ...]]) -> dict[Any, Any]:
+def newest_topologies(among: Q, keys: tuple[str, ...], reports: list[tuple[Any, ...]]) -> dict[Any, Any]:
     """The ``topology`` of the body of each report named (by the values of ``keys`` and its arrival
     time, last, which the Serving rows and cells hold as their last), by ``keys`` (one query)."""
     if not reports:
@@ -73,12 +73,12 @@ def _newest_topologies(among: Q, keys: tuple[str, ...], reports: list[tuple[Any,
     return {tuple(key): topology for *key, topology in rows.values_list(*keys, "body__topology")}
 
 
-def _topology_id(topology: Any) -> str:
+def topology_id_of(topology: Any) -> str:
     value = topology.get("topology_id") if isinstance(topology, dict) else None
     return value if isinstance(value, str) else ""
 
 
-def _layer_range(topology: Any, node_name: str) -> str:
+def layer_range(topology: Any, node_name: str) -> str:
     """The layers ``node_name`` holds in a report's topology, as ``start..end`` (several joined by ', ')."""
     stages = topology.get("stages") if isinstance(topology, dict) else None
     if not isinstance(stages, list):

@@ -11,16 +11,16 @@ from typing import Any
 
 from django.db.models import Case, Q, Value, When
 
-from packages_app.fleet.figures import Figures, _window_figures
-from packages_app.fleet.names import _Names
+from packages_app.fleet.figures import Figures, window_figures
+from packages_app.fleet.names import RevisionNames
 from packages_app.fleet.ranking import SERVED_COUNT_CAP, CappedCount
 from packages_app.fleet.runs import Observations
 from packages_app.fleet.served import unused_since
 from packages_app.fleet.stages import (
     Stage,
-    _newest_topologies,
     best_stages,
     mark_registered,
+    newest_topologies,
     run_stages,
     stages_of,
     with_registration,
@@ -29,7 +29,7 @@ from packages_app.models import NodeRun, Rollup, Serving
 
 
 @dataclass(frozen=True)
-class TopologyRun(_Names):
+class TopologyRun(RevisionNames):
     revision_id: int
     repo_id: str
     commit_sha: str
@@ -83,7 +83,7 @@ def topology_runs(topology_id: str, since: datetime, show_private: bool = False)
         return TopologyRuns([])
     figures = _topology_figures(topology_id, since, shown)
     newest = [(g["revision_id"], g["stage_splits"], g["last_at"]) for g in shown]
-    bodies = _newest_topologies(Q(topology_id=topology_id), ("revision_id", "stage_splits"), newest)
+    bodies = newest_topologies(Q(topology_id=topology_id), ("revision_id", "stage_splits"), newest)
     registrations = _topology_registrations(topology_id, [g["revision_id"] for g in shown])
     runs = []
     for g in shown:
@@ -132,7 +132,7 @@ def _topology_figures(
     """The shown (revision, split) groups' every-node figures on the topology in the window (one query)."""
     keys = ("revision_id", "node_key", "topology_id", "stage_splits")
     conditions = [(g["revision_id"], Rollup.ALL_NODES, topology_id, g["stage_splits"]) for g in groups]
-    found = _window_figures(since, conditions, keys)
+    found = window_figures(since, conditions, keys)
     return {(key[0], key[3]): figures for key, figures in found.items()}
 
 

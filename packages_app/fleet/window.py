@@ -48,7 +48,7 @@ def _window_ranges(since: datetime) -> list[tuple[str, datetime, datetime | None
     return [(Rollup.Grain.DAY.value, next_day, None), (Rollup.Grain.HOUR.value, hour, next_day)]
 
 
-def _window_terms(since: datetime) -> list[tuple[str, datetime, datetime, int]]:
+def window_terms(since: datetime) -> list[tuple[str, datetime, datetime, int]]:
     """(grain, from, before, sign) of the cells that add up to the window: whole days by day, and since's
     day by the hours from since's, or, where that is fewer cells, as its day cell less its hours before
     since's (a day cell holds exactly its hour cells' reports and bins while the hours are kept). So a
