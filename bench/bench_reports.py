@@ -291,12 +291,12 @@ def otlp_check(otlp: Row) -> str:
 
 
 def selector_check() -> str:
-    from packages_app import rollups
     from packages_app.models import Revision
+    from packages_app.rollups.rebuild import rebuild
     from packages_app.throughput import catalog_throughput, revision_throughput
 
     revision = Revision.objects.get(commit_sha=lr.BENCH_SHA)
-    rollups.rebuild([revision.pk])  # the batches stored with rollups off are in them now
+    rebuild([revision.pk])  # the batches stored with rollups off are in them now
     started = time.perf_counter()
     detail = revision_throughput(revision.pk)
     catalog = catalog_throughput([revision.pk])

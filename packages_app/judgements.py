@@ -9,8 +9,8 @@ indexed query for the rows they show:
   the pages used (``fleet.nodes.judged_rows``, the needing-action list's judgement); ``rebuild`` (``manage.py
   rebuild_judgements``) writes every node's rows from scratch, the same rows.
 - Whatever changes a judgement calls ``judge`` in its own transaction: a report stored or linked
-  (``serving_changing``, which rollups.add_reports calls for reports.py and telemetry.py, judging only the
-  nodes whose judgement the batch can change), a run registered (telemetry), an ingest or re-audit of a
+  (``serving_changing``, which rollups.adding.add_reports calls for reports.py and telemetry.py, judging only
+  the nodes whose judgement the batch can change), a run registered (telemetry), an ingest or re-audit of a
   revision or its package's latest or privacy changing (ingest: ``revisions_changed``), a release or
   roster imported
   (``rebuild``), a node created or renamed (models.node_judgements: its rows expired at once).
@@ -37,7 +37,6 @@ from django.db import transaction
 from django.db.models import Case, Count, F, Max, Min, Q, Value, When
 from django.utils import timezone
 
-from packages_app import rollups
 from packages_app.audit import certification, releases
 from packages_app.audit.advice import strategy_can_change_cause
 from packages_app.fleet.nodes import NodePage, NodeRow, judged_rows, rows_of_nodes
@@ -45,6 +44,8 @@ from packages_app.fleet.ranking import NODES_PAGE_ROWS, NODES_PER_PAGE
 from packages_app.fleet.runs import NodeIds
 from packages_app.fleet.window import DEFAULT_WINDOW_DAYS, window_start
 from packages_app.models import JUDGEMENT_EXPIRED, Node, NodeJudgement, NodeRun, Revision, Serving
+from packages_app.rollups.cells import Cell
+from packages_app.rollups.serving import ServingKey
 from packages_app.verdicts import Cause
 
 WINDOW_DAYS = DEFAULT_WINDOW_DAYS
@@ -242,7 +243,7 @@ def _valid_until(
     return until
 
 
-def serving_changing(servings: Mapping[rollups.ServingKey, rollups.Cell]) -> Callable[[], object]:
+def serving_changing(servings: Mapping[ServingKey, Cell]) -> Callable[[], object]:
     """Before a batch of reports is added to the Serving rows: which of their nodes to judge once it is,
     all but those whose judgement the batch cannot change (``_unchanged_by``)."""
     nodes = {node for _revision, node, _topology, _splits in servings if node}
@@ -253,9 +254,7 @@ def serving_changing(servings: Mapping[rollups.ServingKey, rollups.Cell]) -> Cal
     return lambda: judge(changed, now) if changed else 0
 
 
-def _unchanged_by(
-    servings: Mapping[rollups.ServingKey, rollups.Cell], nodes: set[int], now: datetime
-) -> set[int]:
+def _unchanged_by(servings: Mapping[ServingKey, Cell], nodes: set[int], now: datetime) -> set[int]:
     """The nodes whose kept judgement a batch adding ``servings`` leaves as it is (three queries): their
     rows are fresh, and every row the batch adds to is already in the window, keeps the one strategy all
     its reports ran and either stays without MTP unused or had it in the window already; and the node's
@@ -299,7 +298,7 @@ def _unchanged_by(
     return unchanged
 
 
-def _keeps(row: tuple[Any, str] | None, cell: rollups.Cell, since: datetime) -> bool:
+def _keeps(row: tuple[Any, str] | None, cell: Cell, since: datetime) -> bool:
     """Whether adding ``cell`` to a Serving row in the window (``row``: its last MTP-unused report and
     sole strategy; None: not in the window) leaves what judging it reads."""
     if row is None:

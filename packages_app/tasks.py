@@ -26,8 +26,9 @@ from django.conf import settings
 from django.core.cache import cache
 from django.db import InterfaceError, OperationalError, connection
 
-from packages_app import fixes, hub, ingest, metrics, notifications, partitions, rollups
+from packages_app import fixes, hub, ingest, metrics, notifications, partitions
 from packages_app.hub.outbound import DeliveryFailed
+from packages_app.rollups.rebuild import prune_hourly
 
 log = logging.getLogger(__name__)
 
@@ -242,7 +243,7 @@ def reconcile_stuck_revisions() -> int:
 def prune_hourly_rollups() -> int:
     """Delete hour rollups past MESHDASH_ROLLUP_HOURLY_DAYS (their reports are in the day rollups).
     Idempotent: a redelivery deletes nothing more."""
-    return rollups.prune_hourly()
+    return prune_hourly()
 
 
 @shared_task(acks_late=True)

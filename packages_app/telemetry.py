@@ -27,12 +27,13 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 from pydantic import ValidationError
 
-from packages_app import judgements, metrics, reports, rollups
+from packages_app import judgements, metrics, reports
 from packages_app.models import Node, NodeRun, PackageFile, Report, Revision, RunClaim
 from packages_app.nodes import otlp
 from packages_app.nodes.report_schema import RunIn, Timings, canonical_json
 from packages_app.report_time import Placement, placement
 from packages_app.reports import TIMING_COLUMNS
+from packages_app.rollups.adding import link_reports
 
 # Fixed forever: a span's report_id must be the same on every export of it.
 SPAN_NAMESPACE = uuid.UUID("6d1f0b3e-8f57-4f0e-9d0c-0e5b1d3c7a21")
@@ -254,9 +255,7 @@ def _link_span_reports(node: Node, run_id: str, fields: Mapping[str, object]) ->
     """The node's spans that arrived before their run was registered get its package now."""
     unlinked = Q(node=node, run_id=run_id, source=Report.Source.OTLP, repo_id="")
     keys = ("repo_id", "commit_sha", "manifest_sha256", "revision_id", "topology_id", "stage_splits")
-    return rollups.link_reports(
-        unlinked, {key: fields[key] for key in keys}, serving=judgements.serving_changing
-    )
+    return link_reports(unlinked, {key: fields[key] for key in keys}, serving=judgements.serving_changing)
 
 
 # --- What the node says about itself (docs/node-report.md section 5) ---------------------------

@@ -104,11 +104,11 @@ def old_link_span_reports(node: Any, run_id: str, fields: Any) -> int:
     """What linking did before run ids were scoped: any node's unlinked spans of that run id."""
     from django.db.models import Q
 
-    from packages_app import rollups
+    from packages_app.rollups.adding import link_reports
 
     keys = ("repo_id", "commit_sha", "manifest_sha256", "revision_id", "topology_id", "stage_splits")
     unlinked = Q(run_id=run_id, source=Report.Source.OTLP, repo_id="")
-    return rollups.link_reports(unlinked, {key: fields[key] for key in keys})
+    return link_reports(unlinked, {key: fields[key] for key in keys})
 
 
 def test_spans_from_another_node_for_a_claimed_run_are_refused_with_409_and_nothing_stored(

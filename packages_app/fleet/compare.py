@@ -16,7 +16,7 @@ from django.db.models.functions import Cast
 from packages_app import sketch, throughput
 from packages_app.fleet.figures import median_of
 from packages_app.models import NodeRun, Revision, Rollup
-from packages_app.rollups import hourly_since
+from packages_app.rollups.cells import hourly_since
 
 # Below this many reports on either side a before/after ratio is noise, and is marked so.
 FEW_REPORTS = 10

@@ -117,7 +117,7 @@ _STRATEGIES = "t.requested_strategy, t.strategy, t.mtp_used"  # a Rollup cell's 
 
 @functools.lru_cache(maxsize=1024)
 def strategy_of(key: str) -> tuple[str, str, bool]:
-    """(requested, effective, MTP used) of a NodeRollup.strategies key (rollups.strategy_key)."""
+    """(requested, effective, MTP used) of a NodeRollup.strategies key (rollups.upsert.strategy_key)."""
     requested, effective, used = json.loads(key)
     return str(requested), str(effective), bool(used)
 

@@ -10,7 +10,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from packages_app.models import Rollup
-from packages_app.rollups import hourly_since
+from packages_app.rollups.cells import hourly_since
 
 DEFAULT_WINDOW_DAYS = 7
 

@@ -36,7 +36,7 @@ from django.db import connection, transaction
 from django.db.models import Max, Model, OuterRef, Subquery, TextField
 from django.db.models.functions import Cast
 
-from packages_app import judgements, partitions, rollups
+from packages_app import judgements, partitions
 from packages_app.audit.assessment import Assessment, parse_stored
 from packages_app.audit.assessment import synthetic as synthetic_assessment
 from packages_app.audit.releases import known_releases, release_for
@@ -55,6 +55,7 @@ from packages_app.models import (
     Rollup,
     Serving,
 )
+from packages_app.rollups.rebuild import rebuild
 from packages_app.verdicts import Verdict
 
 T = TypeVar("T", bound=Model)
@@ -409,7 +410,7 @@ class Seeder:
         add_report_keys(first_id, self.next_id)
         # The rollups as rebuild_rollups makes them (in SQL on PostgreSQL): the cells the store paths
         # would have written report by report.
-        rollups.rebuild([revision.id for revision, count in zip(latest, counts, strict=True) if count])
+        rebuild([revision.id for revision, count in zip(latest, counts, strict=True) if count])
         return loader.total
 
     # --- the fleet shape: topologies, their runs and reports -------------------------------------
@@ -483,7 +484,7 @@ class Seeder:
                     loader.add(self.fleet_report_row(topology))
         add_report_keys(first_id, self.next_id)
         served = sorted({segment.revision.id for topology in self.fleet for segment in topology.segments})
-        rollups.rebuild(served)
+        rebuild(served)
         return loader.total
 
     def fleet_report_row(self, topology: FleetTopology) -> SyntheticReport:
