@@ -190,13 +190,13 @@ class Figures:
         cell.first_at = min(cell.first_at, self.at)
         cell.last_at = max(cell.last_at, self.at)
         if self.unused:
-            cell.last_unused_at = _later(cell.last_unused_at, self.at)
+            cell.last_unused_at = later(cell.last_unused_at, self.at)
         for value in self.values:
             if value is not None:
                 cell.metrics[value[0]].add(value[1], value[2])
 
 
-def _later(a: datetime | None, b: datetime | None) -> datetime | None:
+def later(a: datetime | None, b: datetime | None) -> datetime | None:
     """The later of two times, either of which may be missing."""
     return b if a is None else a if b is None else max(a, b)
 

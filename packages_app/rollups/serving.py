@@ -10,8 +10,8 @@ from django.db import connections
 from django.db.models import F, Max
 
 from packages_app.models import LastServed, Revision, Rollup, Serving
-from packages_app.rollups.cells import Cell, Key, _later
-from packages_app.rollups.upsert import Statement, _execute, _greatest, _least, strategy_key
+from packages_app.rollups.cells import Cell, Key, later
+from packages_app.rollups.upsert import Statement, execute, greatest, least, strategy_key
 
 ServingKey = tuple[int, int, str, str]  # revision, node_key, topology, stage splits
 SERVING_KEY = ("revision_id", "node_key", "topology_id", "stage_splits")
@@ -46,7 +46,7 @@ def servings_of(cells: dict[Key, Cell]) -> dict[ServingKey, Cell]:
         serving.unused += cell.unused
         serving.first_at = min(serving.first_at, cell.first_at)
         serving.last_at = max(serving.last_at, cell.last_at)
-        serving.last_unused_at = _later(serving.last_unused_at, cell.last_unused_at)
+        serving.last_unused_at = later(serving.last_unused_at, cell.last_unused_at)
     return servings
 
 
@@ -66,14 +66,14 @@ def upsert_serving(servings: dict[ServingKey, Cell], *, using: str = "default") 
         ]
         for key, c in sorted(servings.items(), key=lambda item: item[0])
     ]
-    _execute(connection, _serving_upsert_sql(connection.vendor), rows)
+    execute(connection, _serving_upsert_sql(connection.vendor), rows)
 
 
 def _serving_upsert_sql(vendor: str) -> Statement:
     postgres, table = vendor == "postgresql", Serving._meta.db_table
     updates = [f"{c} = {table}.{c} + excluded.{c}" for c in ("reports", "unused")]
-    updates.append(f"first_at = {_least(postgres, table, 'first_at')}")
-    updates += [f"{c} = {_greatest(postgres, table, c)}" for c in ("last_at", "last_unused_at")]
+    updates.append(f"first_at = {least(postgres, table, 'first_at')}")
+    updates += [f"{c} = {greatest(postgres, table, c)}" for c in ("last_at", "last_unused_at")]
     # One strategy stays the row's only while every batch adds that one.
     updates.append(
         f"sole_strategy = CASE WHEN {table}.sole_strategy = excluded.sole_strategy"
@@ -96,16 +96,16 @@ def upsert_last_served(servings: dict[ServingKey, Cell], *, using: str = "defaul
             continue
         found = newest.setdefault(revision, Cell(first_at=cell.first_at, last_at=cell.last_at))
         found.last_at = max(found.last_at, cell.last_at)
-        found.last_unused_at = _later(found.last_unused_at, cell.last_unused_at)
+        found.last_unused_at = later(found.last_unused_at, cell.last_unused_at)
     connection = connections[using]
     adapt = connection.ops.adapt_datetimefield_value
     rows = [[r, r, adapt(c.last_at), adapt(c.last_unused_at)] for r, c in sorted(newest.items())]
-    _execute(connection, _last_served_upsert_sql(connection.vendor), rows)
+    execute(connection, _last_served_upsert_sql(connection.vendor), rows)
 
 
 def _last_served_upsert_sql(vendor: str) -> Statement:
     postgres, table = vendor == "postgresql", LastServed._meta.db_table
-    updates = ", ".join(f"{c} = {_greatest(postgres, table, c)}" for c in ("last_at", "last_unused_at"))
+    updates = ", ".join(f"{c} = {greatest(postgres, table, c)}" for c in ("last_at", "last_unused_at"))
     # Only table and column names are formatted in; every value is a parameter.
     sql = (
         f"INSERT INTO {table} (revision_id, package_id, last_at, last_unused_at) VALUES {{rows}} "  # noqa: S608

@@ -29,7 +29,7 @@ def upsert(cells: dict[Key, Cell], *, using: str = "default") -> None:
     connection = connections[using]
     statement = _upsert_sql(connection.vendor, Rollup._meta.db_table)
     ordered = sorted(cells.items(), key=lambda item: item[0])
-    _execute(connection, statement, [row_values(connection, key, cell) for key, cell in ordered])
+    execute(connection, statement, [row_values(connection, key, cell) for key, cell in ordered])
 
 
 @dataclass(frozen=True)
@@ -38,7 +38,7 @@ class Statement:
     row: str  # one row's placeholders
 
 
-def _execute(connection: Any, statement: Statement, rows: list[list[Any]]) -> None:
+def execute(connection: Any, statement: Statement, rows: list[list[Any]]) -> None:
     """Run an upsert UPSERT_ROWS rows at a time. Callers pass the rows sorted by key, so that two
     transactions touching the same rows lock them in the same order: no deadlock."""
     with connection.cursor() as cursor:
@@ -55,8 +55,8 @@ def _upsert_sql(vendor: str, table: str) -> Statement:
     cast = "::jsonb" if postgres else ""
     row = "(" + ", ".join(f"%s{cast}" if c.endswith("_sketch") else "%s" for c in COLUMNS) + ")"
     updates = [f"{c} = {table}.{c} + excluded.{c}" for c in (*SUMMED, *_metric_parts("n", "sum"))]
-    updates += [f"{c} = {_least(postgres, table, c)}" for c in ("first_at", *_metric_parts("min"))]
-    updates += [f"{c} = {_greatest(postgres, table, c)}" for c in ("last_at", *_metric_parts("max"))]
+    updates += [f"{c} = {least(postgres, table, c)}" for c in ("first_at", *_metric_parts("min"))]
+    updates += [f"{c} = {greatest(postgres, table, c)}" for c in ("last_at", *_metric_parts("max"))]
     updates += [f"{c} = {_merge_bins(postgres, table, c)}" for c in _metric_parts("sketch")]
     # Only column names and constants are formatted in; every value is a parameter.
     sql = (
@@ -70,14 +70,14 @@ def _metric_parts(*parts: str) -> list[str]:
     return [f"{m}_{part}" for m in METRICS for part in parts]
 
 
-def _least(postgres: bool, table: str, column: str) -> str:
+def least(postgres: bool, table: str, column: str) -> str:
     # LEAST skips NULLs; SQLite's two-argument MIN returns NULL if either is NULL.
     if postgres:
         return f"LEAST({table}.{column}, excluded.{column})"
     return f"COALESCE(MIN({table}.{column}, excluded.{column}), {table}.{column}, excluded.{column})"
 
 
-def _greatest(postgres: bool, table: str, column: str) -> str:
+def greatest(postgres: bool, table: str, column: str) -> str:
     if postgres:
         return f"GREATEST({table}.{column}, excluded.{column})"
     return f"COALESCE(MAX({table}.{column}, excluded.{column}), {table}.{column}, excluded.{column})"
@@ -171,7 +171,7 @@ def upsert_node_rollups(cells: dict[NodeKey, NodeCell], *, using: str = "default
         [revision, grain, node, adapt(start), splits, c.reports, _json(c.bins), json.dumps(c.strategies)]
         for (revision, grain, node, start, splits), c in sorted(cells.items(), key=lambda item: item[0])
     ]
-    _execute(connection, _node_rollup_upsert_sql(connection.vendor), rows)
+    execute(connection, _node_rollup_upsert_sql(connection.vendor), rows)
 
 
 def _node_rollup_upsert_sql(vendor: str) -> Statement:
