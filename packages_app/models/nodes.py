@@ -271,9 +271,9 @@ class BaselineReport(models.Model):
 
 
 class NodeJudgement(models.Model):
-    """Each node's judgement over the default window (fleet.DEFAULT_WINDOW_DAYS), kept rather than made per
-    request: whether it needs action, its most urgent advice and the revision it is about, and the rank the
-    needing-action list sorts it by, once for visitors (``private`` false: public packages only) and once
+    """Each node's judgement over the default window (fleet.window.DEFAULT_WINDOW_DAYS), kept rather than made
+    per request: whether it needs action, its most urgent advice and the revision it is about, and the rank
+    the needing-action list sorts it by, once for visitors (``private`` false: public packages only) and once
     for those who see private packages. Written by packages_app.judgements in the transaction of whatever
     changes it; ``valid_until`` is when the moving window changes it (a report leaving it, or its cells'
     strategies changing at the next hour), ``basis`` the release matrix and rosters it was judged against.
