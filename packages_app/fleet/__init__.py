@@ -8,8 +8,8 @@ plan); what several pages share in modules of their own: ``window`` (the window 
 (what the nodes' agents registered), ``names`` (how a row names its revision) and ``sql`` (lists of keys).
 
 Owns: what every fleet page reads of models.Serving, LastServed, Rollup, NodeRollup, NodeRun and the raw
-reports' topologies. Never imports: a service that writes (ingest, reports, rollups' writers beyond
-``hourly_since`` and ``strategy_key``), the tasks, web/ or the Hub; selectors only, they never write.
+reports' topologies. Never imports: a service that writes (ingest, reports, rollups/ beyond
+``rollups.cells.hourly_since``), the tasks, web/ or the Hub; selectors only, they never write.
 Callers import each name from the module that owns it: this file imports nothing.
 
 Selectors only (services layer, read side): they read models and call throughput's public aggregates,
