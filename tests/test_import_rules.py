@@ -32,7 +32,11 @@ LAYERS: Mapping[str, int] = {
     "packages_app.repo_ids": PURE,
     "packages_app.verdicts": PURE,
     "packages_app.glossary": PURE,
-    "packages_app.gguf_header": PURE,
+    "packages_app.gguf_header": PURE,  # the entry points and the CLI
+    "packages_app.gguf_parser": PURE,
+    "packages_app.gguf_errors": PURE,
+    "packages_app.gguf_fields": PURE,
+    "packages_app.gguf_results": PURE,
     "packages_app.manifest": PURE,
     "packages_app.input_budget": PURE,  # what one body of untrusted input may cost a parser
     "packages_app.audit": PURE,
