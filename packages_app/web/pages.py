@@ -35,10 +35,11 @@ from packages_app import (
     report_time,
     staticfinders,
 )
-from packages_app.audit.assessment import Assessment, release_tables, shared_outcomes
+from packages_app.audit.assessment import Assessment
 from packages_app.audit.check import ManifestCheck
 from packages_app.audit.model import UNCERTAIN as RESOLVER_UNCERTAIN
 from packages_app.audit.model import Suggestion
+from packages_app.audit.release_tables import release_tables, shared_outcomes
 from packages_app.layout import METADATA_CARRIER, FileRole
 from packages_app.models import ActionLog, Package, Revision
 from packages_app.throughput import RevisionThroughput, revision_throughput
