@@ -32,7 +32,7 @@ PURE = (
     "packages_app/verdicts.py",
     "packages_app/repo_ids.py",
     "packages_app/glossary.py",
-    "packages_app/charts.py",
+    "packages_app/charts/",
     "packages_app/report_time.py",
     "packages_app/nodes/exposition.py",
     "packages_app/input_budget.py",

@@ -16,7 +16,6 @@ from django.views.decorators.http import require_safe
 
 from packages_app import (
     baselines,
-    charts,
     fleet,
     glossary,
     judgements,
@@ -24,6 +23,8 @@ from packages_app import (
     report_metrics,
     staticfinders,
 )
+from packages_app.charts.compare import comparison_timeline_figure, distribution_figure
+from packages_app.charts.layers import StageGap, layer_layout_figure, stage_gaps
 from packages_app.models import Package, Report, Revision
 from packages_app.verdicts import STATUSES_BY_RANK, VERDICTS_BY_RANK, ActionKind, Cause
 from packages_app.web import access
@@ -109,13 +110,13 @@ def topology_detail(request: HttpRequest, topology_id: str) -> HttpResponse:
 
 def _layout_chart(revision_id: int, splits: list[str]) -> dict[str, Any]:
     revision = Revision.objects.only("id", "audit").get(pk=revision_id)
-    return charts.layer_layout_figure(revision.audited.detected.blocks, [s for s in splits if s])
+    return layer_layout_figure(revision.audited.detected.blocks, [s for s in splits if s])
 
 
-def _stage_gaps(revision_id: int, split: str) -> list[charts.StageGap]:
-    """The package's blocks that no stage of the split holds (charts.stage_gaps), MTP blocks named."""
+def _stage_gaps(revision_id: int, split: str) -> list[StageGap]:
+    """The package's blocks that no stage of the split holds (stage_gaps), MTP blocks named."""
     revision = Revision.objects.only("id", "block_count", "audit").get(pk=revision_id)
-    return charts.stage_gaps(split, revision.block_count, list(revision.audited.detected.mtp_blocks))
+    return stage_gaps(split, revision.block_count, list(revision.audited.detected.mtp_blocks))
 
 
 @require_safe
@@ -163,13 +164,11 @@ def comparison_charts(c: fleet.Comparison) -> dict[str, Any]:
     sides = (("before", c.old), ("after", c.new))
     labels = {figures.revision.pk: f"{side} {figures.revision.short_sha}" for side, figures in sides}
     return {
-        "timeline": charts.comparison_timeline_figure(
+        "timeline": comparison_timeline_figure(
             [(labels[revision.pk], [dict(vars(p)) for p in points]) for revision, points in c.series],
             c.bucket,
         ),
-        "spread": charts.distribution_figure(
-            [(labels[f.revision.pk], f.spread, f.reports) for _, f in sides]
-        ),
+        "spread": distribution_figure([(labels[f.revision.pk], f.spread, f.reports) for _, f in sides]),
     }
 
 

@@ -26,7 +26,6 @@ from packages_app import (
     background,
     baselines,
     certify_reports,
-    charts,
     fixes,
     fleet,
     queries,
@@ -40,6 +39,8 @@ from packages_app.audit.check import ManifestCheck
 from packages_app.audit.model import UNCERTAIN as RESOLVER_UNCERTAIN
 from packages_app.audit.model import Suggestion
 from packages_app.audit.release_tables import release_tables, shared_outcomes
+from packages_app.charts.layers import layer_layout_figure, stage_boundaries
+from packages_app.charts.timelines import mtp_comparison_figure, strategy_figure, throughput_timeline_figure
 from packages_app.layout import METADATA_CARRIER, FileRole
 from packages_app.models import ActionLog, Package, Revision
 from packages_app.throughput import RevisionThroughput, revision_throughput
@@ -283,13 +284,13 @@ def _revision_context(
         "throughput": throughput,
         "skew_minutes": int(report_time.CLOCK_SKEW_LIMIT.total_seconds() // 60),
         "replay_days": report_time.REPLAY_WINDOW.days,
-        "layout_chart": charts.layer_layout_figure(
+        "layout_chart": layer_layout_figure(
             detected.blocks,
             splits,
             detected.missing_nextn_tensors,
         ),
         "throughput_charts": _throughput_charts(throughput, served),
-        "stage_boundaries": charts.stage_boundaries(splits),
+        "stage_boundaries": stage_boundaries(splits),
         "certify_reports": certify_reports.revision_certify_reports(revision),
     }
 
@@ -337,11 +338,11 @@ def _throughput_charts(
         return {}
     return {
         # vars, not asdict: the points' fields are plain values, and asdict deep-copies each one.
-        "timeline": charts.throughput_timeline_figure(
+        "timeline": throughput_timeline_figure(
             [dict(vars(point)) for point in throughput.series], throughput.bucket, served or []
         ),
-        "strategies": charts.strategy_figure([asdict(row) for row in throughput.by_strategy]),
-        "mtp": charts.mtp_comparison_figure(asdict(throughput.mtp_on), asdict(throughput.mtp_off)),
+        "strategies": strategy_figure([asdict(row) for row in throughput.by_strategy]),
+        "mtp": mtp_comparison_figure(asdict(throughput.mtp_on), asdict(throughput.mtp_off)),
     }
 
 
