@@ -24,7 +24,7 @@ from packages_app import audit as auditing
 from packages_app import hub, inspection, judgements
 from packages_app import manifest as manifests
 from packages_app.audit.releases import refused_key
-from packages_app.gguf_header import GGUFHeader
+from packages_app.gguf_results import GGUFHeader
 from packages_app.layout import MANIFEST_FILE, classify_path
 from packages_app.models import Package, PackageFile, Revision, TrackRequest
 from packages_app.repo_ids import within_tracking_rules

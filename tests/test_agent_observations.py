@@ -17,7 +17,7 @@ import pytest
 
 from packages_app.devnode import payloads
 from packages_app.devnode.server import DevNode
-from packages_app.nodes import agent
+from packages_app.nodes import agent_common, agent_config, agent_runs
 from packages_app.nodes.report_schema import MAX_OBSERVED_BYTES, validate_run
 
 TEN_MB = "x" * (10 * 1024 * 1024)
@@ -97,10 +97,10 @@ def hostile_node(tmp_path: Path) -> Iterator[str]:
 
 
 def read(node_url: str, exchange_log: str = "") -> dict[str, Any]:
-    config = agent.Config(
+    config = agent_config.Config(
         node_url=node_url, token="t", hub_url="http://127.0.0.1:9", exchange_log=exchange_log
     )
-    (run,) = agent.read_runs(config, agent.RefResolver(config.hub_url))
+    (run,) = agent_runs.read_runs(config, agent_runs.RefResolver(config.hub_url))
     return run
 
 
@@ -185,7 +185,7 @@ def test_a_status_nested_past_what_json_reads_is_a_clear_error_not_a_crash(hosti
     global DEPTH
     DEPTH, before = 50_000, DEPTH
     try:
-        with pytest.raises(agent.AgentError, match="is not JSON"):
+        with pytest.raises(agent_common.AgentError, match="is not JSON"):
             read(hostile_node)
     finally:
         DEPTH = before

@@ -18,7 +18,7 @@ from packages_app.fleet import nodes as fleet_nodes
 from packages_app.fleet import stages as fleet_stages
 from packages_app.fleet import window as fleet_window
 from packages_app.models import Report, Revision
-from packages_app.nodes import agent, identity
+from packages_app.nodes import agent_config, agent_runs, identity
 from tests import dashboard_factories as f
 
 pytestmark = pytest.mark.django_db
@@ -46,8 +46,8 @@ def plan_for(revision: Revision) -> payloads.RunPlan:
 def register_through_the_agent(client: Client, plan: payloads.RunPlan, token: str) -> None:
     """What meshdash-agent reads from the node's console API, posted as it posts it."""
     with DevNode(plan) as node:
-        config = agent.Config(node_url=node.url, token=token, hub_url="http://127.0.0.1:9")
-        runs = agent.read_runs(config, agent.RefResolver(config.hub_url))
+        config = agent_config.Config(node_url=node.url, token=token, hub_url="http://127.0.0.1:9")
+        runs = agent_runs.read_runs(config, agent_runs.RefResolver(config.hub_url))
     response = client.post(
         "/api/v1/runs",
         json.dumps({"runs": runs}),

@@ -133,15 +133,21 @@ GOOD = {
     "packages_app__manifest__v2": (100, 100),
     "packages_app__audit__judgement": (95, 100),
     "packages_app__gguf_header": (19, 20),
+    "packages_app__gguf_parser": (20, 20),
+    "packages_app__gguf_errors": (0, 0),
+    "packages_app__gguf_fields": (10, 10),
+    "packages_app__gguf_results": (4, 4),
     "packages_app__sketch": (0, 0),
     "packages_app__layout": (10, 10),
     "packages_app__verdicts": (4, 4),
     "packages_app__report_metrics": (6, 6),
     "packages_app__repo_ids": (36, 36),
     "packages_app__glossary": (6, 6),
-    "packages_app__charts": (70, 70),
+    "packages_app__charts__layers": (70, 70),
     "packages_app__report_time": (2, 2),
     "packages_app__nodes__exposition": (52, 52),
+    "packages_app__nodes__agent_common": (0, 0),
+    "packages_app__nodes__agent_spool": (24, 24),
     "packages_app__input_budget": (18, 18),
     "packages_app__views": (0, 50),  # not a pure module: never gated
 }
@@ -207,4 +213,4 @@ def test_every_pure_module_is_gated_or_named_as_not_yet() -> None:
 def test_control_a_new_pure_module_in_neither_list_is_found(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(coverage_gate, "PURE", tuple(p for p in coverage_gate.PURE if "charts" not in p))
     named = set(coverage_gate.PURE) | set(coverage_gate.NOT_YET_GATED)
-    assert pure_layer_paths() - named == {"packages_app/charts.py"}  # as nodes/exposition.py was found
+    assert pure_layer_paths() - named == {"packages_app/charts/"}  # as nodes/exposition.py was found

@@ -143,11 +143,12 @@ def test_axis_titles_come_from_the_table() -> None:
 
 
 def test_the_charts_and_the_recent_reports_table_take_their_labels_from_the_table() -> None:
-    from packages_app import charts
+    from packages_app.charts.common import TPS_AXIS
+    from packages_app.charts.timelines import throughput_timeline_figure
 
-    figure = charts.throughput_timeline_figure([])
+    figure = throughput_timeline_figure([])
     assert figure["layout"]["yaxis"]["title"]["text"] == "Decode tokens/s (median)"
-    assert f"{report_metrics.BY_NAME['predicted_per_second'].label} (median)" == charts.TPS_AXIS
+    assert f"{report_metrics.BY_NAME['predicted_per_second'].label} (median)" == TPS_AXIS
 
 
 def test_the_rollup_counters_and_the_acceptance_ratio_come_from_the_table() -> None:

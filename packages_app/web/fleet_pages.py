@@ -16,13 +16,14 @@ from django.views.decorators.http import require_safe
 
 from packages_app import (
     baselines,
-    charts,
     glossary,
     judgements,
     queries,
     report_metrics,
     staticfinders,
 )
+from packages_app.charts.compare import comparison_timeline_figure, distribution_figure
+from packages_app.charts.layers import StageGap, layer_layout_figure, stage_gaps
 from packages_app.fleet.compare import Comparison, compare_revisions, default_comparison_pair
 from packages_app.fleet.nodes import node_page, node_rows
 from packages_app.fleet.topology import topology_runs
@@ -112,13 +113,13 @@ def topology_detail(request: HttpRequest, topology_id: str) -> HttpResponse:
 
 def _layout_chart(revision_id: int, splits: list[str]) -> dict[str, Any]:
     revision = Revision.objects.only("id", "audit").get(pk=revision_id)
-    return charts.layer_layout_figure(revision.audited.detected.blocks, [s for s in splits if s])
+    return layer_layout_figure(revision.audited.detected.blocks, [s for s in splits if s])
 
 
-def _stage_gaps(revision_id: int, split: str) -> list[charts.StageGap]:
-    """The package's blocks that no stage of the split holds (charts.stage_gaps), MTP blocks named."""
+def _stage_gaps(revision_id: int, split: str) -> list[StageGap]:
+    """The package's blocks that no stage of the split holds (stage_gaps), MTP blocks named."""
     revision = Revision.objects.only("id", "block_count", "audit").get(pk=revision_id)
-    return charts.stage_gaps(split, revision.block_count, list(revision.audited.detected.mtp_blocks))
+    return stage_gaps(split, revision.block_count, list(revision.audited.detected.mtp_blocks))
 
 
 @require_safe
@@ -166,13 +167,11 @@ def comparison_charts(c: Comparison) -> dict[str, Any]:
     sides = (("before", c.old), ("after", c.new))
     labels = {figures.revision.pk: f"{side} {figures.revision.short_sha}" for side, figures in sides}
     return {
-        "timeline": charts.comparison_timeline_figure(
+        "timeline": comparison_timeline_figure(
             [(labels[revision.pk], [dict(vars(p)) for p in points]) for revision, points in c.series],
             c.bucket,
         ),
-        "spread": charts.distribution_figure(
-            [(labels[f.revision.pk], f.spread, f.reports) for _, f in sides]
-        ),
+        "spread": distribution_figure([(labels[f.revision.pk], f.spread, f.reports) for _, f in sides]),
     }
 
 

@@ -26,7 +26,6 @@ from packages_app import (
     background,
     baselines,
     certify_reports,
-    charts,
     fixes,
     queries,
     queueing,
@@ -34,10 +33,13 @@ from packages_app import (
     report_time,
     staticfinders,
 )
-from packages_app.audit.assessment import Assessment, release_tables, shared_outcomes
+from packages_app.audit.assessment import Assessment
 from packages_app.audit.check import ManifestCheck
 from packages_app.audit.model import UNCERTAIN as RESOLVER_UNCERTAIN
 from packages_app.audit.model import Suggestion
+from packages_app.audit.release_tables import release_tables, shared_outcomes
+from packages_app.charts.layers import layer_layout_figure, stage_boundaries
+from packages_app.charts.timelines import mtp_comparison_figure, strategy_figure, throughput_timeline_figure
 from packages_app.fleet.compare import default_comparison_pair
 from packages_app.fleet.plans import plan_advice
 from packages_app.layout import METADATA_CARRIER, FileRole
@@ -283,13 +285,13 @@ def _revision_context(
         "throughput": throughput,
         "skew_minutes": int(report_time.CLOCK_SKEW_LIMIT.total_seconds() // 60),
         "replay_days": report_time.REPLAY_WINDOW.days,
-        "layout_chart": charts.layer_layout_figure(
+        "layout_chart": layer_layout_figure(
             detected.blocks,
             splits,
             detected.missing_nextn_tensors,
         ),
         "throughput_charts": _throughput_charts(throughput, served),
-        "stage_boundaries": charts.stage_boundaries(splits),
+        "stage_boundaries": stage_boundaries(splits),
         "certify_reports": certify_reports.revision_certify_reports(revision),
     }
 
@@ -337,11 +339,11 @@ def _throughput_charts(
         return {}
     return {
         # vars, not asdict: the points' fields are plain values, and asdict deep-copies each one.
-        "timeline": charts.throughput_timeline_figure(
+        "timeline": throughput_timeline_figure(
             [dict(vars(point)) for point in throughput.series], throughput.bucket, served or []
         ),
-        "strategies": charts.strategy_figure([asdict(row) for row in throughput.by_strategy]),
-        "mtp": charts.mtp_comparison_figure(asdict(throughput.mtp_on), asdict(throughput.mtp_off)),
+        "strategies": strategy_figure([asdict(row) for row in throughput.by_strategy]),
+        "mtp": mtp_comparison_figure(asdict(throughput.mtp_on), asdict(throughput.mtp_off)),
     }
 
 

@@ -38,8 +38,8 @@ from django.db.models.functions import Cast
 
 from packages_app import judgements, partitions
 from packages_app.audit.assessment import Assessment, parse_stored
-from packages_app.audit.assessment import synthetic as synthetic_assessment
 from packages_app.audit.releases import known_releases, release_for
+from packages_app.audit.synthetic import synthetic as synthetic_assessment
 from packages_app.layout import FileRole
 from packages_app.models import (
     LastServed,
