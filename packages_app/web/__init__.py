@@ -1,7 +1,8 @@
 """The HTTP and gRPC edges of meshdash: everything that answers a request, and nothing else.
 
 web/ owns the browser pages (``pages``, ``fleet_pages``), the JSON API (``api`` for node reports, the
-manifest check, the ping and the OpenAPI view; ``api_read``; ``api_telemetry``; ``openapi`` the
+manifest check, the ping and the OpenAPI view; ``api_packages`` and ``api_nodes`` the read-only API, with
+``api_read`` their shared parts and ``api_shapes`` their response shapes; ``api_telemetry``; ``openapi`` the
 document), the OTLP edges (``api_telemetry`` for OTLP/HTTP, ``otlp_grpc`` the gRPC server), the Hub
 webhook (``webhooks``), the forms that validate what a client sends (``forms``), the probes and
 ``/metrics`` (``health``, ``metrics_view``), the routes (``urls``) and the helpers beside the views:

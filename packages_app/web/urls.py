@@ -4,7 +4,7 @@ from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_not_required
 from django.urls import path
 
-from packages_app.web import access, api, api_read, api_telemetry, fleet_pages, pages, webhooks
+from packages_app.web import access, api, api_nodes, api_packages, api_telemetry, fleet_pages, pages, webhooks
 
 app_name = "packages_app"
 
@@ -56,7 +56,7 @@ urlpatterns = [
     path("api/v1/check-manifest", api.check_manifest_api, name="api_check_manifest"),
     *_NODE_ENDPOINTS,
     path("api/v1/openapi.json", api.openapi_json, name="api_openapi"),
-    path("api/v1/packages", api_read.packages_list, name="api_packages"),
-    path("api/v1/packages/<str:owner>/<str:name>", api_read.package_detail, name="api_package"),
-    path("api/v1/nodes/<path:name>", api_read.node_detail, name="api_node"),
+    path("api/v1/packages", api_packages.packages_list, name="api_packages"),
+    path("api/v1/packages/<str:owner>/<str:name>", api_packages.package_detail, name="api_package"),
+    path("api/v1/nodes/<path:name>", api_nodes.node_detail, name="api_node"),
 ]
