@@ -274,9 +274,9 @@ def test_control_without_the_origin_check_the_other_origin_is_stored_and_linked_
     page = Client().get(f"/packages/{owner}/{name}/").content.decode()
     assert f'href="{evil}"' not in page
     # and without it too, the anonymous reader is sent to the other origin "on the Hub"
-    from packages_app.web import pages
+    from packages_app.web import package_pages
 
-    monkeypatch.setattr(pages, "hub_pr_link", lambda url: url)
+    monkeypatch.setattr(package_pages, "hub_pr_link", lambda url: url)
     page = Client().get(f"/packages/{owner}/{name}/").content.decode()
     assert f'<a href="{evil}" rel="noopener noreferrer">on the Hub' in page
     record("pullRequestUrl on another origin, control", stored=proposal.pr_url)
