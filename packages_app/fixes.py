@@ -346,10 +346,10 @@ def open_fix(
 
 
 def _stale(proposal: FixProposal, head: str, source: hub.PackageSource | None) -> FixProposal:
-    from packages_app import ingest
+    from packages_app import ingest, tracking
 
     repo_id = proposal.package.repo_id
-    ingest.sync_package(repo_id, source)
+    tracking.sync_package(repo_id, source)
     rev = ingest.ingest_revision(repo_id, head, source=source).revision
     label = status_of(rev.headline).label if rev.headline else "not assessed yet"
     message = (

@@ -26,7 +26,7 @@ from django.conf import settings
 from django.core.cache import cache
 from django.db import InterfaceError, OperationalError, connection
 
-from packages_app import fixes, hub, ingest, metrics, notifications, partitions, rollups
+from packages_app import fixes, hub, ingest, metrics, notifications, partitions, rollups, tracking
 from packages_app.hub.outbound import DeliveryFailed
 
 log = logging.getLogger(__name__)
@@ -135,7 +135,7 @@ def ingest_revision_task(self: Task, repo_id: str, commit_sha: str) -> str:
     count = metrics.count_ingest  # every way out is counted by outcome (/metrics: meshdash_ingests_total)
     try:
         # Nodes ask for revisions of repos they name: those stay unlinked unless the Hub confirms them.
-        if ingest.confirm_package(repo_id) is None:
+        if tracking.confirm_package(repo_id) is None:
             return count(UNCONFIRMED)
         outcome = ingest.ingest_revision(repo_id, commit_sha, claim=self.request.id)
         settled = fixes.settle_revision(
@@ -165,12 +165,12 @@ def ingest_revision_task(self: Task, repo_id: str, commit_sha: str) -> str:
 
 
 @shared_task(bind=True, max_retries=MAX_RETRIES, acks_late=True, name="packages_app.tasks.sync_package")
-@quarantine_after_dead_deliveries(ingest.record_sync_error)
+@quarantine_after_dead_deliveries(tracking.record_sync_error)
 def sync_package_task(self: Task, repo_id: str) -> int:
     try:
-        if ingest.confirm_package(repo_id) is None:  # a webhook named a repo we do not store
+        if tracking.confirm_package(repo_id) is None:  # a webhook named a repo we do not store
             return 0
-        revisions = ingest.sync_package(repo_id)
+        revisions = tracking.sync_package(repo_id)
     except hub.HubUnavailable as exc:
         raise self.retry(exc=exc, countdown=retry_countdown(exc, self.request.retries)) from exc
     except hub.HubError as exc:
@@ -187,14 +187,14 @@ def sync_package_task(self: Task, repo_id: str) -> int:
 
 
 @shared_task(bind=True, max_retries=MAX_RETRIES, acks_late=True, name="packages_app.tasks.track_package")
-@quarantine_after_dead_deliveries(ingest.record_track_failure)
+@quarantine_after_dead_deliveries(tracking.record_track_failure)
 def track_package_task(self: Task, repo_id: str) -> str:
     """An operator's track: the Hub must confirm the repo (one call) before it is stored and synced."""
     try:
-        package = ingest.track_checked(repo_id)
+        package = tracking.track_checked(repo_id)
     except hub.HubUnavailable as exc:
         if self.request.retries >= (self.max_retries or 0):
-            ingest.record_track_failure(repo_id, f"The Hub did not answer: {exc}")
+            tracking.record_track_failure(repo_id, f"The Hub did not answer: {exc}")
             return "failed"
         raise self.retry(exc=exc, countdown=retry_countdown(exc, self.request.retries)) from exc
     except DATABASE_ERRORS as exc:
@@ -221,7 +221,9 @@ def sync_all_packages() -> int:
 def discover_packages_task(self: Task) -> int:
     """Periodic: track the namespaces' ``-layers`` repos and the packages of the curated catalog."""
     try:
-        discovery = ingest.discover_packages(settings.MESHDASH_NAMESPACES, settings.MESHDASH_CATALOG_DATASET)
+        discovery = tracking.discover_packages(
+            settings.MESHDASH_NAMESPACES, settings.MESHDASH_CATALOG_DATASET
+        )
     except hub.HubUnavailable as exc:
         raise self.retry(exc=exc, countdown=retry_countdown(exc, self.request.retries)) from exc
     for repo_id in discovery.tracked:

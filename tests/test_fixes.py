@@ -16,7 +16,7 @@ from django.core.management import call_command
 from django.test import Client
 from huggingface_hub import CommitOperationAdd, HfApi
 
-from packages_app import fixes, hub, ingest
+from packages_app import fixes, hub, ingest, tracking
 from packages_app.devhub import DEVHUB_TOKEN, MANIFEST_PATH, QWEN38_REPO, DevHub
 from packages_app.models import FixProposal, Package, Revision
 from packages_app.verdicts import Status
@@ -43,7 +43,7 @@ def writable(demo_catalog: Path, settings: Any) -> Iterator[tuple[DevHub, list[d
 
 def ingested(devhub: DevHub, repo_id: str = QWEN38_REPO) -> Package:
     source = hub.HubSource(repo_id, endpoint=devhub.url, max_retries=1)
-    for rev in ingest.sync_package(repo_id, source):
+    for rev in tracking.sync_package(repo_id, source):
         ingest.ingest_revision(repo_id, rev.commit_sha, source=source)
     return Package.objects.get(repo_id=repo_id)
 

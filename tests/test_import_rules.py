@@ -58,6 +58,7 @@ LAYERS: Mapping[str, int] = {
     "packages_app.migrations": MODELS,
     # services (write) and selectors (read)
     "packages_app.ingest": SERVICES,
+    "packages_app.tracking": SERVICES,
     "packages_app.fixes": SERVICES,
     "packages_app.stored_audit": SERVICES,
     "packages_app.reports": SERVICES,

@@ -59,9 +59,9 @@ def _track_post(request: HttpRequest) -> HttpResponse:
 
 
 def _track(request: HttpRequest, repo_id: str) -> HttpResponse:
-    # Imported here: ingest.py pulls in the Hub client, which the read-only pages never need.
+    # Imported here: tracking.py pulls in the Hub client, which the read-only pages never need.
     from packages_app import queueing
-    from packages_app.ingest import request_track
+    from packages_app.tracking import request_track
 
     try:
         background.ensure_room()
