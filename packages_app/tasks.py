@@ -26,7 +26,17 @@ from django.conf import settings
 from django.core.cache import cache
 from django.db import InterfaceError, OperationalError, connection
 
-from packages_app import fixes, hub, ingest, metrics, notifications, partitions, rollups, tracking
+from packages_app import (
+    fix_following,
+    fix_proposals,
+    hub,
+    ingest,
+    metrics,
+    notifications,
+    partitions,
+    rollups,
+    tracking,
+)
 from packages_app.hub.outbound import DeliveryFailed
 
 log = logging.getLogger(__name__)
@@ -138,9 +148,8 @@ def ingest_revision_task(self: Task, repo_id: str, commit_sha: str) -> str:
         if tracking.confirm_package(repo_id) is None:
             return count(UNCONFIRMED)
         outcome = ingest.ingest_revision(repo_id, commit_sha, claim=self.request.id)
-        settled = fixes.settle_revision(
-            outcome.revision.pk
-        )  # a merged fix waiting for this revision's headline
+        # a merged fix waiting for this revision's headline
+        settled = fix_following.settle_revision(outcome.revision.pk)
     except SoftTimeLimitExceeded:
         limit = int(self.soft_time_limit or settings.CELERY_TASK_SOFT_TIME_LIMIT)
         status = ingest.release_timed_out(repo_id, commit_sha, limit, give_up_after=MAX_DELIVERIES)
@@ -157,7 +166,8 @@ def ingest_revision_task(self: Task, repo_id: str, commit_sha: str) -> str:
         raise retry_on_database_error(self, exc) from exc
     if outcome.ran and outcome.revision.status == "done":
         notify_revision.delay_on_commit(outcome.revision.pk)
-        for proposal_id in fixes.proposals_based_on(outcome.revision.pk):  # a new audit of an open PR's base
+        # a new audit of an open PR's base
+        for proposal_id in fix_proposals.proposals_based_on(outcome.revision.pk):
             update_fix_task.delay_on_commit(proposal_id)
     for proposal_id in settled:  # landed: meshdash's verdict goes on the PR
         check_fix.delay_on_commit(proposal_id)
@@ -316,20 +326,20 @@ def open_fix_task(self: Task, proposal_id: int) -> str:
     if proposal is None:
         return "gone"
     try:
-        return str(fixes.open_fix(proposal).status)
+        return str(fix_proposals.open_fix(proposal).status)
     except hub.HubUnavailable as exc:
         if self.request.retries >= (self.max_retries or 0):
-            fixes.record_failure(proposal, f"the Hub did not answer: {exc}")
+            fix_proposals.record_failure(proposal, f"the Hub did not answer: {exc}")
             return "failed"
         raise self.retry(exc=exc, countdown=retry_countdown(exc, self.request.retries)) from exc
     except hub.HubError as exc:
         log.warning("fix proposal %s failed: %s", proposal_id, exc)
-        fixes.record_failure(proposal, str(exc))
+        fix_proposals.record_failure(proposal, str(exc))
         return "failed"
     except DATABASE_ERRORS as exc:
         raise retry_on_database_error(self, exc) from exc
     except (Exception, SoftTimeLimitExceeded) as exc:  # a bug, or the time limit: never left "opening"
-        fixes.record_failure(proposal, f"meshdash could not finish it ({type(exc).__name__})")
+        fix_proposals.record_failure(proposal, f"meshdash could not finish it ({type(exc).__name__})")
         raise
 
 
@@ -390,19 +400,19 @@ def check_fix(self: Task, proposal_id: int) -> str:
     if proposal is None:
         return "gone"
     try:
-        return str(fixes.follow_fix(proposal).status)
+        return str(fix_following.follow_fix(proposal).status)
     except hub.HubUnavailable as exc:
         raise self.retry(exc=exc, countdown=retry_countdown(exc, self.request.retries)) from exc
     except hub.HubError as exc:
         log.warning("checking fix proposal %s failed: %s", proposal_id, exc)
-        fixes.record_check_failure(proposal, str(exc))
+        fix_proposals.record_check_failure(proposal, str(exc))
         return "failed"
 
 
 @shared_task
 def check_fix_proposals() -> int:
     """Periodic: every open PR's status, and merged ones whose revision is not settled yet."""
-    ids = fixes.proposals_to_check()
+    ids = fix_following.proposals_to_check()
     for proposal_id in ids:
         check_fix.delay(proposal_id)
     return len(ids)
@@ -417,7 +427,7 @@ def update_fix_task(self: Task, proposal_id: int) -> str:
     if proposal is None:
         return "gone"
     try:
-        return str(fixes.update_fix(proposal).status)
+        return str(fix_proposals.update_fix(proposal).status)
     except hub.HubUnavailable as exc:
         raise self.retry(exc=exc, countdown=retry_countdown(exc, self.request.retries)) from exc
     except hub.HubError as exc:

@@ -15,7 +15,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_http_methods, require_POST
 
-from packages_app import background, fixes, queries, queueing
+from packages_app import background, fix_following, fix_plans, fix_proposals, queries, queueing
 from packages_app.models import ActionLog, Package, Revision
 from packages_app.web import access
 from packages_app.web.forms import TrackPackageForm
@@ -150,7 +150,7 @@ def package_sync(request: HttpRequest, owner: str, name: str) -> HttpResponse:
     if refusal:
         messages.error(request, refusal)
         return redirect("packages_app:package", owner, name)
-    proposals = fixes.followed_proposals(package.fix_proposals.all())
+    proposals = fix_following.followed_proposals(package.fix_proposals.all())
     try:
         background.hand_off(queueing.enqueue_sync_now, package.repo_id, proposals)
     except background.Busy as exc:
@@ -178,7 +178,7 @@ def package_propose_fix(request: HttpRequest, owner: str, name: str) -> HttpResp
     revision = queries.resolve_revision(package, ref)
     if revision is None:
         raise queries.LookupFailed(f"{package.repo_id} has no ingested revision yet.")
-    existing = fixes.active_proposal(package, revision.commit_sha)
+    existing = fix_proposals.active_proposal(package, revision.commit_sha)
     link = hub_pr_link(existing.pr_url if existing else "")
     context: dict[str, Any] = {
         "package": package,
@@ -188,10 +188,10 @@ def package_propose_fix(request: HttpRequest, owner: str, name: str) -> HttpResp
     }
     if existing is None:
         try:
-            context["plan"] = fixes.plan(package, revision)
-        except fixes.FixRefused as exc:
+            context["plan"] = fix_plans.plan(package, revision)
+        except fix_plans.FixRefused as exc:
             context["refusal"] = str(exc)
-    context |= {"author": fixes.author_label(), "token": bool(fixes.write_token())}
+    context |= {"author": fix_proposals.author_label(), "token": bool(fix_proposals.write_token())}
     if request.method == "POST" and existing is not None:
         messages.info(request, f"A pull request for this revision is already proposed: {existing.summary}.")
         return redirect("packages_app:package", owner, name)
@@ -204,10 +204,10 @@ def package_propose_fix(request: HttpRequest, owner: str, name: str) -> HttpResp
         return redirect("packages_app:package", owner, name)
     try:
         with transaction.atomic():
-            proposal, created = fixes.request_fix(package, revision, request.user)
+            proposal, created = fix_proposals.request_fix(package, revision, request.user)
             if created:
                 background.hand_off(queueing.enqueue_open_fix, proposal.pk)
-    except fixes.FixRefused as exc:
+    except fix_plans.FixRefused as exc:
         messages.error(request, str(exc))
         return redirect("packages_app:package", owner, name)
     except background.Busy as exc:

@@ -21,7 +21,8 @@ from packages_app import (
     baselines,
     certify_reports,
     charts,
-    fixes,
+    fix_plans,
+    fix_proposals,
     fleet,
     queries,
     repo_ids,
@@ -150,12 +151,12 @@ def _fix_context(
     return {
         "fix": fix,
         "fix_pr_link": hub_pr_link(fix.pr_url if fix else ""),
-        "fix_pr_v1": fixes.v1_refusal(revision) if suggested else None,
-        "fix_pr_superseded": fixes.supersede_refusal(package, revision) if applies else None,
-        "fix_pr_better": fixes.find_better_revision(package, revision) if applies else None,
+        "fix_pr_v1": fix_plans.v1_refusal(revision) if suggested else None,
+        "fix_pr_superseded": fix_plans.supersede_refusal(package, revision) if applies else None,
+        "fix_pr_better": fix_plans.find_better_revision(package, revision) if applies else None,
         "fix_pr_offer": applies and revision.schema_version == 2,
-        "fix_author": fixes.author_label(),
-        "fix_token": bool(fixes.write_token()),
+        "fix_author": fix_proposals.author_label(),
+        "fix_token": bool(fix_proposals.write_token()),
     }
 
 
