@@ -68,7 +68,10 @@ LAYERS: Mapping[str, int] = {
     "packages_app.migrations": MODELS,
     # services (write) and selectors (read)
     "packages_app.ingest": SERVICES,
-    "packages_app.fixes": SERVICES,
+    "packages_app.tracking": SERVICES,
+    "packages_app.fix_plans": SERVICES,
+    "packages_app.fix_proposals": SERVICES,
+    "packages_app.fix_following": SERVICES,
     "packages_app.stored_audit": SERVICES,
     "packages_app.reports": SERVICES,
     "packages_app.nodes": SERVICES,

@@ -19,7 +19,7 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from packages_app import ingest, judgements, telemetry
+from packages_app import ingest, judgements, telemetry, tracking
 from packages_app.audit import releases
 from packages_app.fleet import nodes as fleet_nodes
 from packages_app.fleet import window as fleet_window
@@ -189,7 +189,7 @@ def test_a_new_latest_revision_judges_the_nodes_of_its_package(
 ) -> None:
     package = newer_latest(client, monkeypatch)
     before = stored(False)
-    ingest._refresh_latest(package)  # the ingest names the new revision the package's latest
+    tracking.refresh_latest(package)  # the ingest names the new revision the package's latest
     assert stored(False) != before and needing() == {"demo-glm"} and agrees()
 
 
@@ -197,8 +197,8 @@ def test_control_without_the_ingest_hook_a_new_latest_leaves_the_row_stale(
     client: Client, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     package = newer_latest(client, monkeypatch)
-    monkeypatch.setattr(ingest.judgements, "packages_changed", lambda *a, **k: 0)
-    ingest._refresh_latest(package)
+    monkeypatch.setattr(tracking.judgements, "packages_changed", lambda *a, **k: 0)
+    tracking.refresh_latest(package)
     assert not agrees()
 
 
@@ -228,15 +228,15 @@ def test_control_without_the_reaudit_hook_the_row_is_stale(monkeypatch: pytest.M
 def test_a_package_found_private_judges_its_nodes_for_visitors(monkeypatch: pytest.MonkeyPatch) -> None:
     node, broken = f.make_node("n1"), broken_revision()
     f.make_report(node, broken, 3.1, at=timezone.now() - timedelta(hours=1))
-    ingest.record_privacy(broken.package, SimpleNamespace(private=True))
+    tracking.record_privacy(broken.package, SimpleNamespace(private=True))
     assert needing(private=False) == set() and needing(private=True) == {"n1"} and agrees()
 
 
 def test_control_without_the_privacy_hook_the_visitors_row_is_stale(monkeypatch: pytest.MonkeyPatch) -> None:
     node, broken = f.make_node("n1"), broken_revision()
     f.make_report(node, broken, 3.1, at=timezone.now() - timedelta(hours=1))
-    monkeypatch.setattr(ingest.judgements, "packages_changed", lambda *a, **k: 0)
-    ingest.record_privacy(broken.package, SimpleNamespace(private=True))
+    monkeypatch.setattr(tracking.judgements, "packages_changed", lambda *a, **k: 0)
+    tracking.record_privacy(broken.package, SimpleNamespace(private=True))
     assert needing(private=False) == {"n1"} and not agrees()
 
 
@@ -345,7 +345,7 @@ def test_after_random_events_the_kept_rows_are_the_computed_and_the_rebuilt_ones
                 f.make_revision(package, verdict, committed_at=now - timedelta(days=rng.randint(0, 3)))
             )
         else:
-            ingest.record_privacy(rng.choice(packages), SimpleNamespace(private=rng.random() < 0.5))
+            tracking.record_privacy(rng.choice(packages), SimpleNamespace(private=rng.random() < 0.5))
     for clock in (now, now + timedelta(days=rng.randint(1, 6)), now + timedelta(days=rng.randint(7, 13))):
         judgements.fresh(clock)
         assert agrees(clock), clock

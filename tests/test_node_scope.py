@@ -20,7 +20,7 @@ from django.core.cache import cache
 from django.test import Client
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
 
-from packages_app import ingest, tasks, telemetry, throughput
+from packages_app import ingest, tasks, telemetry, throughput, tracking
 from packages_app.devhub import DevHub
 from packages_app.devhub.generator import LLAMA_REPO
 from packages_app.devnode import payloads
@@ -210,7 +210,7 @@ def test_negative_control_trusting_the_report_creates_twenty_public_catalog_rows
     client: Client, tokens: tuple[str, str], worker_queue: list[Any]
 ) -> None:
     post_reports(client, tokens[1], MADE_UP)
-    with mock.patch.object(ingest, "confirm_package", lambda repo_id: ingest.track_package(repo_id)):
+    with mock.patch.object(tracking, "confirm_package", lambda repo_id: tracking.track_package(repo_id)):
         run_queued(worker_queue)
     # Stored and tracked; since privacy unknown is hidden (test_privacy_unknown.py) no longer public too.
     assert Package.objects.filter(tracked=True).count() == 20
@@ -238,11 +238,11 @@ def test_a_repo_outside_the_tracking_rules_is_refused_without_asking_the_hub(
     hub_settings: DevHub, db: None
 ) -> None:
     before = hub_settings.counters.requests
-    assert ingest.confirm_package("elsewhere/Model-layers") is None  # not a followed namespace
+    assert tracking.confirm_package("elsewhere/Model-layers") is None  # not a followed namespace
     assert not Package.objects.exists() and hub_settings.counters.requests == before
     # A name decides nothing within a followed namespace (mesh-llm finds packages by their manifest,
     # docs/rules.md 6b): the Hub is asked, and a repo it does not know is not tracked.
-    assert ingest.confirm_package("meshllm/not-a-package") is None
+    assert tracking.confirm_package("meshllm/not-a-package") is None
     assert not Package.objects.exists()
 
 
@@ -275,7 +275,7 @@ def test_negative_control_a_sync_that_trusts_the_webhook_leaves_a_tracked_public
     settings.MESHDASH_WEBHOOK_SECRET = "s" * 32
     settings.CELERY_BROKER_URL = "redis://broker.invalid:6379/0"
     forged_webhook(client, "meshllm/Junk-layers")
-    with mock.patch.object(ingest, "confirm_package", lambda repo_id: True):
+    with mock.patch.object(tracking, "confirm_package", lambda repo_id: True):
         run_queued(worker_queue)  # the sync fails on the Hub's 404, after storing the row
     # Stored and tracked (hidden until the Hub says public since test_privacy_unknown.py's rule).
     assert Package.objects.filter(repo_id="meshllm/Junk-layers", tracked=True).exists()

@@ -27,7 +27,7 @@ from packages_app.nodes.report_schema import (
     RunIn,
     RunsIn,
 )
-from packages_app.web.api_read import (
+from packages_app.web.api_shapes import (
     CertifyReportOut,
     ManifestCheckOut,
     NodeDetailOut,
