@@ -101,17 +101,19 @@ Timestamp = Annotated[AwareDatetime, BeforeValidator(_require_string), AfterVali
 # --- Request ----------------------------------------------------------------------------------
 
 
-class _Strict(BaseModel):
+class StrictModel(BaseModel):
+    """A request body's part: unknown keys, NaN and infinities refused; frozen once validated."""
+
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False, frozen=True)
 
 
-class PackageRef(_Strict):
+class PackageRef(StrictModel):
     repo: RepoId = Field(examples=["meshllm/Qwen3.5-35B-A3B-UD-Q4_K_XL-layers"])
     revision: CommitSha = Field(description="The 40-hex commit the node loaded.")
     manifest_sha256: Sha256Hex | None = Field(default=None, description="sha256 of model-package.json.")
 
 
-class Stage(_Strict):
+class Stage(StrictModel):
     node: Text100
     layer_start: Annotated[int, Strict(), Field(ge=0, le=99_999)]
     layer_end: Annotated[int, Strict(), Field(ge=1, le=99_999)] = Field(description="Half-open end.")
@@ -125,7 +127,7 @@ class Stage(_Strict):
         return self
 
 
-class Topology(_Strict):
+class Topology(StrictModel):
     topology_id: Annotated[str, Strict(), Field(max_length=200)] = ""
     stages: list[Stage] = Field(default_factory=list, max_length=16)
 
@@ -135,7 +137,7 @@ class Topology(_Strict):
         return "|".join(f"{start}..{end}" for start, end in ranges)
 
 
-class Speculative(_Strict):
+class Speculative(StrictModel):
     requested_strategy: Strategy | None = Field(default=None, examples=["auto"])
     effective_strategy: Strategy | None = Field(default=None, examples=["native-mtp", "disabled"])
     mtp_source: Literal["Disabled", "Integrated", "External"] | None = None
@@ -277,7 +279,7 @@ def _is_number(value: object) -> bool:
 
 def _check_hardware_size(value: dict[str, Any]) -> dict[str, Any]:
     # The one free-form object: bound its depth too (every other part has a typed shape).
-    if _depth(value) > MAX_DEPTH // 2:
+    if nesting_depth(value) > MAX_DEPTH // 2:
         raise PydanticCustomError("too_deep", "hardware should nest at most 8 levels")
     if len(canonical_json(value)) > MAX_HARDWARE_BYTES:
         raise PydanticCustomError("too_large", "hardware should be at most 4 KiB")
@@ -285,25 +287,27 @@ def _check_hardware_size(value: dict[str, Any]) -> dict[str, Any]:
 
 
 def _check_devices(value: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    if len(value) > 64 or _depth(value) > MAX_DEPTH // 2 or len(canonical_json(value)) > MAX_HARDWARE_BYTES:
+    too_deep = nesting_depth(value) > MAX_DEPTH // 2
+    if len(value) > 64 or too_deep or len(canonical_json(value)) > MAX_HARDWARE_BYTES:
         raise PydanticCustomError("too_large", "devices should be at most 64 entries and 4 KiB")
     return value
 
 
 def _check_raw_stage(value: dict[str, Any]) -> dict[str, Any]:
-    if _depth(value) > MAX_DEPTH // 2 or len(canonical_json(value)) > MAX_RAW_STAGE_BYTES:
+    if nesting_depth(value) > MAX_DEPTH // 2 or len(canonical_json(value)) > MAX_RAW_STAGE_BYTES:
         raise PydanticCustomError("too_large", "raw should be at most 4 KiB and 8 levels deep")
     return value
 
 
-def _depth(value: Any, level: int = 0) -> int:
+def nesting_depth(value: Any, level: int = 0) -> int:
+    """How many levels of objects and lists a JSON value nests (counting stops past MAX_DEPTH)."""
     if level > MAX_DEPTH or not isinstance(value, dict | list):
         return level
     children = value.values() if isinstance(value, dict) else value
-    return max((_depth(child, level + 1) for child in children), default=level)
+    return max((nesting_depth(child, level + 1) for child in children), default=level)
 
 
-class ReportIn(_Strict):
+class ReportIn(StrictModel):
     """One timing report as a node posts it."""
 
     report_id: uuid.UUID = Field(description="Chosen by the node; a replay with the same id is a no-op.")
@@ -317,7 +321,7 @@ class ReportIn(_Strict):
     timings: Timings = Field(description="The response's timings object, as the node emits it.")
 
 
-class BatchIn(_Strict):
+class BatchIn(StrictModel):
     # Items stay untyped here so that one bad item is refused alone, with its own result.
     reports: list[Any] = Field(
         min_length=1,
@@ -345,7 +349,7 @@ Count = Annotated[int, Strict(), Field(ge=0, le=10**12)]
 
 
 def _check_observed(value: Any) -> Any:
-    if _depth(value) > MAX_DEPTH // 2 or len(canonical_json(value)) > MAX_OBSERVED_BYTES:
+    if nesting_depth(value) > MAX_DEPTH // 2 or len(canonical_json(value)) > MAX_OBSERVED_BYTES:
         raise PydanticCustomError("too_large", "it should be at most 8 KiB and 8 levels deep")
     return value
 
@@ -420,7 +424,7 @@ class StageAdmission(_Observed):
     plan_id: Text200 = ""
 
 
-class Observations(_Strict):
+class Observations(StrictModel):
     """What the node said about itself when the agent registered the run (docs/node-report.md 5)."""
 
     serving_strategy: ServingStrategy | None = None
@@ -440,7 +444,7 @@ class Observations(_Strict):
     )
 
 
-class RunStage(_Strict):
+class RunStage(StrictModel):
     """One stage of a run as the node's console API lists it (``GET /api/runtime/stages``)."""
 
     stage_id: Text200
@@ -464,7 +468,7 @@ class RunStage(_Strict):
     admission: StageAdmission | None = Field(default=None, description="The package the stage loaded.")
 
 
-class RunIn(_Strict):
+class RunIn(StrictModel):
     """A run the agent saw on its node: the package (ref resolved to a commit) and the topology."""
 
     run_id: Annotated[str, Strict(), Field(min_length=1, max_length=200)]
@@ -495,7 +499,7 @@ class RunIn(_Strict):
         return said[0] if said else ""
 
 
-class RunsIn(_Strict):
+class RunsIn(StrictModel):
     runs: list[Any] = Field(min_length=1, max_length=64, description="1 to 64 runs.")
 
 
@@ -506,7 +510,7 @@ BaselineCount = Annotated[int, Strict(), Field(ge=0, le=10**15)]
 MAX_BASELINE_TPS = 100_000.0  # a decode rate past this is flagged, not aggregated
 
 
-class BaselineFigures(_Strict):
+class BaselineFigures(StrictModel):
     """The window's counter deltas (packages_app.nodes.exposition.figures); None where the engine does not
     publish the series."""
 
@@ -522,7 +526,7 @@ class BaselineFigures(_Strict):
     accepted_per_position: list[BaselineCount] | None = Field(default=None, max_length=32)
 
 
-class BaselineReportIn(_Strict):
+class BaselineReportIn(StrictModel):
     """One window of a baseline engine's /metrics, as meshdash-agent scrapes it."""
 
     report_id: uuid.UUID
@@ -567,7 +571,7 @@ class BaselineReportIn(_Strict):
         return f.predicted_per_second
 
 
-class BaselinesIn(_Strict):
+class BaselinesIn(StrictModel):
     reports: list[Any] = Field(
         min_length=1,
         max_length=MAX_BASELINE_BATCH,
@@ -661,7 +665,7 @@ def _validated_body(model: type[_Body], what: str, data: Any, prefix: str) -> tu
     try:
         return model.model_validate(data), digest
     except ValidationError as exc:
-        raise _first_error(exc, prefix) from None
+        raise first_error(exc, prefix) from None
 
 
 # In canonical JSON, NUL can only appear escaped and non-finite numbers only as these tokens.
@@ -686,25 +690,26 @@ def storable_digest(data: Any, path: str = "") -> str:
 
 
 def validate_batch(data: Any) -> list[Any]:
-    return _validate_list(data, BatchIn, "reports")
+    return validate_list(data, BatchIn, "reports")
 
 
 def validate_baselines(data: Any) -> list[Any]:
-    return _validate_list(data, BaselinesIn, "reports")
+    return validate_list(data, BaselinesIn, "reports")
 
 
-def _validate_list(data: Any, model: type[BatchIn | RunsIn | BaselinesIn], key: str) -> list[Any]:
+def validate_list(data: Any, model: type[BaseModel], key: str) -> list[Any]:
     """The still-untyped items of a ``{key: [...]}`` body, so each is judged (and refused) alone."""
     if not isinstance(data, dict):
         raise BodyError(f'The body must be a JSON object like {{"{key}": [...]}}.')
     try:
         items: list[Any] = getattr(model.model_validate(data), key)
     except ValidationError as exc:
-        raise _first_error(exc, "") from None
+        raise first_error(exc, "") from None
     return items
 
 
-def _first_error(exc: ValidationError, prefix: str) -> BodyError:
+def first_error(exc: ValidationError, prefix: str) -> BodyError:
+    """The first of pydantic's errors as one sentence and the dotted path of its field."""
     error = exc.errors(include_url=False, include_input=False)[0]
     loc = [str(part) for part in error["loc"]]
     if error["type"] == "timing_counter":
@@ -730,8 +735,8 @@ def validate_run(data: Any, prefix: str = "") -> RunIn:
     try:
         return RunIn.model_validate(data)
     except ValidationError as exc:
-        raise _first_error(exc, prefix) from None
+        raise first_error(exc, prefix) from None
 
 
 def validate_runs(data: Any) -> list[Any]:
-    return _validate_list(data, RunsIn, "runs")
+    return validate_list(data, RunsIn, "runs")
