@@ -90,6 +90,41 @@ def test_the_two_selections_split_the_suite_and_each_says_what_ran_where(tmp_pat
     assert "2 tests that touch a store ran on SQLite (2 passed)" in store
 
 
+GROUPED_SUITE = """
+import os
+import pytest
+
+@pytest.mark.serial
+@pytest.mark.parametrize("i", range(6))
+def test_serial(i):
+    print(os.environ["PYTEST_XDIST_WORKER"])
+
+@pytest.mark.parametrize("i", range(6))
+def test_free(i):
+    pass
+"""
+
+
+def workers_of(stdout: str, name: str) -> set[str]:
+    """The xdist workers that ran the tests called ``name`` (pytest -v: ``[gw0] [ 8%] PASSED ...``)."""
+    return {line.split()[0] for line in stdout.splitlines() if f"::{name}[" in line and "PASSED" in line}
+
+
+def test_the_serial_tests_run_on_one_worker_under_loadgroup(tmp_path: Path) -> None:
+    """The serial tests of a pass under xdist go to one worker, one after another (the demo's tests share
+    one demo); the tests of the same file with no group are spread (the control: xdist splits a file)."""
+    (tmp_path / "test_grouped.py").write_text(GROUPED_SUITE)
+    (tmp_path / "conftest.py").write_text('pytest_plugins = ["tests.passes"]\n')  # loaded as the suite's is
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "CELERY_BROKER_URL", "REDIS_URL")}
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parent.parent)
+    command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--ds=tests.settings"]
+    command += ["-n", "2", "--dist", "loadgroup", "-v", str(tmp_path)]
+    done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert len(workers_of(done.stdout, "test_serial")) == 1, done.stdout
+    assert workers_of(done.stdout, "test_free") == {"[gw0]", "[gw1]"}, done.stdout
+
+
 @pytest.mark.parametrize(
     ("url", "worker", "dbs", "expected"),
     [
