@@ -75,7 +75,7 @@ def send_to_one_worker(item: pytest.Item, group: str) -> None:
 
     pytest-xdist 3.8 does it for an xdist_group mark by writing ``item._nodeid``, which pytest 9.2 no
     longer reads (a node's id is now ``item._id``): the mark alone was silently ignored, and the serial
-    tests were spread over the workers (the demo's five tests started a demo on each). Named here the way
+    tests were spread over the workers (the demo's six tests started a demo on each). Named here the way
     pytest reads it.
     """
     grouped = f"{item.nodeid}@{group}"
