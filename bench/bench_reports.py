@@ -215,7 +215,7 @@ def register_bench_run() -> None:
     """The run id every bench span carries, registered as an agent would, so spans join the revision."""
     from packages_app import telemetry
     from packages_app.models import Node
-    from packages_app.nodes.report_schema import RunIn
+    from packages_app.nodes.run_schema import RunIn
 
     run = RunIn.model_validate(
         {

@@ -30,7 +30,8 @@ from pydantic import ValidationError
 from packages_app import judgements, metrics, reports
 from packages_app.models import Node, NodeRun, PackageFile, Report, Revision, RunClaim
 from packages_app.nodes import otlp
-from packages_app.nodes.report_schema import RunIn, Timings, canonical_json
+from packages_app.nodes.report_schema import Timings, canonical_json
+from packages_app.nodes.run_schema import RunIn
 from packages_app.report_time import Placement, placement
 from packages_app.reports import TIMING_COLUMNS
 from packages_app.rollups.adding import link_reports

@@ -2,7 +2,7 @@
 hostile node sends there: huge lists, deep nesting, wrong types and 10 MB strings are cut and named in
 ``trimmed``, never posted as they came; what an older node does not report is named in ``not_reported``.
 Standard library only, like the agent: a fake node on loopback, and meshdash's own validation of the
-result (nodes/report_schema.py), which must take what the agent posts."""
+result (nodes/run_schema.py), which must take what the agent posts."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import pytest
 from packages_app.devnode import payloads
 from packages_app.devnode.server import DevNode
 from packages_app.nodes import agent_common, agent_config, agent_runs
-from packages_app.nodes.report_schema import MAX_OBSERVED_BYTES, validate_run
+from packages_app.nodes.run_schema import MAX_OBSERVED_BYTES, validate_run
 
 TEN_MB = "x" * (10 * 1024 * 1024)
 DEPTH = 500

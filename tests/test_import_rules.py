@@ -42,6 +42,7 @@ LAYERS: Mapping[str, int] = {
     "packages_app.audit": PURE,
     "packages_app.charts": PURE,
     "packages_app.nodes.report_schema": PURE,
+    "packages_app.nodes.run_schema": PURE,  # the run registration body; builds on report_schema
     "packages_app.nodes.otlp": PURE,
     "packages_app.nodes.agent": PURE,
     "packages_app.nodes.agent_common": PURE,

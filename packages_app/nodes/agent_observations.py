@@ -23,7 +23,7 @@ except ModuleNotFoundError:  # run as a file (python3 packages_app/nodes/agent.p
 log = logging.getLogger("meshdash.agent")
 
 # What the node says about itself (docs/node-report.md section 5), bounded as meshdash bounds it
-# (nodes/report_schema.py: 8 KiB and 8 levels a group): longer strings, lists and groups are cut here.
+# (nodes/run_schema.py: 8 KiB and 8 levels a group): longer strings, lists and groups are cut here.
 MAX_OBSERVED_BYTES = 8 * 1024
 MAX_OBSERVED_TEXT = 600
 MAX_OBSERVED_ITEMS = 32
@@ -265,7 +265,7 @@ def _clip(value: Any, path: str, trimmed: list[str], depth: int) -> Any:
 
 
 def _limit(group: dict[str, Any], key: str, limit: int, path: str, trimmed: list[str]) -> None:
-    """A known text key cut to meshdash's bound for it (nodes/report_schema.py)."""
+    """A known text key cut to meshdash's bound for it (nodes/run_schema.py)."""
     if isinstance(group.get(key), str):
         group[key] = _clip_text(group[key], f"{path}.{key}", trimmed, limit)
 

@@ -24,9 +24,8 @@ from packages_app.nodes.report_schema import (
     ErrorOut,
     ReportAccepted,
     ReportIn,
-    RunIn,
-    RunsIn,
 )
+from packages_app.nodes.run_schema import RunIn, RunsIn
 from packages_app.web.api_shapes import (
     CertifyReportOut,
     ManifestCheckOut,
