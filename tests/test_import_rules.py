@@ -87,6 +87,7 @@ LAYERS: Mapping[str, int] = {
     "packages_app.certify_reports": SERVICES,
     "packages_app.baselines": SERVICES,
     "packages_app.judgements": SERVICES,
+    "packages_app.seeding": SERVICES,  # the synthetic rows seed_synthetic writes, for the benchmarks
     # Celery tasks: ids in, one service call, follow-ups enqueued
     "packages_app.tasks": TASKS,
     # edges: HTTP and gRPC under web/; commands, admin, template tags where Django finds them; the door
