@@ -815,6 +815,14 @@ def test_the_fleet_seed_has_topologies_whose_nodes_serve_one_to_three_revisions_
         release = release_for(run.version)
         assessment = parse_stored(json.dumps(run.revision.assessment))
         assert release is None or assessment.servable_on(release).admitted, (run.version, run.repo_id)
+    # Each run was registered when its topology began serving it, over the seeded weeks, as an agent
+    # registers it: not when the seed ran (bulk_create stamps its objects' auto_now fields with now).
+    first_seen = set(
+        NodeRun.objects.filter(repo_id__startswith="fleet-test/").values_list("first_seen_at", flat=True)
+    )
+    assert len(first_seen) > 1 and min(first_seen) < timezone.now() - timedelta(days=1), sorted(first_seen)[
+        :3
+    ]
     judged = fleet_nodes.node_rows(fleet_window.window_start(), placed=False)
     causes = {s.advice.cause for row in judged for s in row.serving}
     assert Cause.CONTRADICTION not in causes and Cause.REFUSED not in causes

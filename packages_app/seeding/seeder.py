@@ -296,11 +296,12 @@ class Seeder:
         """Plan the fleet (topologies, what each served when) and store the runs its agents registered."""
         self.fleet = FleetPlan.make(self, self.servable_revisions())
         runs = [run for topology in self.fleet for run in topology.runs(self)]
+        # Registration times as the agents sent them, taken before bulk_create stamps the same objects'
+        # auto_now fields with now; written back after.
+        times = {(run.node_id, run.run_id): (run.first_seen_at, run.updated_at) for run in runs}
         for batch in batched(iter(runs), self.batch):
             NodeRun.objects.bulk_create(batch)
-        # Registration times as the agents sent them (bulk_create stamps auto_now fields with now).
         stored = list(NodeRun.objects.filter(repo_id__startswith=self.prefix).only("id", "node_id", "run_id"))
-        times = {(run.node_id, run.run_id): (run.first_seen_at, run.updated_at) for run in runs}
         for run in stored:
             run.first_seen_at, run.updated_at = times[(run.node_id, run.run_id)]
         NodeRun.objects.bulk_update(stored, ["first_seen_at", "updated_at"], batch_size=self.batch)
