@@ -9,4 +9,7 @@ class PackagesAppConfig(AppConfig):
     verbose_name = "Layer packages"
 
     def ready(self) -> None:
-        from packages_app import pgtime  # noqa: F401 - connects its connection_created receiver
+        from packages_app import (
+            judgement_expiry,  # noqa: F401 - connects its pre_delete receivers
+            pgtime,  # noqa: F401 - connects its connection_created receiver
+        )

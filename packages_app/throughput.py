@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from django.db.models import F, OuterRef, Q, QuerySet, Subquery, TextField, Value
+from django.db.models import Aggregate, F, OuterRef, Q, QuerySet, Subquery, Sum, TextField, Value
 from django.db.models.functions import Cast, Coalesce
 
 from packages_app import report_metrics, sketch
@@ -291,8 +291,14 @@ def _series(
         cells = cells.filter(bucket_start__gte=bucket_start(since, grain.value))
     if until is not None:
         cells = cells.filter(bucket_start__lt=until)
-    rows = cells.annotate(tps=stored("tps_sketch")).values_list(
-        "bucket_start", "strategy", "stage_splits", "reports", "tps"
+    # Grouped by the point in SQL, each point's sketches as one text of JSON objects: the every-node
+    # cells of a bucket are also split by requested strategy, MTP used and topology, and the topologies
+    # grow with the nodes (the busiest package's 30 day cells at 10,000 nodes: 13,367 rows, 357 points).
+    rows = (
+        cells.values("bucket_start", "strategy", "stage_splits")
+        .annotate(n=Sum("reports"), texts=JoinedTexts(stored("tps_sketch")))
+        .order_by()
+        .values_list("bucket_start", "strategy", "stage_splits", "n", "texts")
     )
     regroup = bucket != grain  # weeks and months gather day cells; an hour or a day is its cell's
     points: dict[tuple[datetime, str, str], tuple[int, list[str]]] = {}
@@ -308,6 +314,18 @@ def _series(
             Point(bucket=at, strategy=strategy, topology=splits, tps=median, reports=count, p25=p25, p75=p75)
         )
     return series
+
+
+class JoinedTexts(Aggregate):
+    """The group's texts joined by commas (JSON objects: a JSON array's items once bracketed), as
+    PostgreSQL's string_agg and SQLite's group_concat join them."""
+
+    function = "STRING_AGG"
+    template = "%(function)s(%(expressions)s, ',')"
+    output_field = TextField()
+
+    def as_sqlite(self, compiler: Any, connection: Any, **extra_context: Any) -> Any:
+        return super().as_sql(compiler, connection, function="GROUP_CONCAT", **extra_context)
 
 
 def bucket_start(at: datetime, bucket: str) -> datetime:
