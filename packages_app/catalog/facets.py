@@ -14,9 +14,9 @@ from packages_app.catalog.filters import (
     ANY_NEEDS_ACTION,
     NOT_AUDITED,
     CatalogFilters,
-    _filters_q,
-    _wanted_statuses,
-    _wanted_verdicts,
+    other_filters_q,
+    wanted_statuses,
+    wanted_verdicts,
 )
 from packages_app.fleet.window import window_start
 from packages_app.models import LastServed, Package
@@ -67,7 +67,7 @@ class _Tally:
             return True
         if wanted == NOT_AUDITED:
             return latest == NOT_AUDITED
-        return bool(set(_wanted_verdicts(wanted)) & verdicts)
+        return bool(set(wanted_verdicts(wanted)) & verdicts)
 
     def _matches_status(self, latest: str, statuses: set[str]) -> bool:
         wanted = self.filters.headline
@@ -75,7 +75,7 @@ class _Tally:
             return True
         if wanted == Status.NOT_ASSESSED:
             return latest == Status.NOT_ASSESSED
-        return bool(set(_wanted_statuses(wanted)) & statuses)
+        return bool(set(wanted_statuses(wanted)) & statuses)
 
 
 def catalog_counts(filters: CatalogFilters, show_private: bool = False) -> CatalogCounts:
@@ -86,7 +86,7 @@ def catalog_counts(filters: CatalogFilters, show_private: bool = False) -> Catal
     the reader may see and the filters keep. A package counts under each value the facet filter would
     list it for, so a facet's count is what its filter shows. With any other filter, the architectures
     (which ignore every filter) take a third query."""
-    others = _filters_q(filters)
+    others = other_filters_q(filters)
     served = _served_facets(window_start(filters.window_days))
     ran_broken = {package_id for packages in served.values() for package_id in packages}
     own = Case(When(pk__in=ran_broken, then=F("pk"))) if ran_broken else Value(None, IntegerField())

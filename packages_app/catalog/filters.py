@@ -39,7 +39,7 @@ class CatalogFilters:
     refused_by: str = ""  # a release name from releases.toml: packages whose latest revision it refuses
 
 
-def _filters_q(filters: CatalogFilters) -> Q:
+def other_filters_q(filters: CatalogFilters) -> Q:
     """Every filter except the two facets (verdict, headline), whose counts must ignore their own."""
     q = Q()
     if filters.q:
@@ -65,22 +65,22 @@ def _filters_q(filters: CatalogFilters) -> Q:
     return q
 
 
-def _wanted_verdicts(verdict: str) -> tuple[str, ...]:
+def wanted_verdicts(verdict: str) -> tuple[str, ...]:
     return INCONSISTENT_VERDICTS if verdict == ANY_INCONSISTENT else (verdict,)
 
 
-def _wanted_statuses(headline: str) -> tuple[str, ...]:
+def wanted_statuses(headline: str) -> tuple[str, ...]:
     return NEEDS_ACTION if headline == ANY_NEEDS_ACTION else (headline,)
 
 
-def _verdict_q(filters: CatalogFilters) -> Q:
+def verdict_q(filters: CatalogFilters) -> Q:
     """The verdict filter; an inconsistent verdict also matches a package whose nodes ran such a revision."""
     verdict = filters.verdict
     if not verdict:
         return Q()
     if verdict == NOT_AUDITED:
         return Q(latest_revision__isnull=True) | Q(latest_revision__verdict="")
-    verdicts = _wanted_verdicts(verdict)
+    verdicts = wanted_verdicts(verdict)
     latest = Q(latest_revision__verdict__in=verdicts)
     served = [v for v in verdicts if v in INCONSISTENT_VERDICTS]
     if not served:
@@ -88,14 +88,14 @@ def _verdict_q(filters: CatalogFilters) -> Q:
     return latest | served_inconsistent_q(window_start(filters.window_days), served)
 
 
-def _headline_q(filters: CatalogFilters) -> Q:
+def headline_q(filters: CatalogFilters) -> Q:
     """The headline filter; a status that needs action also matches a package whose nodes ran a revision
     with it in the window (the row then says so)."""
     if not filters.headline:
         return Q()
     if filters.headline == Status.NOT_ASSESSED:
         return Q(latest_revision__isnull=True) | Q(latest_revision__headline__in=["", Status.NOT_ASSESSED])
-    statuses = _wanted_statuses(filters.headline)
+    statuses = wanted_statuses(filters.headline)
     latest = Q(latest_revision__headline__in=statuses)
     served = [s for s in statuses if s in NEEDS_ACTION]
     if not served:

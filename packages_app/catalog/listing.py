@@ -16,7 +16,7 @@ from django.db.models.functions import NullIf
 from packages_app import throughput
 from packages_app.audit.assessment import Headline
 from packages_app.catalog.facets import catalog_counts
-from packages_app.catalog.filters import CatalogFilters, _filters_q, _headline_q, _verdict_q
+from packages_app.catalog.filters import CatalogFilters, headline_q, other_filters_q, verdict_q
 from packages_app.fleet.served import ServedRevision, served_revisions
 from packages_app.fleet.window import window_start
 from packages_app.models import FixProposal, Package, Revision
@@ -108,7 +108,7 @@ class CatalogResult:
 def catalog_queryset(filters: CatalogFilters, show_private: bool = False) -> QuerySet[Package]:
     """Packages matching ``filters``, each with its latest revision joined, in the requested order."""
     packages = Package.objects.visible(show_private).select_related("latest_revision").only(*_CATALOG_FIELDS)
-    packages = packages.filter(_filters_q(filters), _verdict_q(filters), _headline_q(filters))
+    packages = packages.filter(other_filters_q(filters), verdict_q(filters), headline_q(filters))
     packages = packages.annotate(headline_doc=F("latest_revision__assessment__headline"))
     return packages.order_by(*_SORT_ORDER.get(filters.sort, _SORT_ORDER["repo"]))
 
