@@ -1,6 +1,6 @@
 """Browser views of what the fleet runs: nodes, a node, a topology, before/after, the glossary, CSV exports.
 
-Thin edges like pages.py: validate the request, call the selectors in fleet/ and queries.py, render.
+Thin edges like pages.py: validate the request, call the selectors in fleet/ and catalog/, render.
 """
 
 from __future__ import annotations

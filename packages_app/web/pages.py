@@ -1,4 +1,4 @@
-"""Browser views: thin; they validate the request, call selectors in queries.py and render templates.
+"""Browser views: thin; they validate the request, call the selectors in catalog/ and render templates.
 
 This module holds what every page module shares (``lookup_errors``: a missing package, revision or file
 as a 404 page) and the catalog; beside it ``package_pages`` (a package and its revisions),

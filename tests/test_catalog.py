@@ -1,4 +1,4 @@
-"""queries.py: the read-side selectors behind the catalog, package pages, ingest status and JSON API."""
+"""catalog/: the read-side selectors behind the catalog, package pages, ingest status and JSON API."""
 
 from __future__ import annotations
 
