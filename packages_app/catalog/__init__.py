@@ -8,7 +8,10 @@ checked manifest matches); ``files`` (a revision's files: a page, the overview, 
 metadata); ``diff`` (two revisions compared); ``ingest_status`` (the ingest page); and ``errors`` (what a
 lookup raises, which every page's edge answers 404 or 400 for).
 
-Owns: what those pages read of models.Package, Revision, PackageFile, FixProposal and TrackRequest.
+Owns: what those pages read of models.Package, Revision, PackageFile, FixProposal and TrackRequest, and three
+reads of what nodes ran: LastServed's packages with MTP unused (the alert filter) and with an older, broken
+revision served (the facets), and the every-node Serving rows' first report of each revision (the package
+page's history).
 Never imports: a service that writes (ingest, tracking, reports, rollups/, fix_plans, fix_proposals), the
 tasks, web/ or the Hub; selectors only, they never write. What nodes ran comes from fleet/ (``served``,
 ``window``) and the decode-rate figures from throughput. Callers import each name from the module that owns
