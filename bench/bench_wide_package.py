@@ -88,11 +88,12 @@ def unguarded() -> list[Any]:  # mock patchers
     """The three guards switched off: no file pagination, stock admin querysets and delete page."""
     from django.contrib import admin as django_admin
 
-    from packages_app import admin, queries
+    from packages_app import admin
+    from packages_app.catalog.files import revision_files
 
     stock = django_admin.ModelAdmin
     return [
-        mock.patch.object(queries.revision_files, "__defaults__", (1, 10**9)),
+        mock.patch.object(revision_files, "__defaults__", (1, 10**9)),
         mock.patch.object(admin.PackageFileAdmin, "get_queryset", stock.get_queryset),
         mock.patch.object(admin.PackageFileAdmin, "show_full_result_count", True),
         mock.patch.object(admin.PackageFileAdmin, "ordering", None),

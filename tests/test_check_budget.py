@@ -20,8 +20,8 @@ from django.core.cache import cache
 from django.db import connections
 from django.test import Client
 
-from packages_app import queries
-from packages_app.web import check_budget
+from packages_app.catalog.lookups import judge_manifest
+from packages_app.web import api, check_budget
 from tests import dashboard_factories as f
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.cache]
@@ -55,12 +55,12 @@ def post(client: Client, body: bytes, address: str = "198.51.100.1") -> Any:
 
 
 class SlowCheck:
-    """queries.judge_manifest made to take ``seconds``, counting how many run at once."""
+    """judge_manifest made to take ``seconds``, counting how many run at once."""
 
     def __init__(self, seconds: float) -> None:
         self.seconds, self.running, self.most = seconds, 0, 0
         self.lock = threading.Lock()
-        self.real = queries.judge_manifest
+        self.real = judge_manifest
 
     def __call__(self, data: bytes, show_private: bool = False) -> Any:
         with self.lock:
@@ -102,7 +102,7 @@ def test_twelve_parallel_large_checks_run_at_most_two_at_once_the_rest_answer_50
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     slow = SlowCheck(CHECK_SECONDS)
-    monkeypatch.setattr(queries, "judge_manifest", slow)
+    monkeypatch.setattr(api, "judge_manifest", slow)
     results = twelve_parallel_checks(4 * MiB - 4096)
     statuses = sorted(status for status, _, _ in results)
     assert slow.most <= 2  # 8 MiB budget / 4 MiB checks
@@ -118,7 +118,7 @@ def test_control_without_the_budget_all_twelve_run_at_once(
 ) -> None:
     settings.MESHDASH_CHECK_BUDGET_BYTES = 0
     slow = SlowCheck(CHECK_SECONDS)
-    monkeypatch.setattr(queries, "judge_manifest", slow)
+    monkeypatch.setattr(api, "judge_manifest", slow)
     results = twelve_parallel_checks(4 * MiB - 4096)
     assert [status for status, _, _ in results] == [200] * 12
     assert slow.most >= 10  # every check held a worker at the same time

@@ -13,7 +13,8 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
-from packages_app import hub, ingest, queries
+from packages_app import hub, ingest
+from packages_app.catalog import files as catalog_files
 from packages_app.models import Package, PackageFile, Revision
 from tests import dashboard_factories as f
 
@@ -113,16 +114,16 @@ def test_a_package_with_20000_files_renders_one_small_page_of_them(
 ) -> None:
     summary = client.get("/packages/meshllm/wide-layers/").content.decode()
     # The summary names a few stray files and counts the rest.
-    assert summary.count('<td data-label="Path" class="path">') == queries.OVERVIEW_OTHER_FILES
-    assert f"{MANY - queries.OVERVIEW_OTHER_FILES} other files not listed above" in summary
+    assert summary.count('<td data-label="Path" class="path">') == catalog_files.OVERVIEW_OTHER_FILES
+    assert f"{MANY - catalog_files.OVERVIEW_OTHER_FILES} other files not listed above" in summary
     response = client.get("/packages/meshllm/wide-layers/?files=all")
     body = response.content.decode()
     assert response.status_code == 200
     # One row per file shown (each row names its path several times: text, file link, Hub link).
-    assert body.count('<td data-label="Path" class="path">') == queries.FILES_PER_PAGE
-    assert f"files page 1 of {MANY // queries.FILES_PER_PAGE}" in body
+    assert body.count('<td data-label="Path" class="path">') == catalog_files.FILES_PER_PAGE
+    assert f"files page 1 of {MANY // catalog_files.FILES_PER_PAGE}" in body
     assert len(body) < 1_000_000
-    last = client.get(f"/packages/meshllm/wide-layers/?files_page={MANY // queries.FILES_PER_PAGE}")
+    last = client.get(f"/packages/meshllm/wide-layers/?files_page={MANY // catalog_files.FILES_PER_PAGE}")
     assert "junk/019999.bin" in last.content.decode()
 
 
@@ -130,8 +131,8 @@ def test_control_without_pagination_the_page_grows_with_the_files(
     client: Client, many_files: Revision, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     paged = len(client.get("/packages/meshllm/wide-layers/?files=all").content)
-    monkeypatch.setattr(queries, "FILES_PER_PAGE", MANY)
-    monkeypatch.setattr(queries.revision_files, "__defaults__", (1, MANY))
+    monkeypatch.setattr(catalog_files, "FILES_PER_PAGE", MANY)
+    monkeypatch.setattr(catalog_files.revision_files, "__defaults__", (1, MANY))
     whole = len(client.get("/packages/meshllm/wide-layers/?files=all").content)
     assert whole > 20 * paged
 

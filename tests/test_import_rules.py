@@ -77,7 +77,7 @@ LAYERS: Mapping[str, int] = {
     "packages_app.stored_audit": SERVICES,
     "packages_app.reports": SERVICES,
     "packages_app.nodes": SERVICES,
-    "packages_app.queries": SERVICES,
+    "packages_app.catalog": SERVICES,
     "packages_app.throughput": SERVICES,
     "packages_app.fleet": SERVICES,
     "packages_app.rollups": SERVICES,
@@ -342,7 +342,10 @@ def plant(root: Path, files: Mapping[str, str]) -> Path:
         ({"hub.py": "from django.db import connection\n"}, "a hub module imports django.db"),
         ({"layout.py": "from packages_app import models\n", "models.py": ""}, "imports packages_app.models"),
         ({"reports.py": "from packages_app.tasks import x\n", "tasks.py": ""}, "a layer above its own"),
-        ({"queries.py": "from packages_app.web import forms\n", "web/forms.py": ""}, "a layer above its own"),
+        (
+            {"catalog/listing.py": "from packages_app.web import forms\n", "web/forms.py": ""},
+            "a layer above its own",
+        ),
         ({"surprise.py": "from packages_app import tasks\n", "tasks.py": ""}, None),
         (
             {

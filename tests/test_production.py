@@ -96,7 +96,7 @@ def failing_catalog(monkeypatch: pytest.MonkeyPatch, settings: Any) -> Client:
     def fail(*args: Any, **kwargs: Any) -> Any:
         raise ConnectionError(f"Error connecting to {CACHE_URL}")
 
-    monkeypatch.setattr(pages.queries, "catalog_page", fail)
+    monkeypatch.setattr(pages, "catalog_page", fail)
     return Client(raise_request_exception=False, CACHE_URL=CACHE_URL)
 
 

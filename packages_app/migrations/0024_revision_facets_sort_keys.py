@@ -1,5 +1,5 @@
 # revision_facets also covers the catalog's sort keys and its other revision filters, so a catalog
-# page's ids come from an index-only scan (queries._packages_of). The index is rebuilt: a second or two
+# page's ids come from an index-only scan (catalog.listing._packages_of). The index is rebuilt: a second or two
 # for tens of thousands of revisions.
 
 from django.db import migrations, models

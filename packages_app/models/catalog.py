@@ -158,7 +158,7 @@ class Revision(models.Model):
             # The catalog's facets (every page counts the packages per latest verdict, status and
             # architecture), its filters (MTP in the weights, declared; schema; ingest status) and its
             # sort keys (committed, size, layers): an index-only scan, not a read of every wide
-            # revision row (queries._packages_of).
+            # revision row (catalog.listing._packages_of).
             models.Index(
                 fields=["id"],
                 include=[

@@ -6,7 +6,7 @@ NodeRollup in SQL), ``serving`` (who served what: Serving and LastServed) and ``
 rebuilding from the raw reports).
 
 Owns: every write to models.Rollup, NodeRollup, Serving and LastServed. Never imports: a selector (fleet/,
-queries, throughput), the tasks, web/ or the Hub. Callers import each name from the module that owns it:
+catalog/, throughput), the tasks, web/ or the Hub. Callers import each name from the module that owns it:
 this file imports nothing.
 
 Exactly once, without a task: the store paths (reports.store_report, reports.store_reports,

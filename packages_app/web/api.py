@@ -20,9 +20,10 @@ from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_safe
 
-from packages_app import baselines, certify_reports, input_budget, metrics, queries, queueing, reports
+from packages_app import baselines, certify_reports, input_budget, metrics, queueing, reports
 from packages_app.audit.certify_report import MAX_REPORT_BYTES as CERTIFY_MAX_BYTES
 from packages_app.audit.certify_report import CertifyReportError
+from packages_app.catalog.lookups import judge_manifest
 from packages_app.input_budget import InputBudget, OverBudget
 from packages_app.models import CertifyReport, Node
 from packages_app.nodes import identity as nodes
@@ -314,7 +315,7 @@ def check_manifest_api(request: HttpRequest) -> HttpResponse:
             body = request.read(cap + 1)  # the stream, not request.body: our cap, not Django's 2.5 MiB
             if len(body) > cap:
                 return error_response(413, limit)
-            result, _ = queries.judge_manifest(body, access.can_see_private(request.user))
+            result, _ = judge_manifest(body, access.can_see_private(request.user))
     except check_budget.Busy as busy:
         return error_response(503, busy.message(), Retry_After=str(busy.retry_after))
     return JsonResponse(result.to_json())

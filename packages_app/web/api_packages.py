@@ -14,8 +14,10 @@ from django.core.paginator import EmptyPage
 from django.http import HttpRequest, JsonResponse
 from django.urls import reverse
 
-from packages_app import certify_reports, queries, verdicts
+from packages_app import certify_reports, verdicts
 from packages_app.audit.assessment import Assessment
+from packages_app.catalog.listing import CatalogRow, catalog_page
+from packages_app.catalog.lookups import get_package, resolve_revision, revision_history
 from packages_app.fleet.plans import PlanAdvice, plan_advice
 from packages_app.fleet.served import ServedRevision
 from packages_app.models import Package, Revision
@@ -35,7 +37,7 @@ def packages_list(request: HttpRequest) -> JsonResponse:
     if not form.is_valid():
         return error("Invalid filter: " + "; ".join(form.error_sentences()), 400)
     try:
-        result = queries.catalog_page(
+        result = catalog_page(
             form.filters(),
             form.page_number(),
             form.page_size(),
@@ -65,7 +67,7 @@ def _page_url(request: HttpRequest, number: int) -> str:
     return f"{request.path}?{params.urlencode()}"
 
 
-def _catalog_row_json(row: queries.CatalogRow) -> dict[str, Any]:
+def _catalog_row_json(row: CatalogRow) -> dict[str, Any]:
     headline = row.headline.to_json() if row.headline else None
     return {
         "repo_id": row.package.repo_id,
@@ -144,9 +146,9 @@ def _revision_summary(revision: Revision, headline: dict[str, Any] | None) -> di
 
 @read_only
 def package_detail(request: HttpRequest, owner: str, name: str) -> JsonResponse:
-    package = queries.get_package(owner, name, access.can_see_private(request.user))
-    revision = queries.resolve_revision(package, request.GET.get("revision"))
-    history = queries.revision_history(package)
+    package = get_package(owner, name, access.can_see_private(request.user))
+    revision = resolve_revision(package, request.GET.get("revision"))
+    history = revision_history(package)
     assessment = Assessment.from_json(revision.assessment) if revision else None
     headline = assessment.headline.to_json() if assessment else None
     body: dict[str, Any] = {

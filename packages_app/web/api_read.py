@@ -13,8 +13,8 @@ from typing import Any
 
 from django.http import HttpRequest, JsonResponse
 
-from packages_app import queries
 from packages_app.audit.advice import Advice
+from packages_app.catalog.errors import AmbiguousRevision, LookupFailed
 
 JsonView = Callable[..., JsonResponse]
 
@@ -34,9 +34,9 @@ def read_only(view: JsonView) -> JsonView:
             return response
         try:
             return view(request, *args, **kwargs)
-        except queries.LookupFailed as exc:
+        except LookupFailed as exc:
             return error(str(exc), 404)
-        except queries.AmbiguousRevision as exc:
+        except AmbiguousRevision as exc:
             return error(str(exc), 400)
 
     return wrapper

@@ -10,10 +10,10 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_http_methods
 
-from packages_app import queries
 from packages_app.audit.check import ManifestCheck
 from packages_app.audit.model import UNCERTAIN as RESOLVER_UNCERTAIN
 from packages_app.audit.release_tables import release_tables, shared_outcomes
+from packages_app.catalog.lookups import judge_manifest
 from packages_app.models import Revision
 from packages_app.web import access, check_budget, ratelimit
 from packages_app.web.forms import CheckManifestForm
@@ -58,7 +58,7 @@ def _checked_page(request: HttpRequest, cap: int) -> HttpResponse:
         return _check_page(request, CheckManifestForm(), [too_big], 413)
     if not valid:
         return _check_page(request, form, form.error_sentences(), 400)
-    result, tracked = queries.judge_manifest(form.manifest_bytes(), access.can_see_private(request.user))
+    result, tracked = judge_manifest(form.manifest_bytes(), access.can_see_private(request.user))
     return _check_page(request, form, result=result, tracked=tracked)
 
 

@@ -1,6 +1,6 @@
 """Browser views of what the fleet runs: nodes, a node, a topology, before/after, the glossary, CSV exports.
 
-Thin edges like pages.py: validate the request, call the selectors in fleet/ and queries.py, render.
+Thin edges like pages.py: validate the request, call the selectors in fleet/ and catalog/, render.
 """
 
 from __future__ import annotations
@@ -18,10 +18,12 @@ from packages_app import (
     baselines,
     glossary,
     judgements,
-    queries,
     report_metrics,
     staticfinders,
 )
+from packages_app.catalog.errors import LookupFailed
+from packages_app.catalog.listing import CatalogRow, catalog_page
+from packages_app.catalog.lookups import get_package, require_revision, revision_history
 from packages_app.charts.compare import comparison_timeline_figure, distribution_figure
 from packages_app.charts.layers import StageGap, layer_layout_figure, stage_gaps
 from packages_app.fleet.compare import Comparison, compare_revisions, default_comparison_pair
@@ -73,7 +75,7 @@ def node_detail(request: HttpRequest, name: str) -> HttpResponse:
     private = access.can_see_private(request.user)
     rows = node_rows(window_start(days), name=name, show_private=private)
     if not rows:
-        raise queries.LookupFailed(f"No node named {name} is registered.", back="nodes")
+        raise LookupFailed(f"No node named {name} is registered.", back="nodes")
     row = rows[0]
     main = max(row.serving, key=lambda s: s.reports, default=None)
     context: dict[str, Any] = {"row": row, "days": days, "windows": WINDOW_DAYS, "main": main}
@@ -91,9 +93,7 @@ def topology_detail(request: HttpRequest, topology_id: str) -> HttpResponse:
     private = access.can_see_private(request.user)
     ran = topology_runs(topology_id, window_start(days), private)
     if not ran.runs:
-        raise queries.LookupFailed(
-            f"No report in the last {days} days ran on topology {topology_id}.", back="nodes"
-        )
+        raise LookupFailed(f"No report in the last {days} days ran on topology {topology_id}.", back="nodes")
     main = ran.runs[0]
     context = {
         "topology_id": topology_id,
@@ -126,8 +126,8 @@ def _stage_gaps(revision_id: int, split: str) -> list[StageGap]:
 @lookup_errors
 def compare(request: HttpRequest, owner: str, name: str) -> HttpResponse:
     """Two revisions' throughput side by side; by default the latest against the last one nodes ran."""
-    package = queries.get_package(owner, name, access.can_see_private(request.user))
-    history = queries.revision_history(package)
+    package = get_package(owner, name, access.can_see_private(request.user))
+    history = revision_history(package)
     old, new = _compared_pair(package, history, request.GET.get("from"), request.GET.get("to"))
     comparison = compare_revisions(old, new)
     context = {
@@ -147,13 +147,13 @@ def _compared_pair(
     """The revisions named, or the default pair (fleet.compare.default_comparison_pair) for what is missing:
     ``to`` alone gets the revision nodes ran before it, ``from`` alone the latest."""
     if old_ref:
-        new = queries.require_revision(package, new_ref)
-        return queries.require_revision(package, old_ref), new
-    new_id = queries.require_revision(package, new_ref).pk if new_ref else package.latest_revision_id
+        new = require_revision(package, new_ref)
+        return require_revision(package, old_ref), new
+    new_id = require_revision(package, new_ref).pk if new_ref else package.latest_revision_id
     pair = default_comparison_pair(history, new_id)
     if pair is None:
         single = len(history) < 2
-        raise queries.LookupFailed(
+        raise LookupFailed(
             f"{package.repo_id} has a single revision; there is nothing to compare."
             if single
             else f"{new_ref} is the oldest revision; there is nothing to compare it with."
@@ -240,11 +240,11 @@ def catalog_csv(request: HttpRequest) -> HttpResponse:
     """The whole filtered catalog (every page) as CSV; same filters as the page."""
     form = valid_catalog_form(request)
     private = access.can_see_private(request.user)
-    result = queries.catalog_page(form.filters(), 1, 10**6, show_private=private)
+    result = catalog_page(form.filters(), 1, 10**6, show_private=private)
     return _csv_response("meshdash-catalog.csv", [CATALOG_COLUMNS, *map(_catalog_csv_row, result.rows)])
 
 
-def _catalog_csv_row(row: queries.CatalogRow) -> list[Any]:
+def _catalog_csv_row(row: CatalogRow) -> list[Any]:
     rev = row.revision
     tp: dict[str, Any] = row.throughput.as_dict() if row.throughput else {}
     headline = row.headline
@@ -297,8 +297,8 @@ REPORT_COLUMNS = report_columns()
 @lookup_errors
 def reports_csv(request: HttpRequest, owner: str, name: str) -> HttpResponse:
     """Every report of one revision (newest first) as CSV."""
-    package = queries.get_package(owner, name, access.can_see_private(request.user))
-    revision = queries.require_revision(package, request.GET.get("revision"))
+    package = get_package(owner, name, access.can_see_private(request.user))
+    revision = require_revision(package, request.GET.get("revision"))
     reports = (
         Report.objects.filter(revision=revision)
         .order_by("-received_at", "-id")

@@ -12,10 +12,10 @@ from django.core.exceptions import ValidationError
 
 from packages_app import repo_ids
 from packages_app.audit.releases import known_releases
+from packages_app.catalog.filters import ANY_INCONSISTENT, ANY_NEEDS_ACTION, NOT_AUDITED, CatalogFilters
 from packages_app.fleet.window import DEFAULT_WINDOW_DAYS
 from packages_app.layout import MAX_MANIFEST_BYTES
 from packages_app.models import Revision
-from packages_app.queries import ANY_INCONSISTENT, ANY_NEEDS_ACTION, NOT_AUDITED, CatalogFilters
 from packages_app.throughput import RANGES
 from packages_app.verdicts import STATUSES_BY_RANK, VERDICTS
 

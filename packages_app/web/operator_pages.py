@@ -15,7 +15,10 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_http_methods, require_POST
 
-from packages_app import background, fix_following, fix_plans, fix_proposals, queries, queueing
+from packages_app import background, fix_following, fix_plans, fix_proposals, queueing
+from packages_app.catalog.errors import LookupFailed
+from packages_app.catalog.ingest_status import ingest_overview
+from packages_app.catalog.lookups import get_package, package_counts, resolve_revision
 from packages_app.models import ActionLog, Package, Revision
 from packages_app.web import access
 from packages_app.web.forms import TrackPackageForm
@@ -34,7 +37,7 @@ def ingest_status(request: HttpRequest) -> HttpResponse:
 
 
 def _ingest_page(request: HttpRequest, form: TrackPackageForm, status: int = 200) -> HttpResponse:
-    overview = queries.ingest_overview(
+    overview = ingest_overview(
         show_private=access.can_see_private(request.user),
         # A repo id an operator typed may name a private repo: only those who may track see the requests.
         show_track_requests=request.user.has_perm("packages_app.track_package"),
@@ -84,7 +87,7 @@ def _track(request: HttpRequest, repo_id: str) -> HttpResponse:
 @access.permission_required("packages_app.change_package")
 @lookup_errors
 def package_untrack(request: HttpRequest, owner: str, name: str) -> HttpResponse:
-    package = queries.get_package(owner, name, access.can_see_private(request.user))
+    package = get_package(owner, name, access.can_see_private(request.user))
     Package.objects.filter(pk=package.pk).update(tracked=False)
     access.record(request.user, ActionLog.Action.UNTRACK, package.repo_id)
     messages.success(request, f"{package.repo_id} is no longer synced; what was ingested stays.")
@@ -96,11 +99,11 @@ def package_untrack(request: HttpRequest, owner: str, name: str) -> HttpResponse
 @lookup_errors
 def package_delete(request: HttpRequest, owner: str, name: str) -> HttpResponse:
     """GET: what would be deleted, with a confirm button; POST: delete it with its revisions and files."""
-    package = queries.get_package(owner, name, access.can_see_private(request.user))
+    package = get_package(owner, name, access.can_see_private(request.user))
     if request.method == "GET":
-        context = {"package": package, "counts": queries.package_counts(package)}
+        context = {"package": package, "counts": package_counts(package)}
         return render(request, "packages_app/package_delete.html", context)
-    counts = queries.package_counts(package)
+    counts = package_counts(package)
     package.delete()
     detail = f"{counts['revisions']} revisions, {counts['files']} files"
     access.record(request.user, ActionLog.Action.DELETE, package.repo_id, detail)
@@ -112,7 +115,7 @@ def package_delete(request: HttpRequest, owner: str, name: str) -> HttpResponse:
 @access.permission_required("packages_app.reingest_package")
 @lookup_errors
 def package_reingest(request: HttpRequest, owner: str, name: str) -> HttpResponse:
-    package = queries.get_package(owner, name, access.can_see_private(request.user))
+    package = get_package(owner, name, access.can_see_private(request.user))
     shas = list(
         package.revisions.exclude(status=Revision.Status.RUNNING).values_list("commit_sha", flat=True)
     )
@@ -145,7 +148,7 @@ def package_reingest(request: HttpRequest, owner: str, name: str) -> HttpRespons
 @lookup_errors
 def package_sync(request: HttpRequest, owner: str, name: str) -> HttpResponse:
     """Read the Hub now: new commits (and so their ingest) and the states of meshdash's pull requests."""
-    package = queries.get_package(owner, name, access.can_see_private(request.user))
+    package = get_package(owner, name, access.can_see_private(request.user))
     refusal = access.sync_rate_refusal(request.user)
     if refusal:
         messages.error(request, refusal)
@@ -173,11 +176,11 @@ def package_sync(request: HttpRequest, owner: str, name: str) -> HttpResponse:
 @lookup_errors
 def package_propose_fix(request: HttpRequest, owner: str, name: str) -> HttpResponse:
     """GET: what the PR would carry (diff, title, description, author); POST: record it, a worker sends it."""
-    package = queries.get_package(owner, name, access.can_see_private(request.user))
+    package = get_package(owner, name, access.can_see_private(request.user))
     ref = request.POST.get("revision") if request.method == "POST" else request.GET.get("revision")
-    revision = queries.resolve_revision(package, ref)
+    revision = resolve_revision(package, ref)
     if revision is None:
-        raise queries.LookupFailed(f"{package.repo_id} has no ingested revision yet.")
+        raise LookupFailed(f"{package.repo_id} has no ingested revision yet.")
     existing = fix_proposals.active_proposal(package, revision.commit_sha)
     link = hub_pr_link(existing.pr_url if existing else "")
     context: dict[str, Any] = {

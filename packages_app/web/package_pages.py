@@ -22,7 +22,6 @@ from packages_app import (
     certify_reports,
     fix_plans,
     fix_proposals,
-    queries,
     repo_ids,
     report_time,
     staticfinders,
@@ -31,6 +30,23 @@ from packages_app.audit.assessment import Assessment
 from packages_app.audit.model import UNCERTAIN as RESOLVER_UNCERTAIN
 from packages_app.audit.model import Suggestion
 from packages_app.audit.release_tables import release_tables, shared_outcomes
+from packages_app.catalog import diff as catalog_diff
+from packages_app.catalog.errors import LookupFailed
+from packages_app.catalog.files import (
+    TENSOR_ROW_LIMIT,
+    get_file,
+    kv_rows,
+    revision_file_overview,
+    revision_files,
+)
+from packages_app.catalog.lookups import (
+    first_served,
+    fix_proposal_for,
+    get_package,
+    require_revision,
+    resolve_revision,
+    revision_history,
+)
 from packages_app.charts.layers import layer_layout_figure, stage_boundaries
 from packages_app.charts.timelines import mtp_comparison_figure, strategy_figure, throughput_timeline_figure
 from packages_app.fleet.compare import default_comparison_pair
@@ -47,9 +63,9 @@ from packages_app.web.pages import lookup_errors
 @require_safe
 @lookup_errors
 def package_detail(request: HttpRequest, owner: str, name: str) -> HttpResponse:
-    package = queries.get_package(owner, name, access.can_see_private(request.user))
-    revision = queries.resolve_revision(package, request.GET.get("revision"))
-    history = queries.revision_history(package)
+    package = get_package(owner, name, access.can_see_private(request.user))
+    revision = resolve_revision(package, request.GET.get("revision"))
+    history = revision_history(package)
     context: dict[str, Any] = {"package": package, "revision": revision, "history": history}
     if revision is not None:
         range_form = TimeRangeForm(request.GET)
@@ -59,7 +75,7 @@ def package_detail(request: HttpRequest, owner: str, name: str) -> HttpResponse:
         context["time_ranges"] = TIME_RANGE_LABELS
         context["range_form"] = range_form
         if "files_page" in request.GET or request.GET.get("files") == "all":
-            context["files"] = queries.revision_files(revision, _page_param(request.GET.get("files_page")))
+            context["files"] = revision_files(revision, _page_param(request.GET.get("files_page")))
         pair = default_comparison_pair(history, revision.pk)
         context["previous"] = next((r for r in history if pair and r.pk == pair[0]), None)
         context.update(_fix_context(package, revision, context["assessment"], context["suggested"]))
@@ -105,7 +121,7 @@ def _revision_context(
     throughput = revision_throughput(revision.pk, since=since, until=until)
     revisions = history or [revision]
     # Where each revision of the package started being served: the timeline marks those on its axis.
-    first = queries.first_served(revisions) if throughput else {}
+    first = first_served(revisions) if throughput else {}
     served = [(r.short_sha, first[r.pk]) for r in revisions if r.pk in first]
     splits = throughput.stage_splits if throughput else []
     audited = revision.audited
@@ -129,7 +145,7 @@ def _revision_context(
         "request_defaults": audited.request_defaults,
         "suggested": suggested,
         "suggested_json": _pretty_json(suggested.generation) if suggested else "",
-        "file_overview": (overview := queries.revision_file_overview(revision, detected.mtp_blocks)),
+        "file_overview": (overview := revision_file_overview(revision, detected.mtp_blocks)),
         "metadata_path": metadata_path(overview.items),
         "throughput": throughput,
         "skew_minutes": int(report_time.CLOCK_SKEW_LIMIT.total_seconds() // 60),
@@ -150,7 +166,7 @@ def _fix_context(
 ) -> dict[str, Any]:
     """The pull request part of the fix section: what was proposed, and whether one may be."""
     applies = assessment is not None and assessment.headline.action.kind == ActionKind.APPLY_PATCH
-    fix = queries.fix_proposal_for(package)
+    fix = fix_proposal_for(package)
     return {
         "fix": fix,
         "fix_pr_link": hub_pr_link(fix.pr_url if fix else ""),
@@ -226,15 +242,15 @@ _PATCHED_PATH = "suggested_generation.patched_manifest"
 @lookup_errors
 def patched_manifest(request: HttpRequest, owner: str, name: str) -> HttpResponse:
     """The manifest with the suggested ``generation`` applied, as a download."""
-    package = queries.get_package(owner, name, access.can_see_private(request.user))
-    revision = queries.require_revision(package, request.GET.get("revision"))
+    package = get_package(owner, name, access.can_see_private(request.user))
+    revision = require_revision(package, request.GET.get("revision"))
     audited = revision.audited
     patched = audited.suggestion.patched_manifest if audited.suggestion else ""
     if not patched:
         reason = (
             "was too large to store" if audited.was_cut(_PATCHED_PATH) else "needs no fix, so there is none"
         )
-        raise queries.LookupFailed(f"The patched manifest of {revision} {reason}.")
+        raise LookupFailed(f"The patched manifest of {revision} {reason}.")
     filename = f"{package.name}-{revision.short_sha}-model-package.json"
     response = HttpResponse(patched, content_type="application/json")
     response["Content-Disposition"] = content_disposition_header(True, filename)
@@ -244,16 +260,16 @@ def patched_manifest(request: HttpRequest, owner: str, name: str) -> HttpRespons
 @require_safe
 @lookup_errors
 def file_detail(request: HttpRequest, owner: str, name: str, path: str) -> HttpResponse:
-    package = queries.get_package(owner, name, access.can_see_private(request.user))
-    revision = queries.require_revision(package, request.GET.get("revision"))
-    file = queries.get_file(revision, path)
+    package = get_package(owner, name, access.can_see_private(request.user))
+    revision = require_revision(package, request.GET.get("revision"))
+    file = get_file(revision, path)
     tensors = file.tensors if isinstance(file.tensors, list) else []
     context = {
         "package": package,
         "revision": revision,
         "file": file,
-        "kv": queries.kv_rows(file.kv),
-        "tensors": tensors[: queries.TENSOR_ROW_LIMIT],
+        "kv": kv_rows(file.kv),
+        "tensors": tensors[:TENSOR_ROW_LIMIT],
         "tensor_count": len(tensors),
     }
     return render(request, "packages_app/file_detail.html", context)
@@ -263,15 +279,11 @@ def file_detail(request: HttpRequest, owner: str, name: str, path: str) -> HttpR
 @lookup_errors
 def revision_diff(request: HttpRequest, owner: str, name: str) -> HttpResponse:
     """Compare two revisions; ``to`` defaults to the latest, ``from`` to the one before ``to``."""
-    package = queries.get_package(owner, name, access.can_see_private(request.user))
-    new = queries.require_revision(package, request.GET.get("to"))
+    package = get_package(owner, name, access.can_see_private(request.user))
+    new = require_revision(package, request.GET.get("to"))
     old_ref = request.GET.get("from")
-    old = (
-        queries.require_revision(package, old_ref)
-        if old_ref
-        else _previous_in(queries.revision_history(package), new)
-    )
+    old = require_revision(package, old_ref) if old_ref else _previous_in(revision_history(package), new)
     if old is None:
-        raise queries.LookupFailed(f"{new} is the oldest revision; there is nothing to compare it with.")
-    context = {"package": package, "diff": queries.revision_diff(old, new)}
+        raise LookupFailed(f"{new} is the oldest revision; there is nothing to compare it with.")
+    context = {"package": package, "diff": catalog_diff.revision_diff(old, new)}
     return render(request, "packages_app/revision_diff.html", context)

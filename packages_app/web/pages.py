@@ -1,4 +1,4 @@
-"""Browser views: thin; they validate the request, call selectors in queries.py and render templates.
+"""Browser views: thin; they validate the request, call the selectors in catalog/ and render templates.
 
 This module holds what every page module shares (``lookup_errors``: a missing package, revision or file
 as a 404 page) and the catalog; beside it ``package_pages`` (a package and its revisions),
@@ -17,7 +17,8 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_safe
 
-from packages_app import queries
+from packages_app.catalog.errors import AmbiguousRevision, LookupFailed
+from packages_app.catalog.listing import catalog_page
 from packages_app.verdicts import STATUSES_BY_RANK, VERDICTS_BY_RANK
 from packages_app.web import access
 from packages_app.web.forms import SORTS, CatalogFilterForm
@@ -32,9 +33,9 @@ def lookup_errors(view: View) -> View:
     def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
         try:
             return view(request, *args, **kwargs)
-        except queries.LookupFailed as exc:
+        except LookupFailed as exc:
             return _error_page(request, "Not found", str(exc), 404, exc.back)
-        except queries.AmbiguousRevision as exc:
+        except AmbiguousRevision as exc:
             return _error_page(request, "Ambiguous revision", str(exc), 400)
 
     return wrapper
@@ -53,7 +54,7 @@ def _error_page(
 @require_safe
 def catalog(request: HttpRequest) -> HttpResponse:
     form = valid_catalog_form(request)
-    result = queries.catalog_page(
+    result = catalog_page(
         form.filters(),
         form.page_number(),
         form.page_size(),

@@ -18,8 +18,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from packages_app import queries
 from packages_app.audit.check import ManifestCheck, check_manifest
+from packages_app.catalog.lookups import tracked_manifest
 from packages_app.gguf_errors import GGUFHeaderError
 from packages_app.gguf_header import parse_file
 from packages_app.layout import MAX_MANIFEST_BYTES
@@ -45,7 +45,7 @@ class Command(BaseCommand):
             sys.exit(2)
         folder = Path(options["path"]).resolve().parent
         architecture = carrier_architecture(data, folder)
-        tracked = queries.tracked_manifest(data, show_private=True) if architecture is None else None
+        tracked = tracked_manifest(data, show_private=True) if architecture is None else None
         if tracked is not None:
             architecture = tracked.architecture or None
         result = check_manifest(data, source=str(folder), architecture=architecture)

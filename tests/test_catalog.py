@@ -1,4 +1,4 @@
-"""queries.py: the read-side selectors behind the catalog, package pages, ingest status and JSON API."""
+"""catalog/: the read-side selectors behind the catalog, package pages, ingest status and JSON API."""
 
 from __future__ import annotations
 
@@ -7,16 +7,23 @@ from typing import Any
 
 import pytest
 
-from packages_app import queries, throughput
+from packages_app import throughput
+from packages_app.catalog.diff import DIFF_INPUT_LIMIT, revision_diff
+from packages_app.catalog.errors import AmbiguousRevision, LookupFailed
+from packages_app.catalog.facets import catalog_counts
+from packages_app.catalog.files import kv_rows, revision_files
+from packages_app.catalog.filters import CatalogFilters
+from packages_app.catalog.ingest_status import ingest_overview
+from packages_app.catalog.listing import catalog_page, catalog_queryset
+from packages_app.catalog.lookups import require_revision, resolve_revision
 from packages_app.models import Package, PackageFile, Revision
-from packages_app.queries import CatalogFilters
 from tests import dashboard_factories as f
 
 pytestmark = pytest.mark.django_db
 
 
 def repos(filters: CatalogFilters) -> list[str]:
-    return [p.repo_id for p in queries.catalog_queryset(filters)]
+    return [p.repo_id for p in catalog_queryset(filters)]
 
 
 @pytest.fixture
@@ -38,7 +45,7 @@ def test_not_audited_lists_packages_still_ingesting_or_without_any_revision(mix:
 
 
 def test_facets_count_every_verdict_under_the_other_filters(mix: dict[str, Package]) -> None:
-    facets = queries.catalog_counts(CatalogFilters(verdict="consistent-mtp", schema=1)).facets
+    facets = catalog_counts(CatalogFilters(verdict="consistent-mtp", schema=1)).facets
     # The verdict filter itself is ignored, so the user sees what each verdict would give.
     assert facets["undeclared-mtp"] == 1
     assert facets["consistent-mtp"] == 0  # the only consistent-mtp package is schema v2
@@ -71,42 +78,42 @@ def test_a_catalog_page_carries_throughput_for_its_rows(mix: dict[str, Package])
     qwen = mix["undeclared-mtp"].latest_revision
     assert qwen is not None
     f.qwen35_reports(qwen, count=3)
-    result = queries.catalog_page(CatalogFilters(q="Qwen3.5"), 1, 50)
+    result = catalog_page(CatalogFilters(q="Qwen3.5"), 1, 50)
     (row,) = result.rows
     assert row.throughput is not None and row.throughput.reports == 3 and row.throughput.alert
     assert row.throughput.tps_no_mtp == pytest.approx(3.22, rel=0.01)  # the median, from the sketch
 
 
 def test_a_page_past_the_end_is_clamped_for_the_browser(mix: dict[str, Package]) -> None:
-    assert queries.catalog_page(CatalogFilters(), 99, 5).page.number == 2
+    assert catalog_page(CatalogFilters(), 99, 5).page.number == 2
 
 
 def test_a_revision_is_found_by_any_unique_sha_prefix() -> None:
     package = f.qwen35_package()
-    assert queries.resolve_revision(package, "69CBD9").commit_sha == f.QWEN35_SHA  # type: ignore[union-attr]
-    assert queries.resolve_revision(package, None).commit_sha == f.QWEN35_SHA  # type: ignore[union-attr]
+    assert resolve_revision(package, "69CBD9").commit_sha == f.QWEN35_SHA  # type: ignore[union-attr]
+    assert resolve_revision(package, None).commit_sha == f.QWEN35_SHA  # type: ignore[union-attr]
 
 
 def test_an_ambiguous_prefix_asks_for_more_digits() -> None:
     package = f.make_package("meshllm/a-layers")
     f.make_revision(package, commit_sha="abcd" + "1" * 36)
     f.make_revision(package, commit_sha="abcd" + "2" * 36)
-    with pytest.raises(queries.AmbiguousRevision, match="give more digits"):
-        queries.resolve_revision(package, "abcd")
+    with pytest.raises(AmbiguousRevision, match="give more digits"):
+        resolve_revision(package, "abcd")
 
 
 @pytest.mark.parametrize("ref", ["abc", "zzzz", "../etc", "0" * 41, "ffffffff"])
 def test_a_ref_that_is_no_sha_or_matches_nothing_is_not_found(ref: str) -> None:
     package = f.qwen35_package(with_history=False)
-    with pytest.raises(queries.LookupFailed):
-        queries.resolve_revision(package, ref)
+    with pytest.raises(LookupFailed):
+        resolve_revision(package, ref)
 
 
 def test_a_package_without_revisions_resolves_to_none_unless_one_is_required() -> None:
     package = f.make_package("meshllm/new-layers")
-    assert queries.resolve_revision(package, None) is None
-    with pytest.raises(queries.LookupFailed, match="no revision yet"):
-        queries.require_revision(package, None)
+    assert resolve_revision(package, None) is None
+    with pytest.raises(LookupFailed, match="no revision yet"):
+        require_revision(package, None)
 
 
 def test_file_rows_compare_the_manifest_sha256_with_the_hub_lfs_sha256() -> None:
@@ -115,7 +122,7 @@ def test_file_rows_compare_the_manifest_sha256_with_the_hub_lfs_sha256() -> None
     missing = {"path": "layers/layer-041.gguf", "manifest_size": 5, "status": "missing_on_hub"}
     revision.audit["provenance"]["files"] = [*f.provenance_files(41, mismatch=7), missing]
     revision.save()
-    rows = {row.file.path: row for row in queries.revision_files(revision).rows}
+    rows = {row.file.path: row for row in revision_files(revision).rows}
     assert rows["layers/layer-007.gguf"].status == "sha256_mismatch"
     assert rows["layers/layer-006.gguf"].status == "match"
     assert rows["layers/layer-041.gguf"].status == "missing_on_hub"
@@ -125,7 +132,7 @@ def test_file_rows_compare_the_manifest_sha256_with_the_hub_lfs_sha256() -> None
 
 def test_file_rows_survive_an_audit_of_an_unexpected_shape() -> None:
     revision = f.make_revision(f.make_package("meshllm/c-layers"), files=True, audit={"provenance": [1, 2]})
-    assert len(queries.revision_files(revision).rows) == 42
+    assert len(revision_files(revision).rows) == 42
     audited = revision.audited
     assert audited.problems == () and audited.detected.blocks == () and audited.suggestion is None
 
@@ -139,13 +146,13 @@ def test_problems_are_listed_errors_first_with_evidence_as_text() -> None:
 
 
 def test_kv_rows_summarise_arrays_and_fold_long_text() -> None:
-    rows = {row.key: row for row in queries.kv_rows(f.qwen35_kv() | {"raw.list": list(range(20))})}
+    rows = {row.key: row for row in kv_rows(f.qwen35_kv() | {"raw.list": list(range(20))})}
     assert rows["tokenizer.ggml.tokens"].summary == "STRING[151936]"
     assert rows["raw.list"].summary == "[0, 1, 2, 3, 4, 5, 6, 7, ... (20 items)]"
     assert rows["qwen35moe.block_count"].summary == "41"
     template = rows["tokenizer.chat_template"]
     assert len(template.summary) == 243 and template.full == f.qwen35_kv()["tokenizer.chat_template"]
-    assert queries.kv_rows(None) == []
+    assert kv_rows(None) == []
 
 
 def test_a_diff_lists_files_added_removed_and_changed_and_the_verdict_change() -> None:
@@ -155,7 +162,7 @@ def test_a_diff_lists_files_added_removed_and_changed_and_the_verdict_change() -
     PackageFile.objects.filter(revision=new, path="layers/layer-040.gguf").delete()
     PackageFile.objects.filter(revision=new, path="layers/layer-003.gguf").update(lfs_sha256="f" * 64)
     PackageFile.objects.create(revision=new, path="shared/common.gguf", size=10)
-    diff = queries.revision_diff(old, new)
+    diff = revision_diff(old, new)
     assert [x.path for x in diff.added] == ["shared/common.gguf"]
     assert [x.path for x in diff.removed] == ["layers/layer-040.gguf"]
     assert [a.path for a, _ in diff.changed] == ["layers/layer-003.gguf"]
@@ -171,7 +178,7 @@ def test_the_ingest_overview_lists_unfinished_oldest_first_and_failures_with_err
         package, "", status=Revision.Status.FAILED, error="HubUnavailable: 503", latest=False
     )
     Package.objects.filter(pk=package.pk).update(sync_error="HubNotFound: gone")
-    overview = queries.ingest_overview()
+    overview = ingest_overview()
     assert [r.pk for r in overview.unfinished] == [running.pk, queued.pk]
     assert [r.error for r in overview.failed] == [failed.error]
     assert [p.repo_id for p in overview.sync_errors] == [package.repo_id]
@@ -210,8 +217,8 @@ def test_the_timeline_bucket_grows_with_the_span_of_the_reports(span: timedelta,
 
 def test_manifests_too_large_to_diff_quickly_are_not_diffed_line_by_line() -> None:
     package = f.make_package("meshllm/huge-layers")
-    huge = {"layers": [{"i": i} for i in range(queries.DIFF_INPUT_LIMIT)]}
+    huge = {"layers": [{"i": i} for i in range(DIFF_INPUT_LIMIT)]}
     old = f.make_revision(package, manifest_json=huge, committed_at=f.BASE_TIME - timedelta(days=1))
     new = f.make_revision(package, manifest_json={"layers": []})
-    diff = queries.revision_diff(old, new)
+    diff = revision_diff(old, new)
     assert diff.too_large and diff.manifest_diff == []

@@ -1,0 +1,164 @@
+"""What the catalog counts besides its rows: the packages matching, per verdict and per status (the
+facets, counted as their filters list them, with the broken revisions nodes ran in the window), and the
+architectures the filter offers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db.models import Case, Count, F, IntegerField, Q, Value, When
+
+from packages_app.catalog.filters import (
+    ANY_INCONSISTENT,
+    ANY_NEEDS_ACTION,
+    NOT_AUDITED,
+    CatalogFilters,
+    other_filters_q,
+    wanted_statuses,
+    wanted_verdicts,
+)
+from packages_app.fleet.window import window_start
+from packages_app.models import LastServed, Package
+from packages_app.verdicts import INCONSISTENT_VERDICTS, NEEDS_ACTION, STATUSES, VERDICTS, Status
+
+
+@dataclass(frozen=True)
+class CatalogCounts:
+    """What two scans of the visible packages tell the catalog besides its rows."""
+
+    matching: int  # packages the filters show (the paginator's count)
+    facets: dict[str, int]  # per verdict (and "inconsistent"), given every filter but the verdict
+    headlines: dict[str, int]  # per status (and "needs-action"), given every filter but the headline
+    architectures: list[str]  # of every visible package's latest revision, for the filter's choices
+
+
+@dataclass
+class _Tally:
+    """Counts packages per facet value the way the facet filters match them: by the latest revision's
+    verdict and status, and by the broken revisions nodes ran in the window."""
+
+    filters: CatalogFilters
+    verdicts: dict[str, int] = field(default_factory=dict)
+    statuses: dict[str, int] = field(default_factory=dict)
+    matching: int = 0
+
+    def add(self, verdict: str, status: str, served: set[tuple[str, str]], n: int = 1) -> None:
+        verdicts = {verdict} | {v for v, _ in served if v in INCONSISTENT_VERDICTS}
+        statuses = {status} | {h for _, h in served if h in NEEDS_ACTION}
+        by_verdict = self._matches_verdict(verdict, verdicts)
+        by_status = self._matches_status(status, statuses)
+        if by_status:
+            for v in verdicts:
+                self.verdicts[v] = self.verdicts.get(v, 0) + n
+            if verdicts & set(INCONSISTENT_VERDICTS):
+                self.verdicts[ANY_INCONSISTENT] = self.verdicts.get(ANY_INCONSISTENT, 0) + n
+        if by_verdict:
+            for h in statuses:
+                self.statuses[h] = self.statuses.get(h, 0) + n
+            if statuses & set(NEEDS_ACTION):
+                self.statuses[ANY_NEEDS_ACTION] = self.statuses.get(ANY_NEEDS_ACTION, 0) + n
+        if by_verdict and by_status:
+            self.matching += n
+
+    def _matches_verdict(self, latest: str, verdicts: set[str]) -> bool:
+        wanted = self.filters.verdict
+        if not wanted:
+            return True
+        if wanted == NOT_AUDITED:
+            return latest == NOT_AUDITED
+        return bool(set(wanted_verdicts(wanted)) & verdicts)
+
+    def _matches_status(self, latest: str, statuses: set[str]) -> bool:
+        wanted = self.filters.headline
+        if not wanted:
+            return True
+        if wanted == Status.NOT_ASSESSED:
+            return latest == Status.NOT_ASSESSED
+        return bool(set(wanted_statuses(wanted)) & statuses)
+
+
+def catalog_counts(filters: CatalogFilters, show_private: bool = False) -> CatalogCounts:
+    """The count, the verdict and headline facets and the architectures, from two scans: the broken
+    revisions nodes ran in the window, per package (``_served_facets``); and the visible packages
+    matching every other filter, grouped by their latest revision's verdict, status and architecture,
+    and, for each package the first scan found, by the package, so the same scan says which of them
+    the reader may see and the filters keep. A package counts under each value the facet filter would
+    list it for, so a facet's count is what its filter shows. With any other filter, the architectures
+    (which ignore every filter) take a third query."""
+    others = other_filters_q(filters)
+    served = _served_facets(window_start(filters.window_days))
+    ran_broken = {package_id for packages in served.values() for package_id in packages}
+    own = Case(When(pk__in=ran_broken, then=F("pk"))) if ran_broken else Value(None, IntegerField())
+    latest = (
+        Package.objects.visible(show_private)
+        .filter(others)
+        .values(
+            "latest_revision__verdict",
+            "latest_revision__headline",
+            "latest_revision__architecture",
+            ran_broken_id=own,
+        )
+        .annotate(n=Count("id"))
+        .order_by()
+    )
+    tally = _Tally(filters, {v: 0 for v in (ANY_INCONSISTENT, *VERDICTS, NOT_AUDITED)})
+    tally.statuses = {s: 0 for s in (ANY_NEEDS_ACTION, *STATUSES)}
+    architectures: set[str] = set()
+    kept: set[int] = set()
+    for row in latest:
+        verdict = row["latest_revision__verdict"] or NOT_AUDITED
+        status = row["latest_revision__headline"] or Status.NOT_ASSESSED
+        tally.add(verdict, status, set(), row["n"])
+        architectures.add(row["latest_revision__architecture"] or "")
+        if row["ran_broken_id"] is not None:
+            kept.add(row["ran_broken_id"])
+    for (verdict, status), packages in served.items():
+        for package_id, extra in packages.items():
+            if package_id in kept:  # once more, with what its nodes ran, less itself
+                tally.add(verdict or NOT_AUDITED, status or Status.NOT_ASSESSED, extra)
+                tally.add(verdict or NOT_AUDITED, status or Status.NOT_ASSESSED, set(), -1)
+    names = catalog_architectures(show_private) if others else sorted(architectures - {""})
+    return CatalogCounts(tally.matching, tally.verdicts, tally.statuses, names)
+
+
+def _served_facets(since: Any) -> dict[tuple[str, str], dict[int, set[tuple[str, str]]]]:
+    """Per (latest verdict, latest status): package id -> the (verdict, status) of the other revisions its
+    nodes ran since ``since`` that count in a facet (an inconsistent verdict or a status needing action),
+    for every package.
+
+    Which packages the reader may see and the catalog's other filters keep is left to catalog_counts'
+    scan of the packages: with them in this query, PostgreSQL, not expecting so few rows (an older,
+    broken revision still served), evaluated them for every package before the join that leaves those
+    rows: 24 ms against 8 for the alert filter in the catalog-shape seed."""
+    broken = Q(revision__verdict__in=INCONSISTENT_VERDICTS) | Q(revision__headline__in=NEEDS_ACTION)
+    rows = (
+        LastServed.objects.filter(broken, last_at__gte=since)
+        .exclude(revision_id=F("package__latest_revision_id"))
+        .values_list(
+            "package_id",
+            "package__latest_revision__verdict",
+            "package__latest_revision__headline",
+            "revision__verdict",
+            "revision__headline",
+        )
+        .distinct()
+    )
+    result: dict[tuple[str, str], dict[int, set[tuple[str, str]]]] = {}
+    for package_id, latest_verdict, latest_status, verdict, status in rows:
+        packages = result.setdefault((latest_verdict or "", latest_status or ""), {})
+        packages.setdefault(package_id, set()).add((verdict or "", status or ""))
+    return result
+
+
+def catalog_architectures(show_private: bool = False) -> list[str]:
+    """Architectures of the packages' latest revisions, for the filter's choices."""
+    names = (
+        Package.objects.visible(show_private)
+        .exclude(latest_revision__architecture="")
+        .filter(latest_revision__isnull=False)
+        .values_list("latest_revision__architecture", flat=True)
+        .distinct()
+        .order_by("latest_revision__architecture")
+    )
+    return list(names)

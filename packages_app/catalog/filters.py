@@ -1,0 +1,103 @@
+"""The catalog's filters: the validated values, and the conditions each one adds to the packages' query.
+
+Shared by the catalog's rows (``listing``) and its counts (``facets``), which keep the facets' own filters
+apart: a facet's counts ignore its own filter."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.db.models import Q
+
+from packages_app import throughput
+from packages_app.fleet.served import served_alert_q, served_headline_q, served_inconsistent_q
+from packages_app.fleet.window import DEFAULT_WINDOW_DAYS, window_start
+from packages_app.models import LastServed
+from packages_app.verdicts import INCONSISTENT_VERDICTS, NEEDS_ACTION, Status
+
+# Catalog filter values beside the verdicts and statuses themselves.
+ANY_INCONSISTENT = "inconsistent"
+NOT_AUDITED = "unaudited"
+ANY_NEEDS_ACTION = "needs-action"
+
+
+@dataclass(frozen=True)
+class CatalogFilters:
+    """Validated catalog filters; the empty value of each field means "no filter"."""
+
+    q: str = ""
+    verdict: str = ""
+    headline: str = ""  # a Status value, or ANY_NEEDS_ACTION
+    architecture: str = ""
+    schema: int | None = None
+    mtp_detected: bool | None = None
+    mtp_declared: bool | None = None
+    status: str = ""
+    alert: bool = False
+    sort: str = "repo"
+    window_days: int = DEFAULT_WINDOW_DAYS
+    refused_by: str = ""  # a release name from releases.toml: packages whose latest revision it refuses
+
+
+def other_filters_q(filters: CatalogFilters) -> Q:
+    """Every filter except the two facets (verdict, headline), whose counts must ignore their own."""
+    q = Q()
+    if filters.q:
+        q &= Q(repo_id__icontains=filters.q)
+    if filters.architecture:
+        q &= Q(latest_revision__architecture=filters.architecture)
+    if filters.schema is not None:
+        q &= Q(latest_revision__schema_version=filters.schema)
+    if filters.mtp_detected is not None:
+        q &= Q(latest_revision__mtp_detected=filters.mtp_detected)
+    if filters.mtp_declared is not None:
+        q &= Q(latest_revision__mtp_declared=filters.mtp_declared)
+    if filters.status:
+        q &= Q(latest_revision__status=filters.status)
+    if filters.alert:
+        since = window_start(filters.window_days)
+        # Either alert needs a revision whose MTP went unused: the packages of those (LastServed rows)
+        # lead the query where they are few, not a walk of the whole catalog in its order.
+        unused = Q(id__in=LastServed.objects.filter(last_unused_at__isnull=False).values("package_id"))
+        q &= unused & (throughput.latest_alert_q() | served_alert_q(since))
+    if filters.refused_by:
+        q &= Q(latest_revision__refused_by__contains=f"|{filters.refused_by}|")
+    return q
+
+
+def wanted_verdicts(verdict: str) -> tuple[str, ...]:
+    return INCONSISTENT_VERDICTS if verdict == ANY_INCONSISTENT else (verdict,)
+
+
+def wanted_statuses(headline: str) -> tuple[str, ...]:
+    return NEEDS_ACTION if headline == ANY_NEEDS_ACTION else (headline,)
+
+
+def verdict_q(filters: CatalogFilters) -> Q:
+    """The verdict filter; an inconsistent verdict also matches a package whose nodes ran such a revision."""
+    verdict = filters.verdict
+    if not verdict:
+        return Q()
+    if verdict == NOT_AUDITED:
+        return Q(latest_revision__isnull=True) | Q(latest_revision__verdict="")
+    verdicts = wanted_verdicts(verdict)
+    latest = Q(latest_revision__verdict__in=verdicts)
+    served = [v for v in verdicts if v in INCONSISTENT_VERDICTS]
+    if not served:
+        return latest
+    return latest | served_inconsistent_q(window_start(filters.window_days), served)
+
+
+def headline_q(filters: CatalogFilters) -> Q:
+    """The headline filter; a status that needs action also matches a package whose nodes ran a revision
+    with it in the window (the row then says so)."""
+    if not filters.headline:
+        return Q()
+    if filters.headline == Status.NOT_ASSESSED:
+        return Q(latest_revision__isnull=True) | Q(latest_revision__headline__in=["", Status.NOT_ASSESSED])
+    statuses = wanted_statuses(filters.headline)
+    latest = Q(latest_revision__headline__in=statuses)
+    served = [s for s in statuses if s in NEEDS_ACTION]
+    if not served:
+        return latest
+    return latest | served_headline_q(window_start(filters.window_days), served)
