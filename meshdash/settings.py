@@ -417,6 +417,8 @@ MESHDASH_METRICS_CACHE_SECONDS = envint("MESHDASH_METRICS_CACHE_SECONDS", 10)
 # Links in notifications start with this (e.g. https://meshdash.example.org); empty = paths only.
 MESHDASH_PUBLIC_URL = envstr("MESHDASH_PUBLIC_URL")
 # Email notifications go through this SMTP server (Django's settings of the same names).
+# One deadline over each whole SMTP exchange (the delivery's), EMAIL_TIMEOUT over each socket operation.
+EMAIL_BACKEND = "packages_app.notifications.BoundedEmailBackend"
 EMAIL_HOST = envstr("EMAIL_HOST", "localhost")
 EMAIL_PORT = envint("EMAIL_PORT", 25)
 EMAIL_HOST_USER = envstr("EMAIL_HOST_USER")

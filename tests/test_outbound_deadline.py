@@ -233,6 +233,94 @@ def test_control_without_the_sweep_a_killed_workers_delivery_stays_pending_for_g
     assert enqueued == [] and killed.status == "pending"  # a week on, nothing will touch it
 
 
+# --- mail: one deadline over the whole SMTP exchange ------------------------------------------------------
+
+
+class SmtpServer(Loopback):
+    """A loopback SMTP server: ``honest`` answers each command and keeps the messages; otherwise it sends
+    ``220 `` and then its greeting one byte every 0.1 s (each well inside EMAIL_TIMEOUT), never ending the
+    line, for DRIP_SECONDS."""
+
+    def __init__(self, honest: bool) -> None:
+        self.honest = honest
+        self.messages: list[bytes] = []
+        super().__init__()
+
+    def handle(self, conn: socket.socket) -> None:
+        with conn, contextlib.suppress(OSError):
+            if self.honest:
+                self._answer(conn)
+            else:
+                self.drip(conn, b"220 ")
+
+    def _answer(self, conn: socket.socket) -> None:
+        with conn.makefile("rb") as lines:
+            conn.sendall(b"220 loopback ESMTP\r\n")
+            for line in lines:
+                command = line[:4].upper()
+                if command == b"DATA":
+                    conn.sendall(b"354 go on\r\n")
+                    self.messages.append(b"".join(iter(lines.readline, b".\r\n")))
+                    conn.sendall(b"250 kept\r\n")
+                elif command == b"QUIT":
+                    conn.sendall(b"221 bye\r\n")
+                    return
+                else:
+                    conn.sendall(b"250 ok\r\n")
+
+
+@pytest.fixture
+def smtp_settings(settings: Any) -> Any:
+    settings.EMAIL_BACKEND = "packages_app.notifications.BoundedEmailBackend"  # meshdash.settings' own
+    settings.EMAIL_HOST = "127.0.0.1"
+    settings.EMAIL_TIMEOUT = LIMITS.read_timeout  # each byte comes in 0.1 s: never this per-read timeout
+    return settings
+
+
+def mail_channel() -> NotificationChannel:
+    return NotificationChannel(name="mail", kind=NotificationChannel.Kind.EMAIL, emails="ops@example.com")
+
+
+def timed_mail(smtp_settings: Any, server: SmtpServer) -> tuple[float, DeliveryFailed | None]:
+    smtp_settings.EMAIL_PORT = server.port
+    channel = mail_channel()
+    started = time.monotonic()
+    try:
+        notifications.send(channel, notifications.test_notification(channel), "test", LIMITS)
+    except DeliveryFailed as exc:
+        return time.monotonic() - started, exc
+    finally:
+        server.close()
+    return time.monotonic() - started, None
+
+
+def test_the_settings_send_mail_through_the_bounded_backend() -> None:
+    import meshdash.settings
+
+    assert meshdash.settings.EMAIL_BACKEND == "packages_app.notifications.BoundedEmailBackend"
+
+
+def test_a_mail_server_dripping_its_greeting_is_cut_at_the_deadline(smtp_settings: Any) -> None:
+    elapsed, failed = timed_mail(smtp_settings, SmtpServer(honest=False))
+    assert failed is not None and failed.retryable and "no answer in time" in str(failed)
+    assert LIMITS.deadline - 0.1 < elapsed < LIMITS.deadline + 0.6
+
+
+def test_control_djangos_own_smtp_backend_is_held_for_the_whole_drip(smtp_settings: Any) -> None:
+    smtp_settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"  # EMAIL_TIMEOUT per read only
+    elapsed, failed = timed_mail(smtp_settings, SmtpServer(honest=False))
+    assert failed is not None  # it hung up at last, the greeting unfinished
+    assert elapsed > DRIP_SECONDS - 0.2  # in production: up to the worker's 600 s soft limit
+
+
+def test_an_honest_mail_server_gets_the_message_through_the_bounded_backend(smtp_settings: Any) -> None:
+    server = SmtpServer(honest=True)
+    assert timed_mail(smtp_settings, server)[1] is None
+    (message,) = server.messages
+    assert b"Subject: [meshdash] meshdash test message to mail" in message
+    assert b"To: ops@example.com" in message
+
+
 # --- a Hub call's deadline ends with the call -------------------------------------------------------------
 
 
