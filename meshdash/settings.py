@@ -344,6 +344,8 @@ MESHDASH_REPORT_RETENTION_MONTHS = envint("MESHDASH_REPORT_RETENTION_MONTHS", 6)
 # Off only to measure what the rollups cost (bench/bench_reports.py): pages then lag until
 # `manage.py rebuild_rollups`.
 MESHDASH_ROLLUP_ON_STORE = envbool("MESHDASH_ROLLUP_ON_STORE", True)
+# A public figure counts at most this many of one node's reports of one revision a day (docs/fleet.md).
+MESHDASH_PUBLIC_REPORTS_PER_NODE_DAY = envint("MESHDASH_PUBLIC_REPORTS_PER_NODE_DAY", 1440)
 # "Check a manifest" page and POST /api/v1/check-manifest: checks/minute per client address; 0 = off
 MESHDASH_CHECK_RATE_LIMIT = envint("MESHDASH_CHECK_RATE_LIMIT", 30)
 # Site-wide bytes of manifest checks in flight at once, across web workers (web/check_budget.py); past it a

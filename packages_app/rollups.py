@@ -14,6 +14,14 @@ day (or hour) series, never the reports; the catalog reads total cells. Hour cel
 MESHDASH_ROLLUP_HOURLY_DAYS are not written and are pruned (``prune_hourly``): the day cells hold
 them already.
 
+Who moves a public figure (docs/fleet.md, "Whose reports make a public figure"): the every-node cells,
+which every public figure is read from, count a report only when its node registered a run of its
+revision (``registered_pairs``: a ``NodeRun`` whose package ref resolved to it, or whose own identity
+named it), and at most MESHDASH_PUBLIC_REPORTS_PER_NODE_DAY of one node's reports of one revision a
+day (the day the report is plotted in), the first that arrived. Every report still goes to its node's
+own cells. A node that registers a run of a revision it already reported on has those reports added to
+the every-node cells then (``add_registered_reports``), under the same daily cap.
+
 Beside them, per node, its hour and day cells with every strategy and topology together
 (models.NodeRollup: reports, decode-rate sketch, reports per strategy), which the nodes pages read.
 And the same transaction adds to models.Serving (per revision x node x topology x
@@ -41,10 +49,20 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connections, transaction
-from django.db.models import Count, F, Max, OuterRef, Q, Subquery
+from django.db.models import Count, Exists, F, Max, OuterRef, Q, QuerySet, Subquery, Sum
 
 from packages_app import report_metrics, report_time, sketch
-from packages_app.models import ROLLUP_KEY, LastServed, NodeRollup, Report, Revision, Rollup, Serving
+from packages_app.models import (
+    ROLLUP_KEY,
+    LastServed,
+    NodeRollup,
+    NodeRun,
+    Package,
+    Report,
+    Revision,
+    Rollup,
+    Serving,
+)
 
 # A report "shows MTP unused" unless the operator chose a strategy without MTP: then the package
 # is not at fault, so such reports never raise the alert.
@@ -142,7 +160,8 @@ def add_reports(
     """
     if not settings.MESHDASH_ROLLUP_ON_STORE:
         return 0
-    cells, added = cells_of(rows, hourly_since())
+    rows = [row for row in rows if row.revision_id is not None]
+    cells, added = cells_of(rows, hourly_since(), public_room(rows, using=using))
     if cells:
         # Inside the storing transaction, no savepoint of its own (two round trips a store): a
         # failure here fails the store.
@@ -189,8 +208,11 @@ def link_reports(unlinked: Q, changes: dict[str, object], serving: ServingListen
     return len(ids)
 
 
-def cells_of(rows: Iterable[Report], hourly_from: datetime) -> tuple[dict[Key, Cell], int]:
-    """The cells the rows add to, and how many rows counted."""
+def cells_of(
+    rows: Iterable[Report], hourly_from: datetime, room: PublicRoom, *, own: bool = True
+) -> tuple[dict[Key, Cell], int]:
+    """The cells the rows add to, and how many rows counted: each row to its node's cells (unless not
+    ``own``) and to the every-node cells while ``room`` has room for it (taking that room)."""
     cells: dict[Key, Cell] = {}
     added = 0
     for row in rows:
@@ -198,7 +220,10 @@ def cells_of(rows: Iterable[Report], hourly_from: datetime) -> tuple[dict[Key, C
             continue
         added += 1
         figures = Figures.of(row)
-        for key in _keys(row, hourly_from):
+        nodes: tuple[int, ...] = (row.node_id,) if own else ()
+        if room.take(row):
+            nodes += (Rollup.ALL_NODES,)
+        for key in _keys(row, hourly_from, nodes):
             cell = cells.get(key)
             if cell is None:
                 cell = cells[key] = Cell(first_at=row.received_at, last_at=row.received_at)
@@ -206,7 +231,7 @@ def cells_of(rows: Iterable[Report], hourly_from: datetime) -> tuple[dict[Key, C
     return cells, added
 
 
-def _keys(row: Report, hourly_from: datetime) -> list[Key]:
+def _keys(row: Report, hourly_from: datetime, nodes: tuple[int, ...]) -> list[Key]:
     # Its bucket is when the node observed it, within the accepted skew (report_time); first_at and
     # last_at stay arrival times (Serving's recency, outliving_reports).
     at = _plotted(row).astimezone(UTC)
@@ -222,15 +247,133 @@ def _keys(row: Report, hourly_from: datetime) -> list[Key]:
         row.topology_id,
     )
     return [
-        (int(row.revision_id or 0), grain, node, start, *rest)
-        for grain, start in buckets
-        for node in (row.node_id, Rollup.ALL_NODES)
+        (int(row.revision_id or 0), grain, node, start, *rest) for grain, start in buckets for node in nodes
     ]
 
 
 def _plotted(row: Report) -> datetime:
     observed = row.observed_at
     return row.received_at if observed is None else report_time.plotted_at(observed, row.received_at)
+
+
+# --- who moves a public figure -------------------------------------------------------------------
+
+
+def public_day(row: Report) -> datetime:
+    """The day a report is plotted in (its day cell's start): the daily cap's unit."""
+    return _plotted(row).astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+
+
+@dataclass
+class PublicRoom:
+    """How many more reports of each (node, revision, day) the every-node cells take: the daily cap less
+    what they already took, for pairs whose node registered a run of the revision; none for the rest."""
+
+    registered: set[tuple[int, int]]
+    cap: int
+    taken: dict[tuple[int, int, datetime], int] = field(default_factory=dict)
+
+    def take(self, row: Report) -> bool:
+        if (row.node_id, row.revision_id) not in self.registered:
+            return False
+        day = (int(row.node_id), int(row.revision_id or 0), public_day(row))
+        if self.taken.get(day, 0) >= self.cap:
+            return False
+        self.taken[day] = self.taken.get(day, 0) + 1
+        return True
+
+
+def public_reports_per_node_day() -> int:
+    return int(settings.MESHDASH_PUBLIC_REPORTS_PER_NODE_DAY)
+
+
+def registered_pairs(
+    revision_ids: Iterable[int], node_ids: Iterable[int] | None = None, *, using: str = "default"
+) -> set[tuple[int, int]]:
+    """(node, revision) pairs, of these revisions (and nodes), whose node registered a run of the
+    revision: its package ref resolved to it, its own identity named it (``served_revision``), or it
+    named the revision's repo and commit before the revision was ingested. One query."""
+    revisions = sorted(set(revision_ids))
+    if not revisions:
+        return set()
+    named = Revision.objects.using(using).filter(
+        pk__in=revisions, package__repo_id=OuterRef("repo_id"), commit_sha=OuterRef("commit_sha")
+    )
+    runs = NodeRun.objects.using(using).annotate(named=Subquery(named.values("pk")[:1]))
+    runs = runs.filter(
+        Q(revision_id__in=revisions) | Q(served_revision_id__in=revisions) | Q(named__isnull=False)
+    )
+    if node_ids is not None:
+        runs = runs.filter(node_id__in=sorted(set(node_ids)))
+    wanted = set(revisions)
+    pairs: set[tuple[int, int]] = set()
+    for node, *ran in runs.values_list("node_id", "revision_id", "served_revision_id", "named"):
+        pairs.update((node, r) for r in ran if r in wanted)
+    return pairs
+
+
+def registered_node_ids(revision_id: int) -> QuerySet[NodeRun, Any]:
+    """The nodes that registered a run of the revision (as ``registered_pairs``), as a subquery for a
+    read of per-node cells or raw reports that a public page shows (no query of its own)."""
+    named = Revision.objects.filter(
+        pk=revision_id, package__repo_id=OuterRef("repo_id"), commit_sha=OuterRef("commit_sha")
+    )
+    ran = Q(revision_id=revision_id) | Q(served_revision_id=revision_id) | Q(Exists(named))
+    return NodeRun.objects.filter(ran).values("node_id")
+
+
+def public_room(rows: Sequence[Report], *, using: str = "default") -> PublicRoom:
+    """The room of a batch about to be stored: its registered pairs, each day's count so far read from
+    the node's own day cells (every report of a registered pair went public until the cap, so what
+    went public that day is the smaller of the two). Two queries, none for a batch of no revision."""
+    room = PublicRoom(
+        registered_pairs({int(r.revision_id or 0) for r in rows}, {r.node_id for r in rows}, using=using),
+        public_reports_per_node_day(),
+    )
+    days = {
+        (r.node_id, r.revision_id, public_day(r))
+        for r in rows
+        if (r.node_id, r.revision_id) in room.registered
+    }
+    if days:
+        counted = (
+            NodeRollup.objects.using(using)
+            .filter(
+                grain=Rollup.Grain.DAY,
+                node_key__in={d[0] for d in days},
+                revision_id__in={d[1] for d in days},
+                bucket_start__in={d[2] for d in days},
+            )
+            .values_list("node_key", "revision_id", "bucket_start")
+            .annotate(n=Sum("reports"))
+            .order_by()
+        )
+        for node, revision, day, n in counted:
+            room.taken[(int(node), int(revision), day.astimezone(UTC))] = min(int(n), room.cap)
+    return room
+
+
+def add_registered_reports(node_id: int, revision_id: int) -> int:
+    """A node registered its first run of a revision: the reports it stored for it before go to the
+    every-node cells now (the first of each day up to the cap; they are in its own cells already).
+    Call inside the registration's transaction, before the registration is saved."""
+    if (node_id, revision_id) in registered_pairs([revision_id], [node_id]):
+        return 0
+    rows = Report.objects.filter(node_id=node_id, revision_id=revision_id).order_by("pk")
+    reports = [_report(row) for row in rows.values_list(*SOURCE_FIELDS).iterator(REBUILD_CHUNK)]
+    cells, _ = cells_of(
+        reports,
+        hourly_since(),
+        PublicRoom({(node_id, revision_id)}, public_reports_per_node_day()),
+        own=False,
+    )
+    if not cells:
+        return 0
+    upsert(cells)
+    servings = servings_of(cells)
+    upsert_serving(servings)
+    upsert_last_served(servings)
+    return sum(cell.reports for key, cell in cells.items() if key[1] == Rollup.Grain.TOTAL)
 
 
 def _placement(row: Report) -> report_time.Placement:
@@ -686,7 +829,8 @@ def _rebuild_group(revision_ids: list[int]) -> int:
             Report(**dict(zip(SOURCE_FIELDS, row, strict=True)))
             for row in reports.values_list(*SOURCE_FIELDS).iterator(REBUILD_CHUNK)
         )
-        cells, total = cells_of(rows, hourly_since())
+        room = PublicRoom(registered_pairs(revision_ids), public_reports_per_node_day())
+        cells, total = cells_of(rows, hourly_since(), room)
         upsert(cells)
         upsert_node_rollups(node_rollups_of(cells))
         upsert_serving(servings_of(cells))
@@ -719,6 +863,37 @@ _KEY_SQL = (
 SQL_METRICS = {m.rollup: m.name for m in SKETCHED}
 
 
+# Per report row ``r``: whether its node registered a run of its revision, and its rank among that node's
+# reports of that revision plotted the same day (by id: the first that arrived), as PublicRoom counts.
+_PUBLIC_COLUMNS = f"""
+    EXISTS (
+        SELECT 1 FROM {NodeRun._meta.db_table} AS nr WHERE nr.node_id = r.node_id
+        AND (
+            nr.revision_id = r.revision_id OR nr.served_revision_id = r.revision_id
+            OR (nr.repo_id, nr.commit_sha) = (
+                SELECT p.repo_id, rv.commit_sha FROM {Revision._meta.db_table} AS rv
+                JOIN {Package._meta.db_table} AS p ON p.id = rv.package_id WHERE rv.id = r.revision_id
+            )
+        )
+    ) AS registered,
+    row_number() OVER (
+        PARTITION BY r.node_id, r.revision_id, date_bin('1 day', CASE
+            WHEN r.observed_at > r.received_at + %(skew)s OR r.observed_at < r.received_at - %(replay)s
+            THEN r.received_at ELSE r.observed_at END, %(epoch)s)
+        ORDER BY r.id
+    ) AS day_rank"""  # noqa: S608  # a table name only
+
+
+def _public_parameters(revision_ids: list[int]) -> dict[str, Any]:
+    return {
+        "revisions": revision_ids,
+        "epoch": EPOCH,
+        "skew": report_time.CLOCK_SKEW_LIMIT,
+        "replay": report_time.REPLAY_WINDOW,
+        "cap": public_reports_per_node_day(),
+    }
+
+
 def _rebuild_serving_in_sql(cursor: Any, revision_ids: list[int]) -> None:
     """The revisions' Serving rows from their reports (as servings_of over cells_of's cells)."""
     non_mtp = ", ".join(f"'{choice}'" for choice in NON_MTP_CHOICES)
@@ -734,12 +909,16 @@ def _rebuild_serving_in_sql(cursor: Any, revision_ids: list[int]) -> None:
                    stage_splits, received_at,
                    (NOT mtp_used AND requested_strategy NOT IN ({non_mtp}))::int AS unused,
                    jsonb_build_array(requested_strategy, effective_strategy, mtp_used)::text AS pair
-            FROM {Report._meta.db_table} CROSS JOIN (VALUES (false), (true)) AS n (every)
-            WHERE revision_id = ANY(%(revisions)s)
+            FROM (
+                SELECT r.*, {_PUBLIC_COLUMNS} FROM {Report._meta.db_table} AS r
+                WHERE revision_id = ANY(%(revisions)s)
+            ) AS r
+            CROSS JOIN (VALUES (false), (true)) AS n (every)
+            WHERE NOT n.every OR (r.registered AND r.day_rank <= %(cap)s)
         ) AS r
         GROUP BY {", ".join(SERVING_KEY)}
         """,  # noqa: S608
-        {"revisions": revision_ids},
+        _public_parameters(revision_ids),
     )
 
 
@@ -779,10 +958,12 @@ def _rebuild_in_sql(cursor: Any, revision_ids: list[int]) -> int:
         WITH placed AS (
             SELECT r.*,
                    (observed_at > received_at + %(skew)s
-                    OR observed_at < received_at - %(replay)s) AS refused_at
+                    OR observed_at < received_at - %(replay)s) AS refused_at,
+                   {_PUBLIC_COLUMNS}
             FROM {Report._meta.db_table} AS r WHERE revision_id = ANY(%(revisions)s)
         ), src AS (
-            SELECT revision_id, node_id, received_at, stage_splits, requested_strategy, effective_strategy,
+            SELECT revision_id, node_id, registered, day_rank, received_at, stage_splits, requested_strategy,
+                   effective_strategy,
                    mtp_used, topology_id, (source = 'otlp')::int AS from_spans,
                    (NOT mtp_used AND requested_strategy NOT IN ({non_mtp}))::int AS unused,
                    {counters},
@@ -803,7 +984,7 @@ def _rebuild_in_sql(cursor: Any, revision_ids: list[int]) -> int:
                 ('hour', CASE WHEN hour >= %(hourly_from)s THEN hour END)
             ) AS g (grain, bucket_start)
             CROSS JOIN LATERAL (VALUES (node_id), (0)) AS n (node_key)
-            WHERE g.bucket_start IS NOT NULL
+            WHERE g.bucket_start IS NOT NULL AND (n.node_key <> 0 OR (registered AND day_rank <= %(cap)s))
         ), totals AS (
             SELECT {keys}, count(*) AS reports, sum(from_spans) AS from_spans, sum(unused) AS unused,
                    {summed}, sum(moved) AS moved, sum(refused) AS refused,
@@ -823,14 +1004,11 @@ def _rebuild_in_sql(cursor: Any, revision_ids: list[int]) -> int:
     cursor.execute(
         sql,
         {
-            "revisions": revision_ids,
-            "epoch": EPOCH,
+            **_public_parameters(revision_ids),
             "hourly_from": hourly_since(),
             "min_positive": sketch.MIN_POSITIVE,
             "zero_bin": sketch.ZERO_BIN,
             "log_gamma": sketch.LOG_GAMMA,
-            "skew": report_time.CLOCK_SKEW_LIMIT,
-            "replay": report_time.REPLAY_WINDOW,
         },
     )
     return int(Report.objects.filter(revision_id__in=revision_ids).count())

@@ -226,6 +226,8 @@ def _run_upsert(node: Node, run: RunIn) -> RunOutcome:
     loaded = fields.pop("loaded")
     if loaded:  # what it says it loaded, each claim with whether a tracked revision holds it, for its page
         fields["observations"] = {**fields["observations"], "loaded": loaded}  # type: ignore[dict-item]
+    for ran in {revision_id, fields["served_revision_id"]} - {None}:  # its reports may count publicly now
+        rollups.add_registered_reports(node.pk, int(ran))  # type: ignore[call-overload]
     NodeRun.objects.update_or_create(node=node, run_id=run.run_id, defaults=fields)
     linked = _link_span_reports(node, run.run_id, fields) if repo else 0
     judgements.judge([node.pk])  # what it registered is judged now, in the registration's transaction

@@ -407,6 +407,7 @@ class Seeder:
                 for _ in range(count):
                     loader.add(self.report_row(revision))
         add_report_keys(first_id, self.next_id)
+        register_reporting_runs(first_id, self.next_id)
         # The rollups as rebuild_rollups makes them (in SQL on PostgreSQL): the cells the store paths
         # would have written report by report.
         rollups.rebuild([revision.id for revision, count in zip(latest, counts, strict=True) if count])
@@ -812,6 +813,25 @@ def reserve_report_ids(count: int) -> int:
         return int(first)
     last = ReportKey.objects.order_by("-id").values_list("id", flat=True).first() or 0
     return last + 1
+
+
+def register_reporting_runs(first_id: int, next_id: int) -> int:
+    """A run for each (node, revision) the seeded reports name, as their agents would have registered
+    it, so the reports count in the public figures (rollups.registered_pairs); returns how many."""
+    pairs = (
+        Report.objects.filter(id__gte=first_id, id__lt=next_id)
+        .values_list("node_id", "revision_id", "repo_id", "commit_sha")
+        .distinct()
+        .order_by()
+    )
+    runs = [
+        NodeRun(
+            node_id=node, run_id=f"seed-{node}-{revision}", revision_id=revision, repo_id=repo, commit_sha=sha
+        )
+        for node, revision, repo, sha in pairs
+    ]
+    NodeRun.objects.bulk_create(runs, ignore_conflicts=True)
+    return len(runs)
 
 
 def add_report_keys(first_id: int, end_id: int) -> None:
