@@ -17,14 +17,16 @@ $(STAMP): pyproject.toml requirements.lock
 	$(PY) -m pip install -q -r requirements.lock
 	touch $@
 
-# meshdash-agent on the venv's PATH. The agent is two modules of the standard library only
-# (packages_app/nodes/agent.py and the exposition parser it imports, nodes/exposition.py), so the command
-# is a zipapp of those two (python -m zipapp: one executable file, the venv's Python on its first line): no
+# meshdash-agent on the venv's PATH. The agent is modules of the standard library only (packages_app/nodes/
+# agent.py, the agent_*.py modules it imports, and the exposition parser, nodes/exposition.py), so the command
+# is a zipapp of those (python -m zipapp: one executable file, the venv's Python on its first line): no
 # copy of the project in site-packages to shadow the working tree, nothing that points into a folder that
 # may go away. `pip install .` installs the same command from [project.scripts] where meshdash is
-# deployed. Remade when the agent changes.
+# deployed. Remade when the agent changes. tests/test_agent_files.py builds the same zipapp from this list.
 AGENT := $(VENV)/bin/meshdash-agent
-AGENT_MODULES := packages_app/nodes/__init__.py packages_app/nodes/agent.py packages_app/nodes/exposition.py
+AGENT_MODULES := packages_app/nodes/__init__.py packages_app/nodes/agent.py packages_app/nodes/exposition.py \
+	packages_app/nodes/agent_common.py packages_app/nodes/agent_baseline.py packages_app/nodes/agent_config.py \
+	packages_app/nodes/agent_observations.py packages_app/nodes/agent_runs.py packages_app/nodes/agent_spool.py
 $(AGENT): $(AGENT_MODULES) $(STAMP)
 	rm -rf $@.d && mkdir -p $@.d/packages_app/nodes && touch $@.d/packages_app/__init__.py
 	cp $(AGENT_MODULES) $@.d/packages_app/nodes/

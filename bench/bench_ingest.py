@@ -60,7 +60,7 @@ from packages_app.devhub import (  # noqa: E402
     DevHub,
     ensure_catalog,
 )
-from packages_app.gguf_header import ArraySummary  # noqa: E402
+from packages_app.gguf_results import ArraySummary  # noqa: E402
 from packages_app.layout import classify_path  # noqa: E402
 from packages_app.models import Package, Revision  # noqa: E402
 

@@ -40,7 +40,7 @@ those pages are measured with the clock set to the newest report (``--fleet-cloc
 default); ``--fleet-clock now`` measures them at the real time, which on the day of the seed is nearly
 the same window. Their windows then start at midnight, so the nodes pages read whole days only; with
 ``--fleet-clock noon`` (12 hours before the newest report) the window's first day is split at noon,
-the most hour cells those pages read (fleet._window_terms).
+the most hour cells those pages read (fleet.window.window_terms).
 """
 
 from __future__ import annotations

@@ -214,10 +214,11 @@ BENCH_RUN = "bench-run"
 def register_bench_run() -> None:
     """The run id every bench span carries, registered as an agent would, so spans join the revision;
     and a run of the bench revision for every other bench node, so their reports count in the public
-    figures (the store's dearer path: its daily share is read and taken, rollups.public_room)."""
+    figures (the store's dearer path: its daily share is read and taken,
+    rollups.public_weight.public_room)."""
     from packages_app import telemetry
     from packages_app.models import Node
-    from packages_app.nodes.report_schema import RunIn
+    from packages_app.nodes.run_schema import RunIn
 
     for index, node in enumerate(Node.objects.filter(name__startswith="bench-perf").order_by("name")):
         run = RunIn.model_validate(
@@ -294,12 +295,12 @@ def otlp_check(otlp: Row) -> str:
 
 
 def selector_check() -> str:
-    from packages_app import rollups
     from packages_app.models import Revision
+    from packages_app.rollups.rebuild import rebuild
     from packages_app.throughput import catalog_throughput, revision_throughput
 
     revision = Revision.objects.get(commit_sha=lr.BENCH_SHA)
-    rollups.rebuild([revision.pk])  # the batches stored with rollups off are in them now
+    rebuild([revision.pk])  # the batches stored with rollups off are in them now
     started = time.perf_counter()
     detail = revision_throughput(revision.pk)
     catalog = catalog_throughput([revision.pk])

@@ -1,16 +1,16 @@
 """Each node's judgement, kept (NodeJudgement) rather than made for every node on every request.
 
-"Which of my nodes need action" judged every node per request (fleet.node_rows): at 1,000 nodes 87 ms, most
-of it Python growing with the node count (issue 43). Here each node's judgement over the default window is
-stored, once per audience (public packages only, or with private ones), and the pages read one indexed
-query for the rows they show:
+"Which of my nodes need action" judged every node per request (fleet.nodes.node_rows): at 1,000 nodes
+87 ms, most of it Python growing with the node count (issue 43). Here each node's judgement over the default
+window is stored, once per audience (public packages only, or with private ones), and the pages read one
+indexed query for the rows they show:
 
 - ``judge`` writes the rows of some nodes (or of all) in the caller's transaction, computed by the same code
-  the pages used (``fleet.judged_rows``, the needing-action list's judgement); ``rebuild`` (``manage.py
+  the pages used (``fleet.nodes.judged_rows``, the needing-action list's judgement); ``rebuild`` (``manage.py
   rebuild_judgements``) writes every node's rows from scratch, the same rows.
 - Whatever changes a judgement calls ``judge`` in its own transaction: a report stored or linked
-  (``serving_changing``, which rollups.add_reports calls for reports.py and telemetry.py, judging only the
-  nodes whose judgement the batch can change), a run registered (telemetry), an ingest or re-audit of a
+  (``serving_changing``, which rollups.adding.add_reports calls for reports.py and telemetry.py, judging only
+  the nodes whose judgement the batch can change), a run registered (telemetry), an ingest or re-audit of a
   revision or its package's latest or privacy changing (ingest: ``revisions_changed``), a release or
   roster imported
   (``rebuild``), a node created or renamed (models.node_judgements: its rows expired at once).
@@ -19,7 +19,8 @@ query for the rows they show:
   (``_valid_until``); ``fresh`` judges anew the rows read past that, and those judged against another
   release matrix or rosters than this process knows (``basis``), before a page reads them.
 
-Only the default window (fleet.DEFAULT_WINDOW_DAYS) is kept; a page asking for another judges as before.
+Only the default window (fleet.window.DEFAULT_WINDOW_DAYS) is kept; a page asking for another judges as
+before.
 """
 
 from __future__ import annotations
@@ -36,13 +37,18 @@ from django.db import transaction
 from django.db.models import Case, Count, F, Max, Min, Q, Value, When
 from django.utils import timezone
 
-from packages_app import fleet, rollups
 from packages_app.audit import certification, releases
 from packages_app.audit.advice import strategy_can_change_cause
+from packages_app.fleet.nodes import NodePage, NodeRow, judged_rows, rows_of_nodes
+from packages_app.fleet.ranking import NODES_PAGE_ROWS, NODES_PER_PAGE
+from packages_app.fleet.runs import NodeIds
+from packages_app.fleet.window import DEFAULT_WINDOW_DAYS, window_start
 from packages_app.models import JUDGEMENT_EXPIRED, Node, NodeJudgement, NodeRun, Revision, Serving
+from packages_app.rollups.cells import Cell
+from packages_app.rollups.serving import ServingKey
 from packages_app.verdicts import Cause
 
-WINDOW_DAYS = fleet.DEFAULT_WINDOW_DAYS
+WINDOW_DAYS = DEFAULT_WINDOW_DAYS
 AUDIENCES = (
     False,
     True,
@@ -86,7 +92,7 @@ def judge(node_ids: Iterable[int] | None = None, now: datetime | None = None) ->
     """Judge these nodes (None: every node) over the default window ending ``now`` and store their rows,
     in the caller's transaction (a savepoint of its own). Returns how many nodes were judged."""
     now = now or timezone.now()
-    since = fleet.window_start(WINDOW_DAYS, now)
+    since = window_start(WINDOW_DAYS, now)
     judged = 0
     with transaction.atomic():
         if node_ids is None:
@@ -118,7 +124,7 @@ def revisions_changed(revision_ids: Iterable[int], now: datetime | None = None) 
 def packages_changed(package_ids: Any, now: datetime | None = None) -> int:
     """``revisions_changed`` by package (ids, or a query selecting them)."""
     now = now or timezone.now()
-    since = fleet.window_start(WINDOW_DAYS, now)
+    since = window_start(WINDOW_DAYS, now)
     served = Serving.objects.filter(revision__package_id__in=package_ids, last_at__gte=since).exclude(
         node_key=0
     )
@@ -129,16 +135,17 @@ def packages_changed(package_ids: Any, now: datetime | None = None) -> int:
     return judge(nodes, now) if nodes else 0
 
 
-def _judge_nodes(nodes: list[Node], since: datetime, among: fleet.NodeIds) -> int:
+def _judge_nodes(nodes: list[Node], since: datetime, among: NodeIds) -> int:
     if not nodes:
         return 0
-    everything = fleet.judged_rows(nodes, since, True, among)
+    everything = judged_rows(nodes, since, True, among)
     ids = [n.pk for n in nodes]
-    # Visitors are told the same where nothing of the node's is hidden from them (as fleet._window and
-    # fleet._latest_runs hide it): judged again only for the nodes with a row or run it hides.
+    # Visitors are told the same where nothing of the node's is hidden from them (as
+    # fleet.ranking.servings_in_window and fleet.runs.latest_runs hide it): judged again only for the nodes
+    # with a row or run it hides.
     hiding = _hiding(ids, since)
     again = [n for n in nodes if n.pk in hiding]
-    public = {r.node.pk: r for r in fleet.judged_rows(again, since, False)} if again else {}
+    public = {r.node.pk: r for r in judged_rows(again, since, False)} if again else {}
     by_audience = {True: everything, False: [public.get(r.node.pk, r) for r in everything]}
     until = _valid_until(ids, since, by_audience)
     digest, judged_at = basis(), since + timedelta(days=WINDOW_DAYS)
@@ -169,7 +176,7 @@ def _hiding(ids: list[int], since: datetime) -> set[int]:
     )
 
 
-def _row(row: fleet.NodeRow, private: bool, until: datetime, digest: str, at: datetime) -> NodeJudgement:
+def _row(row: NodeRow, private: bool, until: datetime, digest: str, at: datetime) -> NodeJudgement:
     advice = row.advice
     about = next((s for s in row.serving if advice is not None and s.advice is advice), None)
     return NodeJudgement(
@@ -200,12 +207,12 @@ def _advice_fields(advice: Any) -> dict[str, Any]:
 
 
 def _valid_until(
-    ids: list[int], since: datetime, by_audience: Mapping[bool, list[fleet.NodeRow]]
+    ids: list[int], since: datetime, by_audience: Mapping[bool, list[NodeRow]]
 ) -> dict[int, datetime]:
     """When the moving window changes each node's judgement (one query): the first of its Serving rows
     in the window leaving it (its last report older than the window's start), its newest report showing
     MTP unused leaving it, and, where a row ran several strategies and the strategy can change the
-    cause (fleet._read_to_judge), the window's first hour moving on (its cells are read by the hour).
+    cause (fleet.serving._read_to_judge), the window's first hour moving on (its cells are read by the hour).
     Every row in the window counts, shown or not: a conservative bound, never a late one."""
     days = timedelta(days=WINDOW_DAYS)
     window = (
@@ -236,7 +243,7 @@ def _valid_until(
     return until
 
 
-def serving_changing(servings: Mapping[rollups.ServingKey, rollups.Cell]) -> Callable[[], object]:
+def serving_changing(servings: Mapping[ServingKey, Cell]) -> Callable[[], object]:
     """Before a batch of reports is added to the Serving rows: which of their nodes to judge once it is,
     all but those whose judgement the batch cannot change (``_unchanged_by``)."""
     nodes = {node for _revision, node, _topology, _splits in servings if node}
@@ -247,18 +254,16 @@ def serving_changing(servings: Mapping[rollups.ServingKey, rollups.Cell]) -> Cal
     return lambda: judge(changed, now) if changed else 0
 
 
-def _unchanged_by(
-    servings: Mapping[rollups.ServingKey, rollups.Cell], nodes: set[int], now: datetime
-) -> set[int]:
+def _unchanged_by(servings: Mapping[ServingKey, Cell], nodes: set[int], now: datetime) -> set[int]:
     """The nodes whose kept judgement a batch adding ``servings`` leaves as it is (three queries): their
     rows are fresh, and every row the batch adds to is already in the window, keeps the one strategy all
     its reports ran and either stays without MTP unused or had it in the window already; and the node's
     judgement reads every row it has (at most NODES_PAGE_ROWS in the window, so no ranking picks which),
-    all of one revision with no run of another (so no row can move on, fleet._with_moves). Then nothing
-    it reads changes: not which rows, their flags, their strategies nor the cells they are judged by
-    (fleet._read_to_judge reads cells only of rows that ran several). Its ``valid_until`` may come
+    all of one revision with no run of another (so no row can move on, fleet.serving._with_moves). Then
+    nothing it reads changes: not which rows, their flags, their strategies nor the cells they are judged by
+    (fleet.serving._read_to_judge reads cells only of rows that ran several). Its ``valid_until`` may come
     earlier than a new judgement's (a later last report): conservative."""
-    since = fleet.window_start(WINDOW_DAYS, now)
+    since = window_start(WINDOW_DAYS, now)
     fresh = NodeJudgement.objects.filter(
         node_id__in=nodes, valid_until__gt=now, judged_at__lte=now, basis=basis()
     ).values_list("node_id", flat=True)
@@ -282,7 +287,7 @@ def _unchanged_by(
     for node in candidates:
         mine = rows.get(node, {})
         revisions = {revision for revision, _topology, _splits in mine} | runs.get(node, set())
-        if not mine or len(mine) > fleet.NODES_PAGE_ROWS or len(revisions) != 1:
+        if not mine or len(mine) > NODES_PAGE_ROWS or len(revisions) != 1:
             continue
         if all(
             _keeps(mine.get((revision, topology, splits)), cell, since)
@@ -293,7 +298,7 @@ def _unchanged_by(
     return unchanged
 
 
-def _keeps(row: tuple[Any, str] | None, cell: rollups.Cell, since: datetime) -> bool:
+def _keeps(row: tuple[Any, str] | None, cell: Cell, since: datetime) -> bool:
     """Whether adding ``cell`` to a Serving row in the window (``row``: its last MTP-unused report and
     sole strategy; None: not in the window) leaves what judging it reads."""
     if row is None:
@@ -326,22 +331,20 @@ def is_kept(days: int) -> bool:
     return days == WINDOW_DAYS
 
 
-def node_page(
-    number: Any, needs_action: bool, show_private: bool, now: datetime | None = None
-) -> fleet.NodePage:
+def node_page(number: Any, needs_action: bool, show_private: bool, now: datetime | None = None) -> NodePage:
     """A page of /nodes/ (``needs_action``: of /nodes/?action=1) from the kept judgements: the nodes
     needing action first, the most urgent advice first, then by name; the page's rows whole
-    (fleet.rows_of_nodes)."""
+    (fleet.nodes.rows_of_nodes)."""
     now = now or timezone.now()
     fresh(now)
     ranked = NodeJudgement.objects.filter(private=show_private)
     if needs_action:
         ranked = ranked.filter(needs_action=True)
     order = ranked.order_by("-needs_action", "cause_rank", "node_name").values_list("node_id", flat=True)
-    page = Paginator(order, fleet.NODES_PER_PAGE).get_page(number)
+    page = Paginator(order, NODES_PER_PAGE).get_page(number)
     ids = list(page.object_list)
-    rows = fleet.rows_of_nodes(ids, fleet.window_start(WINDOW_DAYS, now), show_private)
-    return fleet.NodePage(rows, page)
+    rows = rows_of_nodes(ids, window_start(WINDOW_DAYS, now), show_private)
+    return NodePage(rows, page)
 
 
 def needing_action_by_cause(now: datetime | None = None) -> dict[str, int]:

@@ -5,7 +5,7 @@ verdicts.Status, and the per-node advice, verdicts.Cause):
 - ``revision-worse``: a tracked package's new latest revision has a worse headline (a lower
   ``Status.rank``) than the revision before it;
 - ``node-serving``: a node serves a revision its own release refuses, on an uncertified split
-  override, or leaving MTP unused (fleet.node_rows' advice).
+  override, or leaving MTP unused (fleet.nodes.node_rows' advice).
 
 Each event has a key (``node-serving:<node id>:<revision id>:<cause>``), unique in the table, so a
 second look at the same facts records nothing and sends nothing. Finding and recording return the
@@ -33,7 +33,8 @@ from django.db import IntegrityError, OperationalError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from packages_app import fleet, metrics, monitoring
+from packages_app import metrics, monitoring
+from packages_app.fleet.nodes import node_rows
 from packages_app.hub.net import exchange_deadline
 from packages_app.hub.outbound import BoundedSMTP, BoundedSMTPS, DeliveryFailed, OutboundLimits, post
 from packages_app.models import Node, Notification, NotificationChannel, NotificationDelivery, Revision
@@ -131,7 +132,7 @@ def node_serving_events(node_id: int) -> list[int]:
         return []
     since = timezone.now() - NODE_WINDOW
     deliveries: list[int] = []
-    for row in fleet.node_rows(since, name=node.name, show_private=True):
+    for row in node_rows(since, name=node.name, show_private=True):
         for serving in row.serving:
             cause = serving.advice.cause
             if cause not in NODE_CAUSES:

@@ -20,10 +20,18 @@ from django.db import DatabaseError
 from django.db.models import Case, Count, F, IntegerField, Min, Q, QuerySet, Value, When
 from django.db.models.functions import NullIf
 
-from packages_app import fleet, throughput
+from packages_app import throughput
 from packages_app.audit.assessment import Headline
 from packages_app.audit.check import ManifestCheck, check_manifest
 from packages_app.audit.model import FileCheck
+from packages_app.fleet.served import (
+    ServedRevision,
+    served_alert_q,
+    served_headline_q,
+    served_inconsistent_q,
+    served_revisions,
+)
+from packages_app.fleet.window import DEFAULT_WINDOW_DAYS, window_start
 from packages_app.layout import FileRole
 from packages_app.models import FixProposal, LastServed, Package, PackageFile, Revision, Serving, TrackRequest
 from packages_app.verdicts import INCONSISTENT_VERDICTS, NEEDS_ACTION, STATUSES, VERDICTS, Status, Verdict
@@ -48,7 +56,7 @@ class CatalogFilters:
     status: str = ""
     alert: bool = False
     sort: str = "repo"
-    window_days: int = fleet.DEFAULT_WINDOW_DAYS
+    window_days: int = DEFAULT_WINDOW_DAYS
     refused_by: str = ""  # a release name from releases.toml: packages whose latest revision it refuses
 
 
@@ -161,7 +169,7 @@ class CatalogRow:
     revision: Revision | None
     throughput: throughput.CatalogThroughput | None
     # Revisions other than the latest that nodes ran in the window, broken ones first.
-    served: list[fleet.ServedRevision] = field(default_factory=list)
+    served: list[ServedRevision] = field(default_factory=list)
     headline: Headline | None = None  # the latest revision's; None while it is not assessed
     fix: FixProposal | None = None  # the pull request meshdash proposed with the patched manifest
 
@@ -170,7 +178,7 @@ class CatalogRow:
         return self.headline.status if self.headline else Status.NOT_ASSESSED
 
     @property
-    def served_broken(self) -> list[fleet.ServedRevision]:
+    def served_broken(self) -> list[ServedRevision]:
         return [s for s in self.served if s.broken]
 
     @property
@@ -211,11 +219,11 @@ def _filters_q(filters: CatalogFilters) -> Q:
     if filters.status:
         q &= Q(latest_revision__status=filters.status)
     if filters.alert:
-        since = fleet.window_start(filters.window_days)
+        since = window_start(filters.window_days)
         # Either alert needs a revision whose MTP went unused: the packages of those (LastServed rows)
         # lead the query where they are few, not a walk of the whole catalog in its order.
         unused = Q(id__in=LastServed.objects.filter(last_unused_at__isnull=False).values("package_id"))
-        q &= unused & (throughput.latest_alert_q() | fleet.served_alert_q(since))
+        q &= unused & (throughput.latest_alert_q() | served_alert_q(since))
     if filters.refused_by:
         q &= Q(latest_revision__refused_by__contains=f"|{filters.refused_by}|")
     return q
@@ -241,7 +249,7 @@ def _verdict_q(filters: CatalogFilters) -> Q:
     served = [v for v in verdicts if v in INCONSISTENT_VERDICTS]
     if not served:
         return latest
-    return latest | fleet.served_inconsistent_q(fleet.window_start(filters.window_days), served)
+    return latest | served_inconsistent_q(window_start(filters.window_days), served)
 
 
 def _headline_q(filters: CatalogFilters) -> Q:
@@ -256,7 +264,7 @@ def _headline_q(filters: CatalogFilters) -> Q:
     served = [s for s in statuses if s in NEEDS_ACTION]
     if not served:
         return latest
-    return latest | fleet.served_headline_q(fleet.window_start(filters.window_days), served)
+    return latest | served_headline_q(window_start(filters.window_days), served)
 
 
 @dataclass(frozen=True)
@@ -323,7 +331,7 @@ def catalog_counts(filters: CatalogFilters, show_private: bool = False) -> Catal
     list it for, so a facet's count is what its filter shows. With any other filter, the architectures
     (which ignore every filter) take a third query."""
     others = _filters_q(filters)
-    served = _served_facets(fleet.window_start(filters.window_days))
+    served = _served_facets(window_start(filters.window_days))
     ran_broken = {package_id for packages in served.values() for package_id in packages}
     own = Case(When(pk__in=ran_broken, then=F("pk"))) if ran_broken else Value(None, IntegerField())
     latest = (
@@ -415,7 +423,7 @@ def catalog_page(
     packages = _packages_of(page, packages_in_order, by_revision=filters.sort not in _PACKAGE_ORDER)
     latest_ids = [p.latest_revision_id for p in packages if p.latest_revision_id]
     figures = throughput.catalog_throughput(latest_ids) if latest_ids else {}
-    served = fleet.served_revisions([p.pk for p in packages], fleet.window_start(filters.window_days))
+    served = served_revisions([p.pk for p in packages], window_start(filters.window_days))
     fixes = latest_fix_proposals([p.pk for p in packages])
     rows = [
         CatalogRow(

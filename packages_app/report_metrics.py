@@ -7,8 +7,8 @@ Each surface reads this table instead of keeping its own list:
   ``label``, ``unit`` and ``bound`` in each field's OpenAPI description) and the plausibility bounds
   (nodes/report_schema.PLAUSIBLE);
 - the Report columns ingest fills (reports.TIMING_COLUMNS: ``stored``);
-- the rollups, both the Python path and the SQL rebuild (rollups.METRICS, ``rollup``: count, sum, min, max
-  and a quantile sketch per cell);
+- the rollups, both the Python path and the SQL rebuild (rollups.cells.METRICS, ``rollup``: count, sum, min,
+  max and a quantile sketch per cell);
 - the recent reports table and the reports CSV (``shown``: throughput.recent_fields,
   fleet_pages.report_columns).
 

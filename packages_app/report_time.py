@@ -5,8 +5,8 @@ its spool after an outage sends reports observed hours or days before they arriv
 right and the rollups place them there ("moved": plotted more than the skew limit before arrival). A time
 meshdash cannot believe is refused and the report is plotted when it arrived: one more than
 CLOCK_SKEW_LIMIT after arrival (a node's clock ahead), or one older than REPLAY_WINDOW (longer than an agent
-keeps a report: packages_app/nodes/agent.py SPOOL_MAX_AGE, so no honest replay is that old). Those are the
-reports flagged ``clock_skew_flagged``. No Django, no I/O.
+keeps a report: packages_app/nodes/agent_config.py SPOOL_MAX_AGE, so no honest replay is that old). Those are
+the reports flagged ``clock_skew_flagged``. No Django, no I/O.
 """
 
 from __future__ import annotations

@@ -15,10 +15,11 @@ from uuid import UUID
 from django.db import connection, transaction
 from django.db.models import Q
 
-from packages_app import judgements, report_metrics, rollups
+from packages_app import judgements, report_metrics
 from packages_app.models import Node, Report, ReportKey, Revision
 from packages_app.nodes.report_schema import ReportIn, Timings
 from packages_app.report_time import Placement, placement
+from packages_app.rollups.adding import add_reports, link_reports
 
 
 class Stored(StrEnum):
@@ -107,7 +108,7 @@ def insert_claimed(node: Node, rows: Sequence[Report]) -> dict[UUID, StoredKey]:
         for row in mine:
             row.id = claimed[row.report_id]
         Report.objects.bulk_create(mine)
-        rollups.add_reports(mine, serving=judgements.serving_changing)  # their nodes judged: judgements
+        add_reports(mine, serving=judgements.serving_changing)  # their nodes judged: judgements
     return keys
 
 
@@ -275,6 +276,6 @@ def link_reports_to_revision(revision: Revision) -> int:
     match = Q(repo_id=repo_id, commit_sha=revision.commit_sha)
     if revision.manifest_sha256:
         match |= Q(repo_id=repo_id, manifest_sha256=revision.manifest_sha256)
-    return rollups.link_reports(
+    return link_reports(
         match & Q(revision__isnull=True), {"revision": revision}, serving=judgements.serving_changing
     )

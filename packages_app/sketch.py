@@ -12,7 +12,7 @@ bin holds. Zero (and anything below MIN_POSITIVE) has a bin of its own that stan
 - a stored sketch costs one JSON object ``{"bin": count}``; decode rates of one rollup cell span a
   few tens of bins, and a report adds 1 to one bin.
 
-No Django, no I/O: rollups.py stores what this module computes.
+No Django, no I/O: rollups/ stores what this module computes.
 """
 
 from __future__ import annotations

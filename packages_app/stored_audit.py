@@ -1,7 +1,7 @@
 """A revision's audit recomputed from what is stored (files, headers), with its own or another manifest.
 
 A service with no Hub access and no writes: ``ingest`` stores the result as the revision's audit, and
-``fixes`` re-checks a patched manifest with it on the web path too (it never loads the Hub client).
+``fix_plans`` re-checks a patched manifest with it on the web path too (it never loads the Hub client).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ def audit_stored(rev: Revision, manifest: bytes | None) -> auditing.Audit:
     """The audit of ``manifest`` against the revision's stored files and headers; stores nothing.
 
     With the revision's own manifest it is the revision's audit; with a patched one, what the revision
-    would audit to if it carried that manifest (``fixes`` re-checks a fix with it before sending it).
+    would audit to if it carried that manifest (``fix_plans`` re-checks a fix with it before sending it).
     """
     files = list(rev.files.all())
     listing = [auditing.FileInfo(path=f.path, size=f.size, lfs_sha256=f.lfs_sha256 or None) for f in files]

@@ -26,8 +26,18 @@ from django.conf import settings
 from django.core.cache import cache
 from django.db import InterfaceError, OperationalError, connection
 
-from packages_app import fixes, hub, ingest, metrics, notifications, partitions, rollups
+from packages_app import (
+    fix_following,
+    fix_proposals,
+    hub,
+    ingest,
+    metrics,
+    notifications,
+    partitions,
+    tracking,
+)
 from packages_app.hub.outbound import DeliveryFailed
+from packages_app.rollups.rebuild import prune_hourly
 
 log = logging.getLogger(__name__)
 
@@ -135,12 +145,11 @@ def ingest_revision_task(self: Task, repo_id: str, commit_sha: str) -> str:
     count = metrics.count_ingest  # every way out is counted by outcome (/metrics: meshdash_ingests_total)
     try:
         # Nodes ask for revisions of repos they name: those stay unlinked unless the Hub confirms them.
-        if ingest.confirm_package(repo_id) is None:
+        if tracking.confirm_package(repo_id) is None:
             return count(UNCONFIRMED)
         outcome = ingest.ingest_revision(repo_id, commit_sha, claim=self.request.id)
-        settled = fixes.settle_revision(
-            outcome.revision.pk
-        )  # a merged fix waiting for this revision's headline
+        # a merged fix waiting for this revision's headline
+        settled = fix_following.settle_revision(outcome.revision.pk)
     except SoftTimeLimitExceeded:
         limit = int(self.soft_time_limit or settings.CELERY_TASK_SOFT_TIME_LIMIT)
         status = ingest.release_timed_out(repo_id, commit_sha, limit, give_up_after=MAX_DELIVERIES)
@@ -157,7 +166,8 @@ def ingest_revision_task(self: Task, repo_id: str, commit_sha: str) -> str:
         raise retry_on_database_error(self, exc) from exc
     if outcome.ran and outcome.revision.status == "done":
         notify_revision.delay_on_commit(outcome.revision.pk)
-        for proposal_id in fixes.proposals_based_on(outcome.revision.pk):  # a new audit of an open PR's base
+        # a new audit of an open PR's base
+        for proposal_id in fix_proposals.proposals_based_on(outcome.revision.pk):
             update_fix_task.delay_on_commit(proposal_id)
     for proposal_id in settled:  # landed: meshdash's verdict goes on the PR
         check_fix.delay_on_commit(proposal_id)
@@ -165,12 +175,12 @@ def ingest_revision_task(self: Task, repo_id: str, commit_sha: str) -> str:
 
 
 @shared_task(bind=True, max_retries=MAX_RETRIES, acks_late=True, name="packages_app.tasks.sync_package")
-@quarantine_after_dead_deliveries(ingest.record_sync_error)
+@quarantine_after_dead_deliveries(tracking.record_sync_error)
 def sync_package_task(self: Task, repo_id: str) -> int:
     try:
-        if ingest.confirm_package(repo_id) is None:  # a webhook named a repo we do not store
+        if tracking.confirm_package(repo_id) is None:  # a webhook named a repo we do not store
             return 0
-        revisions = ingest.sync_package(repo_id)
+        revisions = tracking.sync_package(repo_id)
     except hub.HubUnavailable as exc:
         raise self.retry(exc=exc, countdown=retry_countdown(exc, self.request.retries)) from exc
     except hub.HubError as exc:
@@ -187,14 +197,14 @@ def sync_package_task(self: Task, repo_id: str) -> int:
 
 
 @shared_task(bind=True, max_retries=MAX_RETRIES, acks_late=True, name="packages_app.tasks.track_package")
-@quarantine_after_dead_deliveries(ingest.record_track_failure)
+@quarantine_after_dead_deliveries(tracking.record_track_failure)
 def track_package_task(self: Task, repo_id: str) -> str:
     """An operator's track: the Hub must confirm the repo (one call) before it is stored and synced."""
     try:
-        package = ingest.track_checked(repo_id)
+        package = tracking.track_checked(repo_id)
     except hub.HubUnavailable as exc:
         if self.request.retries >= (self.max_retries or 0):
-            ingest.record_track_failure(repo_id, f"The Hub did not answer: {exc}")
+            tracking.record_track_failure(repo_id, f"The Hub did not answer: {exc}")
             return "failed"
         raise self.retry(exc=exc, countdown=retry_countdown(exc, self.request.retries)) from exc
     except DATABASE_ERRORS as exc:
@@ -221,7 +231,9 @@ def sync_all_packages() -> int:
 def discover_packages_task(self: Task) -> int:
     """Periodic: track the namespaces' ``-layers`` repos and the packages of the curated catalog."""
     try:
-        discovery = ingest.discover_packages(settings.MESHDASH_NAMESPACES, settings.MESHDASH_CATALOG_DATASET)
+        discovery = tracking.discover_packages(
+            settings.MESHDASH_NAMESPACES, settings.MESHDASH_CATALOG_DATASET
+        )
     except hub.HubUnavailable as exc:
         raise self.retry(exc=exc, countdown=retry_countdown(exc, self.request.retries)) from exc
     for repo_id in discovery.tracked:
@@ -242,7 +254,7 @@ def reconcile_stuck_revisions() -> int:
 def prune_hourly_rollups() -> int:
     """Delete hour rollups past MESHDASH_ROLLUP_HOURLY_DAYS (their reports are in the day rollups).
     Idempotent: a redelivery deletes nothing more."""
-    return rollups.prune_hourly()
+    return prune_hourly()
 
 
 @shared_task(acks_late=True)
@@ -314,20 +326,20 @@ def open_fix_task(self: Task, proposal_id: int) -> str:
     if proposal is None:
         return "gone"
     try:
-        return str(fixes.open_fix(proposal).status)
+        return str(fix_proposals.open_fix(proposal).status)
     except hub.HubUnavailable as exc:
         if self.request.retries >= (self.max_retries or 0):
-            fixes.record_failure(proposal, f"the Hub did not answer: {exc}")
+            fix_proposals.record_failure(proposal, f"the Hub did not answer: {exc}")
             return "failed"
         raise self.retry(exc=exc, countdown=retry_countdown(exc, self.request.retries)) from exc
     except hub.HubError as exc:
         log.warning("fix proposal %s failed: %s", proposal_id, exc)
-        fixes.record_failure(proposal, str(exc))
+        fix_proposals.record_failure(proposal, str(exc))
         return "failed"
     except DATABASE_ERRORS as exc:
         raise retry_on_database_error(self, exc) from exc
     except (Exception, SoftTimeLimitExceeded) as exc:  # a bug, or the time limit: never left "opening"
-        fixes.record_failure(proposal, f"meshdash could not finish it ({type(exc).__name__})")
+        fix_proposals.record_failure(proposal, f"meshdash could not finish it ({type(exc).__name__})")
         raise
 
 
@@ -388,19 +400,19 @@ def check_fix(self: Task, proposal_id: int) -> str:
     if proposal is None:
         return "gone"
     try:
-        return str(fixes.follow_fix(proposal).status)
+        return str(fix_following.follow_fix(proposal).status)
     except hub.HubUnavailable as exc:
         raise self.retry(exc=exc, countdown=retry_countdown(exc, self.request.retries)) from exc
     except hub.HubError as exc:
         log.warning("checking fix proposal %s failed: %s", proposal_id, exc)
-        fixes.record_check_failure(proposal, str(exc))
+        fix_proposals.record_check_failure(proposal, str(exc))
         return "failed"
 
 
 @shared_task
 def check_fix_proposals() -> int:
     """Periodic: every open PR's status, and merged ones whose revision is not settled yet."""
-    ids = fixes.proposals_to_check()
+    ids = fix_following.proposals_to_check()
     for proposal_id in ids:
         check_fix.delay(proposal_id)
     return len(ids)
@@ -415,7 +427,7 @@ def update_fix_task(self: Task, proposal_id: int) -> str:
     if proposal is None:
         return "gone"
     try:
-        return str(fixes.update_fix(proposal).status)
+        return str(fix_proposals.update_fix(proposal).status)
     except hub.HubUnavailable as exc:
         raise self.retry(exc=exc, countdown=retry_countdown(exc, self.request.retries)) from exc
     except hub.HubError as exc:

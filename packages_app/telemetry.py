@@ -27,12 +27,14 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 from pydantic import ValidationError
 
-from packages_app import judgements, metrics, reports, rollups
+from packages_app import judgements, metrics, reports
 from packages_app.models import Node, NodeRun, PackageFile, Report, Revision, RunClaim
 from packages_app.nodes import otlp
-from packages_app.nodes.report_schema import RunIn, Timings, canonical_json
+from packages_app.nodes.report_schema import Timings, canonical_json
+from packages_app.nodes.run_schema import RunIn
 from packages_app.report_time import Placement, placement
 from packages_app.reports import TIMING_COLUMNS
+from packages_app.rollups.adding import add_registered_reports, link_reports
 
 # Fixed forever: a span's report_id must be the same on every export of it.
 SPAN_NAMESPACE = uuid.UUID("6d1f0b3e-8f57-4f0e-9d0c-0e5b1d3c7a21")
@@ -227,7 +229,7 @@ def _run_upsert(node: Node, run: RunIn) -> RunOutcome:
     if loaded:  # what it says it loaded, each claim with whether a tracked revision holds it, for its page
         fields["observations"] = {**fields["observations"], "loaded": loaded}  # type: ignore[dict-item]
     for ran in {revision_id, fields["served_revision_id"]} - {None}:  # its reports may count publicly now
-        rollups.add_registered_reports(node.pk, int(ran))  # type: ignore[call-overload]
+        add_registered_reports(node.pk, int(ran))  # type: ignore[call-overload]
     NodeRun.objects.update_or_create(node=node, run_id=run.run_id, defaults=fields)
     linked = _link_span_reports(node, run.run_id, fields) if repo else 0
     judgements.judge([node.pk])  # what it registered is judged now, in the registration's transaction
@@ -256,9 +258,7 @@ def _link_span_reports(node: Node, run_id: str, fields: Mapping[str, object]) ->
     """The node's spans that arrived before their run was registered get its package now."""
     unlinked = Q(node=node, run_id=run_id, source=Report.Source.OTLP, repo_id="")
     keys = ("repo_id", "commit_sha", "manifest_sha256", "revision_id", "topology_id", "stage_splits")
-    return rollups.link_reports(
-        unlinked, {key: fields[key] for key in keys}, serving=judgements.serving_changing
-    )
+    return link_reports(unlinked, {key: fields[key] for key in keys}, serving=judgements.serving_changing)
 
 
 # --- What the node says about itself (docs/node-report.md section 5) ---------------------------

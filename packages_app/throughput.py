@@ -1,6 +1,6 @@
 """Read-side selectors over node reports: throughput series, MTP use and the unused-MTP alert.
 
-They read the rollups (models.Rollup, kept by rollups.py), never the raw reports, except the
+They read the rollups (models.Rollup, kept by rollups/), never the raw reports, except the
 bounded "recent reports" table: so a page's cost depends on how long and how varied a revision's
 traffic is (hours or days x strategies x topologies), not on how many reports it got. A package
 page is five small queries; the catalog's columns one; the alert filter a subquery on a partial
@@ -25,7 +25,8 @@ from django.db.models.functions import Cast, Coalesce
 from packages_app import report_metrics, sketch
 from packages_app.models import Node, Report, Revision, Rollup
 from packages_app.report_time import REPLAY_WINDOW, placement
-from packages_app.rollups import hourly_since, registered_node_ids
+from packages_app.rollups.cells import hourly_since
+from packages_app.rollups.public_weight import registered_node_ids
 
 BUCKETS = ("hour", "day", "week", "month")
 # The time ranges the package page offers for its timeline (``?range=``); no range = every report.

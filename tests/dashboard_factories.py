@@ -14,8 +14,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from packages_app import judgements, reports
-from packages_app.audit.assessment import synthetic
 from packages_app.audit.releases import known_releases
+from packages_app.audit.synthetic import synthetic
 from packages_app.layout import FileRole
 from packages_app.models import Node, NodeRun, Package, PackageFile, Report, Revision
 from packages_app.verdicts import Verdict

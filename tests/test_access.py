@@ -11,7 +11,7 @@ from django.contrib.auth.models import User
 from django.core.cache import cache
 from django.test import Client
 
-from packages_app import background, ingest, tasks
+from packages_app import background, ingest, tasks, tracking
 from packages_app.devhub import DEVHUB_TOKEN, PRIVATE_REPO, QWEN35_REPO
 from packages_app.models import ActionLog, Package, PackageFile, Revision
 from packages_app.web import access
@@ -34,13 +34,13 @@ def tracked(monkeypatch: pytest.MonkeyPatch, settings: Any) -> list[str]:
     settings.CELERY_BROKER_URL = "redis://broker.invalid:6379/0"
     calls: list[str] = []
 
-    real = ingest.request_track
+    real = tracking.request_track
 
     def recording_track(repo_id: str) -> Any:
         calls.append(repo_id)
         return real(repo_id)
 
-    monkeypatch.setattr(ingest, "request_track", recording_track)
+    monkeypatch.setattr(tracking, "request_track", recording_track)
     return calls
 
 
@@ -328,8 +328,8 @@ def test_the_same_package_not_marked_private_is_public(client: Client, private_p
 
 def test_a_sync_with_a_token_marks_a_private_repo_private_and_a_public_one_not(hub_source: Any) -> None:
     with mock.patch.object(tasks.ingest_revision_task, "delay_on_commit"):
-        ingest.sync_package(PRIVATE_REPO, source=hub_source(PRIVATE_REPO, token=DEVHUB_TOKEN))
-        ingest.sync_package(QWEN35_REPO, source=hub_source(QWEN35_REPO, token=DEVHUB_TOKEN))
+        tracking.sync_package(PRIVATE_REPO, source=hub_source(PRIVATE_REPO, token=DEVHUB_TOKEN))
+        tracking.sync_package(QWEN35_REPO, source=hub_source(QWEN35_REPO, token=DEVHUB_TOKEN))
     assert Package.objects.get(repo_id=PRIVATE_REPO).private is True
     assert Package.objects.get(repo_id=QWEN35_REPO).private is False
 

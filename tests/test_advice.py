@@ -196,7 +196,7 @@ STRATEGIES = [
 @pytest.mark.parametrize("version", ["", "0.64.0", "0.76.0-rc9"])
 def test_without_a_known_release_the_strategy_changes_the_advice_text_never_its_cause(version: str) -> None:
     """What the nodes page leans on to judge a thousand nodes without reading their strategies
-    (fleet._read_to_judge): on a release the matrix does not know, every strategy gets one cause."""
+    (fleet.serving._read_to_judge): on a release the matrix does not know, every strategy gets one cause."""
     assert not strategy_can_change_cause(version)
     for assessment, newer, unused, certification in itertools.product(
         (V1_UNDECLARED, V2_DECLARED, V2_UNDECLARED, None),

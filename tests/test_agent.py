@@ -25,7 +25,7 @@ from packages_app.devhub.generator import QWEN35_REPO
 from packages_app.devnode import payloads
 from packages_app.devnode.server import DevNode
 from packages_app.models import Node, NodeRun, Report
-from packages_app.nodes import agent, identity
+from packages_app.nodes import agent, agent_config, identity
 
 SHA = "d" * 40
 
@@ -78,7 +78,7 @@ def make_agent(
     node: DevNode, meshdash: Meshdash, tmp_path: Path, hub: str = "http://127.0.0.1:9"
 ) -> agent.Agent:
     token = identity.create_node("gpu-1").token
-    config = agent.Config(
+    config = agent_config.Config(
         node_url=node.url,
         meshdash_url=meshdash.url,
         token=token,
@@ -123,7 +123,7 @@ def test_the_agent_loses_and_duplicates_nothing_through_a_meshdash_restart(
     plan = payloads.RunPlan(repo=QWEN35_REPO, ref=SHA, run_id="run-8", decode_tps=30.0)
     with DevNode(plan, seed=5) as node:
         bot = make_agent(node, meshdash, tmp_path)
-        bot.config = agent.Config(**{**bot.config.__dict__, "proxy_listen": "127.0.0.1:0"})
+        bot.config = agent_config.Config(**{**bot.config.__dict__, "proxy_listen": "127.0.0.1:0"})
         proxy = bot.serve_proxy()
         proxy_url = f"http://127.0.0.1:{proxy.server_address[1]}"
         assert bot.cycle() is True
@@ -208,7 +208,7 @@ def test_the_proxy_streams_events_through_and_reports_the_last_events_timings(
 ) -> None:
     with DevNode(payloads.RunPlan(repo=QWEN35_REPO, ref=SHA), seed=2) as node:
         bot = make_agent(node, meshdash, tmp_path)
-        bot.config = agent.Config(**{**bot.config.__dict__, "proxy_listen": "127.0.0.1:0"})
+        bot.config = agent_config.Config(**{**bot.config.__dict__, "proxy_listen": "127.0.0.1:0"})
         assert bot.cycle() is True
         proxy = bot.serve_proxy()
         body = json.dumps({"model": "m", "messages": [], "max_tokens": 32, "stream": True}).encode()

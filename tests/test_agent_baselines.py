@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from packages_app.nodes import agent, exposition
+from packages_app.nodes import agent, agent_baseline, agent_common, agent_config, exposition
 
 SOURCE = "unsloth/Qwen3.5-35B-A3B-GGUF"
 
@@ -109,7 +109,7 @@ class Engine:
     def __init__(self, monkeypatch: pytest.MonkeyPatch, bodies: list[bytes]) -> None:
         self.bodies = list(bodies)
         self.asked: list[str] = []
-        monkeypatch.setattr(agent, "fetch_capped", self.fetch)
+        monkeypatch.setattr(agent_baseline, "fetch_capped", self.fetch)
 
     def fetch(self, url: str, cap: int) -> bytes:
         self.asked.append(url)
@@ -119,13 +119,13 @@ class Engine:
             return json.dumps({"version": "0.11.0"}).encode()
         body = self.bodies.pop(0) if len(self.bodies) > 1 else self.bodies[0]
         if len(body) > cap:
-            raise agent.AgentError(f"over {cap}")
+            raise agent_common.AgentError(f"over {cap}")
         return body
 
 
-def scraper(engine: str = "llama.cpp", **more: str) -> agent.BaselineScraper:
+def scraper(engine: str = "llama.cpp", **more: str) -> agent_baseline.BaselineScraper:
     item = {"engine": engine, "metrics_url": "http://127.0.0.1:8080/metrics", "source_model": SOURCE} | more
-    return agent.BaselineScraper(agent.Baseline.of(item, 0))
+    return agent_baseline.BaselineScraper(agent_baseline.Baseline.of(item, 0))
 
 
 FIRST = llama_metrics(5000, 100, 1000, 3000, 1800, [900, 600, 300])
@@ -296,10 +296,10 @@ def test_a_10mb_exposition_is_refused_unread(monkeypatch: pytest.MonkeyPatch) ->
 def test_the_scraper_reads_at_most_the_cap_over_http() -> None:
     """The real fetch: a 10 MB /metrics is cut at the cap and refused, named in the error."""
     body = b"# " + b"x" * (10 * 1024 * 1024) + b"\n"
-    with fake_engine(body) as url, pytest.raises(agent.AgentError, match="over 4096 KiB"):
-        agent.fetch_capped(url, exposition.MAX_BODY_BYTES)
+    with fake_engine(body) as url, pytest.raises(agent_common.AgentError, match="over 4096 KiB"):
+        agent_baseline.fetch_capped(url, exposition.MAX_BODY_BYTES)
     with fake_engine(body) as url:  # control: a cap above the body reads it all
-        assert len(agent.fetch_capped(url, 16 * 1024 * 1024)) == len(body)
+        assert len(agent_baseline.fetch_capped(url, 16 * 1024 * 1024)) == len(body)
 
 
 def test_a_long_line_cannot_inflate_a_counter(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -381,9 +381,9 @@ def test_garbage_lines_and_other_metrics_cost_nothing() -> None:
 )
 def test_a_bad_baseline_config_names_what_is_wrong(item: dict[str, str], message: str) -> None:
     good = {"engine": "llama.cpp", "metrics_url": "http://127.0.0.1:8080/metrics", "source_model": SOURCE}
-    with pytest.raises(agent.AgentError, match=message):
-        agent.Config(token="t", node_url="", baselines=[good | item]).check()
-    agent.Config(token="t", node_url="", baselines=[good]).check()  # control: the good one passes
+    with pytest.raises(agent_common.AgentError, match=message):
+        agent_config.Config(token="t", node_url="", baselines=[good | item]).check()
+    agent_config.Config(token="t", node_url="", baselines=[good]).check()  # control: the good one passes
 
 
 def test_the_agent_cycle_spools_baseline_reports_for_meshdash(
@@ -391,7 +391,7 @@ def test_the_agent_cycle_spools_baseline_reports_for_meshdash(
 ) -> None:
     bodies = [FIRST, FIRST, SECOND]  # the first answers the agent's wait for its engine
     with fake_engine(bodies) as url:
-        config = agent.Config(
+        config = agent_config.Config(
             token="t",
             node_url="",  # only a baseline engine beside this agent
             spool_dir=str(tmp_path),
@@ -418,7 +418,7 @@ def test_a_baseline_only_agent_waits_quietly_for_its_engine(caplog: pytest.LogCa
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     url = f"http://127.0.0.1:{port}/metrics"
-    config = agent.Config(
+    config = agent_config.Config(
         token="t",
         node_url="",
         baselines=[{"engine": "llama.cpp", "metrics_url": url, "source_model": SOURCE}],
@@ -434,7 +434,7 @@ def test_a_baseline_only_agent_waits_quietly_for_its_engine(caplog: pytest.LogCa
         starter.join()
         engine.stop()
     # Control: an engine that never listens is one warning once the wait is over.
-    config = agent.Config(
+    config = agent_config.Config(
         token="t",
         node_url="",
         node_wait=0.5,
@@ -497,6 +497,6 @@ def test_the_documented_baseline_config_is_accepted_as_written() -> None:
     readme = (Path(__file__).resolve().parent.parent / "docs" / "api.md").read_text(encoding="utf-8")
     block = re.search(r"```json\n(\{[^`]*\"baselines\"[^`]*)```", readme)
     assert block is not None, "docs/api.md's baseline config example moved"
-    config = agent.Config(**json.loads(block.group(1)))
+    config = agent_config.Config(**json.loads(block.group(1)))
     config.check()
     assert [b.engine for b in config.baseline_list()] == ["llama.cpp", "vllm"]

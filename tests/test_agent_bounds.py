@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from packages_app.nodes import agent
+from packages_app.nodes import agent, agent_common, agent_config, agent_runs, agent_spool
 
 
 @dataclass
@@ -82,7 +82,7 @@ def closed_port() -> str:
 
 def make_agent(tmp_path: Path, meshdash_url: str, **config: Any) -> agent.Agent:
     settings = {"token": "mdn_test", "spool_dir": str(tmp_path / "spool"), "meshdash_url": meshdash_url}
-    bot = agent.Agent(agent.Config(**(settings | config)))
+    bot = agent.Agent(agent_config.Config(**(settings | config)))
     bot.runs = [
         {"package": {"repo": "meshllm/a-layers", "revision": "a" * 40}, "topology_id": "t", "stages": []}
     ]
@@ -176,7 +176,7 @@ def test_negative_control_with_the_cap_raised_the_same_flood_fills_the_disk(
 
 
 def test_the_spool_drops_the_oldest_bodies_first_and_keeps_the_newest(tmp_path: Path) -> None:
-    spool = agent.Spool(tmp_path, max_bytes=3 * 1100)
+    spool = agent_spool.Spool(tmp_path, max_bytes=3 * 1100)
     for index in range(5):
         spool.put("reports", {"index": index, "pad": "x" * 1000})
     kept = [body["index"] for _, _, body in spool.pending()]
@@ -184,10 +184,10 @@ def test_the_spool_drops_the_oldest_bodies_first_and_keeps_the_newest(tmp_path: 
 
 
 def test_bodies_older_than_the_age_cap_are_dropped_and_counted(tmp_path: Path) -> None:
-    spool = agent.Spool(tmp_path, max_age=3600)
+    spool = agent_spool.Spool(tmp_path, max_age=3600)
     stale = tmp_path / f"{time.time_ns() - 2 * 3600 * 10**9:020d}-00000000.reports.json"
     stale.write_text(json.dumps({"reports": []}))
-    spool = agent.Spool(tmp_path, max_age=3600)  # a restarted agent finds it on disk
+    spool = agent_spool.Spool(tmp_path, max_age=3600)  # a restarted agent finds it on disk
     spool.put("reports", {"reports": [1]})
     assert [body for _, _, body in spool.pending()] == [{"reports": [1]}]
     assert spool.dropped == 1 and not stale.exists()
@@ -196,7 +196,7 @@ def test_bodies_older_than_the_age_cap_are_dropped_and_counted(tmp_path: Path) -
 def test_negative_control_without_an_age_cap_a_week_old_body_is_still_sent(tmp_path: Path) -> None:
     stale = tmp_path / f"{time.time_ns() - 8 * 24 * 3600 * 10**9:020d}-00000000.reports.json"
     stale.write_text(json.dumps({"reports": []}))
-    spool = agent.Spool(tmp_path, max_age=365 * 24 * 3600)
+    spool = agent_spool.Spool(tmp_path, max_age=365 * 24 * 3600)
     assert [path for path, _, _ in spool.pending()] == [stale] and spool.dropped == 0
 
 
@@ -204,8 +204,8 @@ def test_negative_control_without_an_age_cap_a_week_old_body_is_still_sent(tmp_p
 def test_a_spool_cap_that_is_not_a_positive_number_is_refused_at_start(tmp_path: Path, value: Any) -> None:
     path = tmp_path / "agent.json"
     path.write_text(json.dumps({"token": "t", "spool_max_bytes": value}))
-    with pytest.raises(agent.AgentError, match="spool_max_bytes must be a positive number"):
-        agent.Config.load(str(path), {})
+    with pytest.raises(agent_common.AgentError, match="spool_max_bytes must be a positive number"):
+        agent_config.Config.load(str(path), {})
 
 
 # --- the proxy: a request body is bounded before it is read -----------------------------------------
@@ -254,7 +254,7 @@ def test_negative_control_the_old_length_parse_reads_a_negative_length_until_the
     tmp_path: Path, upstream: tuple[Recorder, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     def old_parse(headers: Any) -> tuple[int, None]:
-        return min(int(headers.get("Content-Length") or 0), agent.MAX_RESPONSE_BYTES), None
+        return min(int(headers.get("Content-Length") or 0), agent_common.MAX_RESPONSE_BYTES), None
 
     monkeypatch.setattr(agent, "request_length", old_parse)
     _, port, proxy = proxy_for(tmp_path, upstream[1])
@@ -312,7 +312,7 @@ def test_a_refusal_of_the_report_itself_drops_it_so_it_cannot_block_the_rest(
 def test_negative_control_the_old_rule_drops_spooled_reports_on_a_401(
     tmp_path: Path, fake_meshdash: tuple[Recorder, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(agent, "DROP_STATUSES", frozenset(range(400, 500)) - {429})
+    monkeypatch.setattr(agent_spool, "DROP_STATUSES", frozenset(range(400, 500)) - {429})
     bot = spooled_and_flushed(tmp_path, fake_meshdash, 401)
     assert bot.spool.count() == 0, "a token being rotated would have cost the report"
 
@@ -404,13 +404,13 @@ def hub_requests_over_cycles(cycles: int, runs: int) -> list[int]:
     hub_recorder = Recorder(status=404, body=b'{"error": "Repository not found"}')
     hub = serve(hub_recorder)
     node, node_url = refs_node(runs)
-    resolver = agent.RefResolver(url(hub))
-    config = agent.Config(node_url=node_url, token="t", hub_url=url(hub))
+    resolver = agent_runs.RefResolver(url(hub))
+    config = agent_config.Config(node_url=node_url, token="t", hub_url=url(hub))
     per_cycle = []
     try:
         for _ in range(cycles):
             before = resolver.requests
-            agent.read_runs(config, resolver)
+            agent_runs.read_runs(config, resolver)
             per_cycle.append(resolver.requests - before)
     finally:
         for server in (hub, node):
@@ -427,7 +427,7 @@ def test_a_node_naming_2000_unresolvable_refs_costs_a_bounded_few_hub_requests_t
 def test_negative_control_without_the_cap_and_the_failure_cache_every_cycle_asks_2000_times(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(agent, "MAX_RUNS", 10**6)
-    monkeypatch.setattr(agent, "MAX_REF_LOOKUPS", 10**6)
-    monkeypatch.setattr(agent, "FAILED_REF_TTL", 0.0)
+    monkeypatch.setattr(agent_runs, "MAX_RUNS", 10**6)
+    monkeypatch.setattr(agent_runs, "MAX_REF_LOOKUPS", 10**6)
+    monkeypatch.setattr(agent_runs, "FAILED_REF_TTL", 0.0)
     assert hub_requests_over_cycles(cycles=2, runs=2_000) == [2_000, 2_000]

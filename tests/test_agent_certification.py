@@ -14,7 +14,7 @@ from packages_app.devhub.generator import GLM51_REPO
 from packages_app.devnode import payloads
 from packages_app.devnode.server import DevNode
 from packages_app.models import NodeRun
-from packages_app.nodes import agent, identity
+from packages_app.nodes import agent_runs, identity
 from tests.test_agent import Meshdash, make_agent, meshdash  # noqa: F401 (a fixture)
 
 SHA = "d" * 40
@@ -46,18 +46,18 @@ def stage(**extra: Any) -> dict[str, Any]:
     ],
 )
 def test_the_agent_reads_the_certification_under_any_likely_key(key: str, value: Any, read: str) -> None:
-    assert agent.certification_of(stage(**{key: value})) == read
+    assert agent_runs.certification_of(stage(**{key: value})) == read
 
 
 def test_an_unknown_certification_value_is_kept_as_the_node_wrote_it() -> None:
-    assert agent.certification_of(stage(split_certification="pending_roster")) == "pending_roster"
-    assert agent.certification_of(stage()) == ""
+    assert agent_runs.certification_of(stage(split_certification="pending_roster")) == "pending_roster"
+    assert agent_runs.certification_of(stage()) == ""
 
 
 def test_the_agent_keeps_the_raw_stage_object_so_nothing_is_lost() -> None:
     raw = stage(split_certification="certified", future_field={"nested": [1, 2]}, weight_quantization="q8")
 
-    kept = agent._stage(raw)
+    kept = agent_runs._stage(raw)
 
     assert kept is not None
     assert kept["raw"] == raw
@@ -67,9 +67,9 @@ def test_the_agent_keeps_the_raw_stage_object_so_nothing_is_lost() -> None:
 def test_a_stage_object_over_4_kib_keeps_its_small_fields_and_names_what_it_dropped() -> None:
     raw = stage(split_certification="uncertified_override", error="x" * 10_000)
 
-    kept = agent.raw_stage(raw)
+    kept = agent_runs.raw_stage(raw)
 
-    assert len(json.dumps(kept)) <= agent.MAX_RAW_STAGE_BYTES
+    assert len(json.dumps(kept)) <= agent_runs.MAX_RAW_STAGE_BYTES
     assert kept["_trimmed"] == ["error"]
     assert kept["split_certification"] == "uncertified_override"
 

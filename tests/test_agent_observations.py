@@ -2,7 +2,7 @@
 hostile node sends there: huge lists, deep nesting, wrong types and 10 MB strings are cut and named in
 ``trimmed``, never posted as they came; what an older node does not report is named in ``not_reported``.
 Standard library only, like the agent: a fake node on loopback, and meshdash's own validation of the
-result (nodes/report_schema.py), which must take what the agent posts."""
+result (nodes/run_schema.py), which must take what the agent posts."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ import pytest
 
 from packages_app.devnode import payloads
 from packages_app.devnode.server import DevNode
-from packages_app.nodes import agent
-from packages_app.nodes.report_schema import MAX_OBSERVED_BYTES, validate_run
+from packages_app.nodes import agent_common, agent_config, agent_runs
+from packages_app.nodes.run_schema import MAX_OBSERVED_BYTES, validate_run
 
 TEN_MB = "x" * (10 * 1024 * 1024)
 DEPTH = 500
@@ -97,10 +97,10 @@ def hostile_node(tmp_path: Path) -> Iterator[str]:
 
 
 def read(node_url: str, exchange_log: str = "") -> dict[str, Any]:
-    config = agent.Config(
+    config = agent_config.Config(
         node_url=node_url, token="t", hub_url="http://127.0.0.1:9", exchange_log=exchange_log
     )
-    (run,) = agent.read_runs(config, agent.RefResolver(config.hub_url))
+    (run,) = agent_runs.read_runs(config, agent_runs.RefResolver(config.hub_url))
     return run
 
 
@@ -185,7 +185,7 @@ def test_a_status_nested_past_what_json_reads_is_a_clear_error_not_a_crash(hosti
     global DEPTH
     DEPTH, before = 50_000, DEPTH
     try:
-        with pytest.raises(agent.AgentError, match="is not JSON"):
+        with pytest.raises(agent_common.AgentError, match="is not JSON"):
             read(hostile_node)
     finally:
         DEPTH = before

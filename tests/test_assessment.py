@@ -11,15 +11,9 @@ from pathlib import Path
 import pytest
 
 from packages_app.audit import FileInfo
-from packages_app.audit.assessment import (
-    Assessment,
-    Headline,
-    OutcomeGroup,
-    ReleaseTable,
-    release_tables,
-    shared_outcomes,
-)
+from packages_app.audit.assessment import Assessment, Headline
 from packages_app.audit.check import check_manifest
+from packages_app.audit.release_tables import OutcomeGroup, ReleaseTable, release_tables, shared_outcomes
 from packages_app.audit.releases import known_releases, release_for
 from packages_app.verdicts import (
     STATUSES_BY_RANK,

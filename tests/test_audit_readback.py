@@ -1,7 +1,7 @@
 """The stored audit reads back typed (audit.revision.StoredAudit, ``Revision.audited``): what
 ``Audit.to_json`` stored comes back as the same document, anything else (an older audit, a capped one, a
-hostile one) reads as empty values and never raises; and no code outside models.py reads the stored audit
-by key (issue 44)."""
+hostile one) reads as empty values and never raises; and no code outside models/catalog.py reads the stored
+audit by key (issue 44)."""
 
 from __future__ import annotations
 
@@ -92,8 +92,8 @@ def test_a_capped_audit_says_what_was_cut() -> None:
 
 # --- nothing else reads the stored audit by key ---------------------------------------------------------
 
-# models.py reads the column once (Revision.audited); ingest writes it; the admin shows it whole.
-OWNERS = {"packages_app/models.py"}
+# models/catalog.py reads the column once (Revision.audited); ingest writes it; the admin shows it whole.
+OWNERS = {"packages_app/models/catalog.py"}
 
 
 def key_reads(source: str, name: str) -> list[str]:

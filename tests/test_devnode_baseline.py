@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from packages_app.devnode.baseline import BUILD_INFO, BaselineEngine, metrics_text
-from packages_app.nodes import agent, exposition
+from packages_app.nodes import agent_baseline, exposition
 
 
 class Clock:
@@ -17,13 +17,13 @@ class Clock:
         return self.now
 
 
-def scraper(url: str) -> agent.BaselineScraper:
+def scraper(url: str) -> agent_baseline.BaselineScraper:
     item = {
         "engine": "llama.cpp",
         "metrics_url": f"{url}/metrics",
         "source_model": "unsloth/Qwen3.5-35B-A3B-MTP-GGUF",
     }
-    return agent.BaselineScraper(agent.Baseline.of(item, 0))
+    return agent_baseline.BaselineScraper(agent_baseline.Baseline.of(item, 0))
 
 
 def test_a_plain_baseline_reports_its_decode_rate_and_no_speculation() -> None:

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from packages_app import hub, ingest
+from packages_app import hub, tracking
 from packages_app.devhub import DevHub
 from packages_app.devhub.generator import QWEN38_MTP2_REPO, QWEN38_MTP2_SOURCE, QWEN38_REPO
 from packages_app.models import Package
@@ -26,7 +26,7 @@ MTP2_SOURCE_REVISION = hashlib.sha1(
 def test_a_repo_without_layers_in_its_name_holding_a_manifest_is_discovered_one_without_is_not(
     hub_settings: DevHub,
 ) -> None:
-    found = ingest.discover_packages(["meshllm"], "meshllm/catalog")
+    found = tracking.discover_packages(["meshllm"], "meshllm/catalog")
 
     assert QWEN38_MTP2_REPO in found.found and QWEN38_MTP2_REPO in found.tracked
     assert QWEN38_MTP2_SOURCE not in found.found
@@ -36,7 +36,7 @@ def test_a_repo_without_layers_in_its_name_holding_a_manifest_is_discovered_one_
 def test_the_catalog_rows_of_both_variant_shapes_are_kept_with_the_source_models_revision(
     hub_settings: DevHub, client: Client
 ) -> None:
-    ingest.discover_packages(["meshllm"], "meshllm/catalog")
+    tracking.discover_packages(["meshllm"], "meshllm/catalog")
 
     (row,) = Package.objects.get(repo_id=QWEN38_MTP2_REPO).catalog_rows  # an array-shaped entry
     assert row["entry"] == f"entries/{QWEN38_MTP2_SOURCE}.json" and row["variant"] == "UD-Q4_K_XL"
@@ -108,9 +108,9 @@ def test_past_the_probe_cap_the_repos_are_reported_not_dropped_silently(
 
 def test_a_node_naming_a_repo_without_a_manifest_does_not_get_it_tracked(hub_settings: DevHub) -> None:
     source = hub.HubSource(QWEN38_MTP2_SOURCE, endpoint=hub_settings.url, max_retries=1)
-    assert ingest.confirm_package(QWEN38_MTP2_SOURCE, source) is None
+    assert tracking.confirm_package(QWEN38_MTP2_SOURCE, source) is None
     # The control: the package without -layers in its name, named the same way, is tracked.
-    package = ingest.confirm_package(
+    package = tracking.confirm_package(
         QWEN38_MTP2_REPO, hub.HubSource(QWEN38_MTP2_REPO, endpoint=hub_settings.url)
     )
     assert package is not None and package.repo_id == QWEN38_MTP2_REPO
@@ -122,8 +122,8 @@ def test_a_node_naming_a_repo_without_a_manifest_does_not_get_it_tracked(hub_set
 def test_the_sync_keeps_the_cards_base_model_and_experimental_tag_and_the_page_shows_them(
     hub_settings: DevHub, client: Client
 ) -> None:
-    ingest.sync_package(QWEN38_MTP2_REPO, hub.HubSource(QWEN38_MTP2_REPO, endpoint=hub_settings.url))
-    ingest.sync_package(QWEN38_REPO, hub.HubSource(QWEN38_REPO, endpoint=hub_settings.url))
+    tracking.sync_package(QWEN38_MTP2_REPO, hub.HubSource(QWEN38_MTP2_REPO, endpoint=hub_settings.url))
+    tracking.sync_package(QWEN38_REPO, hub.HubSource(QWEN38_REPO, endpoint=hub_settings.url))
 
     package = Package.objects.get(repo_id=QWEN38_MTP2_REPO)
     assert package.base_model == QWEN38_MTP2_SOURCE and package.experimental

@@ -16,7 +16,7 @@ from django.core.management import call_command
 from django.test import Client
 from huggingface_hub import CommitOperationAdd, HfApi
 
-from packages_app import fixes, hub, ingest
+from packages_app import fix_following, fix_plans, fix_proposals, hub, ingest, tracking
 from packages_app.devhub import DEVHUB_TOKEN, MANIFEST_PATH, QWEN38_REPO, DevHub
 from packages_app.models import FixProposal, Package, Revision
 from packages_app.verdicts import Status
@@ -43,7 +43,7 @@ def writable(demo_catalog: Path, settings: Any) -> Iterator[tuple[DevHub, list[d
 
 def ingested(devhub: DevHub, repo_id: str = QWEN38_REPO) -> Package:
     source = hub.HubSource(repo_id, endpoint=devhub.url, max_retries=1)
-    for rev in ingest.sync_package(repo_id, source):
+    for rev in tracking.sync_package(repo_id, source):
         ingest.ingest_revision(repo_id, rev.commit_sha, source=source)
     return Package.objects.get(repo_id=repo_id)
 
@@ -213,10 +213,10 @@ def test_the_hubs_nothing_changed_reads_as_nothing_to_change(writable: Any, monk
     pushed = writer.update_pull_request(1, MANIFEST_PATH, b'{"x": 2}\n', "t", "d")
     assert pushed == devhub.discussions[QWEN38_REPO][0].head_sha  # control: a change is pushed
     # A proposal whose patched manifest the Hub already holds ends "unneeded", not failed.
-    proposal, _ = fixes.request_fix(package, base)
-    real = fixes.plan(package, base)
-    monkeypatch.setattr(fixes, "plan", lambda *_: replace(real, manifest=current.decode()))
-    done = fixes.open_fix(proposal, writer=writer)
+    proposal, _ = fix_proposals.request_fix(package, base)
+    real = fix_plans.plan(package, base)
+    monkeypatch.setattr(fix_proposals, "plan", lambda *_: replace(real, manifest=current.decode()))
+    done = fix_proposals.open_fix(proposal, writer=writer)
     assert done.status == FixProposal.Status.UNNEEDED and "Nothing to change" in done.message
     assert done.summary == "fix not needed: the Hub already holds the patched manifest"
     assert len(devhub.discussions[QWEN38_REPO]) == 1
@@ -228,11 +228,11 @@ def test_a_landed_headline_other_than_the_promised_one_is_flagged(writable: Any)
     assert run("propose_fix", QWEN38_REPO)[0] == 0
     proposal = FixProposal.objects.get()
     HfApi(endpoint=devhub.url, token=DEVHUB_TOKEN).merge_pull_request(QWEN38_REPO, 1)
-    fixes.refresh_fix(proposal)
+    fix_following.refresh_fix(proposal)
     assert proposal.status == FixProposal.Status.MERGED and proposal.landed_revision is None  # not ingested
     ingested(devhub)
     Revision.objects.filter(commit_sha=proposal.merge_commit).update(headline=Status.MTP_UNUSED)
-    fixes.settle_revision(Revision.objects.get(commit_sha=proposal.merge_commit).pk)
+    fix_following.settle_revision(Revision.objects.get(commit_sha=proposal.merge_commit).pk)
     proposal.refresh_from_db()
     assert proposal.mismatch is True and "not the promised serves with MTP" in proposal.summary
     assert package.fix_proposals.count() == 1
@@ -248,7 +248,7 @@ def test_a_second_attempt_returns_the_open_pull_request(writable: Any) -> None:
     # control: once that PR is closed, a new attempt opens a new one
     proposal = FixProposal.objects.get()
     HfApi(endpoint=devhub.url, token=DEVHUB_TOKEN).change_discussion_status(QWEN38_REPO, 1, "closed")
-    assert fixes.refresh_fix(proposal).status == FixProposal.Status.CLOSED
+    assert fix_following.refresh_fix(proposal).status == FixProposal.Status.CLOSED
     assert run("propose_fix", QWEN38_REPO)[0] == 0
     assert len(devhub.discussions[QWEN38_REPO]) == 2
 
@@ -415,22 +415,22 @@ def test_two_requests_racing_for_one_base_revision_get_one_proposal(writable: An
     package = ingested(devhub)
     base = package.latest_revision
     assert base is not None
-    first, created = fixes.request_fix(package, base)
+    first, created = fix_proposals.request_fix(package, base)
     assert created
     # The second request checked before the first one was recorded: the constraint answers for it.
-    real, seen = fixes.active_proposal, []
+    real, seen = fix_proposals.active_proposal, []
 
     def first_check_misses(*args: Any) -> FixProposal | None:
         seen.append(args)
         return None if len(seen) == 1 else real(*args)
 
-    monkeypatch.setattr(fixes, "active_proposal", first_check_misses)
-    second, created = fixes.request_fix(package, base)
+    monkeypatch.setattr(fix_proposals, "active_proposal", first_check_misses)
+    second, created = fix_proposals.request_fix(package, base)
     assert (second.pk, created) == (first.pk, False) and FixProposal.objects.count() == 1
     assert len(seen) == 2  # it missed, hit the constraint, and looked again
     # control: once the first is no longer opening or open, a new one may be recorded
     FixProposal.objects.filter(pk=first.pk).update(status=FixProposal.Status.CLOSED)
-    third, created = fixes.request_fix(package, base)
+    third, created = fix_proposals.request_fix(package, base)
     assert created and third.pk != first.pk
 
 
@@ -446,7 +446,7 @@ def test_a_refused_token_fails_the_proposal_and_a_later_one_may_go(writable: Any
     settings.MESHDASH_HUB_WRITE_TOKEN = BOT  # control: with the bot's token it goes, authored by the bot
     assert run("propose_fix", QWEN38_REPO)[0] == 0
     opened = FixProposal.objects.get(status=FixProposal.Status.OPEN)
-    assert fixes.refresh_fix(opened).author == "meshdash-bot"
+    assert fix_following.refresh_fix(opened).author == "meshdash-bot"
 
 
 def test_closed_without_merge_then_reopened_is_followed_and_said(writable: Any) -> None:
@@ -456,31 +456,31 @@ def test_closed_without_merge_then_reopened_is_followed_and_said(writable: Any) 
     proposal = FixProposal.objects.get()
     maintainer = HfApi(endpoint=devhub.url, token=DEVHUB_TOKEN)
     maintainer.change_discussion_status(QWEN38_REPO, 1, "closed", comment="Not this week.")
-    fixes.follow_fix(proposal)
+    fix_following.follow_fix(proposal)
     assert (
         proposal.status == FixProposal.Status.CLOSED
         and "closed on the Hub without merging" in proposal.message
     )
-    assert proposal.pk in fixes.proposals_to_check()  # still followed: it may be reopened
+    assert proposal.pk in fix_following.proposals_to_check()  # still followed: it may be reopened
     maintainer.change_discussion_status(QWEN38_REPO, 1, "open")
-    fixes.follow_fix(proposal)
+    fix_following.follow_fix(proposal)
     assert proposal.status == FixProposal.Status.OPEN and "reopened" in proposal.message
     maintainer.merge_pull_request(QWEN38_REPO, 1)
-    fixes.follow_fix(proposal)
+    fix_following.follow_fix(proposal)
     assert (
         proposal.status == FixProposal.Status.MERGED and proposal.verdict_comment_id == ""
     )  # not ingested yet
     ingested(devhub)
-    fixes.settle_revision(Revision.objects.get(commit_sha=proposal.merge_commit).pk)
+    fix_following.settle_revision(Revision.objects.get(commit_sha=proposal.merge_commit).pk)
     proposal.refresh_from_db()
-    fixes.follow_fix(proposal)
+    fix_following.follow_fix(proposal)
     assert proposal.verdict_comment_id and proposal.reported_at is not None
     comments = [e for e in devhub.discussions[QWEN38_REPO][0].events if e["type"] == "comment"]
     assert sum("meshdash checked this merge" in e["data"]["latest"]["raw"] for e in comments) == 1
-    fixes.follow_fix(proposal)  # a second check says nothing more
+    fix_following.follow_fix(proposal)  # a second check says nothing more
     comments = [e for e in devhub.discussions[QWEN38_REPO][0].events if e["type"] == "comment"]
     assert sum("meshdash checked this merge" in e["data"]["latest"]["raw"] for e in comments) == 1
-    assert proposal.pk not in fixes.proposals_to_check()
+    assert proposal.pk not in fix_following.proposals_to_check()
 
 
 def test_a_mismatch_is_said_on_the_pr_and_on_the_page(writable: Any, client: Client) -> None:
@@ -489,12 +489,12 @@ def test_a_mismatch_is_said_on_the_pr_and_on_the_page(writable: Any, client: Cli
     assert run("propose_fix", QWEN38_REPO)[0] == 0
     proposal = FixProposal.objects.get()
     HfApi(endpoint=devhub.url, token=DEVHUB_TOKEN).merge_pull_request(QWEN38_REPO, 1)
-    fixes.refresh_fix(proposal)
+    fix_following.refresh_fix(proposal)
     ingested(devhub)
     Revision.objects.filter(commit_sha=proposal.merge_commit).update(headline=Status.MTP_UNUSED)
-    fixes.settle_revision(Revision.objects.get(commit_sha=proposal.merge_commit).pk)
+    fix_following.settle_revision(Revision.objects.get(commit_sha=proposal.merge_commit).pk)
     proposal.refresh_from_db()
-    fixes.report_verdict(proposal)
+    fix_following.report_verdict(proposal)
     text = devhub.discussions[QWEN38_REPO][0].events[-1]["data"]["latest"]["raw"]
     assert (
         "did not land as promised" in text and "**MTP weights unused**, not the **serves with MTP**" in text
@@ -517,23 +517,23 @@ def test_an_opening_proposal_whose_task_hit_a_bug_or_died_ends_failed(
     package = ingested(devhub)
     base = package.latest_revision
     assert base is not None
-    proposal, _ = fixes.request_fix(package, base)
+    proposal, _ = fix_proposals.request_fix(package, base)
 
     def bug(*args: Any, **kwargs: Any) -> Any:
         raise RuntimeError("a bug")
 
-    monkeypatch.setattr(fixes, "open_fix", bug)
+    monkeypatch.setattr(fix_proposals, "open_fix", bug)
     with pytest.raises(RuntimeError):
         tasks.open_fix_task.delay(proposal.pk).get()
     proposal.refresh_from_db()
     assert proposal.status == FixProposal.Status.FAILED and "RuntimeError" in proposal.message
     # a worker killed mid-call leaves it opening: past the lease, the periodic check ends it failed
-    stuck, _ = fixes.request_fix(package, base)
+    stuck, _ = fix_proposals.request_fix(package, base)
     FixProposal.objects.filter(pk=stuck.pk).update(updated_at=timezone.now() - timedelta(hours=1))
     fresh = FixProposal.objects.create(
         package=package, revision=base, base_sha="f" * 40, title="t", description="d", diff="", manifest=""
     )
-    fixes.proposals_to_check()
+    fix_following.proposals_to_check()
     stuck.refresh_from_db()
     fresh.refresh_from_db()
     assert stuck.status == FixProposal.Status.FAILED and "never finished" in stuck.message

@@ -16,9 +16,17 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from django.utils.html import escape
 
-from packages_app import fleet, glossary, sketch
+from packages_app import glossary, sketch
 from packages_app.audit.assessment import parse_stored
 from packages_app.audit.releases import known_releases, release_for
+from packages_app.fleet import compare as fleet_compare
+from packages_app.fleet import figures as fleet_figures
+from packages_app.fleet import nodes as fleet_nodes
+from packages_app.fleet import ranking as fleet_ranking
+from packages_app.fleet import served as fleet_served
+from packages_app.fleet import serving as fleet_serving
+from packages_app.fleet import topology as fleet_topology
+from packages_app.fleet import window as fleet_window
 from packages_app.models import Node, NodeRun, Package, Serving
 from packages_app.verdicts import VERDICTS, Cause
 from tests import dashboard_factories as f
@@ -72,7 +80,7 @@ def test_a_served_revision_counts_each_node_once_and_only_its_rows_in_the_window
     f.make_report(gone, old, 3.3, at=now - timedelta(days=9))  # MTP unused, before the window
     f.make_report(b, latest, 5.3, at=now - timedelta(hours=1), mtp_used=True)
 
-    served = fleet.served_revisions([package.pk], fleet.window_start())[package.pk]
+    served = fleet_served.served_revisions([package.pk], fleet_window.window_start())[package.pk]
 
     assert [(s.commit_sha, s.is_latest, s.nodes, s.reports) for s in served] == [
         (old.commit_sha, False, 2, 3),
@@ -165,10 +173,10 @@ def test_the_needs_action_filter_keeps_only_nodes_with_something_to_do(client: C
     _, fixed = f.qwen35_fleet(timezone.now())
     fresh = f.make_node("fresh-only")
     f.make_report(fresh, fixed, 5.3, at=timezone.now(), mtp_used=True)
-    rows = fleet.node_rows(fleet.window_start(), needs_action=True)
+    rows = fleet_nodes.node_rows(fleet_window.window_start(), needs_action=True)
     # gpu-box-1 ran 69cbd9fc, then moved on to 964edc7e an hour later: history, nothing to do.
     assert {r.node.name for r in rows} == set(f.FLEET_NODES) - {"gpu-box-1"}
-    everyone = {r.node.name: r for r in fleet.node_rows(fleet.window_start())}
+    everyone = {r.node.name: r for r in fleet_nodes.node_rows(fleet_window.window_start())}
     assert not everyone["fresh-only"].needs_action and not everyone["gpu-box-1"].needs_action
     moved = [s.advice for s in everyone["gpu-box-1"].serving if not s.is_latest]
     assert [a.cause for a in moved] == [Cause.MOVED_ON] and "Moved on to 964edc7e" in moved[0].text
@@ -183,9 +191,9 @@ def test_the_needs_action_filter_is_the_advice_not_the_sql_ranking(
     """A node whose only need is what its own release refuses is invisible to the SQL flag that ranks
     /nodes/; planting a flag that sees nothing shows the filter does not lean on it."""
     f.qwen35_fleet(timezone.now())
-    needing = {r.node.name for r in fleet.node_rows(fleet.window_start()) if r.needs_action}
+    needing = {r.node.name for r in fleet_nodes.node_rows(fleet_window.window_start()) if r.needs_action}
     assert needing
-    monkeypatch.setattr(fleet, "_flagged", lambda servings, since: servings.none())
+    monkeypatch.setattr(fleet_ranking, "flagged_servings", lambda servings, since: servings.none())
     listed = text(client.get("/nodes/", {"action": "1"}))
     assert all(f'href="/nodes/{name}/"' in listed for name in needing)
     assert f"{len(needing)} node" in listed
@@ -194,9 +202,9 @@ def test_the_needs_action_filter_is_the_advice_not_the_sql_ranking(
 def test_the_needing_action_page_shows_each_node_as_the_whole_list_does() -> None:
     """The filtered page lists the nodes the whole list says need action, in its order, each row whole."""
     f.qwen35_fleet(timezone.now())
-    since = fleet.window_start()
-    needing = [row for row in fleet.node_rows(since) if row.needs_action]
-    page = fleet.node_page(since, needs_action=True)
+    since = fleet_window.window_start()
+    needing = [row for row in fleet_nodes.node_rows(since) if row.needs_action]
+    page = fleet_nodes.node_page(since, needs_action=True)
     assert page.rows == needing and page.page.paginator.count == len(needing)
     assert any(s.tps is not None for row in page.rows for s in row.serving)  # the medians, not left out
 
@@ -204,14 +212,20 @@ def test_the_needing_action_page_shows_each_node_as_the_whole_list_does() -> Non
 def test_a_reassessed_revision_is_judged_by_its_new_assessment() -> None:
     """Assessments are parsed once a process for each stored text: a changed one is read anew."""
     broken, _ = f.qwen35_fleet(timezone.now())
-    since = fleet.window_start()
+    since = fleet_window.window_start()
     before = {
-        s.advice.text for row in fleet.node_rows(since) for s in row.serving if s.revision_id == broken.pk
+        s.advice.text
+        for row in fleet_nodes.node_rows(since)
+        for s in row.serving
+        if s.revision_id == broken.pk
     }
     assert before and "The revision is not assessed yet." not in before
     f.Revision.objects.filter(pk=broken.pk).update(assessment=None)
     after = {
-        s.advice.text for row in fleet.node_rows(since) for s in row.serving if s.revision_id == broken.pk
+        s.advice.text
+        for row in fleet_nodes.node_rows(since)
+        for s in row.serving
+        if s.revision_id == broken.pk
     }
     assert "The revision is not assessed yet." in after
 
@@ -245,14 +259,14 @@ def test_a_topology_page_counts_its_own_reports_only_and_lists_the_busiest(
         f.make_report(
             other, fixed, 9.0, at=now - timedelta(minutes=i), mtp_used=True, topology_id="lab-3", body=body
         )
-    runs = {r.commit_sha: r for r in fleet.topology_runs("lab-2", fleet.window_start()).runs}
+    runs = {r.commit_sha: r for r in fleet_topology.topology_runs("lab-2", fleet_window.window_start()).runs}
     new, old = runs[fixed.commit_sha], runs[broken.commit_sha]
     assert (new.reports, old.reports) == (31, 24)
     assert new.tps is not None and abs(new.tps - 5.32) <= 0.01 * 5.32 + 0.005  # the sketch's 1 %
     assert old.alert and not new.alert
-    (lab3,) = fleet.topology_runs("lab-3", fleet.window_start()).runs
+    (lab3,) = fleet_topology.topology_runs("lab-3", fleet_window.window_start()).runs
     assert lab3.reports == 5 and lab3.tps is not None and abs(lab3.tps - 9.0) <= 0.01 * 9.0
-    monkeypatch.setattr(fleet, "TOPOLOGY_ROWS", 1)
+    monkeypatch.setattr(fleet_topology, "TOPOLOGY_ROWS", 1)
     body = text(client.get("/topologies/lab-2/"))
     assert "964edc7e" in body and "69cbd9fc" not in body.split("What ran on it")[1].split("Layers of")[0]
     assert "1 more (revision, split) pairs ran on it" in body
@@ -267,10 +281,10 @@ def test_the_window_reads_rollups_to_the_hour_whole_days_by_day_and_its_first_da
     f.make_report(edge, fixed, 5.0, at=now - timedelta(hours=22), mtp_used=True)
     f.make_report(edge, fixed, 5.2, at=now - timedelta(hours=1), mtp_used=True)
     NodeRun.objects.all().delete()
-    rows = {r.node.name: r for r in fleet.node_rows(fleet.window_start(1))}
+    rows = {r.node.name: r for r in fleet_nodes.node_rows(fleet_window.window_start(1))}
     assert [s.reports for s in rows["edge-box"].serving] == [2]
     assert not rows["gpu-box-1"].serving
-    week = {r.node.name: r for r in fleet.node_rows(fleet.window_start(7))}
+    week = {r.node.name: r for r in fleet_nodes.node_rows(fleet_window.window_start(7))}
     assert sum(s.reports for s in week["gpu-box-1"].serving) == 6 + 31  # 24 old reports over 4 nodes, 31 new
     assert [s.reports for s in week["edge-box"].serving] == [3]
 
@@ -283,7 +297,7 @@ def test_a_node_lists_at_most_its_limit_stale_revisions_first_and_counts_the_res
     for revision in others:
         for _ in range(40):  # busier than the stale revision, which still comes first
             f.make_report(node, revision, 5.0, at=timezone.now(), mtp_used=True)
-    (row,) = fleet.node_rows(fleet.window_start(), name="gpu-box-1", limit=2)
+    (row,) = fleet_nodes.node_rows(fleet_window.window_start(), name="gpu-box-1", limit=2)
     assert row.serving[0].revision_id == broken.pk
     assert len(row.serving) == 2 and row.hidden == 3 and row.needs_action
     assert fixed.pk not in [s.revision_id for s in row.serving]  # 31 reports: fewer than the others' 40
@@ -315,22 +329,22 @@ def test_nodes_read_from_the_windows_rows_rank_as_when_read_node_by_node(
             f.make_report(
                 node, revision, 4.0, at=at, mtp_used=bool(j % 2), stage_splits=splits, topology_id=topology
             )
-    since = fleet.window_start()
-    few = fleet._few_window_rows
+    since = fleet_window.window_start()
+    few = fleet_ranking.few_window_rows
     monkeypatch.setattr(
-        fleet, "_few_window_rows", lambda ids, since, private, cap: few(ids, since, private, 10**6)
+        fleet_nodes, "few_window_rows", lambda ids, since, private, cap: few(ids, since, private, 10**6)
     )
 
     def everything() -> list[Any]:
-        rows = [fleet.node_rows(since, show_private=private, limit=limit) for private in (False, True)]
+        rows = [fleet_nodes.node_rows(since, show_private=private, limit=limit) for private in (False, True)]
         return [
             *rows,
-            fleet.node_page(since, needs_action=True).rows,
-            fleet.node_rows(since, name="gpu-box-1"),
+            fleet_nodes.node_page(since, needs_action=True).rows,
+            fleet_nodes.node_rows(since, name="gpu-box-1"),
         ]
 
     from_the_window = everything()
-    monkeypatch.setattr(fleet, "_few_window_rows", lambda *args: None)
+    monkeypatch.setattr(fleet_nodes, "few_window_rows", lambda *args: None)
     assert everything() == from_the_window
     (busy,) = [row for row in from_the_window[0] if row.node.name == "gpu-box-1"]
     assert len(busy.serving) == limit and busy.hidden > 0
@@ -353,11 +367,11 @@ def test_a_group_ran_one_strategy_only_when_every_topology_of_it_ran_that_one() 
         f.make_report(
             node, revision, 4.0, at=now, stage_splits=splits, topology_id=topology, mtp_used=mtp_used
         )
-    since = fleet.window_start()
-    window = fleet._few_window_rows([node.pk], since, False, 100)
+    since = fleet_window.window_start()
+    window = fleet_ranking.few_window_rows([node.pk], since, False, 100)
     assert window is not None and len(window) == 4
-    from_window = fleet._groups_of(window, since, {(node.pk, revision.pk)})
-    ranked = fleet._ranked_groups(Serving.objects.filter(node_key=node.pk), since)
+    from_window = fleet_ranking._groups_of(window, since, {(node.pk, revision.pk)})
+    ranked = fleet_ranking._ranked_groups(Serving.objects.filter(node_key=node.pk), since)
     sole = {g["stage_splits"]: g["sole_strategy"] for g in from_window}
     assert sole == {g["stage_splits"]: g["sole_strategy"] for g in ranked}
     assert sole == {"0..41": '["auto", "disabled", false]', "0..27|27..41": ""}
@@ -373,11 +387,11 @@ def test_a_newer_revision_not_assessed_yet_puts_no_node_in_need_of_action() -> N
     node = f.make_node("pending-box")
     for i in range(3):
         f.make_report(node, served, 3.2, at=timezone.now() - timedelta(hours=i))
-    since = fleet.window_start()
+    since = fleet_window.window_start()
 
     def judged() -> tuple[bool, bool]:
-        flagged = fleet._flagged(Serving.objects.filter(node_key=node.pk), since).exists()
-        (row,) = fleet.node_rows(since, name="pending-box")
+        flagged = fleet_ranking.flagged_servings(Serving.objects.filter(node_key=node.pk), since).exists()
+        (row,) = fleet_nodes.node_rows(since, name="pending-box")
         return flagged, row.needs_action
 
     assert judged() == (False, False)
@@ -387,7 +401,11 @@ def test_a_newer_revision_not_assessed_yet_puts_no_node_in_need_of_action() -> N
 
 def test_a_nodes_median_comes_from_the_rollups_sketch_within_one_percent() -> None:
     f.qwen35_fleet(timezone.now())
-    (served,) = [s for s in fleet.node_rows(fleet.window_start(), name="gpu-box-1")[0].serving if s.is_latest]
+    (served,) = [
+        s
+        for s in fleet_nodes.node_rows(fleet_window.window_start(), name="gpu-box-1")[0].serving
+        if s.is_latest
+    ]
     assert served.reports == 31 and served.layer_range == "0..27" and served.topology_id == "lab-2"
     assert served.tps is not None and abs(served.tps - 5.32) <= 0.01 * 5.32 + 0.005
 
@@ -439,7 +457,7 @@ def test_the_comparison_page_charts_both_revisions_on_one_time_axis_and_the_spre
 
 def test_the_ratio_and_its_interval_are_those_of_the_compared_reports(client: Client) -> None:
     broken, fixed = f.qwen35_fleet(timezone.now())
-    comparison = fleet.compare_revisions(broken, fixed)
+    comparison = fleet_compare.compare_revisions(broken, fixed)
     expected = sketch.ratio_of_medians(
         sketch.of_values([(3.10, 3.15, 3.20)[i % 3] for i in range(24)]),
         sketch.of_values([(5.30, 5.32, 5.34)[i % 3] for i in range(31)]),
@@ -462,7 +480,7 @@ def test_a_comparison_with_too_few_reports_for_an_interval_says_so_on_the_page(c
 
 def test_a_comparison_with_few_reports_says_so() -> None:
     broken, fixed = f.qwen35_fleet(timezone.now(), old_reports=3, new_reports=4)
-    comparison = fleet.compare_revisions(broken, fixed)
+    comparison = fleet_compare.compare_revisions(broken, fixed)
     assert comparison.too_few
     assert "too few reports" in comparison.sentence
     assert comparison.topology == "0..27|27..41"
@@ -483,7 +501,7 @@ def test_a_comparison_says_the_release_changed_too_when_no_release_ran_both_revi
     broken, fixed = f.qwen35_fleet(timezone.now())
     register_releases(broken, dict.fromkeys(f.FLEET_NODES, "0.72.1"))
     register_releases(fixed, {f.FLEET_NODES[0]: "0.78.0"})
-    comparison = fleet.compare_revisions(broken, fixed)
+    comparison = fleet_compare.compare_revisions(broken, fixed)
     assert (comparison.before.releases, comparison.after.releases) == (("0.72.1",), ("0.78.0",))
     (release,) = comparison.mixed
     assert (release.what, release.held) == ("mesh-llm release", ())
@@ -501,7 +519,7 @@ def test_a_comparison_holds_the_release_equal_when_some_release_ran_both_revisio
         broken, {"gpu-box-1": "0.78.0", "mac-studio": "0.72.1", "a100-1": "0.72.1", "rx7900-1": "0.72.1"}
     )
     register_releases(fixed, {"gpu-box-1": "0.78.0"})
-    comparison = fleet.compare_revisions(broken, fixed)
+    comparison = fleet_compare.compare_revisions(broken, fixed)
     (release,) = comparison.confounders
     assert release.held == ("0.78.0",) and comparison.mixed == ()
     assert (comparison.old.reports, comparison.new.reports) == (6, 31)  # only the nodes on 0.78.0
@@ -511,7 +529,7 @@ def test_a_comparison_holds_the_release_equal_when_some_release_ran_both_revisio
 
 def test_control_without_registered_releases_nothing_is_said_about_them() -> None:
     broken, fixed = f.qwen35_fleet(timezone.now())
-    comparison = fleet.compare_revisions(broken, fixed)
+    comparison = fleet_compare.compare_revisions(broken, fixed)
     assert comparison.confounders == () and "Also changed" not in comparison.sentence
 
 
@@ -713,7 +731,7 @@ def test_the_fleet_pages_queries_do_not_grow_with_the_nodes_revisions_or_reports
     f.qwen35_fleet(now)
     pages = ["/nodes/", "/nodes/?page=2", "/nodes/?action=1", "/nodes/gpu-box-1/", "/topologies/lab-2/", "/"]
     few = [_queries(client, url) for url in pages]
-    for i in range(fleet.NODES_PER_PAGE + 2):  # past the first page of nodes
+    for i in range(fleet_ranking.NODES_PER_PAGE + 2):  # past the first page of nodes
         revision = f.make_revision(f.make_package(f"meshllm/Other-{i}-layers"), "undeclared-mtp")
         for name in ("gpu-box-1", f"extra-{i}"):
             node = f.Node.objects.filter(name=name).first() or f.make_node(name)
@@ -731,15 +749,15 @@ def _queries(client: Client, url: str) -> int:
 def test_the_nodes_page_pages_its_nodes_those_likely_to_need_action_first(client: Client) -> None:
     now = timezone.now()
     _, fixed = f.qwen35_fleet(now)
-    for i in range(fleet.NODES_PER_PAGE):
+    for i in range(fleet_ranking.NODES_PER_PAGE):
         f.make_report(f.make_node(f"aaa-fine-{i:02d}"), fixed, 5.3, at=now, mtp_used=True)
     first, second = text(client.get("/nodes/")), text(client.get("/nodes/", {"page": "2"}))
-    total = fleet.NODES_PER_PAGE + len(f.FLEET_NODES)
-    assert f"{total} nodes" in first and f"showing 1\u2013{fleet.NODES_PER_PAGE}" in first
+    total = fleet_ranking.NODES_PER_PAGE + len(f.FLEET_NODES)
+    assert f"{total} nodes" in first and f"showing 1\u2013{fleet_ranking.NODES_PER_PAGE}" in first
     assert 'href="?page=2" rel="next"' in first
     # The nodes that ran the broken revision come first although their names sort last.
     assert "/nodes/mac-studio/" in first and "/nodes/aaa-fine-00/" in first
-    assert f"/nodes/aaa-fine-{fleet.NODES_PER_PAGE - 1:02d}/" in second
+    assert f"/nodes/aaa-fine-{fleet_ranking.NODES_PER_PAGE - 1:02d}/" in second
     assert "/nodes/mac-studio/" not in second
     assert client.get("/nodes/", {"page": "999"}).status_code == 200  # the last page, never an error
     assert client.get("/nodes/", {"page": "<b>x</b>"}).status_code == 200
@@ -754,8 +772,9 @@ def test_a_node_with_more_rows_than_the_count_reaches_says_at_least(monkeypatch:
         f.make_report(
             node, f.make_revision(f.make_package(f"meshllm/Busy-{i}-layers"), "consistent-mtp"), 5.0, at=now
         )
-    monkeypatch.setattr(fleet, "SERVED_COUNT_CAP", 3)
-    (row,) = fleet.node_rows(fleet.window_start(), name="busy-box", limit=2)
+    for module in (fleet_ranking, fleet_serving):  # the count stops there; the row says "at least"
+        monkeypatch.setattr(module, "SERVED_COUNT_CAP", 3)
+    (row,) = fleet_nodes.node_rows(fleet_window.window_start(), name="busy-box", limit=2)
     assert len(row.serving) == 2 and row.hidden == 1 and row.at_least  # counted up to the cap: 3 - 2
 
 
@@ -798,7 +817,15 @@ def test_the_fleet_seed_has_topologies_whose_nodes_serve_one_to_three_revisions_
         release = release_for(run.version)
         assessment = parse_stored(json.dumps(run.revision.assessment))
         assert release is None or assessment.servable_on(release).admitted, (run.version, run.repo_id)
-    judged = fleet.node_rows(fleet.window_start(), placed=False)
+    # Each run was registered when its topology began serving it, over the seeded weeks, as an agent
+    # registers it: not when the seed ran (bulk_create stamps its objects' auto_now fields with now).
+    first_seen = set(
+        NodeRun.objects.filter(repo_id__startswith="fleet-test/").values_list("first_seen_at", flat=True)
+    )
+    assert len(first_seen) > 1 and min(first_seen) < timezone.now() - timedelta(days=1), sorted(first_seen)[
+        :3
+    ]
+    judged = fleet_nodes.node_rows(fleet_window.window_start(), placed=False)
     causes = {s.advice.cause for row in judged for s in row.serving}
     assert Cause.CONTRADICTION not in causes and Cause.REFUSED not in causes
     assert sum(bool(row.serving) for row in judged) >= 6
@@ -847,12 +874,12 @@ def test_a_node_row_counts_the_reports_since_the_windows_first_hour_whatever_cel
         )
     for i, at in enumerate(inside):
         f.make_report(node, revision, (3.0, 4.0, 5.0)[i % 3], at=at)
-    (row,) = fleet.node_rows(since, name="window-box")
+    (row,) = fleet_nodes.node_rows(since, name="window-box")
     (served,) = row.serving
     expected = sketch.median(sketch.of_values([(3.0, 4.0, 5.0)[i % 3] for i in range(len(inside))]))
     assert served.reports == len(inside) and served.tps == round(expected or 0, 2)
     assert (served.requested, served.effective) == ("auto", "disabled")
-    (judged,) = fleet.node_rows(since, name="window-box", placed=False)
+    (judged,) = fleet_nodes.node_rows(since, name="window-box", placed=False)
     assert judged.serving[0].advice.cause is served.advice.cause
 
 
@@ -875,17 +902,17 @@ def test_the_needing_action_page_names_the_strategy_whether_the_judging_read_it_
         f.make_report(node, revision, 3.2, at=timezone.now() - timedelta(hours=i, minutes=30))
     if version:
         NodeRun.objects.create(node=node, run_id="r1", revision=revision, version=version)
-    since = fleet.window_start()
-    (whole,) = fleet.node_rows(since)
+    since = fleet_window.window_start()
+    (whole,) = fleet_nodes.node_rows(since)
     (served,) = whole.serving
     assert whole.needs_action and served.reports == (7 if mixed else 5) and served.effective == "ngram-cache"
-    (judged,) = fleet.node_rows(since, needs_action=True, placed=False)
+    (judged,) = fleet_nodes.node_rows(since, needs_action=True, placed=False)
     assert judged.serving[0].advice.cause is served.advice.cause
     read = mixed and version == NEWEST_VERSION
     assert (judged.serving[0].reports == served.reports) is read  # read to judge, or left out
     if not mixed:  # judged by the strategy its reports all ran: the same advice, word for word
         assert judged.serving[0].advice == served.advice and judged.serving[0].effective == "ngram-cache"
-    assert fleet.node_page(since, needs_action=True).rows == [whole]
+    assert fleet_nodes.node_page(since, needs_action=True).rows == [whole]
     assert "requested auto, ran ngram-cache" in served.advice.text or version == NEWEST_VERSION
     assert escape(served.advice.text) in text(client.get("/nodes/", {"action": "1"}))
 
@@ -898,4 +925,4 @@ def test_a_strategy_spelt_two_ways_adds_up() -> None:
         '["auto","native-mtp",true]': 3,
         '["", "disabled", false]': 1,
     }
-    assert fleet._named(counts) == {("auto", "native-mtp", True): 5, ("", "disabled", False): 1}
+    assert fleet_figures._named(counts) == {("auto", "native-mtp", True): 5, ("", "disabled", False): 1}

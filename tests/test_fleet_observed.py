@@ -18,7 +18,7 @@ from django.test import Client
 from packages_app.devnode import payloads
 from packages_app.devnode.server import DevNode
 from packages_app.models import NodeRun, Revision
-from packages_app.nodes import agent, identity
+from packages_app.nodes import agent_config, agent_runs, identity
 from tests import dashboard_factories as f
 from tests.test_fleet_registered import post_spans
 
@@ -61,10 +61,10 @@ def register(client: Client, node_plan: payloads.RunPlan, token: str, exchange_l
     the node served one completion first, so its exchange log has an event."""
     with DevNode(node_plan, exchange_log=exchange_log or None) as node:
         node.complete({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 16})
-        config = agent.Config(
+        config = agent_config.Config(
             node_url=node.url, token=token, hub_url="http://127.0.0.1:9", exchange_log=exchange_log
         )
-        runs = agent.read_runs(config, agent.RefResolver(config.hub_url))
+        runs = agent_runs.read_runs(config, agent_runs.RefResolver(config.hub_url))
     answer = client.post(
         "/api/v1/runs",
         json.dumps({"runs": runs}),

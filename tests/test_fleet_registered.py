@@ -12,11 +12,13 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from packages_app import fleet
 from packages_app.devnode import payloads
 from packages_app.devnode.server import DevNode
+from packages_app.fleet import nodes as fleet_nodes
+from packages_app.fleet import stages as fleet_stages
+from packages_app.fleet import window as fleet_window
 from packages_app.models import Report, Revision
-from packages_app.nodes import agent, identity
+from packages_app.nodes import agent_config, agent_runs, identity
 from tests import dashboard_factories as f
 
 pytestmark = pytest.mark.django_db
@@ -44,8 +46,8 @@ def plan_for(revision: Revision) -> payloads.RunPlan:
 def register_through_the_agent(client: Client, plan: payloads.RunPlan, token: str) -> None:
     """What meshdash-agent reads from the node's console API, posted as it posts it."""
     with DevNode(plan) as node:
-        config = agent.Config(node_url=node.url, token=token, hub_url="http://127.0.0.1:9")
-        runs = agent.read_runs(config, agent.RefResolver(config.hub_url))
+        config = agent_config.Config(node_url=node.url, token=token, hub_url="http://127.0.0.1:9")
+        runs = agent_runs.read_runs(config, agent_runs.RefResolver(config.hub_url))
     response = client.post(
         "/api/v1/runs",
         json.dumps({"runs": runs}),
@@ -99,13 +101,13 @@ def test_the_needing_action_page_lays_out_a_registered_only_row_as_the_whole_lis
     older = f.make_revision(package, "undeclared-mtp")
     f.make_revision(package, "consistent-mtp")  # the package's latest now, with a better headline
     register_through_the_agent(client, plan_for(older), identity.create_node("demo-glm").token)
-    since = fleet.window_start()
-    needing = [row for row in fleet.node_rows(since) if row.needs_action]
+    since = fleet_window.window_start()
+    needing = [row for row in fleet_nodes.node_rows(since) if row.needs_action]
     (served,) = needing[0].serving
     assert not served.reported and served.advice.needs_action
     assert served.layer_range == "0..27" and [s.node for s in served.stages] == ["demo-glm", "demo-glm-peer"]
     assert needing[0].devices == ["CUDA0 (CUDA, 24 GiB)"]
-    assert fleet.node_page(since, needs_action=True).rows == needing
+    assert fleet_nodes.node_page(since, needs_action=True).rows == needing
 
 
 def test_a_node_page_shows_the_devices_version_and_stage_owners_its_agent_registered(
@@ -173,7 +175,7 @@ def test_an_unknown_node_or_topology_leads_back_to_the_nodes(client: Client, db:
     ],
 )
 def test_a_device_reads_as_its_name_backend_and_vram(device: Any, label: str) -> None:
-    assert fleet.device_label(device) == label
+    assert fleet_stages.device_label(device) == label
 
 
 def test_a_nodes_devices_are_those_of_its_own_stages_when_a_stage_names_it() -> None:
@@ -182,9 +184,9 @@ def test_a_nodes_devices_are_those_of_its_own_stages_when_a_stage_names_it() -> 
         {"node_id": "b", "device": "Metal"},
     ]
     devices = [{"backend_device": "CUDA0"}, {"backend_device": "Metal"}]
-    assert fleet.node_devices(stages, devices, "a") == ["CUDA0 (CUDA)"]
-    assert fleet.node_devices(stages, devices, "elsewhere") == ["CUDA0 (CUDA)", "Metal"]
-    assert fleet.node_devices([], "not a list", "a") == []
+    assert fleet_stages.node_devices(stages, devices, "a") == ["CUDA0 (CUDA)"]
+    assert fleet_stages.node_devices(stages, devices, "elsewhere") == ["CUDA0 (CUDA)", "Metal"]
+    assert fleet_stages.node_devices([], "not a list", "a") == []
 
 
 def test_tok_s_values_render_in_the_row_of_their_revision(client: Client) -> None:
@@ -245,10 +247,10 @@ def test_the_needing_action_page_places_each_row_as_the_whole_list_does(register
     """The filtered page judges every node without where its reports place it, then places its own rows:
     the same layers, stages (each peer registered or not), topology and medians as the whole list."""
     identity.create_node("demo-glm-peer")
-    since = fleet.window_start()
-    needing = [row for row in fleet.node_rows(since) if row.needs_action]
+    since = fleet_window.window_start()
+    needing = [row for row in fleet_nodes.node_rows(since) if row.needs_action]
     assert [row.node.name for row in needing] == ["demo-glm"]
-    page = fleet.node_page(since, needs_action=True)
+    page = fleet_nodes.node_page(since, needs_action=True)
     assert page.rows == needing
     (served,) = page.rows[0].serving
     assert served.tps is not None and served.layer_range == "0..27" and served.topology_id == TOPOLOGY

@@ -18,8 +18,7 @@ from gguf import GGUFEndian, GGUFReader, GGUFWriter
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType, Keys
 
 from packages_app import gguf_header
-from packages_app.gguf_header import (
-    ArraySummary,
+from packages_app.gguf_errors import (
     BadAlignment,
     BadMagic,
     BadString,
@@ -28,20 +27,18 @@ from packages_app.gguf_header import (
     DimOverflow,
     DuplicateKey,
     DuplicateTensor,
-    GGUFHeader,
     GGUFHeaderError,
-    HeaderParser,
     LimitExceeded,
-    Limits,
     NestedArray,
     TooManyDims,
     TruncatedHeader,
     UnknownTensorType,
     UnknownValueType,
     UnsupportedVersion,
-    parse_file,
-    parse_header,
 )
+from packages_app.gguf_header import parse_file, parse_header
+from packages_app.gguf_parser import HeaderParser
+from packages_app.gguf_results import ArraySummary, GGUFHeader, Limits
 
 ROOT = Path(__file__).resolve().parent.parent
 Q = GGMLQuantizationType

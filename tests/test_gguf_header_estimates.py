@@ -8,6 +8,7 @@ headers (written by gguf-py's GGUFWriter) in 64 KiB steps and hold the estimate 
 from __future__ import annotations
 
 import random
+import runpy
 from collections.abc import Callable
 from pathlib import Path
 
@@ -15,7 +16,9 @@ import pytest
 from gguf import GGUFWriter
 
 from packages_app import gguf_header
-from packages_app.gguf_header import BadMagic, HeaderParser, parse_header
+from packages_app.gguf_errors import BadMagic
+from packages_app.gguf_header import parse_header
+from packages_app.gguf_parser import HeaderParser
 from tests.test_gguf_header import TENSORS, bpe_fill, write_gguf
 
 STEP = 64 * 1024
@@ -96,4 +99,14 @@ def test_after_a_bad_header_the_result_raises_the_same_error() -> None:
 
 def test_the_cli_prints_its_usage_on_help(capsys: pytest.CaptureFixture[str]) -> None:
     assert gguf_header.main(["--help"]) == 0
+    assert capsys.readouterr().out == "usage: python -m packages_app.gguf_header FILE\n"
+
+
+def test_the_module_run_as_a_script_is_the_cli(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr("sys.argv", ["gguf_header.py", "--help"])
+    with pytest.raises(SystemExit) as exited:
+        runpy.run_path(gguf_header.__file__, run_name="__main__")
+    assert exited.value.code == 0
     assert capsys.readouterr().out == "usage: python -m packages_app.gguf_header FILE\n"

@@ -15,14 +15,10 @@ from gguf.constants import GGMLQuantizationType, GGUFValueType
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from packages_app.gguf_header import (
-    GGUFHeader,
-    GGUFHeaderError,
-    HeaderParser,
-    Limits,
-    MalformedHeader,
-    parse_header,
-)
+from packages_app.gguf_errors import GGUFHeaderError, MalformedHeader
+from packages_app.gguf_header import parse_header
+from packages_app.gguf_parser import HeaderParser
+from packages_app.gguf_results import GGUFHeader, Limits
 
 # Small limits keep a mutated count or length from asking for megabytes, so every example stays quick.
 # No per-example deadline: on a shared machine wall-clock time measures the neighbours; the limits bound the

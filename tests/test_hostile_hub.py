@@ -24,7 +24,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from packages_app import hub, ingest, tasks
+from packages_app import hub, ingest, tasks, tracking
 from packages_app.devhub import DEVHUB_TOKEN, QWEN35_FIRST_SHA, QWEN35_REPO, DevHub
 from packages_app.hub import net
 from packages_app.models import Package, Revision
@@ -719,7 +719,7 @@ def test_discover_skips_and_reports_bad_repo_ids_and_tracks_the_rest(
     namespace_with_bad_ids: list[str], db: None
 ) -> None:
     skipped: list[tuple[str, str]] = []
-    discovery = ingest.discover_packages(
+    discovery = tracking.discover_packages(
         ["meshllm"], None, lambda repo_id, reason: skipped.append((repo_id, reason))
     )
     assert discovery.found == discovery.tracked == ["meshllm/Fine-layers", "meshllm/Good-layers"]
@@ -730,4 +730,4 @@ def test_discover_skips_and_reports_bad_repo_ids_and_tracks_the_rest(
 
 def test_control_tracking_the_listed_bad_id_directly_raises_which_used_to_stop_discover(db: None) -> None:
     with pytest.raises(hub.InvalidRepoId):
-        ingest.track_package("meshllm/a--b-layers")
+        tracking.track_package("meshllm/a--b-layers")

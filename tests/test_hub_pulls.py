@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from packages_app import fixes, hub, tasks
+from packages_app import fix_proposals, hub, tasks
 from packages_app.devhub import QWEN38_REPO, DevHub
 from packages_app.devhub import server as devhub_server
 from packages_app.hub import pulls
@@ -108,7 +108,7 @@ def test_a_hub_asking_for_an_lfs_upload_gets_nothing_and_the_proposal_ends_faile
     package = ingested(devhub)
     base = package.latest_revision
     assert base is not None
-    proposal, _ = fixes.request_fix(package, base)
+    proposal, _ = fix_proposals.request_fix(package, base)
     devhub.counters.reset()
     began = time.monotonic()
     assert tasks.open_fix_task.delay(proposal.pk).get() == "failed"
@@ -121,7 +121,7 @@ def test_a_hub_asking_for_an_lfs_upload_gets_nothing_and_the_proposal_ends_faile
     assert took < 5
     record("lfs upload mode, guarded", seconds=round(took, 3), canary_requests=len(canary.seen))
     # and a new proposal may be requested: the failed one blocks nothing
-    again, created = fixes.request_fix(package, base)
+    again, created = fix_proposals.request_fix(package, base)
     assert created and again.pk != proposal.pk
 
 
@@ -187,7 +187,7 @@ def opened_with(devhub: DevHub, eager: bool = True) -> tuple[FixProposal, str]:
     package = ingested(devhub)
     base = package.latest_revision
     assert base is not None
-    proposal, _ = fixes.request_fix(package, base)
+    proposal, _ = fix_proposals.request_fix(package, base)
     outcome = tasks.open_fix_task.delay(proposal.pk).get() if eager else ""
     proposal.refresh_from_db()
     return proposal, outcome
@@ -216,15 +216,15 @@ def test_control_without_reading_answers_carefully_commit_url_x_escapes_and_leav
     package = ingested(devhub)
     base = package.latest_revision
     assert base is not None
-    proposal, _ = fixes.request_fix(package, base)
+    proposal, _ = fix_proposals.request_fix(package, base)
     with pytest.raises(ValueError):
         try:
-            fixes.open_fix(proposal)  # what the task ran before, catching Hub errors only
+            fix_proposals.open_fix(proposal)  # what the task ran before, catching Hub errors only
         except hub.HubError:
             pytest.fail("became a Hub error")
     proposal.refresh_from_db()
     assert proposal.status == FixProposal.Status.OPENING  # stuck: no new proposal for this revision
-    assert fixes.request_fix(package, base) == (proposal, False)
+    assert fix_proposals.request_fix(package, base) == (proposal, False)
     record("commitUrl x, control", status=proposal.status)
 
 
@@ -274,9 +274,9 @@ def test_control_without_the_origin_check_the_other_origin_is_stored_and_linked_
     page = Client().get(f"/packages/{owner}/{name}/").content.decode()
     assert f'href="{evil}"' not in page
     # and without it too, the anonymous reader is sent to the other origin "on the Hub"
-    from packages_app.web import pages
+    from packages_app.web import package_pages
 
-    monkeypatch.setattr(pages, "hub_pr_link", lambda url: url)
+    monkeypatch.setattr(package_pages, "hub_pr_link", lambda url: url)
     page = Client().get(f"/packages/{owner}/{name}/").content.decode()
     assert f'<a href="{evil}" rel="noopener noreferrer">on the Hub' in page
     record("pullRequestUrl on another origin, control", stored=proposal.pr_url)
@@ -302,7 +302,7 @@ def test_a_hub_that_never_answers_the_commit_fails_it_at_the_call_deadline(
     package = ingested(devhub)
     base = package.latest_revision
     assert base is not None
-    proposal, _ = fixes.request_fix(package, base)
+    proposal, _ = fix_proposals.request_fix(package, base)
     began = time.monotonic()
     try:
         outcome = tasks.open_fix_task.delay(proposal.pk).get()

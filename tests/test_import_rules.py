@@ -32,14 +32,25 @@ LAYERS: Mapping[str, int] = {
     "packages_app.repo_ids": PURE,
     "packages_app.verdicts": PURE,
     "packages_app.glossary": PURE,
-    "packages_app.gguf_header": PURE,
+    "packages_app.gguf_header": PURE,  # the entry points and the CLI
+    "packages_app.gguf_parser": PURE,
+    "packages_app.gguf_errors": PURE,
+    "packages_app.gguf_fields": PURE,
+    "packages_app.gguf_results": PURE,
     "packages_app.manifest": PURE,
     "packages_app.input_budget": PURE,  # what one body of untrusted input may cost a parser
     "packages_app.audit": PURE,
     "packages_app.charts": PURE,
     "packages_app.nodes.report_schema": PURE,
+    "packages_app.nodes.run_schema": PURE,  # the run registration body; builds on report_schema
     "packages_app.nodes.otlp": PURE,
     "packages_app.nodes.agent": PURE,
+    "packages_app.nodes.agent_common": PURE,
+    "packages_app.nodes.agent_baseline": PURE,
+    "packages_app.nodes.agent_config": PURE,
+    "packages_app.nodes.agent_observations": PURE,
+    "packages_app.nodes.agent_runs": PURE,
+    "packages_app.nodes.agent_spool": PURE,
     "packages_app.nodes.exposition": PURE,
     "packages_app.devhub": PURE,
     "packages_app.devnode": PURE,
@@ -58,7 +69,10 @@ LAYERS: Mapping[str, int] = {
     "packages_app.migrations": MODELS,
     # services (write) and selectors (read)
     "packages_app.ingest": SERVICES,
-    "packages_app.fixes": SERVICES,
+    "packages_app.tracking": SERVICES,
+    "packages_app.fix_plans": SERVICES,
+    "packages_app.fix_proposals": SERVICES,
+    "packages_app.fix_following": SERVICES,
     "packages_app.stored_audit": SERVICES,
     "packages_app.reports": SERVICES,
     "packages_app.nodes": SERVICES,
@@ -73,6 +87,7 @@ LAYERS: Mapping[str, int] = {
     "packages_app.certify_reports": SERVICES,
     "packages_app.baselines": SERVICES,
     "packages_app.judgements": SERVICES,
+    "packages_app.seeding": SERVICES,  # the synthetic rows seed_synthetic writes, for the benchmarks
     # Celery tasks: ids in, one service call, follow-ups enqueued
     "packages_app.tasks": TASKS,
     # edges: HTTP and gRPC under web/; commands, admin, template tags where Django finds them; the door

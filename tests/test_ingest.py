@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from django.db.models import F
 
-from packages_app import hub, ingest
+from packages_app import hub, ingest, tracking
 from packages_app.devhub import (
     DEMO_PACKAGES,
     GATED_REPO,
@@ -217,7 +217,7 @@ def test_syncing_a_package_enqueues_nothing_itself(
     hub_settings: DevHub, django_capture_on_commit_callbacks: object
 ) -> None:
     with django_capture_on_commit_callbacks() as callbacks:  # type: ignore[operator]
-        revisions = ingest.sync_package(QWEN35_REPO)
+        revisions = tracking.sync_package(QWEN35_REPO)
     assert revisions and callbacks == []
     assert {r.status for r in revisions} == {Revision.Status.QUEUED}
 
@@ -228,7 +228,7 @@ def test_tracking_a_package_enqueues_its_sync_only_after_commit(
     from packages_app import queueing
 
     with django_capture_on_commit_callbacks() as callbacks:  # type: ignore[operator]
-        package = ingest.track_package(QWEN35_REPO)
+        package = tracking.track_package(QWEN35_REPO)
         assert callbacks == []  # the service stores; the edge enqueues
         queueing.enqueue_sync(package.repo_id)
     assert Package.objects.filter(repo_id=QWEN35_REPO, tracked=True).exists()
@@ -237,7 +237,7 @@ def test_tracking_a_package_enqueues_its_sync_only_after_commit(
 
 def test_tracking_refuses_a_bad_repo_id_and_stores_nothing() -> None:
     with pytest.raises(hub.InvalidRepoId):
-        ingest.track_package("https://evil.example/x")
+        tracking.track_package("https://evil.example/x")
     assert not Package.objects.exists()
 
 
@@ -245,10 +245,10 @@ def test_discovery_tracks_the_namespace_and_catalog_packages(
     hub_settings: DevHub, django_capture_on_commit_callbacks: object
 ) -> None:
     with django_capture_on_commit_callbacks():  # type: ignore[operator]
-        discovery = ingest.discover_packages(["meshllm"], "meshllm/catalog")
+        discovery = tracking.discover_packages(["meshllm"], "meshllm/catalog")
     assert QWEN35_REPO in discovery.found and discovery.tracked == discovery.found
     assert set(Package.objects.values_list("repo_id", flat=True)) == set(discovery.found)
-    assert ingest.discover_packages(["meshllm"], "meshllm/catalog").tracked == []
+    assert tracking.discover_packages(["meshllm"], "meshllm/catalog").tracked == []
 
 
 def test_reaudit_recomputes_every_stored_revision_without_the_hub(hub_source: type[hub.HubSource]) -> None:

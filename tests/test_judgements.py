@@ -1,7 +1,7 @@
 """Each node's judgement kept (packages_app.judgements, issue 43): the stored rows say what the computed
-judgement (fleet.node_rows, as /nodes/?action=1 judged every node per request) says, over the test fleets,
-after each event that changes it (each with its control: without the hook, the row is stale), and after
-random events; rebuilding writes the same rows as keeping them."""
+judgement (fleet.nodes.node_rows, as /nodes/?action=1 judged every node per request) says, over the test
+fleets, after each event that changes it (each with its control: without the hook, the row is stale), and
+after random events; rebuilding writes the same rows as keeping them."""
 
 from __future__ import annotations
 
@@ -19,8 +19,10 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from packages_app import fleet, ingest, judgements, telemetry
+from packages_app import ingest, judgements, telemetry, tracking
 from packages_app.audit import releases
+from packages_app.fleet import nodes as fleet_nodes
+from packages_app.fleet import window as fleet_window
 from packages_app.models import Node, NodeJudgement, Package, Report, Serving
 from packages_app.nodes import identity
 from packages_app.verdicts import Cause
@@ -34,9 +36,9 @@ Judged = dict[str, tuple[bool, str, int | None, str]]  # node name -> (needs act
 
 def computed(now: datetime, private: bool) -> Judged:
     """The judgement made per request: every node's rows as the needing-action list judged them."""
-    since = fleet.window_start(now=now)
+    since = fleet_window.window_start(now=now)
     result: Judged = {}
-    for row in fleet.node_rows(since, show_private=private, placed=False):
+    for row in fleet_nodes.node_rows(since, show_private=private, placed=False):
         advice = row.advice
         about = next((s.revision_id for s in row.serving if advice is not None and s.advice is advice), None)
         text = advice.text if advice else ""
@@ -74,10 +76,10 @@ def test_over_the_issue_fleet_the_kept_rows_are_the_computed_judgement_and_the_p
     f.qwen35_fleet(now)
     assert needing(), "the fleet has nodes needing action"
     assert agrees(now)
-    since = fleet.window_start(now=now)
+    since = fleet_window.window_start(now=now)
     for private in judgements.AUDIENCES:
         kept = judgements.node_page(1, needs_action=True, show_private=private, now=now)
-        before = fleet.node_page(since, 1, needs_action=True, show_private=private)
+        before = fleet_nodes.node_page(since, 1, needs_action=True, show_private=private)
         assert kept.rows == before.rows and kept.page.paginator.count == before.page.paginator.count
 
 
@@ -98,7 +100,7 @@ def test_over_the_catalog_mix_and_a_registered_run_the_kept_rows_are_the_compute
     assert "demo-glm" in needing()
     assert agrees(now)
     kept = judgements.node_page(1, needs_action=True, show_private=False, now=now)
-    assert kept.rows == fleet.node_page(fleet.window_start(now=now), 1, needs_action=True).rows
+    assert kept.rows == fleet_nodes.node_page(fleet_window.window_start(now=now), 1, needs_action=True).rows
 
 
 def test_the_whole_nodes_list_ranks_by_the_kept_judgement_needing_action_first_then_by_name() -> None:
@@ -187,7 +189,7 @@ def test_a_new_latest_revision_judges_the_nodes_of_its_package(
 ) -> None:
     package = newer_latest(client, monkeypatch)
     before = stored(False)
-    ingest._refresh_latest(package)  # the ingest names the new revision the package's latest
+    tracking.refresh_latest(package)  # the ingest names the new revision the package's latest
     assert stored(False) != before and needing() == {"demo-glm"} and agrees()
 
 
@@ -195,8 +197,8 @@ def test_control_without_the_ingest_hook_a_new_latest_leaves_the_row_stale(
     client: Client, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     package = newer_latest(client, monkeypatch)
-    monkeypatch.setattr(ingest.judgements, "packages_changed", lambda *a, **k: 0)
-    ingest._refresh_latest(package)
+    monkeypatch.setattr(tracking.judgements, "packages_changed", lambda *a, **k: 0)
+    tracking.refresh_latest(package)
     assert not agrees()
 
 
@@ -226,15 +228,15 @@ def test_control_without_the_reaudit_hook_the_row_is_stale(monkeypatch: pytest.M
 def test_a_package_found_private_judges_its_nodes_for_visitors(monkeypatch: pytest.MonkeyPatch) -> None:
     node, broken = f.make_node("n1"), broken_revision()
     f.make_report(node, broken, 3.1, at=timezone.now() - timedelta(hours=1))
-    ingest.record_privacy(broken.package, SimpleNamespace(private=True))
+    tracking.record_privacy(broken.package, SimpleNamespace(private=True))
     assert needing(private=False) == set() and needing(private=True) == {"n1"} and agrees()
 
 
 def test_control_without_the_privacy_hook_the_visitors_row_is_stale(monkeypatch: pytest.MonkeyPatch) -> None:
     node, broken = f.make_node("n1"), broken_revision()
     f.make_report(node, broken, 3.1, at=timezone.now() - timedelta(hours=1))
-    monkeypatch.setattr(ingest.judgements, "packages_changed", lambda *a, **k: 0)
-    ingest.record_privacy(broken.package, SimpleNamespace(private=True))
+    monkeypatch.setattr(tracking.judgements, "packages_changed", lambda *a, **k: 0)
+    tracking.record_privacy(broken.package, SimpleNamespace(private=True))
     assert needing(private=False) == {"n1"} and not agrees()
 
 
@@ -343,7 +345,7 @@ def test_after_random_events_the_kept_rows_are_the_computed_and_the_rebuilt_ones
                 f.make_revision(package, verdict, committed_at=now - timedelta(days=rng.randint(0, 3)))
             )
         else:
-            ingest.record_privacy(rng.choice(packages), SimpleNamespace(private=rng.random() < 0.5))
+            tracking.record_privacy(rng.choice(packages), SimpleNamespace(private=rng.random() < 0.5))
     for clock in (now, now + timedelta(days=rng.randint(1, 6)), now + timedelta(days=rng.randint(7, 13))):
         judgements.fresh(clock)
         assert agrees(clock), clock
@@ -355,15 +357,16 @@ def test_after_random_events_the_kept_rows_are_the_computed_and_the_rebuilt_ones
 def test_a_node_whose_reports_ran_several_strategies_on_a_known_release_is_kept_for_the_hour_only(
     client: Client,
 ) -> None:
-    """Its advice reads its cells' strategies, which the window reads by the hour (fleet._window_terms):
-    its row expires when the window's first hour moves on, not when its first report leaves."""
+    """Its advice reads its cells' strategies, which the window reads by the hour
+    (fleet.window.window_terms): its row expires when the window's first hour moves on, not when its first
+    report leaves."""
     older = registered_setup(client)
     node = Node.objects.get(name="demo-glm")
     now = timezone.now()
     for strategy in ("disabled", "native-mtp"):
         f.make_report(node, older, 4.0, at=now - timedelta(hours=1), effective_strategy=strategy)
     (row,) = NodeJudgement.objects.filter(node=node, private=False)
-    since = fleet.window_start(now=row.judged_at)
+    since = fleet_window.window_start(now=row.judged_at)
     hour = since.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
     assert row.valid_until == hour + timedelta(days=judgements.WINDOW_DAYS)
 

@@ -11,7 +11,7 @@ import pytest
 from django.test import Client
 
 from packages_app import hub, ingest
-from packages_app.audit.assessment import release_tables
+from packages_app.audit.release_tables import release_tables
 from packages_app.devhub import DEMO_PACKAGES, DevHub
 from packages_app.devhub.generator import GLM51_REPO, QWEN38_REPO
 from packages_app.verdicts import Status

@@ -20,7 +20,7 @@ from django.core.cache import cache
 from django.test import Client
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
 
-from packages_app import ingest, tasks, telemetry, throughput
+from packages_app import ingest, tasks, telemetry, throughput, tracking
 from packages_app.devhub import DevHub
 from packages_app.devhub.generator import LLAMA_REPO
 from packages_app.devnode import payloads
@@ -105,11 +105,11 @@ def old_link_span_reports(node: Any, run_id: str, fields: Any) -> int:
     """What linking did before run ids were scoped: any node's unlinked spans of that run id."""
     from django.db.models import Q
 
-    from packages_app import rollups
+    from packages_app.rollups.adding import link_reports
 
     keys = ("repo_id", "commit_sha", "manifest_sha256", "revision_id", "topology_id", "stage_splits")
     unlinked = Q(run_id=run_id, source=Report.Source.OTLP, repo_id="")
-    return rollups.link_reports(unlinked, {key: fields[key] for key in keys})
+    return link_reports(unlinked, {key: fields[key] for key in keys})
 
 
 def test_spans_from_another_node_for_a_claimed_run_are_refused_with_409_and_nothing_stored(
@@ -211,7 +211,7 @@ def test_negative_control_trusting_the_report_creates_twenty_public_catalog_rows
     client: Client, tokens: tuple[str, str], worker_queue: list[Any]
 ) -> None:
     post_reports(client, tokens[1], MADE_UP)
-    with mock.patch.object(ingest, "confirm_package", lambda repo_id: ingest.track_package(repo_id)):
+    with mock.patch.object(tracking, "confirm_package", lambda repo_id: tracking.track_package(repo_id)):
         run_queued(worker_queue)
     # Stored and tracked; since privacy unknown is hidden (test_privacy_unknown.py) no longer public too.
     assert Package.objects.filter(tracked=True).count() == 20
@@ -239,11 +239,11 @@ def test_a_repo_outside_the_tracking_rules_is_refused_without_asking_the_hub(
     hub_settings: DevHub, db: None
 ) -> None:
     before = hub_settings.counters.requests
-    assert ingest.confirm_package("elsewhere/Model-layers") is None  # not a followed namespace
+    assert tracking.confirm_package("elsewhere/Model-layers") is None  # not a followed namespace
     assert not Package.objects.exists() and hub_settings.counters.requests == before
     # A name decides nothing within a followed namespace (mesh-llm finds packages by their manifest,
     # docs/rules.md 6b): the Hub is asked, and a repo it does not know is not tracked.
-    assert ingest.confirm_package("meshllm/not-a-package") is None
+    assert tracking.confirm_package("meshllm/not-a-package") is None
     assert not Package.objects.exists()
 
 
@@ -276,7 +276,7 @@ def test_negative_control_a_sync_that_trusts_the_webhook_leaves_a_tracked_public
     settings.MESHDASH_WEBHOOK_SECRET = "s" * 32
     settings.CELERY_BROKER_URL = "redis://broker.invalid:6379/0"
     forged_webhook(client, "meshllm/Junk-layers")
-    with mock.patch.object(ingest, "confirm_package", lambda repo_id: True):
+    with mock.patch.object(tracking, "confirm_package", lambda repo_id: True):
         run_queued(worker_queue)  # the sync fails on the Hub's 404, after storing the row
     # Stored and tracked (hidden until the Hub says public since test_privacy_unknown.py's rule).
     assert Package.objects.filter(repo_id="meshllm/Junk-layers", tracked=True).exists()

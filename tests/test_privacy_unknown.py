@@ -17,7 +17,7 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from packages_app import hub, ingest
+from packages_app import hub, tracking
 from packages_app.devhub import DEVHUB_TOKEN, PRIVATE_REPO, QWEN35_REPO
 from packages_app.models import NodeRun, Package
 from tests import dashboard_factories as f
@@ -91,7 +91,7 @@ def test_an_operator_sees_the_package_whose_privacy_is_unknown_and_is_told_so(
 
 
 def test_a_newly_tracked_package_is_hidden_until_a_sync_asks_the_hub(client: Client) -> None:
-    package = ingest.track_package(SECRET)  # the worker is down: no sync ran
+    package = tracking.track_package(SECRET)  # the worker is down: no sync ran
     assert package.private is None
     assert client.get("/api/v1/packages/" + SECRET).status_code == 404
     assert SECRET_NAME not in text(client.get("/")) and SECRET_NAME not in text(client.get("/catalog.csv"))
@@ -111,10 +111,10 @@ class FailingSource:
 def test_a_sync_failing_with_retryable_errors_keeps_the_package_hidden_through_every_retry(
     client: Client,
 ) -> None:
-    ingest.track_package(SECRET)
+    tracking.track_package(SECRET)
     for _attempt in range(4):
         with pytest.raises(hub.HubUnavailable):
-            ingest.sync_package(SECRET, source=FailingSource())  # type: ignore[arg-type]
+            tracking.sync_package(SECRET, source=FailingSource())  # type: ignore[arg-type]
         assert Package.objects.get(repo_id=SECRET).private is None
         assert client.get("/api/v1/packages/" + SECRET).status_code == 404
         assert client.get(f"/packages/{SECRET}/").status_code == 404
@@ -124,15 +124,15 @@ def test_a_sync_failing_with_retryable_errors_keeps_the_package_hidden_through_e
 def test_a_sync_that_reads_the_hub_makes_a_public_repo_public_and_a_private_one_private(
     client: Client, hub_source: Any
 ) -> None:
-    ingest.track_package(QWEN35_REPO)
-    ingest.track_package(PRIVATE_REPO)
+    tracking.track_package(QWEN35_REPO)
+    tracking.track_package(PRIVATE_REPO)
     from unittest import mock
 
     from packages_app import tasks
 
     with mock.patch.object(tasks.ingest_revision_task, "delay_on_commit"):
-        ingest.sync_package(QWEN35_REPO, source=hub_source(QWEN35_REPO, token=DEVHUB_TOKEN))
-        ingest.sync_package(PRIVATE_REPO, source=hub_source(PRIVATE_REPO, token=DEVHUB_TOKEN))
+        tracking.sync_package(QWEN35_REPO, source=hub_source(QWEN35_REPO, token=DEVHUB_TOKEN))
+        tracking.sync_package(PRIVATE_REPO, source=hub_source(PRIVATE_REPO, token=DEVHUB_TOKEN))
     assert Package.objects.get(repo_id=QWEN35_REPO).private is False
     assert Package.objects.get(repo_id=PRIVATE_REPO).private is True
     assert client.get("/api/v1/packages/" + QWEN35_REPO).status_code == 200
@@ -158,7 +158,7 @@ def test_discover_stores_the_listings_private_flag_when_it_tracks(
 ) -> None:
     listing = {SECRET: True, PUBLIC: False, "meshllm/Quiet-layers": None}
     monkeypatch.setattr(hub, "namespace_packages", lambda namespace, on_skip=None: listing)
-    found = ingest.discover_packages(["meshllm"], None)
+    found = tracking.discover_packages(["meshllm"], None)
     assert found.tracked == sorted(listing)
     stored = dict(Package.objects.values_list("repo_id", "private"))
     assert stored == {SECRET: True, PUBLIC: False, "meshllm/Quiet-layers": None}
@@ -172,7 +172,7 @@ def test_a_later_listing_hides_a_package_gone_private_but_never_unhides_a_privat
     Package.objects.create(repo_id=PUBLIC, private=True)
     listing = {SECRET: True, PUBLIC: False}
     monkeypatch.setattr(hub, "namespace_packages", lambda namespace, on_skip=None: listing)
-    ingest.discover_packages(["meshllm"], None)
+    tracking.discover_packages(["meshllm"], None)
     assert dict(Package.objects.values_list("repo_id", "private")) == {SECRET: True, PUBLIC: True}
 
 

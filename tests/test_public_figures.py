@@ -16,9 +16,13 @@ import pytest
 from django.core.cache import cache
 from django.test import Client
 
-from packages_app import fleet, rollups, throughput
+from packages_app import throughput
+from packages_app.fleet import nodes as fleet_nodes
+from packages_app.fleet import window as fleet_window
 from packages_app.models import Report, Revision, Rollup
 from packages_app.nodes import identity
+from packages_app.rollups import public_weight
+from packages_app.rollups.rebuild import rebuild
 from tests import dashboard_factories as f
 
 pytestmark = pytest.mark.django_db
@@ -132,7 +136,7 @@ def test_an_unregistered_node_flooding_a_public_revision_does_not_move_its_media
     assert page is not None and page.reports == 60 and page.nodes == 2  # the honest nodes' only
     assert all(row["node_name"] != "flood" for row in page.recent)
     # Its own page still shows what it sent.
-    rows = {r.node.name: r for r in fleet.node_rows(fleet.window_start(1))}
+    rows = {r.node.name: r for r in fleet_nodes.node_rows(fleet_window.window_start(1))}
     (served,) = rows["flood"].serving
     assert served.reports == 1_000 and served.tps is not None and served.tps > 900_000
 
@@ -143,7 +147,7 @@ def test_control_without_the_registration_rule_the_flood_moves_the_median_to_994
     everyone = lambda revision_ids, node_ids=None, using="default": {  # noqa: E731
         (node, rev) for node in range(1, 100) for rev in revision_ids
     }
-    monkeypatch.setattr(rollups, "registered_pairs", everyone)  # the guard off: every node counts
+    monkeypatch.setattr(public_weight, "registered_pairs", everyone)  # the guard off: every node counts
     honest_fleet(client, revision)
     post_reports(client, identity.create_node("flood").token, revision, [ATTACK_TPS] * 1_000)
     median = public_median(client, revision)
@@ -181,7 +185,7 @@ def test_a_registered_node_counts_at_most_its_daily_share_and_does_not_outvote_t
     assert median is not None and median < 6  # 40 of 160: a quarter of the vote, not the median
     own = Rollup.objects.filter(node_key=loud.node.pk, grain=Rollup.Grain.TOTAL)
     assert sum(own.values_list("reports", flat=True)) == 600  # all on its own cells
-    assert rollups.rebuild([revision.pk]) == 150 + 600  # a rebuild keeps the same rule
+    assert rebuild([revision.pk]) == 150 + 600  # a rebuild keeps the same rule
     assert throughput.revision_throughput(revision.pk).reports == 160  # type: ignore[union-attr]
     assert public_median(client, revision) == median
 

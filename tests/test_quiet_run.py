@@ -19,7 +19,7 @@ from gguf import GGUFWriter
 from packages_app.devhub import weights
 from packages_app.devnode import payloads
 from packages_app.devnode.server import DevNode
-from packages_app.nodes import agent
+from packages_app.nodes import agent, agent_common, agent_config
 
 ROOT = Path(__file__).resolve().parent.parent
 GGUF_LOGGER = logging.getLogger(GGUFWriter.__module__)
@@ -81,7 +81,7 @@ def free_port() -> int:
 
 def test_the_agent_waits_quietly_for_a_node_that_starts_after_it(caplog: pytest.LogCaptureFixture) -> None:
     port = free_port()
-    config = agent.Config(node_url=f"http://127.0.0.1:{port}", token="t", node_wait=30)
+    config = agent_config.Config(node_url=f"http://127.0.0.1:{port}", token="t", node_wait=30)
     node = DevNode(payloads.RunPlan(repo="meshllm/x-layers"), port=port)
     starter = threading.Timer(1.5, node.start)
     starter.start()
@@ -99,7 +99,7 @@ def test_the_agent_waits_quietly_for_a_node_that_starts_after_it(caplog: pytest.
 def test_a_node_that_never_answers_is_one_warning_once_the_wait_is_over(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    config = agent.Config(node_url=f"http://127.0.0.1:{free_port()}", token="t", node_wait=0.5)
+    config = agent_config.Config(node_url=f"http://127.0.0.1:{free_port()}", token="t", node_wait=0.5)
     with caplog.at_level(logging.INFO, logger="meshdash.agent"):
         assert agent.Agent(config).wait_for_node() is False
     (warning,) = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
@@ -107,8 +107,8 @@ def test_a_node_that_never_answers_is_one_warning_once_the_wait_is_over(
 
 
 def test_a_negative_node_wait_is_refused() -> None:
-    with pytest.raises(agent.AgentError, match="node_wait"):
-        agent.Config.load(None, {"token": "t", "node_wait": -1})
+    with pytest.raises(agent_common.AgentError, match="node_wait"):
+        agent_config.Config.load(None, {"token": "t", "node_wait": -1})
 
 
 # --- meshdash-agent on the venv's PATH, with help -----------------------------------------------------------

@@ -9,10 +9,13 @@ from datetime import UTC, datetime
 import pytest
 from pydantic import ValidationError
 
-from packages_app import report_metrics, reports, rollups, throughput
+from packages_app import report_metrics, reports, throughput
 from packages_app.models import Report, Rollup
 from packages_app.nodes.report_schema import ACCEPTED_OF, PLAUSIBLE, StrictNumber, Timings, build_timings
 from packages_app.report_metrics import COUNT, METRICS, ReportMetric
+from packages_app.rollups import cells as rollups_cells
+from packages_app.rollups import rebuild as rollups_rebuild
+from packages_app.rollups import upsert as rollups_upsert
 from packages_app.web import fleet_pages
 
 SENT = [m for m in METRICS if not m.derived]
@@ -54,13 +57,13 @@ def test_ingest_fills_exactly_the_stored_metrics_and_each_is_a_report_column() -
 
 def test_the_rollups_keep_every_sketched_metric_in_both_paths() -> None:
     sketched = [m for m in METRICS if m.aggregation == "sketch"]
-    assert tuple(m.rollup for m in sketched) == rollups.METRICS
-    assert {m.rollup: m.name for m in sketched} == rollups.SQL_METRICS
+    assert tuple(m.rollup for m in sketched) == rollups_cells.METRICS
+    assert {m.rollup: m.name for m in sketched} == rollups_rebuild.SQL_METRICS
     columns = {f.name for f in Rollup._meta.get_fields()}
     for m in sketched:
         assert {f"{m.rollup}_{part}" for part in ("n", "sum", "min", "max", "sketch")} <= columns, m.name
         if not m.derived:
-            assert m.name in rollups.SOURCE_FIELDS  # the Python path reads the column it sketches
+            assert m.name in rollups_cells.SOURCE_FIELDS  # the Python path reads the column it sketches
 
 
 def test_recent_reports_and_the_csv_show_exactly_the_shown_metrics() -> None:
@@ -140,11 +143,12 @@ def test_axis_titles_come_from_the_table() -> None:
 
 
 def test_the_charts_and_the_recent_reports_table_take_their_labels_from_the_table() -> None:
-    from packages_app import charts
+    from packages_app.charts.common import TPS_AXIS
+    from packages_app.charts.timelines import throughput_timeline_figure
 
-    figure = charts.throughput_timeline_figure([])
+    figure = throughput_timeline_figure([])
     assert figure["layout"]["yaxis"]["title"]["text"] == "Decode tokens/s (median)"
-    assert f"{report_metrics.BY_NAME['predicted_per_second'].label} (median)" == charts.TPS_AXIS
+    assert f"{report_metrics.BY_NAME['predicted_per_second'].label} (median)" == TPS_AXIS
 
 
 def test_the_rollup_counters_and_the_acceptance_ratio_come_from_the_table() -> None:
@@ -155,13 +159,13 @@ def test_the_rollup_counters_and_the_acceptance_ratio_come_from_the_table() -> N
         "accepted": ("speculative_accepted_n", "draft_n_accepted"),
         "windows": ("speculative_windows",),
     }
-    assert sums == rollups.SUMS
-    assert rollups.SUMMED[3:-2] == tuple(sums)
-    assert rollups.SUMMED[-2:] == ("moved", "refused")  # where reports were placed (report_time)
-    assert rollups.RATIOS == {"acceptance": ("accepted", "proposed")}
+    assert sums == rollups_cells.SUMS
+    assert rollups_upsert.SUMMED[3:-2] == tuple(sums)
+    assert rollups_upsert.SUMMED[-2:] == ("moved", "refused")  # where reports were placed (report_time)
+    assert rollups_cells.RATIOS == {"acceptance": ("accepted", "proposed")}
     columns = {f.name for f in Rollup._meta.get_fields()}
     assert set(sums) <= columns
-    assert {name for names in sums.values() for name in names} <= set(rollups.SOURCE_FIELDS)
+    assert {name for names in sums.values() for name in names} <= set(rollups_cells.SOURCE_FIELDS)
     # The schema flags a numerator above its denominator for exactly these pairs.
     assert report_metrics.agreeing_pairs() == (
         ("speculative_accepted_n", "speculative_proposed_n"),
@@ -188,11 +192,11 @@ def test_the_python_path_takes_the_first_source_of_each_counter_and_the_ratio_of
     both = Report(
         received_at=at, speculative_proposed_n=80, speculative_accepted_n=50, draft_n=10, draft_n_accepted=1
     )
-    figures = rollups.Figures.of(both)
+    figures = rollups_cells.Figures.of(both)
     assert (figures.proposed, figures.accepted, figures.windows) == (80, 50, 0)
     assert dict((v[0], v[1]) for v in figures.values if v)["acceptance"] == 50 / 80
-    llama = rollups.Figures.of(Report(received_at=at, draft_n=60, draft_n_accepted=30))
+    llama = rollups_cells.Figures.of(Report(received_at=at, draft_n=60, draft_n_accepted=30))
     assert (llama.proposed, llama.accepted) == (60, 30)
     assert dict((v[0], v[1]) for v in llama.values if v)["acceptance"] == 0.5
-    none = rollups.Figures.of(Report(received_at=at, speculative_accepted_n=3))
+    none = rollups_cells.Figures.of(Report(received_at=at, speculative_accepted_n=3))
     assert "acceptance" not in {v[0] for v in none.values if v}

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from packages_app import report_time
-from packages_app.nodes import agent
+from packages_app.nodes import agent_config
 from packages_app.report_time import Placement, placement, plotted_at
 
 ARRIVED = datetime(2026, 12, 4, 12, 0, tzinfo=UTC)
@@ -35,4 +35,4 @@ def test_a_report_is_placed_when_observed_within_the_accepted_skew(
 
 
 def test_the_replay_window_is_as_long_as_the_agent_keeps_a_spooled_report() -> None:
-    assert report_time.REPLAY_WINDOW.total_seconds() == agent.SPOOL_MAX_AGE
+    assert report_time.REPLAY_WINDOW.total_seconds() == agent_config.SPOOL_MAX_AGE

@@ -26,7 +26,7 @@ from django.core.management import call_command
 from django.db import connection, connections
 from django.db.models import Count, Sum
 
-from packages_app import reports, rollups, sketch, throughput
+from packages_app import reports, sketch, throughput
 from packages_app.models import (
     LastServed,
     Node,
@@ -39,6 +39,9 @@ from packages_app.models import (
     Serving,
 )
 from packages_app.nodes.report_schema import validate_report_body
+from packages_app.rollups import cells as rollups_cells
+from packages_app.rollups import rebuild as rollups_rebuild
+from packages_app.rollups import upsert as rollups_upsert
 from tests.migrating import back_to_the_leaf, migrate  # noqa: F401 (a fixture)
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -129,7 +132,7 @@ def _node_rollups_expected(revision: Revision | None = None) -> dict[tuple[Any, 
         cells = cells.filter(revision=revision)
     expected: dict[tuple[Any, ...], dict[str, Any]] = {}
     for *key, count, bins, requested, strategy, used in cells.values_list(
-        *rollups.NODE_ROLLUP_KEY, "reports", "tps_sketch", "requested_strategy", "strategy", "mtp_used"
+        *rollups_upsert.NODE_ROLLUP_KEY, "reports", "tps_sketch", "requested_strategy", "strategy", "mtp_used"
     ):
         row = expected.setdefault(tuple(key), {"reports": 0, "bins": Counter(), "strategies": Counter()})
         row["reports"] += count
@@ -139,11 +142,11 @@ def _node_rollups_expected(revision: Revision | None = None) -> dict[tuple[Any, 
 
 
 def _node_rollups(revision: Revision | None = None) -> dict[tuple[Any, ...], dict[str, Any]]:
-    """The stored NodeRollup rows, their strategy keys read back (rollups.strategy_key)."""
+    """The stored NodeRollup rows, their strategy keys read back (rollups.upsert.strategy_key)."""
     rows = NodeRollup.objects.all() if revision is None else NodeRollup.objects.filter(revision=revision)
     got: dict[tuple[Any, ...], dict[str, Any]] = {}
     for *key, count, bins, strategies in rows.values_list(
-        *rollups.NODE_ROLLUP_KEY, "reports", "tps_sketch", "strategies"
+        *rollups_upsert.NODE_ROLLUP_KEY, "reports", "tps_sketch", "strategies"
     ):
         pairs: Counter[tuple[str, str, bool]] = Counter()
         for text, n in strategies.items():
@@ -171,12 +174,12 @@ def assert_serving_matches_raw(
         "effective_strategy",
     )
     for node_id, topology, splits, at, mtp_used, requested, effective in raw:
-        unused = rollups.shows_mtp_unused(mtp_used, requested)
+        unused = rollups_cells.shows_mtp_unused(mtp_used, requested)
         for key in ((node_id, topology, splits), (Rollup.ALL_NODES, topology, splits)):
             row = expected.setdefault(
                 key, {"reports": 0, "unused": 0, "first_at": at, "last_at": at, "last_unused_at": None}
             )
-            ran.setdefault(key, set()).add(rollups.strategy_key(requested, effective, mtp_used))
+            ran.setdefault(key, set()).add(rollups_upsert.strategy_key(requested, effective, mtp_used))
             row["reports"] += 1
             row["unused"] += int(unused)
             row["first_at"], row["last_at"] = min(row["first_at"], at), max(row["last_at"], at)
@@ -392,7 +395,7 @@ def _serving_rows() -> set[tuple[Any, ...]]:
 def _rows() -> dict[tuple[Any, ...], dict[str, Any]]:
     """Rollup rows by natural key; float sums may differ in the last bits (order of addition)."""
     fields = [f.attname for f in Rollup._meta.fields if f.name != "id"]
-    return {tuple(row[k] for k in rollups.KEY_COLUMNS): row for row in Rollup.objects.values(*fields)}
+    return {tuple(row[k] for k in rollups_upsert.KEY_COLUMNS): row for row in Rollup.objects.values(*fields)}
 
 
 @pytest.mark.django_db
@@ -405,7 +408,7 @@ def test_hour_rollups_past_their_window_are_pruned_and_the_day_figures_stay(
     now = datetime.now(UTC)
     reports.store_reports(sender, [valid(body(rng)) for _ in range(10)], now - timedelta(days=1))
     assert Rollup.objects.filter(grain="hour").exists()
-    assert rollups.prune_hourly(now + timedelta(days=3)) > 0
+    assert rollups_rebuild.prune_hourly(now + timedelta(days=3)) > 0
     assert not Rollup.objects.filter(grain="hour").exists()
     assert_rollups_match_raw(revision)
 
@@ -615,7 +618,7 @@ def test_migration_0023_fills_the_strategy_each_serving_row_ran_alone(revision: 
         reports.store_reports(sender, [valid(data) for data in bodies], now - timedelta(hours=13 * i))
     stored = _serving_rows()
     sole = Serving.objects.exclude(sole_strategy="").values_list("node_key", "sole_strategy").distinct()
-    assert list(sole) == [(a.pk, rollups.strategy_key("auto", "disabled", False))]
+    assert list(sole) == [(a.pk, rollups_upsert.strategy_key("auto", "disabled", False))]
     migrate([("packages_app", "0022_h25_node_rollups")])  # no sole_strategy column
 
     migrate([("packages_app", "0023_h25_serving_sole_strategy")])

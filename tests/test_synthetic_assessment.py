@@ -1,11 +1,12 @@
-"""audit.assessment.synthetic (pure): the seeded rows' assessments have the real shape, say they are
+"""audit.synthetic (pure): the seeded rows' assessments have the real shape, say they are
 synthetic, and read back as they were written (the benchmark seeds thousands of them)."""
 
 from __future__ import annotations
 
 import pytest
 
-from packages_app.audit.assessment import Assessment, synthetic
+from packages_app.audit.assessment import Assessment
+from packages_app.audit.synthetic import synthetic
 from packages_app.verdicts import ActionKind, Status, Verdict
 
 RELEASES = ("0.72.1", "0.76.2", "0.78.0")

@@ -10,7 +10,7 @@ import pytest
 from celery.exceptions import Retry
 from django.test import Client
 
-from packages_app import ingest, repo_ids, tasks
+from packages_app import repo_ids, tasks, tracking
 from packages_app.devhub import QWEN35_REPO, DevHub
 from packages_app.models import ActionLog, Package, TrackRequest
 
@@ -92,7 +92,7 @@ def test_a_hub_outage_is_retried_and_then_reads_as_a_failed_check(
 ) -> None:
     from packages_app import hub
 
-    ingest.request_track(QWEN35_REPO)
+    tracking.request_track(QWEN35_REPO)
 
     def down(self: Any, revision: str | None) -> str:
         raise hub.HubUnavailable(f"{QWEN35_REPO}: the Hub answered 503")

@@ -12,7 +12,7 @@ from packages_app import telemetry
 from packages_app.devnode import payloads
 from packages_app.models import NodeRun, Report, TrackRequest
 from packages_app.nodes import identity
-from packages_app.nodes.report_schema import RunIn
+from packages_app.nodes.run_schema import RunIn
 from tests import dashboard_factories as f
 
 pytestmark = pytest.mark.django_db

@@ -10,7 +10,7 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
-from packages_app.web.api_read import PackageDetailOut, PackageListOut
+from packages_app.web.api_shapes import PackageDetailOut, PackageListOut
 from tests import dashboard_factories as f
 
 pytestmark = pytest.mark.django_db

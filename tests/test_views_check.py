@@ -14,7 +14,7 @@ from django.test import Client
 
 from packages_app.layout import MAX_MANIFEST_BYTES
 from packages_app.manifest.identity import package_id_of
-from packages_app.web.api_read import ManifestCheckOut
+from packages_app.web.api_shapes import ManifestCheckOut
 from tests.test_rulebook import mtp_sd, v2_base
 
 # The rate limit counts in the cache, which is Redis in the services pass: these run in both passes.

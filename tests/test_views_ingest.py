@@ -8,7 +8,7 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.test import Client
 
-from packages_app import ingest
+from packages_app import tracking
 from packages_app.models import Package, Revision
 from packages_app.web.forms import validate_repo_id
 from tests import dashboard_factories as f
@@ -18,20 +18,20 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture
 def tracked(monkeypatch: pytest.MonkeyPatch, settings: Any) -> list[str]:
-    """Wraps ingest.request_track (the view's only write) and records what it was asked.
+    """Wraps tracking.request_track (the view's only write) and records what it was asked.
 
     With a broker set, the view calls it in the request (it only writes a row and enqueues the Hub check).
     """
     settings.CELERY_BROKER_URL = "redis://broker.invalid:6379/0"
     calls: list[str] = []
 
-    real = ingest.request_track
+    real = tracking.request_track
 
     def recording_track(repo_id: str) -> Any:
         calls.append(repo_id)
         return real(repo_id)
 
-    monkeypatch.setattr(ingest, "request_track", recording_track)
+    monkeypatch.setattr(tracking, "request_track", recording_track)
     return calls
 
 

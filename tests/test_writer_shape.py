@@ -15,7 +15,7 @@ import pytest
 from django.core.management import call_command
 from django.test import Client
 
-from packages_app import fixes, hub, ingest
+from packages_app import fix_plans, hub, ingest
 from packages_app.audit.fix import writer_shape
 from packages_app.audit.model import Detected
 from packages_app.devhub import DEMO_PACKAGES, DevHub
@@ -143,7 +143,7 @@ def surfaces(client: Client, rev: Revision) -> dict[str, str]:
     out = io.StringIO()
     with pytest.raises(SystemExit):
         call_command("audit_package", rev.package.repo_id, "--revision", rev.commit_sha, stdout=out)
-    plan = fixes.plan(Package.objects.get(pk=rev.package_id), rev)
+    plan = fix_plans.plan(Package.objects.get(pk=rev.package_id), rev)
     return {
         "headline": page[page.index('id="assessment"') : page.index('id="findings"')],
         "fix section": page[page.index('<section id="fix">') : page.index('id="audit"')],

@@ -11,7 +11,8 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any
 
-from packages_app.audit.assessment import Assessment, Facts, assess
+from packages_app.audit.assessment import Assessment
+from packages_app.audit.headline import Facts, assess
 from packages_app.audit.judgement import declare
 from packages_app.audit.model import Runtime
 from packages_app.audit.releases import Admission, compatibility

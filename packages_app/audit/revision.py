@@ -11,13 +11,14 @@ from types import MappingProxyType
 from typing import Any
 
 from packages_app.audit import readback as rb
-from packages_app.audit.assessment import Assessment, Facts, Scope, assess
+from packages_app.audit.assessment import Assessment, Scope
 from packages_app.audit.detection import (
     detect,
 )
 from packages_app.audit.fix import (
     suggest,
 )
+from packages_app.audit.headline import Facts, assess
 from packages_app.audit.judgement import (
     check_files,
     coverage_problems,

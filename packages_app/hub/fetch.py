@@ -10,7 +10,9 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 
-from packages_app.gguf_header import DEFAULT_LIMITS, GGUFHeader, GGUFHeaderError, HeaderParser
+from packages_app.gguf_errors import GGUFHeaderError
+from packages_app.gguf_parser import HeaderParser
+from packages_app.gguf_results import DEFAULT_LIMITS, GGUFHeader
 from packages_app.hub.records import RangeReader
 
 # Range sizing. A first read of unknown size asks for FIRST_READ; the parser's estimate of the rest

@@ -40,8 +40,6 @@ MAX_TIMING_KEY_CHARS = 100
 MAX_TIMING_STRING = 200
 MAX_TIMING_ARRAY = 256
 MAX_HARDWARE_BYTES = 4 * 1024
-UNCERTIFIED_OVERRIDE = "uncertified_override"
-MAX_RAW_STAGE_BYTES = 4 * 1024  # one stage object as the console API lists it (about 1 KiB in practice)
 MAX_TIMING_KEYS = 512
 EARLIEST = datetime(2000, 1, 1, tzinfo=UTC)
 LATEST = datetime(2100, 1, 1, tzinfo=UTC)
@@ -101,17 +99,19 @@ Timestamp = Annotated[AwareDatetime, BeforeValidator(_require_string), AfterVali
 # --- Request ----------------------------------------------------------------------------------
 
 
-class _Strict(BaseModel):
+class StrictModel(BaseModel):
+    """A request body's part: unknown keys, NaN and infinities refused; frozen once validated."""
+
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False, frozen=True)
 
 
-class PackageRef(_Strict):
+class PackageRef(StrictModel):
     repo: RepoId = Field(examples=["meshllm/Qwen3.5-35B-A3B-UD-Q4_K_XL-layers"])
     revision: CommitSha = Field(description="The 40-hex commit the node loaded.")
     manifest_sha256: Sha256Hex | None = Field(default=None, description="sha256 of model-package.json.")
 
 
-class Stage(_Strict):
+class Stage(StrictModel):
     node: Text100
     layer_start: Annotated[int, Strict(), Field(ge=0, le=99_999)]
     layer_end: Annotated[int, Strict(), Field(ge=1, le=99_999)] = Field(description="Half-open end.")
@@ -125,7 +125,7 @@ class Stage(_Strict):
         return self
 
 
-class Topology(_Strict):
+class Topology(StrictModel):
     topology_id: Annotated[str, Strict(), Field(max_length=200)] = ""
     stages: list[Stage] = Field(default_factory=list, max_length=16)
 
@@ -135,7 +135,7 @@ class Topology(_Strict):
         return "|".join(f"{start}..{end}" for start, end in ranges)
 
 
-class Speculative(_Strict):
+class Speculative(StrictModel):
     requested_strategy: Strategy | None = Field(default=None, examples=["auto"])
     effective_strategy: Strategy | None = Field(default=None, examples=["native-mtp", "disabled"])
     mtp_source: Literal["Disabled", "Integrated", "External"] | None = None
@@ -277,33 +277,22 @@ def _is_number(value: object) -> bool:
 
 def _check_hardware_size(value: dict[str, Any]) -> dict[str, Any]:
     # The one free-form object: bound its depth too (every other part has a typed shape).
-    if _depth(value) > MAX_DEPTH // 2:
+    if nesting_depth(value) > MAX_DEPTH // 2:
         raise PydanticCustomError("too_deep", "hardware should nest at most 8 levels")
     if len(canonical_json(value)) > MAX_HARDWARE_BYTES:
         raise PydanticCustomError("too_large", "hardware should be at most 4 KiB")
     return value
 
 
-def _check_devices(value: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    if len(value) > 64 or _depth(value) > MAX_DEPTH // 2 or len(canonical_json(value)) > MAX_HARDWARE_BYTES:
-        raise PydanticCustomError("too_large", "devices should be at most 64 entries and 4 KiB")
-    return value
-
-
-def _check_raw_stage(value: dict[str, Any]) -> dict[str, Any]:
-    if _depth(value) > MAX_DEPTH // 2 or len(canonical_json(value)) > MAX_RAW_STAGE_BYTES:
-        raise PydanticCustomError("too_large", "raw should be at most 4 KiB and 8 levels deep")
-    return value
-
-
-def _depth(value: Any, level: int = 0) -> int:
+def nesting_depth(value: Any, level: int = 0) -> int:
+    """How many levels of objects and lists a JSON value nests (counting stops past MAX_DEPTH)."""
     if level > MAX_DEPTH or not isinstance(value, dict | list):
         return level
     children = value.values() if isinstance(value, dict) else value
-    return max((_depth(child, level + 1) for child in children), default=level)
+    return max((nesting_depth(child, level + 1) for child in children), default=level)
 
 
-class ReportIn(_Strict):
+class ReportIn(StrictModel):
     """One timing report as a node posts it."""
 
     report_id: uuid.UUID = Field(description="Chosen by the node; a replay with the same id is a no-op.")
@@ -317,7 +306,7 @@ class ReportIn(_Strict):
     timings: Timings = Field(description="The response's timings object, as the node emits it.")
 
 
-class BatchIn(_Strict):
+class BatchIn(StrictModel):
     # Items stay untyped here so that one bad item is refused alone, with its own result.
     reports: list[Any] = Field(
         min_length=1,
@@ -327,178 +316,6 @@ class BatchIn(_Strict):
     )
 
 
-# --- Runs the node agent registers ------------------------------------------------------------
-
-Text200 = Annotated[str, Strict(), Field(max_length=200)]
-
-
-# --- What a node says about itself (docs/node-report.md section 5) -----------------------------
-# Known keys are typed and bounded; unknown keys are kept as the node sent them, within the same byte
-# and depth caps as a raw stage (an older or newer node's extra fields are normal). The agent trims a
-# hostile group before sending it and names what it cut in ``Observations.trimmed``; what reaches here
-# past these caps is refused naming the field, and the run's earlier registration is kept.
-MAX_OBSERVED_BYTES = 8 * 1024  # one group (the serving strategy, the split readiness, ...): ~1 KiB real
-MAX_OBSERVED_ITEMS = 32
-Text64 = Annotated[str, Strict(), Field(max_length=64)]
-Text600 = Annotated[str, Strict(), Field(max_length=600)]
-Count = Annotated[int, Strict(), Field(ge=0, le=10**12)]
-
-
-def _check_observed(value: Any) -> Any:
-    if _depth(value) > MAX_DEPTH // 2 or len(canonical_json(value)) > MAX_OBSERVED_BYTES:
-        raise PydanticCustomError("too_large", "it should be at most 8 KiB and 8 levels deep")
-    return value
-
-
-class _Observed(BaseModel):
-    """A group of what the node reports: its known keys typed, the others kept."""
-
-    model_config = ConfigDict(extra="allow", allow_inf_nan=False, frozen=True)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _check_size(cls, data: Any) -> Any:
-        return _check_observed(data)
-
-
-class StrategyDecision(_Observed):
-    """One axis a serving strategy decided (``StrategyDecision`` in serving_strategy.rs)."""
-
-    axis: Annotated[str, Strict(), Field(max_length=100)]
-    value: Annotated[str, Strict(), Field(max_length=300)] = ""
-    because: Text600 = ""
-
-
-class ServingStrategy(_Observed):
-    """``/api/status`` ``runtime.serving_strategy``: what ``--strategy`` composed (#2112)."""
-
-    strategy: Text64 | None = None
-    applied: list[StrategyDecision] = Field(default_factory=list, max_length=MAX_OBSERVED_ITEMS)
-    declined: list[StrategyDecision] = Field(default_factory=list, max_length=MAX_OBSERVED_ITEMS)
-
-    def speculative(self) -> str:
-        """The ``speculative.strategy`` it set where the operator had left it unset, or ""."""
-        return next((d.value for d in self.applied if d.axis == "speculative.strategy"), "")
-
-
-class ReadinessBlocker(_Observed):
-    reason: Annotated[str, Strict(), Field(max_length=100)] = ""
-    count: Count = 0
-    short_node_ids: list[Annotated[str, Strict(), Field(max_length=100)]] = Field(
-        default_factory=list, max_length=MAX_OBSERVED_ITEMS
-    )
-    recommendation: Text600 = ""
-
-
-class SplitReadiness(_Observed):
-    """``GET /api/diagnostics/split-readiness?model_ref=``: whether a split can form, and why not."""
-
-    model_ref: Annotated[str, Strict(), Field(max_length=300)] = ""
-    verdict: Text64 = ""
-    participant_count: BaselineCount | None = None
-    exclusion_count: BaselineCount | None = None
-    blockers: list[ReadinessBlocker] = Field(default_factory=list, max_length=MAX_OBSERVED_ITEMS)
-    recommendations: list[Text600] = Field(default_factory=list, max_length=MAX_OBSERVED_ITEMS)
-
-
-class Provenance(_Observed):
-    """The newest ``ServingProvenance`` of an ``openai.exchange.v1`` terminal event for the run's model,
-    with the envelope's ``dispatch_path`` and ``usage`` beside it."""
-
-    served_by_node_id: Text200 = ""
-    model_canonical_ref: Annotated[str, Strict(), Field(max_length=300)] = ""
-    model_revision: Text200 = ""
-    weights_digest: Text200 = ""
-    model_identity_hash: Text200 = ""
-    dispatch_path: Text64 = ""
-
-
-class StageAdmission(_Observed):
-    """A stage snapshot's ``admission`` (``StageAdmissionDescriptor``): the exact package it loaded."""
-
-    package_id: Text200 = ""
-    plan_id: Text200 = ""
-
-
-class Observations(_Strict):
-    """What the node said about itself when the agent registered the run (docs/node-report.md 5)."""
-
-    serving_strategy: ServingStrategy | None = None
-    twin_policy: Annotated[Any, AfterValidator(_check_observed)] = None
-    draft_name: Annotated[str, Strict(), Field(max_length=300)] | None = None
-    split_readiness: SplitReadiness | None = None
-    provenance: Provenance | None = None
-    not_reported: list[Text64] = Field(
-        default_factory=list,
-        max_length=16,
-        description="What this node's version does not report (older nodes): said so, never guessed.",
-    )
-    trimmed: list[Annotated[str, Strict(), Field(max_length=200)]] = Field(
-        default_factory=list,
-        max_length=64,
-        description="What the agent cut or dropped from a hostile or oversized value: stored flagged.",
-    )
-
-
-class RunStage(_Strict):
-    """One stage of a run as the node's console API lists it (``GET /api/runtime/stages``)."""
-
-    stage_id: Text200
-    stage_index: Annotated[int, Strict(), Field(ge=0, le=1023)]
-    node_id: Text200 = ""
-    layer_start: Annotated[int, Strict(), Field(ge=0, le=99_999)]
-    layer_end: Annotated[int, Strict(), Field(ge=0, le=99_999)]
-    state: Text200 = ""
-    device: Text200 = ""
-    ctx_size: Annotated[int, Strict(), Field(ge=0)] | None = None
-    lane_count: Annotated[int, Strict(), Field(ge=0)] | None = None
-    certification: Annotated[str, Strict(), Field(max_length=64)] = Field(
-        default="",
-        description="The stage's split certification: certified, or uncertified_override when the node "
-        "split-serves with --allow-uncertified-split; empty when the node does not say.",
-    )
-    weight_quantization: Annotated[str, Strict(), Field(max_length=64)] = ""
-    raw: Annotated[dict[str, Any], AfterValidator(_check_raw_stage)] | None = Field(
-        default=None, description="The stage object as the node's console API listed it (at most 4 KiB)."
-    )
-    admission: StageAdmission | None = Field(default=None, description="The package the stage loaded.")
-
-
-class RunIn(_Strict):
-    """A run the agent saw on its node: the package (ref resolved to a commit) and the topology."""
-
-    run_id: Annotated[str, Strict(), Field(min_length=1, max_length=200)]
-    topology_id: Text200 = ""
-    model_id: Text200 = ""
-    package_ref: Annotated[str, Strict(), Field(max_length=300)] = Field(
-        default="", description="As the node names it, e.g. meshllm/Qwen3.5-...-layers@main."
-    )
-    package: PackageRef | None = Field(default=None, description="The ref resolved to a 40-hex commit.")
-    version: Annotated[str, Strict(), Field(max_length=100)] = Field(default="", description="/api/status")
-    stages: list[RunStage] = Field(default_factory=list, max_length=64)
-    devices: Annotated[list[dict[str, Any]], AfterValidator(_check_devices)] = Field(default_factory=list)
-    observations: Observations | None = Field(
-        default=None, description="What the node says about itself: serving strategy, split readiness, ..."
-    )
-
-    def stage_splits(self) -> str:
-        ranges = sorted((s.layer_start, s.layer_end) for s in self.stages)
-        return "|".join(f"{start}..{end}" for start, end in ranges)
-
-    def certification(self) -> str:
-        """The run's split certification: uncertified_override when any stage says so (the run then serves
-        a package its roster does not certify), certified when the stages that say say certified, else
-        what they say, or "" when none says anything."""
-        said = sorted({s.certification for s in self.stages if s.certification})
-        if UNCERTIFIED_OVERRIDE in said:
-            return UNCERTIFIED_OVERRIDE
-        return said[0] if said else ""
-
-
-class RunsIn(_Strict):
-    runs: list[Any] = Field(min_length=1, max_length=64, description="1 to 64 runs.")
-
-
 # --- Baseline engines: a plain llama.cpp / vLLM server's counters over one window (meshdash-agent) ---
 
 MAX_BASELINE_BATCH = 100
@@ -506,7 +323,7 @@ BaselineCount = Annotated[int, Strict(), Field(ge=0, le=10**15)]
 MAX_BASELINE_TPS = 100_000.0  # a decode rate past this is flagged, not aggregated
 
 
-class BaselineFigures(_Strict):
+class BaselineFigures(StrictModel):
     """The window's counter deltas (packages_app.nodes.exposition.figures); None where the engine does not
     publish the series."""
 
@@ -522,7 +339,7 @@ class BaselineFigures(_Strict):
     accepted_per_position: list[BaselineCount] | None = Field(default=None, max_length=32)
 
 
-class BaselineReportIn(_Strict):
+class BaselineReportIn(StrictModel):
     """One window of a baseline engine's /metrics, as meshdash-agent scrapes it."""
 
     report_id: uuid.UUID
@@ -567,7 +384,7 @@ class BaselineReportIn(_Strict):
         return f.predicted_per_second
 
 
-class BaselinesIn(_Strict):
+class BaselinesIn(StrictModel):
     reports: list[Any] = Field(
         min_length=1,
         max_length=MAX_BASELINE_BATCH,
@@ -661,7 +478,7 @@ def _validated_body(model: type[_Body], what: str, data: Any, prefix: str) -> tu
     try:
         return model.model_validate(data), digest
     except ValidationError as exc:
-        raise _first_error(exc, prefix) from None
+        raise first_error(exc, prefix) from None
 
 
 # In canonical JSON, NUL can only appear escaped and non-finite numbers only as these tokens.
@@ -686,25 +503,26 @@ def storable_digest(data: Any, path: str = "") -> str:
 
 
 def validate_batch(data: Any) -> list[Any]:
-    return _validate_list(data, BatchIn, "reports")
+    return validate_list(data, BatchIn, "reports")
 
 
 def validate_baselines(data: Any) -> list[Any]:
-    return _validate_list(data, BaselinesIn, "reports")
+    return validate_list(data, BaselinesIn, "reports")
 
 
-def _validate_list(data: Any, model: type[BatchIn | RunsIn | BaselinesIn], key: str) -> list[Any]:
+def validate_list(data: Any, model: type[BaseModel], key: str) -> list[Any]:
     """The still-untyped items of a ``{key: [...]}`` body, so each is judged (and refused) alone."""
     if not isinstance(data, dict):
         raise BodyError(f'The body must be a JSON object like {{"{key}": [...]}}.')
     try:
         items: list[Any] = getattr(model.model_validate(data), key)
     except ValidationError as exc:
-        raise _first_error(exc, "") from None
+        raise first_error(exc, "") from None
     return items
 
 
-def _first_error(exc: ValidationError, prefix: str) -> BodyError:
+def first_error(exc: ValidationError, prefix: str) -> BodyError:
+    """The first of pydantic's errors as one sentence and the dotted path of its field."""
     error = exc.errors(include_url=False, include_input=False)[0]
     loc = [str(part) for part in error["loc"]]
     if error["type"] == "timing_counter":
@@ -720,18 +538,3 @@ def _sentence(kind: str, msg: str, loc: list[str]) -> str:
     if kind == "missing":
         return f"Missing required key {name}."
     return f"{_safe(name)}: {msg}."
-
-
-def validate_run(data: Any, prefix: str = "") -> RunIn:
-    """Validate one run registration; on failure raise BodyError naming the first bad field."""
-    if not isinstance(data, dict):
-        raise BodyError("A run must be a JSON object.", prefix)
-    check_json_tree(data, prefix)
-    try:
-        return RunIn.model_validate(data)
-    except ValidationError as exc:
-        raise _first_error(exc, prefix) from None
-
-
-def validate_runs(data: Any) -> list[Any]:
-    return _validate_list(data, RunsIn, "runs")

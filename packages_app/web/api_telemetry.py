@@ -20,7 +20,8 @@ from google.protobuf.message import Message
 from packages_app import queueing, telemetry
 from packages_app.models import Node
 from packages_app.nodes import identity, otlp
-from packages_app.nodes.report_schema import BodyError, validate_run, validate_runs
+from packages_app.nodes.report_schema import BodyError
+from packages_app.nodes.run_schema import validate_run, validate_runs
 from packages_app.web.api import authorized_node, count_refusal, error_response, node_json_endpoint
 
 log = logging.getLogger(__name__)

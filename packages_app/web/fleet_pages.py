@@ -1,6 +1,6 @@
 """Browser views of what the fleet runs: nodes, a node, a topology, before/after, the glossary, CSV exports.
 
-Thin edges like pages.py: validate the request, call the selectors in fleet.py and queries.py, render.
+Thin edges like pages.py: validate the request, call the selectors in fleet/ and queries.py, render.
 """
 
 from __future__ import annotations
@@ -16,14 +16,18 @@ from django.views.decorators.http import require_safe
 
 from packages_app import (
     baselines,
-    charts,
-    fleet,
     glossary,
     judgements,
     queries,
     report_metrics,
     staticfinders,
 )
+from packages_app.charts.compare import comparison_timeline_figure, distribution_figure
+from packages_app.charts.layers import StageGap, layer_layout_figure, stage_gaps
+from packages_app.fleet.compare import Comparison, compare_revisions, default_comparison_pair
+from packages_app.fleet.nodes import node_page, node_rows
+from packages_app.fleet.topology import topology_runs
+from packages_app.fleet.window import DEFAULT_WINDOW_DAYS, window_start
 from packages_app.models import Package, Report, Revision
 from packages_app.verdicts import STATUSES_BY_RANK, VERDICTS_BY_RANK, ActionKind, Cause
 from packages_app.web import access
@@ -36,7 +40,7 @@ CSV_REPORT_LIMIT = 100_000
 def _window_days(request: HttpRequest) -> int:
     """``?days=`` when it is one of the offered windows, else the default (never an error page)."""
     raw = request.GET.get("days", "")
-    return int(raw) if raw.isdigit() and int(raw) in WINDOW_DAYS else fleet.DEFAULT_WINDOW_DAYS
+    return int(raw) if raw.isdigit() and int(raw) in WINDOW_DAYS else DEFAULT_WINDOW_DAYS
 
 
 @require_safe
@@ -45,12 +49,12 @@ def nodes(request: HttpRequest) -> HttpResponse:
     # ?stale=1 is the filter's name before issue 19, kept so bookmarks still work.
     action_only = request.GET.get("action") == "1" or request.GET.get("stale") == "1"
     private = access.can_see_private(request.user)
-    since = fleet.window_start(days)
+    since = window_start(days)
     number = request.GET.get("page", 1)
     if judgements.is_kept(days):  # the kept judgements (packages_app.judgements)
         found = judgements.node_page(number, needs_action=action_only, show_private=private)
     else:
-        found = fleet.node_page(since, number, needs_action=action_only, show_private=private)
+        found = node_page(since, number, needs_action=action_only, show_private=private)
     context = {
         "rows": found.rows,
         "page": found.page,
@@ -67,7 +71,7 @@ def nodes(request: HttpRequest) -> HttpResponse:
 def node_detail(request: HttpRequest, name: str) -> HttpResponse:
     days = _window_days(request)
     private = access.can_see_private(request.user)
-    rows = fleet.node_rows(fleet.window_start(days), name=name, show_private=private)
+    rows = node_rows(window_start(days), name=name, show_private=private)
     if not rows:
         raise queries.LookupFailed(f"No node named {name} is registered.", back="nodes")
     row = rows[0]
@@ -85,7 +89,7 @@ def node_detail(request: HttpRequest, name: str) -> HttpResponse:
 def topology_detail(request: HttpRequest, topology_id: str) -> HttpResponse:
     days = _window_days(request)
     private = access.can_see_private(request.user)
-    ran = fleet.topology_runs(topology_id, fleet.window_start(days), private)
+    ran = topology_runs(topology_id, window_start(days), private)
     if not ran.runs:
         raise queries.LookupFailed(
             f"No report in the last {days} days ran on topology {topology_id}.", back="nodes"
@@ -109,13 +113,13 @@ def topology_detail(request: HttpRequest, topology_id: str) -> HttpResponse:
 
 def _layout_chart(revision_id: int, splits: list[str]) -> dict[str, Any]:
     revision = Revision.objects.only("id", "audit").get(pk=revision_id)
-    return charts.layer_layout_figure(revision.audited.detected.blocks, [s for s in splits if s])
+    return layer_layout_figure(revision.audited.detected.blocks, [s for s in splits if s])
 
 
-def _stage_gaps(revision_id: int, split: str) -> list[charts.StageGap]:
-    """The package's blocks that no stage of the split holds (charts.stage_gaps), MTP blocks named."""
+def _stage_gaps(revision_id: int, split: str) -> list[StageGap]:
+    """The package's blocks that no stage of the split holds (stage_gaps), MTP blocks named."""
     revision = Revision.objects.only("id", "block_count", "audit").get(pk=revision_id)
-    return charts.stage_gaps(split, revision.block_count, list(revision.audited.detected.mtp_blocks))
+    return stage_gaps(split, revision.block_count, list(revision.audited.detected.mtp_blocks))
 
 
 @require_safe
@@ -125,7 +129,7 @@ def compare(request: HttpRequest, owner: str, name: str) -> HttpResponse:
     package = queries.get_package(owner, name, access.can_see_private(request.user))
     history = queries.revision_history(package)
     old, new = _compared_pair(package, history, request.GET.get("from"), request.GET.get("to"))
-    comparison = fleet.compare_revisions(old, new)
+    comparison = compare_revisions(old, new)
     context = {
         "package": package,
         "history": history,
@@ -140,13 +144,13 @@ def compare(request: HttpRequest, owner: str, name: str) -> HttpResponse:
 def _compared_pair(
     package: Package, history: list[Revision], old_ref: str | None, new_ref: str | None
 ) -> tuple[Revision, Revision]:
-    """The revisions named, or the default pair (fleet.default_comparison_pair) for what is missing:
+    """The revisions named, or the default pair (fleet.compare.default_comparison_pair) for what is missing:
     ``to`` alone gets the revision nodes ran before it, ``from`` alone the latest."""
     if old_ref:
         new = queries.require_revision(package, new_ref)
         return queries.require_revision(package, old_ref), new
     new_id = queries.require_revision(package, new_ref).pk if new_ref else package.latest_revision_id
-    pair = fleet.default_comparison_pair(history, new_id)
+    pair = default_comparison_pair(history, new_id)
     if pair is None:
         single = len(history) < 2
         raise queries.LookupFailed(
@@ -158,18 +162,16 @@ def _compared_pair(
     return by_id[pair[0]], by_id[pair[1]]
 
 
-def comparison_charts(c: fleet.Comparison) -> dict[str, Any]:
+def comparison_charts(c: Comparison) -> dict[str, Any]:
     """Both revisions on one timeline, and each one's spread from its sketch."""
     sides = (("before", c.old), ("after", c.new))
     labels = {figures.revision.pk: f"{side} {figures.revision.short_sha}" for side, figures in sides}
     return {
-        "timeline": charts.comparison_timeline_figure(
+        "timeline": comparison_timeline_figure(
             [(labels[revision.pk], [dict(vars(p)) for p in points]) for revision, points in c.series],
             c.bucket,
         ),
-        "spread": charts.distribution_figure(
-            [(labels[f.revision.pk], f.spread, f.reports) for _, f in sides]
-        ),
+        "spread": distribution_figure([(labels[f.revision.pk], f.spread, f.reports) for _, f in sides]),
     }
 
 

@@ -10,8 +10,9 @@ from django import forms
 from django.conf import settings
 from django.core.exceptions import ValidationError
 
-from packages_app import fleet, repo_ids
+from packages_app import repo_ids
 from packages_app.audit.releases import known_releases
+from packages_app.fleet.window import DEFAULT_WINDOW_DAYS
 from packages_app.layout import MAX_MANIFEST_BYTES
 from packages_app.models import Revision
 from packages_app.queries import ANY_INCONSISTENT, ANY_NEEDS_ACTION, NOT_AUDITED, CatalogFilters
@@ -112,9 +113,7 @@ class CatalogFilterForm(forms.Form):
         label="Served in the last",
         required=False,
         # The default window is the empty choice, so a page without ?days= shows it selected.
-        choices=[
-            ("" if d == fleet.DEFAULT_WINDOW_DAYS else str(d), label) for d, label in WINDOW_DAYS.items()
-        ],
+        choices=[("" if d == DEFAULT_WINDOW_DAYS else str(d), label) for d, label in WINDOW_DAYS.items()],
         coerce=int,
         empty_value=None,
     )
@@ -135,7 +134,7 @@ class CatalogFilterForm(forms.Form):
             status=data["status"],
             alert=data["alert"],
             sort=data["sort"] or "repo",
-            window_days=data["days"] or fleet.DEFAULT_WINDOW_DAYS,
+            window_days=data["days"] or DEFAULT_WINDOW_DAYS,
             refused_by=data["refused_by"],
         )
 

@@ -24,10 +24,9 @@ from packages_app.nodes.report_schema import (
     ErrorOut,
     ReportAccepted,
     ReportIn,
-    RunIn,
-    RunsIn,
 )
-from packages_app.web.api_read import (
+from packages_app.nodes.run_schema import RunIn, RunsIn
+from packages_app.web.api_shapes import (
     CertifyReportOut,
     ManifestCheckOut,
     NodeDetailOut,

@@ -4,7 +4,19 @@ from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_not_required
 from django.urls import path
 
-from packages_app.web import access, api, api_read, api_telemetry, fleet_pages, pages, webhooks
+from packages_app.web import (
+    access,
+    api,
+    api_nodes,
+    api_packages,
+    api_telemetry,
+    check_page,
+    fleet_pages,
+    operator_pages,
+    package_pages,
+    pages,
+    webhooks,
+)
 
 app_name = "packages_app"
 
@@ -23,7 +35,7 @@ _NODE_ENDPOINTS = [
 
 urlpatterns = [
     path("", pages.catalog, name="catalog"),
-    path("ingest/", pages.ingest_status, name="ingest"),
+    path("ingest/", operator_pages.ingest_status, name="ingest"),
     path("catalog.csv", fleet_pages.catalog_csv, name="catalog_csv"),
     path("nodes/", fleet_pages.nodes, name="nodes"),
     path("nodes/<path:name>/", fleet_pages.node_detail, name="node"),
@@ -37,26 +49,30 @@ urlpatterns = [
         name="login",
     ),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
-    path("packages/<str:owner>/<str:name>/", pages.package_detail, name="package"),
-    path("packages/<str:owner>/<str:name>/untrack", pages.package_untrack, name="package_untrack"),
-    path("packages/<str:owner>/<str:name>/delete", pages.package_delete, name="package_delete"),
-    path("packages/<str:owner>/<str:name>/reingest", pages.package_reingest, name="package_reingest"),
-    path("packages/<str:owner>/<str:name>/sync", pages.package_sync, name="package_sync"),
+    path("packages/<str:owner>/<str:name>/", package_pages.package_detail, name="package"),
+    path("packages/<str:owner>/<str:name>/untrack", operator_pages.package_untrack, name="package_untrack"),
+    path("packages/<str:owner>/<str:name>/delete", operator_pages.package_delete, name="package_delete"),
     path(
-        "packages/<str:owner>/<str:name>/propose-fix", pages.package_propose_fix, name="package_propose_fix"
+        "packages/<str:owner>/<str:name>/reingest", operator_pages.package_reingest, name="package_reingest"
+    ),
+    path("packages/<str:owner>/<str:name>/sync", operator_pages.package_sync, name="package_sync"),
+    path(
+        "packages/<str:owner>/<str:name>/propose-fix",
+        operator_pages.package_propose_fix,
+        name="package_propose_fix",
     ),
     path(
         "packages/<str:owner>/<str:name>/manifest.patched.json",
-        pages.patched_manifest,
+        package_pages.patched_manifest,
         name="patched_manifest",
     ),
-    path("packages/<str:owner>/<str:name>/files/<path:path>", pages.file_detail, name="file"),
-    path("packages/<str:owner>/<str:name>/diff", pages.revision_diff, name="diff"),
-    path("check/", pages.check_manifest_page, name="check"),
+    path("packages/<str:owner>/<str:name>/files/<path:path>", package_pages.file_detail, name="file"),
+    path("packages/<str:owner>/<str:name>/diff", package_pages.revision_diff, name="diff"),
+    path("check/", check_page.check_manifest_page, name="check"),
     path("api/v1/check-manifest", api.check_manifest_api, name="api_check_manifest"),
     *_NODE_ENDPOINTS,
     path("api/v1/openapi.json", api.openapi_json, name="api_openapi"),
-    path("api/v1/packages", api_read.packages_list, name="api_packages"),
-    path("api/v1/packages/<str:owner>/<str:name>", api_read.package_detail, name="api_package"),
-    path("api/v1/nodes/<path:name>", api_read.node_detail, name="api_node"),
+    path("api/v1/packages", api_packages.packages_list, name="api_packages"),
+    path("api/v1/packages/<str:owner>/<str:name>", api_packages.package_detail, name="api_package"),
+    path("api/v1/nodes/<path:name>", api_nodes.node_detail, name="api_node"),
 ]

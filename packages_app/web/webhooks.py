@@ -6,9 +6,10 @@ The Hub POSTs JSON such as ``{"event": {"action": "update", "scope": "repo.conte
 sync itself reads the Hub again, so a forged event can at most cause one extra sync.
 
 Discussion events (``"scope": "discussion"``, with ``"discussion": {"num": N, "isPullRequest": true}``)
-about a pull request meshdash opened (``fixes``) enqueue a check of that PR: its status is read back from
-the Hub, never taken from the payload. A ``repo.content`` event whose ``updatedRefs`` name only pull-request
-refs (``refs/pr/N``: a PR opened or pushed to) changed no branch of the package, so it queues no sync.
+about a pull request meshdash opened (``fix_proposals``) enqueue a check of that PR: its status is read back
+from the Hub, never taken from the payload. A ``repo.content`` event whose ``updatedRefs`` name only
+pull-request refs (``refs/pr/N``: a PR opened or pushed to) changed no branch of the package, so it queues no
+sync.
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@
     });
   }
 
-  // What charts.py draws in the page's text colour (charts.INK); recoloured to the scheme's --fg.
+  // What charts/ draws in the page's text colour (charts.common.INK); recoloured to the scheme's --fg.
   var INK = "#212529";
 
   // The page's colours, from its CSS variables: they follow prefers-color-scheme (meshdash.css).

@@ -20,7 +20,8 @@ from django.core.management.base import BaseCommand, CommandParser
 
 from packages_app import queries
 from packages_app.audit.check import ManifestCheck, check_manifest
-from packages_app.gguf_header import GGUFHeaderError, parse_file
+from packages_app.gguf_errors import GGUFHeaderError
+from packages_app.gguf_header import parse_file
 from packages_app.layout import MAX_MANIFEST_BYTES
 from packages_app.management.cli_text import grouped_lines, plain
 from packages_app.manifest import parse_manifest, unsafe_path_reason

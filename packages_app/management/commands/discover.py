@@ -5,7 +5,7 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from packages_app import hub, ingest, queueing
+from packages_app import hub, queueing, tracking
 
 
 class Command(BaseCommand):
@@ -20,7 +20,9 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         namespaces = options["namespace"] or settings.MESHDASH_NAMESPACES
         try:
-            discovery = ingest.discover_packages(namespaces, settings.MESHDASH_CATALOG_DATASET, self._skipped)
+            discovery = tracking.discover_packages(
+                namespaces, settings.MESHDASH_CATALOG_DATASET, self._skipped
+            )
         except hub.HubError as exc:
             raise CommandError(str(exc)) from exc
         for repo_id in discovery.tracked:

@@ -17,7 +17,7 @@ from typing import Any, NoReturn
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from packages_app import fixes, hub
+from packages_app import fix_plans, fix_proposals, hub
 from packages_app.models import FixProposal, Package
 
 EXIT_REFUSED, EXIT_STALE, EXIT_HUB = 2, 3, 4
@@ -39,29 +39,29 @@ class Command(BaseCommand):
         if package is None:
             self._fail(EXIT_REFUSED, f"{repo_id[:100]} is not a stored package (track and ingest it first).")
         try:
-            revision = fixes.latest_audited(package, options["revision"])
-            existing = fixes.active_proposal(package, revision.commit_sha)
+            revision = fix_plans.latest_audited(package, options["revision"])
+            existing = fix_proposals.active_proposal(package, revision.commit_sha)
             if existing is not None and existing.status == FixProposal.Status.OPEN:
                 self.stdout.write(f"already open: PR #{existing.pr_number} {existing.pr_url}")
                 return
-            plan = fixes.plan(package, revision)
-        except fixes.FixRefused as exc:
+            plan = fix_plans.plan(package, revision)
+        except fix_plans.FixRefused as exc:
             self._fail(EXIT_REFUSED, str(exc))
         self.stdout.write(plan.diff)
         self.stdout.write(f"title: {plan.title}")
-        self.stdout.write(f"author: {fixes.author_label()}")
+        self.stdout.write(f"author: {fix_proposals.author_label()}")
         self.stdout.write(f"promised headline: {plan.promised.label} (now {plan.current.label})")
         if options["dry_run"]:
             self.stdout.write(f"dry run: nothing sent (the PR would be made from {revision.commit_sha})")
             return
         try:
-            proposal, _ = fixes.request_fix(package, revision)
-            proposal = fixes.open_fix(proposal)
-        except fixes.FixRefused as exc:
+            proposal, _ = fix_proposals.request_fix(package, revision)
+            proposal = fix_proposals.open_fix(proposal)
+        except fix_plans.FixRefused as exc:
             self._fail(EXIT_REFUSED, str(exc))
         except hub.HubError as exc:
             if "proposal" in locals():
-                fixes.record_failure(proposal, str(exc))
+                fix_proposals.record_failure(proposal, str(exc))
             self._fail(EXIT_HUB, f"the Hub did not take the pull request: {exc}")
         if proposal.status == FixProposal.Status.STALE:
             self._fail(EXIT_STALE, proposal.message)

@@ -1,7 +1,7 @@
 """``manage.py rebuild_rollups``: recompute the report rollups (and who served what) from the raw reports.
 
 For a rollup that went wrong (a bug, a restore, reports deleted by hand); safe while reports keep
-arriving (rollups.rebuild explains why). Reports older than the raw retention are gone, so their
+arriving (rollups.rebuild.rebuild explains why). Reports older than the raw retention are gone, so their
 rollups can only be kept, never rebuilt: the command refuses to rebuild a revision whose rollups
 count reports older than its oldest raw report, unless told --force; pass --revision to rebuild
 only some revisions.
@@ -14,7 +14,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from packages_app import judgements, rollups
+from packages_app import judgements
+from packages_app.rollups.rebuild import outliving_reports, rebuild
 
 
 class Command(BaseCommand):
@@ -31,7 +32,7 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        outliving = rollups.outliving_reports(options["revision"])
+        outliving = outliving_reports(options["revision"])
         if outliving and not options["force"]:
             shown = ", ".join(map(str, outliving[:10])) + (" ..." if len(outliving) > 10 else "")
             raise CommandError(
@@ -40,6 +41,6 @@ class Command(BaseCommand):
                 " those figures; rebuild other revisions with --revision, or pass --force."
             )
         start = time.perf_counter()
-        reports = rollups.rebuild(options["revision"])
+        reports = rebuild(options["revision"])
         judgements.judge(None)  # what each node served was rebuilt: so is its judgement
         self.stdout.write(f"rolled up {reports} reports in {time.perf_counter() - start:.1f}s")

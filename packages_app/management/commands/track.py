@@ -6,7 +6,7 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from packages_app import hub, ingest, queueing, repo_ids
+from packages_app import hub, queueing, repo_ids, tracking
 from packages_app.models import TrackRequest
 
 
@@ -23,8 +23,8 @@ class Command(BaseCommand):
         # Not a web request: the one Hub call that confirms the repo is made here, so the answer is now.
         try:
             repo_id = repo_ids.parse_repo_reference(options["repo_id"], [settings.HF_ENDPOINT]).repo_id
-            ingest.request_track(repo_id)
-            package = ingest.track_checked(repo_id)
+            tracking.request_track(repo_id)
+            package = tracking.track_checked(repo_id)
         except (repo_ids.InvalidRepoId, hub.HubError) as exc:
             raise CommandError(str(exc)) from exc
         if package is None:

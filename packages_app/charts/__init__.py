@@ -1,0 +1,5 @@
+"""Pure chart building: audit and throughput data in, plotly figure dicts out; no Django, no I/O.
+
+The dicts go to the page through ``json_script`` and static/packages_app/charts.js draws them. One module per
+chart family (layers, timelines, compare) on what they share (common); callers import from each.
+"""

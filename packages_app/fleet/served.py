@@ -1,0 +1,138 @@
+"""The catalog's served revisions: which revisions nodes ran in the window, by how many nodes, broken first,
+and the catalog's served-revision filters (from models.Serving and models.LastServed).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.db.models import Count, Exists, OuterRef, Q, QuerySet, Subquery, Sum
+
+from packages_app.audit.assessment import Headline
+from packages_app.fleet.names import RevisionNames
+from packages_app.fleet.window import window_cells
+from packages_app.models import LastServed, Revision, Rollup, Serving
+
+
+@dataclass(frozen=True)
+class ServedRevision(RevisionNames):
+    """A revision some node reported running inside the window."""
+
+    package_id: int
+    revision_id: int
+    repo_id: str
+    commit_sha: str
+    verdict: str
+    headline: str
+    is_latest: bool
+    nodes: int
+    reports: int
+    alert: bool
+    sentence: str  # the revision's headline sentence
+    action: str  # and its action
+
+    @property
+    def reason(self) -> str:
+        if self.alert and not self.status.needs_action:
+            return "Nodes report its MTP weights present but never used."
+        return self.sentence
+
+
+def served_revisions(package_ids: Iterable[int], since: datetime) -> dict[int, list[ServedRevision]]:
+    """Per package, the revisions nodes reported since ``since``, broken first (2 queries): which, by
+    how many nodes and with which headline, each revision counting its nodes' Serving rows in a
+    subquery (from the serving_revision_recent index alone); the window's reports from the all-node
+    cells. Not each Serving row joined to its revision and grouped: PostgreSQL then read the
+    revision's assessment for every row (a page of the catalog shape: 2,451 rows, 40 nodes each, for
+    49 revisions, 6.6 ms against 1.6 ms)."""
+    window = (
+        Serving.objects.filter(revision_id=OuterRef("pk"), last_at__gte=since)
+        .exclude(node_key=Rollup.ALL_NODES)
+        .order_by()
+    )
+    nodes = window.values("revision_id").annotate(n=Count("node_key", distinct=True)).values("n")
+    rows = list(
+        Revision.objects.filter(package_id__in=list(package_ids))
+        .annotate(nodes=Subquery(nodes), unused=Exists(window.filter(last_unused_at__gte=since)))
+        .filter(nodes__gt=0)
+        .values(
+            "pk",
+            "package_id",
+            "package__repo_id",
+            "package__latest_revision_id",
+            "commit_sha",
+            "verdict",
+            "headline",
+            "mtp_detected",
+            "assessment__headline",
+            "nodes",
+            "unused",
+        )
+        .order_by()
+    )
+    reports = dict(
+        Rollup.objects.filter(
+            window_cells(since), node_key=Rollup.ALL_NODES, revision_id__in=[row["pk"] for row in rows]
+        )
+        .values_list("revision_id")
+        .annotate(n=Sum("reports"))
+        .order_by()
+    )
+    result: dict[int, list[ServedRevision]] = {}
+    for row in rows:
+        served = _served(row, reports.get(row["pk"], 0))
+        result.setdefault(served.package_id, []).append(served)
+    for items in result.values():
+        items.sort(key=lambda s: (not s.broken, s.status.rank, -s.nodes, s.commit_sha))
+    return result
+
+
+def _served(row: Mapping[str, Any], reports: int) -> ServedRevision:
+    headline = Headline.from_json(row["assessment__headline"])
+    return ServedRevision(
+        package_id=row["package_id"],
+        revision_id=row["pk"],
+        repo_id=row["package__repo_id"],
+        commit_sha=row["commit_sha"],
+        verdict=row["verdict"] or "",
+        headline=row["headline"] or "",
+        is_latest=row["pk"] == row["package__latest_revision_id"],
+        nodes=row["nodes"],
+        reports=reports,
+        alert=bool(row["unused"]) and bool(row["mtp_detected"]),
+        sentence=headline.sentence if headline else "",
+        action=headline.action.text if headline else "",
+    )
+
+
+def unused_since(since: datetime) -> Q:
+    """Serving rows whose nodes reported a revision's MTP weights unused since ``since``."""
+    return Q(last_unused_at__gte=since, revision__mtp_detected=True)
+
+
+def _served_packages_q(served: QuerySet[LastServed]) -> Q:
+    """Packages with a revision among these (a subquery, not evaluated)."""
+    return Q(id__in=served.values("package_id"))
+
+
+def served_inconsistent_q(since: datetime, verdicts: Iterable[str]) -> Q:
+    """Packages that nodes ran a revision of with one of these verdicts since ``since``."""
+    return _served_packages_q(
+        LastServed.objects.filter(last_at__gte=since, revision__verdict__in=list(verdicts))
+    )
+
+
+def served_headline_q(since: datetime, statuses: Iterable[str]) -> Q:
+    """Packages that nodes ran a revision of with one of these headline statuses since ``since``."""
+    return _served_packages_q(
+        LastServed.objects.filter(last_at__gte=since, revision__headline__in=list(statuses))
+    )
+
+
+def served_alert_q(since: datetime) -> Q:
+    """Packages whose nodes reported a revision's MTP weights unused since ``since``."""
+    unused = LastServed.objects.filter(last_unused_at__gte=since, revision__mtp_detected=True)
+    return _served_packages_q(unused)

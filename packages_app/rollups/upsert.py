@@ -1,0 +1,187 @@
+"""The upserts that add cells to the stored rollups (models.Rollup, and each node's models.NodeRollup), in SQL
+on PostgreSQL and SQLite alike: counts and sums add, minimum and maximum compare, sketches add bin by bin.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from django.db import connections
+
+from packages_app import sketch
+from packages_app.models import ROLLUP_KEY, NodeRollup, Rollup
+from packages_app.rollups.cells import METRICS, SUMS, Cell, Key
+
+UPSERT_ROWS = 200
+
+
+KEY_COLUMNS = tuple(f"{name}_id" if name == "revision" else name for name in ROLLUP_KEY)
+SUMMED = ("reports", "from_spans", "unused", *SUMS, "moved", "refused")
+METRIC_COLUMNS = tuple(f"{m}_{part}" for m in METRICS for part in ("n", "sum", "min", "max", "sketch"))
+COLUMNS = (*KEY_COLUMNS, *SUMMED, "first_at", "last_at", *METRIC_COLUMNS)
+
+
+def upsert(cells: dict[Key, Cell], *, using: str = "default") -> None:
+    """Add the cells to the stored rollups: one INSERT ... ON CONFLICT DO UPDATE per UPSERT_ROWS."""
+    connection = connections[using]
+    statement = _upsert_sql(connection.vendor, Rollup._meta.db_table)
+    ordered = sorted(cells.items(), key=lambda item: item[0])
+    execute(connection, statement, [row_values(connection, key, cell) for key, cell in ordered])
+
+
+@dataclass(frozen=True)
+class Statement:
+    sql: str  # with {rows} where the VALUES rows go
+    row: str  # one row's placeholders
+
+
+def execute(connection: Any, statement: Statement, rows: list[list[Any]]) -> None:
+    """Run an upsert UPSERT_ROWS rows at a time. Callers pass the rows sorted by key, so that two
+    transactions touching the same rows lock them in the same order: no deadlock."""
+    with connection.cursor() as cursor:
+        for start in range(0, len(rows), UPSERT_ROWS):
+            chunk = rows[start : start + UPSERT_ROWS]
+            placeholders = ", ".join([statement.row] * len(chunk))
+            cursor.execute(
+                statement.sql.replace("{rows}", placeholders, 1), [v for row in chunk for v in row]
+            )
+
+
+def _upsert_sql(vendor: str, table: str) -> Statement:
+    postgres = vendor == "postgresql"
+    cast = "::jsonb" if postgres else ""
+    row = "(" + ", ".join(f"%s{cast}" if c.endswith("_sketch") else "%s" for c in COLUMNS) + ")"
+    updates = [f"{c} = {table}.{c} + excluded.{c}" for c in (*SUMMED, *_metric_parts("n", "sum"))]
+    updates += [f"{c} = {least(postgres, table, c)}" for c in ("first_at", *_metric_parts("min"))]
+    updates += [f"{c} = {greatest(postgres, table, c)}" for c in ("last_at", *_metric_parts("max"))]
+    updates += [f"{c} = {_merge_bins(postgres, table, c)}" for c in _metric_parts("sketch")]
+    # Only column names and constants are formatted in; every value is a parameter.
+    sql = (
+        f"INSERT INTO {table} ({', '.join(COLUMNS)}) VALUES {{rows}} "  # noqa: S608
+        f"ON CONFLICT ({', '.join(KEY_COLUMNS)}) DO UPDATE SET {', '.join(updates)}"
+    )
+    return Statement(sql, row)
+
+
+def _metric_parts(*parts: str) -> list[str]:
+    return [f"{m}_{part}" for m in METRICS for part in parts]
+
+
+def least(postgres: bool, table: str, column: str) -> str:
+    # LEAST skips NULLs; SQLite's two-argument MIN returns NULL if either is NULL.
+    if postgres:
+        return f"LEAST({table}.{column}, excluded.{column})"
+    return f"COALESCE(MIN({table}.{column}, excluded.{column}), {table}.{column}, excluded.{column})"
+
+
+def greatest(postgres: bool, table: str, column: str) -> str:
+    if postgres:
+        return f"GREATEST({table}.{column}, excluded.{column})"
+    return f"COALESCE(MAX({table}.{column}, excluded.{column}), {table}.{column}, excluded.{column})"
+
+
+def _merge_bins(postgres: bool, table: str, column: str) -> str:
+    """Bin-by-bin sum of two sketches stored as JSON objects ``{"bin": count}`` (names only, no values)."""
+    if postgres:
+        return (
+            "(SELECT COALESCE(jsonb_object_agg(b.key, b.n), '{}'::jsonb) FROM "  # noqa: S608
+            "(SELECT key, SUM(value::bigint) AS n FROM "
+            f"(SELECT * FROM jsonb_each_text({table}.{column}) UNION ALL "
+            f"SELECT * FROM jsonb_each_text(excluded.{column})) AS e GROUP BY key) AS b)"
+        )
+    return (
+        "(SELECT COALESCE(json_group_object(b.key, b.n), '{}') FROM "  # noqa: S608
+        "(SELECT key, SUM(value) AS n FROM "
+        f"(SELECT key, value FROM json_each({table}.{column}) UNION ALL "
+        f"SELECT key, value FROM json_each(excluded.{column})) GROUP BY key) AS b)"
+    )
+
+
+def row_values(connection: Any, key: Key, cell: Cell) -> list[Any]:
+    ops = connection.ops
+    revision, grain, node, start, splits, requested, strategy, mtp_used, topology = key
+    values: list[Any] = [
+        revision,
+        grain,
+        node,
+        ops.adapt_datetimefield_value(start),
+        splits,
+        requested,
+        strategy,
+        mtp_used,
+        topology,
+        *(getattr(cell, name) for name in SUMMED),
+        ops.adapt_datetimefield_value(cell.first_at),
+        ops.adapt_datetimefield_value(cell.last_at),
+    ]
+    for name in METRICS:
+        metric = cell.metrics[name]
+        values += [metric.n, metric.total, metric.low, metric.high, _json(metric.bins)]
+    return values
+
+
+def _json(bins: sketch.Sketch) -> str:
+    return "{" + ", ".join(f'"{index}": {count}' for index, count in sorted(bins.items())) + "}"
+
+
+NodeKey = tuple[int, str, int, datetime, str]  # revision, grain, node, bucket start, stage splits
+NODE_ROLLUP_KEY = ("revision_id", "grain", "node_key", "bucket_start", "stage_splits")
+NODE_ROLLUP_COLUMNS = (*NODE_ROLLUP_KEY, "reports", "tps_sketch", "strategies")
+
+
+@dataclass
+class NodeCell:
+    """What one batch adds to one NodeRollup row."""
+
+    reports: int = 0
+    bins: sketch.Sketch = field(default_factory=dict)
+    strategies: dict[str, int] = field(default_factory=dict)
+
+
+def strategy_key(requested: str, effective: str, mtp_used: bool) -> str:
+    """The key of a strategy in NodeRollup.strategies (as PostgreSQL's jsonb_build_array(...)::text)."""
+    return json.dumps([requested, effective, bool(mtp_used)], ensure_ascii=False)
+
+
+def node_rollups_of(cells: dict[Key, Cell]) -> dict[NodeKey, NodeCell]:
+    """The NodeRollup rows the cells add to: their hour and day cells of one node, summed over
+    strategies and topologies."""
+    merged: dict[NodeKey, NodeCell] = {}
+    for key, cell in cells.items():
+        revision, grain, node, start, splits, requested, strategy, mtp_used, _topology = key
+        if grain == Rollup.Grain.TOTAL or node == Rollup.ALL_NODES:
+            continue
+        found = merged.setdefault((revision, grain, node, start, splits), NodeCell())
+        found.reports += cell.reports
+        for index, count in cell.metrics["tps"].bins.items():
+            found.bins[index] = found.bins.get(index, 0) + count
+        pair = strategy_key(requested, strategy, mtp_used)
+        found.strategies[pair] = found.strategies.get(pair, 0) + cell.reports
+    return merged
+
+
+def upsert_node_rollups(cells: dict[NodeKey, NodeCell], *, using: str = "default") -> None:
+    """Add to the stored NodeRollup rows, in key order (after ``upsert``, as every writer: no deadlock)."""
+    connection = connections[using]
+    adapt = connection.ops.adapt_datetimefield_value
+    rows = [
+        [revision, grain, node, adapt(start), splits, c.reports, _json(c.bins), json.dumps(c.strategies)]
+        for (revision, grain, node, start, splits), c in sorted(cells.items(), key=lambda item: item[0])
+    ]
+    execute(connection, _node_rollup_upsert_sql(connection.vendor), rows)
+
+
+def _node_rollup_upsert_sql(vendor: str) -> Statement:
+    postgres, table = vendor == "postgresql", NodeRollup._meta.db_table
+    cast = "::jsonb" if postgres else ""
+    updates = [f"reports = {table}.reports + excluded.reports"]
+    updates += [f"{c} = {_merge_bins(postgres, table, c)}" for c in ("tps_sketch", "strategies")]
+    # Only column names are formatted in; every value is a parameter.
+    sql = (
+        f"INSERT INTO {table} ({', '.join(NODE_ROLLUP_COLUMNS)}) VALUES {{rows}} "  # noqa: S608
+        f"ON CONFLICT ({', '.join(NODE_ROLLUP_KEY)}) DO UPDATE SET {', '.join(updates)}"
+    )
+    return Statement(sql, f"(%s, %s, %s, %s, %s, %s, %s{cast}, %s{cast})")
