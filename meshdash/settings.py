@@ -344,6 +344,8 @@ MESHDASH_REPORT_RETENTION_MONTHS = envint("MESHDASH_REPORT_RETENTION_MONTHS", 6)
 # Off only to measure what the rollups cost (bench/bench_reports.py): pages then lag until
 # `manage.py rebuild_rollups`.
 MESHDASH_ROLLUP_ON_STORE = envbool("MESHDASH_ROLLUP_ON_STORE", True)
+# A public figure counts at most this many of one node's reports of one revision a day (docs/fleet.md).
+MESHDASH_PUBLIC_REPORTS_PER_NODE_DAY = envint("MESHDASH_PUBLIC_REPORTS_PER_NODE_DAY", 1440)
 # "Check a manifest" page and POST /api/v1/check-manifest: checks/minute per client address; 0 = off
 MESHDASH_CHECK_RATE_LIMIT = envint("MESHDASH_CHECK_RATE_LIMIT", 30)
 # Site-wide bytes of manifest checks in flight at once, across web workers (web/check_budget.py); past it a
@@ -417,6 +419,8 @@ MESHDASH_METRICS_CACHE_SECONDS = envint("MESHDASH_METRICS_CACHE_SECONDS", 10)
 # Links in notifications start with this (e.g. https://meshdash.example.org); empty = paths only.
 MESHDASH_PUBLIC_URL = envstr("MESHDASH_PUBLIC_URL")
 # Email notifications go through this SMTP server (Django's settings of the same names).
+# One deadline over each whole SMTP exchange (the delivery's), EMAIL_TIMEOUT over each socket operation.
+EMAIL_BACKEND = "packages_app.notifications.BoundedEmailBackend"
 EMAIL_HOST = envstr("EMAIL_HOST", "localhost")
 EMAIL_PORT = envint("EMAIL_PORT", 25)
 EMAIL_HOST_USER = envstr("EMAIL_HOST_USER")

@@ -31,6 +31,7 @@ from packages_app import sketch, throughput
 from packages_app.models import BaselineReport, Node, NodeRun, Package, Report, Revision, Rollup
 from packages_app.nodes.exposition import acceptance_by_position, acceptance_rate, mean_acceptance_length
 from packages_app.nodes.report_schema import BaselineReportIn
+from packages_app.rollups.public_weight import registered_node_ids
 
 BASELINE_DAYS = 30  # the baseline windows a page reads: the newest, within this many days
 MAX_BASELINE_ROWS = 5000
@@ -308,6 +309,8 @@ def _node_cells(revision: Revision) -> list[dict[str, Any]]:
     rows = Rollup.objects.filter(revision=revision, grain=Rollup.Grain.TOTAL).exclude(
         node_key=Rollup.ALL_NODES
     )
+    # The nodes that move the public figures (rollups/public_weight.py).
+    rows = rows.filter(node_key__in=registered_node_ids(revision.pk))
     fields = ("node_key", "stage_splits", "mtp_used", "reports", "accepted", "proposed", "tps")
     # Each cell's sketch stays its stored JSON text: a side merges its cells' texts in one parse
     # (throughput.merged_stored), where parsing each cell's cost the busiest package's page a parse per

@@ -49,6 +49,9 @@ RUNTIME: dict[str, str] = {
     "ngram-suffix": "Draft tokens from repeated n-grams (suffix index); no MTP weights used.",
     "mtp-source-Disabled": "mtp_source=Disabled: the node ran without MTP.",
     "mtp-source-Integrated": "mtp_source=Integrated: MTP ran from the package's own weights.",
+    "public-figures": "Decode throughput (median tok/s, reports, nodes): from the nodes that registered "
+    "a run of the revision, each counting at most a day's share of its reports (1,440 a day by default); "
+    "a node's other reports are on its own page only.",
     "alert": "Throughput alert: the weights hold MTP, yet nodes report it unused while their operator asked "
     "for a strategy that could use it.",
     "queued": "Ingest status: the revision waits for a worker to read its files.",

@@ -19,19 +19,24 @@ import hashlib
 import hmac
 import json
 import logging
+import smtplib
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.conf import settings
-from django.core.mail import send_mail
+from django.core.mail import EmailMessage, get_connection, send_mail
+from django.core.mail.backends import smtp
 from django.db import IntegrityError, OperationalError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
 from packages_app import metrics, monitoring
 from packages_app.fleet.nodes import node_rows
-from packages_app.hub.outbound import DeliveryFailed, OutboundLimits, post
+from packages_app.hub.net import exchange_deadline
+from packages_app.hub.outbound import BoundedSMTP, BoundedSMTPS, DeliveryFailed, OutboundLimits, post
 from packages_app.models import Node, Notification, NotificationChannel, NotificationDelivery, Revision
 from packages_app.verdicts import Cause, Status
 
@@ -41,9 +46,9 @@ Event = NotificationChannel.Event
 NODE_CAUSES = (Cause.REFUSED, Cause.UNCERTIFIED, Cause.MTP_UNUSED)
 NODE_WINDOW = timedelta(hours=1)  # what a node served lately, when its reports arrive
 SIGNATURE_HEADER = "X-Meshdash-Signature"
-DELIVERY_LIMITS = OutboundLimits()  # a worker's POST: 15 s for the whole exchange
+DELIVERY_LIMITS = OutboundLimits()  # a worker's POST or mail: 15 s for the whole exchange
 TEST_SEND_LIMITS = OutboundLimits(deadline=10.0)  # the admin's test send: an operator's request is waiting
-CLAIM_FOR = timedelta(seconds=DELIVERY_LIMITS.deadline + 45)  # the POST's deadline, and the mail timeout
+CLAIM_FOR = timedelta(seconds=DELIVERY_LIMITS.deadline + 45)  # the exchange (POST or mail), and slack
 # A pending delivery whose claim ran out this long ago was being sent by a worker that stopped (killed,
 # or its process lost); one never claimed this long after it was recorded lost its task. The periodic
 # task (``stale_deliveries``) sends either again, or fails it once it has had its attempts.
@@ -319,7 +324,7 @@ def send(
     """One message to one channel (also the admin's test send, with its own ``limits``); DeliveryFailed
     when it did not go."""
     if channel.kind == NotificationChannel.Kind.EMAIL:
-        _send_email(channel, notification)
+        _send_email(channel, notification, limits or DELIVERY_LIMITS)
         return
     body = webhook_body(channel, notification)
     headers = {
@@ -346,13 +351,33 @@ def signature(secret: str, body: bytes) -> str:
     return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
 
 
-def _send_email(channel: NotificationChannel, notification: Notification) -> None:
+class BoundedEmailBackend(smtp.EmailBackend):
+    """Django's SMTP backend (``EMAIL_BACKEND``) on ``outbound.BoundedSMTP``: the whole exchange (connect,
+    greeting, every reply, the message) ends at one deadline, ``deadline`` seconds (the deliveries' 15 s,
+    the admin's test send's 10 s), as a webhook's POST does; ``EMAIL_TIMEOUT`` still bounds each socket
+    operation inside it."""
+
+    def __init__(self, *args: Any, deadline: float = DELIVERY_LIMITS.deadline, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.deadline = deadline
+
+    @property
+    def connection_class(self) -> type[smtplib.SMTP]:
+        return BoundedSMTPS if self.use_ssl else BoundedSMTP
+
+    def send_messages(self, email_messages: Sequence[EmailMessage]) -> int:
+        with exchange_deadline(self.deadline):
+            return super().send_messages(email_messages)
+
+
+def _send_email(channel: NotificationChannel, notification: Notification, limits: OutboundLimits) -> None:
     recipients = [a.strip() for a in channel.emails.split(",") if a.strip()]
     if not recipients:
         raise DeliveryFailed("the channel names no email address", retryable=False)
     text = json.dumps(notification.payload, indent=2, sort_keys=True)
+    connection = get_connection(deadline=limits.deadline)  # EMAIL_BACKEND: BoundedEmailBackend
     try:
-        send_mail(f"[meshdash] {notification.title}", text, None, recipients, fail_silently=False)
+        send_mail(f"[meshdash] {notification.title}", text, None, recipients, connection=connection)
     except OSError as exc:  # smtplib's errors are OSErrors: the mail server is down or refused
         raise DeliveryFailed(f"the mail server did not take it: {exc}", retryable=True) from None
 

@@ -34,7 +34,7 @@ from packages_app.nodes.report_schema import Timings, canonical_json
 from packages_app.nodes.run_schema import RunIn
 from packages_app.report_time import Placement, placement
 from packages_app.reports import TIMING_COLUMNS
-from packages_app.rollups.adding import link_reports
+from packages_app.rollups.adding import add_registered_reports, link_reports
 
 # Fixed forever: a span's report_id must be the same on every export of it.
 SPAN_NAMESPACE = uuid.UUID("6d1f0b3e-8f57-4f0e-9d0c-0e5b1d3c7a21")
@@ -228,6 +228,8 @@ def _run_upsert(node: Node, run: RunIn) -> RunOutcome:
     loaded = fields.pop("loaded")
     if loaded:  # what it says it loaded, each claim with whether a tracked revision holds it, for its page
         fields["observations"] = {**fields["observations"], "loaded": loaded}  # type: ignore[dict-item]
+    for ran in {revision_id, fields["served_revision_id"]} - {None}:  # its reports may count publicly now
+        add_registered_reports(node.pk, int(ran))  # type: ignore[call-overload]
     NodeRun.objects.update_or_create(node=node, run_id=run.run_id, defaults=fields)
     linked = _link_span_reports(node, run.run_id, fields) if repo else 0
     judgements.judge([node.pk])  # what it registered is judged now, in the registration's transaction

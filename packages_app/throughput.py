@@ -26,6 +26,7 @@ from packages_app import report_metrics, sketch
 from packages_app.models import Node, Report, Revision, Rollup
 from packages_app.report_time import REPLAY_WINDOW, placement
 from packages_app.rollups.cells import hourly_since
+from packages_app.rollups.public_weight import registered_node_ids
 
 BUCKETS = ("hour", "day", "week", "month")
 # The time ranges the package page offers for its timeline (``?range=``); no range = every report.
@@ -378,7 +379,8 @@ RECENT_FIELDS = recent_fields()
 
 def _recent(revision_id: int) -> list[dict[str, Any]]:
     """The newest RECENT raw reports (the one raw read of a page, bounded by an index)."""
-    rows = Report.objects.filter(revision_id=revision_id).order_by("-received_at", "-id")
+    rows = Report.objects.filter(revision_id=revision_id, node_id__in=registered_node_ids(revision_id))
+    rows = rows.order_by("-received_at", "-id")  # a node's unregistered reports: on its own page only
     rows = rows.annotate(node_name=F("node__name"))
     shown = [report_metrics.BY_NAME[name] for name in report_metrics.shown_columns()]
     recent = [dict(row) for row in rows.values(*RECENT_FIELDS)[:RECENT]]
@@ -450,6 +452,7 @@ def _node_totals(revision_id: int) -> NodeTotals:
     rows = (
         Rollup.objects.filter(revision_id=revision_id, grain=Rollup.Grain.TOTAL)
         .exclude(node_key=Rollup.ALL_NODES)
+        .filter(node_key__in=registered_node_ids(revision_id))  # the nodes that move public figures
         .annotate(node_name=Coalesce(Subquery(name), Value("")), mtp_detected=F("revision__mtp_detected"))
         .values_list(
             "id",

@@ -17,7 +17,7 @@ from packages_app import judgements, reports
 from packages_app.audit.releases import known_releases
 from packages_app.audit.synthetic import synthetic
 from packages_app.layout import FileRole
-from packages_app.models import Node, Package, PackageFile, Report, Revision
+from packages_app.models import Node, NodeRun, Package, PackageFile, Report, Revision
 from packages_app.verdicts import Verdict
 
 QWEN35_REPO = "meshllm/Qwen3.5-35B-A3B-UD-Q4_K_XL-layers"
@@ -400,10 +400,36 @@ def make_node(name: str = "node-a") -> Node:
     return Node.objects.create(name=name, token_hash=sha256(f"token-{name}"), token_prefix=name[:12])
 
 
+def register_run(node: Node, revision: Revision, at: datetime | None = None) -> NodeRun:
+    """The run a node's agent registers before its reports count in a revision's public figures (as
+    ``POST /api/v1/runs`` stores it: the package ref resolved to the revision), registered ``at`` (its
+    first report's time) when given."""
+    run, created = NodeRun.objects.get_or_create(
+        node=node,
+        revision=revision,
+        defaults={
+            "run_id": f"run-{node.pk}-{revision.pk}",
+            "repo_id": revision.package.repo_id,
+            "commit_sha": revision.commit_sha,
+        },
+    )
+    if created and at is not None:
+        NodeRun.objects.filter(pk=run.pk).update(first_seen_at=at, updated_at=at)
+    return run
+
+
 def make_report(
-    node: Node, revision: Revision, tps: float, at: datetime = BASE_TIME, **fields: Any
+    node: Node,
+    revision: Revision,
+    tps: float,
+    at: datetime = BASE_TIME,
+    registered: bool = True,
+    **fields: Any,
 ) -> Report:
-    """A stored node report; ``mtp_used=True`` gives a native-MTP report, otherwise MTP was disabled."""
+    """A stored node report; ``mtp_used=True`` gives a native-MTP report, otherwise MTP was disabled. A node
+    that reports registered a run of the revision first, unless not ``registered``."""
+    if registered:
+        register_run(node, revision, at)
     mtp = fields.pop("mtp_used", False)
     values: dict[str, Any] = {
         "effective_strategy": "native-mtp" if mtp else "disabled",

@@ -275,10 +275,12 @@ def test_a_topology_page_counts_its_own_reports_only_and_lists_the_busiest(
 def test_the_window_reads_rollups_to_the_hour_whole_days_by_day_and_its_first_day_by_hour() -> None:
     now = timezone.now()
     _, fixed = f.qwen35_fleet(now - timedelta(days=3))
+    NodeRun.objects.all().delete()  # what the nodes reported, not what their agents registered (shown always)
     edge = f.make_node("edge-box")
     f.make_report(edge, fixed, 6.0, at=now - timedelta(days=1, hours=2), mtp_used=True)  # before the window
     f.make_report(edge, fixed, 5.0, at=now - timedelta(hours=22), mtp_used=True)
     f.make_report(edge, fixed, 5.2, at=now - timedelta(hours=1), mtp_used=True)
+    NodeRun.objects.all().delete()
     rows = {r.node.name: r for r in fleet_nodes.node_rows(fleet_window.window_start(1))}
     assert [s.reports for s in rows["edge-box"].serving] == [2]
     assert not rows["gpu-box-1"].serving

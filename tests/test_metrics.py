@@ -25,6 +25,7 @@ from packages_app.devhub import QWEN35_FIRST_SHA, QWEN35_REPO, DevHub
 from packages_app.models import Revision
 from packages_app.nodes import identity as nodes
 from packages_app.verdicts import Status
+from tests.dashboard_factories import register_run
 
 ROOT = Path(__file__).resolve().parent.parent
 TOKEN = "scrape-token-" + "x" * 20
@@ -197,6 +198,8 @@ def test_a_report_batch_moves_the_report_counters_by_outcome_and_the_node_gauges
 ) -> None:
     tasks.ingest_revision_task.apply(args=(QWEN35_REPO, QWEN35_FIRST_SHA))
     token = nodes.create_node("node-m").token
+    # Its agent registered its run: its reports count in the revision's public figures and serving rows.
+    register_run(nodes.get_node("node-m"), Revision.objects.get(commit_sha=QWEN35_FIRST_SHA))
     before = scrape()
     first, second = report(0), report(1)
     answer = post_batch(Client(), token, [first, second, {"report_id": "not-a-uuid"}])

@@ -28,6 +28,7 @@ from packages_app.models import NodeRun, Package, Report, Revision, RunClaim
 from packages_app.nodes import identity
 from packages_app.nodes import report_schema as schema
 from packages_app.web.otlp_grpc import build_server
+from tests import dashboard_factories as f
 from tests.migrating import back_to_the_leaf, migrate  # noqa: F401 (a fixture)
 from tests.test_otlp import post_traces, register_run, spans
 
@@ -298,6 +299,9 @@ def acceptance_after_poison(client: Client, token: str, revision: Revision) -> f
     honest = poisoned_report(revision) | {
         "timings": {"predicted_n": 8, "predicted_ms": 100.0, "draft_n": 8, "draft_n_accepted": 6}
     }
+    node = identity.authenticate_node(token)
+    assert node is not None
+    f.register_run(node, revision)  # its agent's run: its reports count in the revision's figures
     for body in (honest, poisoned_report(revision)):
         response = client.post(
             "/api/v1/reports",

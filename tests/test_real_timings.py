@@ -14,6 +14,7 @@ from django.test import Client
 from packages_app.models import Package, Report, Revision
 from packages_app.nodes import identity
 from packages_app.throughput import revision_throughput
+from tests.dashboard_factories import register_run
 
 QWEN = "meshllm/Qwen3.5-35B-A3B-UD-Q4_K_XL-layers"
 SHA = "a" * 40
@@ -117,6 +118,7 @@ def test_a_negative_or_huge_known_value_is_kept_and_flagged_not_refused(client: 
 def test_the_package_page_shows_the_flag_and_the_medians_skip_the_value(
     client: Client, token: str, revision: Revision
 ) -> None:
+    register_run(identity.get_node("node-a"), revision)  # its agent's run: its reports count on the page
     post(client, token, cache_hit())
     post(client, token, json.loads(NO_TELEMETRY))
     figures = revision_throughput(revision.pk)

@@ -27,7 +27,17 @@ from django.db import connection, connections
 from django.db.models import Count, Sum
 
 from packages_app import reports, sketch, throughput
-from packages_app.models import LastServed, Node, NodeRollup, Package, Report, Revision, Rollup, Serving
+from packages_app.models import (
+    LastServed,
+    Node,
+    NodeRollup,
+    NodeRun,
+    Package,
+    Report,
+    Revision,
+    Rollup,
+    Serving,
+)
 from packages_app.nodes.report_schema import validate_report_body
 from packages_app.rollups import cells as rollups_cells
 from packages_app.rollups import rebuild as rollups_rebuild
@@ -48,7 +58,10 @@ def revision() -> Revision:
 
 
 def node(name: str) -> Node:
-    return Node.objects.create(name=name, token_hash=name.ljust(64, "0"), token_prefix=name[:12])
+    """A node whose agent registered a run of REPO at SHA (ingested or not): its reports count publicly."""
+    sender = Node.objects.create(name=name, token_hash=name.ljust(64, "0"), token_prefix=name[:12])
+    NodeRun.objects.create(node=sender, run_id=f"run-{name}", repo_id=REPO, commit_sha=SHA)
+    return sender
 
 
 def body(rng: random.Random, *, repo: str = REPO, sha: str = SHA) -> dict[str, Any]:

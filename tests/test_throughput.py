@@ -18,6 +18,7 @@ from packages_app import reports, sketch, throughput
 from packages_app.models import Node, Package, Report, Revision
 from packages_app.nodes import identity as nodes
 from packages_app.throughput import catalog_throughput, latest_alert_q, revision_throughput
+from tests.dashboard_factories import register_run
 
 pytestmark = pytest.mark.django_db
 
@@ -63,6 +64,7 @@ def node_b() -> Node:
 
 
 def add(node: Node, revision: Revision, *, tps: float, at: datetime = T0, **fields: Any) -> Report:
+    register_run(node, revision)  # a node that registered a run of it: its reports count publicly
     mtp = fields.pop("mtp_used", False)
     defaults: dict[str, Any] = {
         "effective_strategy": "native-mtp" if mtp else "disabled",

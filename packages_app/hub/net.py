@@ -168,6 +168,7 @@ def bounded_call(
         deadline = min(deadline, budget_deadline)
     call = Call(policy, what, deadline, max_requests, max_bytes)
     token = _CALL.set(call)
+    deadline_token = _DEADLINE.set(deadline)  # every socket of the call; ends with the call
     try:
         yield call
     except HubError as exc:  # refusals from the socket layer do not know what was asked for: say it
@@ -176,6 +177,7 @@ def bounded_call(
             raise
         raise _naming(exc, what) from exc
     finally:
+        _DEADLINE.reset(deadline_token)
         _CALL.reset(token)
 
 
@@ -205,10 +207,8 @@ def _guard_request(request: httpx2.Request) -> None:
     request.headers["Accept-Encoding"] = "identity"  # counted bytes are the bytes kept
     _SENT_AT.set(time.monotonic())
     call = _CALL.get()
-    if call is None:
-        _DEADLINE.set(time.monotonic() + DEFAULT_LIMITS.call_deadline)
+    if call is None:  # its deadline is the one ``_BoundedClient.send`` set around it
         return
-    _DEADLINE.set(call.deadline)
     if call.remaining() <= 0:
         raise HubUnavailable(
             f"{call.what}: no answer within the {call.policy.limits.call_deadline:.0f} s deadline"
@@ -289,10 +289,13 @@ class _CappedStream(httpx2.SyncByteStream):
 def exchange_deadline(seconds: float) -> Iterator[float]:
     """Every connect, read and write made through ``connect_bounded`` in this block stops at the deadline:
     the whole exchange, connect, headers and body, however slowly the peer drips its answer. The one
-    deadline helper for every outbound exchange (the Hub's calls set theirs per request in
-    ``_guard_request``, which outlives the call in its thread: so this block sets its own, never the min
-    with a deadline a Hub call left behind)."""
+    deadline helper for every outbound exchange (a Hub call's, ``bounded_call``, is set and reset the same
+    way). Inside another exchange's deadline the earlier of the two holds: a deadline ends with the block
+    that set it, so the only one still set is an enclosing block's, never a finished call's."""
     deadline = time.monotonic() + seconds
+    enclosing = _DEADLINE.get()
+    if enclosing is not None:
+        deadline = min(deadline, enclosing)
     token = _DEADLINE.set(deadline)
     try:
         yield deadline
@@ -406,6 +409,21 @@ class _GuardedBackend(httpcore2.SyncBackend):
         return connect_bounded(self, address, port, timeout, local_address, socket_options)
 
 
+class _BoundedClient(httpx2.Client):
+    """A request made outside any ``bounded_call`` (huggingface_hub's own) gets a call's deadline of its
+    own, over its redirects too, which ends when ``send`` returns (a streamed body read later is bounded by
+    the read timeout)."""
+
+    def send(self, request: httpx2.Request, **kwargs: Any) -> httpx2.Response:
+        if _DEADLINE.get() is not None:  # inside a bounded call or an exchange: that deadline holds
+            return super().send(request, **kwargs)
+        token = _DEADLINE.set(time.monotonic() + _limits().call_deadline)
+        try:
+            return super().send(request, **kwargs)
+        finally:
+            _DEADLINE.reset(token)
+
+
 def make_client() -> httpx2.Client:
     """huggingface_hub's shared client, with the guards (no proxies from the environment: the address
     check must see the real peer)."""
@@ -413,7 +431,7 @@ def make_client() -> httpx2.Client:
     transport._pool = httpcore2.ConnectionPool(  # the only way to give httpx2 a network backend
         ssl_context=httpx2.create_ssl_context(), network_backend=_GuardedBackend()
     )
-    return httpx2.Client(
+    return _BoundedClient(
         transport=transport,
         trust_env=False,
         # Looked up at each call, so a test can switch one guard off to show what it stops.

@@ -1,4 +1,5 @@
-"""Outbound POSTs to receivers that are not the Hub (notification webhooks), on the Hub client's rules.
+"""Outbound exchanges with receivers that are not the Hub (notification webhooks, the SMTP server), on the
+Hub client's rules.
 
 The same guards as every Hub request (net.py): the address is resolved once and checked before the
 socket connects to it (no loopback, link-local or private address unless the receiver is allowed one,
@@ -7,12 +8,21 @@ timeout, a deadline over the whole exchange (``net.exchange_deadline``: every co
 the socket stops at it, so a receiver that drips its headers a byte at a time is cut at the deadline,
 not at the worker's time limit), a capped response body, and no redirects followed (a receiver cannot
 bounce the signed body to another host).
+
+Mail goes through smtplib on the same socket (``BoundedSMTP``: ``connect_bounded``), so inside an
+``exchange_deadline`` a mail server that drips its greeting or its replies is cut at that one deadline, not
+only at ``EMAIL_TIMEOUT`` per socket operation. The SMTP server is the operator's own setting: no address
+check.
 """
 
 from __future__ import annotations
 
+import io
+import smtplib
+import ssl
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import httpcore2
 import httpx2
@@ -21,6 +31,7 @@ from packages_app.hub.errors import HubRefused
 from packages_app.hub.net import connect_bounded, exchange_deadline, permitted_address
 
 MAX_RESPONSE_BYTES = 64 * 1024
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -116,3 +127,85 @@ def _judged(status: int) -> int:
     if 300 <= status < 400:
         raise DeliveryFailed(f"the receiver answered {status} (a redirect, not followed)", retryable=False)
     raise DeliveryFailed(f"the receiver answered {status}", retryable=False)
+
+
+# --- mail -------------------------------------------------------------------------------------------------
+
+
+class _StreamFile(io.RawIOBase):
+    """smtplib reads its replies line by line from ``makefile('rb')``: this file reads the bounded stream."""
+
+    def __init__(self, stream: httpcore2.NetworkStream) -> None:
+        self.stream = stream
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        data = _socket_errors(lambda: self.stream.read(len(buffer)))
+        buffer[: len(data)] = data
+        return len(data)
+
+
+class _StreamSocket:
+    """The part of a socket smtplib uses (``sendall``, ``makefile``, ``close``), on a bounded stream; a
+    timeout or a network error of the stream is the ``OSError`` smtplib and its callers expect."""
+
+    def __init__(self, stream: httpcore2.NetworkStream) -> None:
+        self.stream = stream
+
+    def sendall(self, data: bytes) -> None:
+        _socket_errors(lambda: self.stream.write(bytes(data)))
+
+    def makefile(self, mode: str = "rb") -> io.BufferedReader:
+        return io.BufferedReader(_StreamFile(self.stream))
+
+    def close(self) -> None:
+        self.stream.close()
+
+    def start_tls(self, context: ssl.SSLContext, server_hostname: str) -> _StreamSocket:
+        return _StreamSocket(_socket_errors(lambda: self.stream.start_tls(context, server_hostname)))
+
+
+def _socket_errors(operation: Callable[[], T]) -> T:
+    try:
+        return operation()
+    except httpcore2.TimeoutException as exc:
+        raise TimeoutError(f"no answer in time ({type(exc).__name__})") from None
+    except (httpcore2.NetworkError, httpcore2.ProtocolError) as exc:
+        raise OSError(str(exc) or type(exc).__name__) from None
+
+
+class _TlsUpgrade:
+    """What ``smtplib.SMTP.starttls`` calls ``wrap_socket`` on: TLS started on the bounded stream."""
+
+    def __init__(self, context: ssl.SSLContext) -> None:
+        self.context = context
+
+    def wrap_socket(self, sock: _StreamSocket, server_hostname: str) -> _StreamSocket:
+        return sock.start_tls(self.context, server_hostname)
+
+
+class BoundedSMTP(smtplib.SMTP):
+    """smtplib's SMTP whose socket is ``connect_bounded``'s: every connect, read and write stops at the
+    per-operation timeout and at the enclosing ``exchange_deadline``."""
+
+    def _get_socket(self, host: str, port: int, timeout: float | None) -> Any:
+        backend = httpcore2.SyncBackend()
+        return _StreamSocket(_socket_errors(lambda: connect_bounded(backend, host, port, timeout)))
+
+    def starttls(self, *args: Any, context: ssl.SSLContext | None = None, **kwargs: Any) -> tuple[int, bytes]:
+        upgrade: Any = _TlsUpgrade(context or ssl.create_default_context())  # smtplib calls wrap_socket only
+        reply: tuple[int, bytes] = super().starttls(context=upgrade)
+        return reply
+
+
+class BoundedSMTPS(BoundedSMTP):
+    """SMTP over TLS from the first byte (``EMAIL_USE_SSL``), on the same bounded socket."""
+
+    def __init__(self, *args: Any, context: ssl.SSLContext | None = None, **kwargs: Any) -> None:
+        self.context = context or ssl.create_default_context()
+        super().__init__(*args, **kwargs)
+
+    def _get_socket(self, host: str, port: int, timeout: float | None) -> Any:
+        return super()._get_socket(host, port, timeout).start_tls(self.context, host)

@@ -1,9 +1,9 @@
 """Services that keep the report rollups (models.Rollup): added to as reports are stored, pruned, rebuilt.
 
 Cut by concern: ``adding`` (the store paths' one door: ``add_reports``, ``add_report_ids``, ``link_reports``),
-``cells`` (the cells a batch adds to and what each report adds), ``upsert`` (adding them to Rollup and
-NodeRollup in SQL), ``serving`` (who served what: Serving and LastServed) and ``rebuild`` (pruning hour cells,
-rebuilding from the raw reports).
+``cells`` (the cells a batch adds to and what each report adds), ``public_weight`` (whose reports the
+every-node cells count), ``upsert`` (adding them to Rollup and NodeRollup in SQL), ``serving`` (who served
+what: Serving and LastServed) and ``rebuild`` (pruning hour cells, rebuilding from the raw reports).
 
 Owns: every write to models.Rollup, NodeRollup, Serving and LastServed. Never imports: a selector (fleet/,
 catalog/, throughput), the tasks, web/ or the Hub. Callers import each name from the module that owns it:
@@ -22,6 +22,13 @@ Per report, cells of six grains: (node, hour), (node, day), (node, total) and th
 day (or hour) series, never the reports; the catalog reads total cells. Hour cells older than
 MESHDASH_ROLLUP_HOURLY_DAYS are not written and are pruned (``prune_hourly``): the day cells hold
 them already.
+
+Who moves a public figure (docs/fleet.md, "Whose reports make a public figure"; ``public_weight``): the
+every-node cells, which every public figure is read from, count a report only when its node registered a
+run of its revision, and at most MESHDASH_PUBLIC_REPORTS_PER_NODE_DAY of one node's reports of one revision
+a day, the first that arrived. Every report still goes to its node's own cells. A node that registers a
+run of a revision it already reported on has those reports added to the every-node cells then
+(``adding.add_registered_reports``), under the same daily cap.
 
 Beside them, per node, its hour and day cells with every strategy and topology together
 (models.NodeRollup: reports, decode-rate sketch, reports per strategy), which the nodes pages read.

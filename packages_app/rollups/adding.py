@@ -10,8 +10,10 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import Q
 
-from packages_app.models import Report
-from packages_app.rollups.cells import SOURCE_FIELDS, Cell, cells_of, hourly_since
+from packages_app.models import Report, Rollup
+from packages_app.rollups.cells import SOURCE_FIELDS, Cell, PublicRoom, cells_of, hourly_since
+from packages_app.rollups.public_weight import public_reports_per_node_day, public_room, registered_pairs
+from packages_app.rollups.rebuild import REBUILD_CHUNK
 from packages_app.rollups.serving import ServingKey, servings_of, upsert_last_served, upsert_serving
 from packages_app.rollups.upsert import node_rollups_of, upsert, upsert_node_rollups
 
@@ -27,7 +29,8 @@ def add_reports(
     """
     if not settings.MESHDASH_ROLLUP_ON_STORE:
         return 0
-    cells, added = cells_of(rows, hourly_since())
+    rows = [row for row in rows if row.revision_id is not None]
+    cells, added = cells_of(rows, hourly_since(), public_room(rows, using=using))
     if cells:
         # Inside the storing transaction, no savepoint of its own (two round trips a store): a
         # failure here fails the store.
@@ -59,6 +62,29 @@ def add_report_ids(
 
 def _report(values: tuple[object, ...]) -> Report:
     return Report(**dict(zip(SOURCE_FIELDS, values, strict=True)))
+
+
+def add_registered_reports(node_id: int, revision_id: int) -> int:
+    """A node registered its first run of a revision: the reports it stored for it before go to the
+    every-node cells now (the first of each day up to the cap; they are in its own cells already;
+    rollups.public_weight). Call inside the registration's transaction, before the registration is saved."""
+    if (node_id, revision_id) in registered_pairs([revision_id], [node_id]):
+        return 0
+    rows = Report.objects.filter(node_id=node_id, revision_id=revision_id).order_by("pk")
+    reports = [_report(row) for row in rows.values_list(*SOURCE_FIELDS).iterator(REBUILD_CHUNK)]
+    cells, _ = cells_of(
+        reports,
+        hourly_since(),
+        PublicRoom({(node_id, revision_id)}, public_reports_per_node_day()),
+        own=False,
+    )
+    if not cells:
+        return 0
+    upsert(cells)
+    servings = servings_of(cells)
+    upsert_serving(servings)
+    upsert_last_served(servings)
+    return sum(cell.reports for key, cell in cells.items() if key[1] == Rollup.Grain.TOTAL)
 
 
 def link_reports(unlinked: Q, changes: dict[str, object], serving: ServingListener | None = None) -> int:

@@ -93,8 +93,11 @@ def hourly_since(now: datetime | None = None) -> datetime:
     return start.replace(minute=0, second=0, microsecond=0)
 
 
-def cells_of(rows: Iterable[Report], hourly_from: datetime) -> tuple[dict[Key, Cell], int]:
-    """The cells the rows add to, and how many rows counted."""
+def cells_of(
+    rows: Iterable[Report], hourly_from: datetime, room: PublicRoom, *, own: bool = True
+) -> tuple[dict[Key, Cell], int]:
+    """The cells the rows add to, and how many rows counted: each row to its node's cells (unless not
+    ``own``) and to the every-node cells while ``room`` has room for it (taking that room)."""
     cells: dict[Key, Cell] = {}
     added = 0
     for row in rows:
@@ -102,7 +105,10 @@ def cells_of(rows: Iterable[Report], hourly_from: datetime) -> tuple[dict[Key, C
             continue
         added += 1
         figures = Figures.of(row)
-        for key in _keys(row, hourly_from):
+        nodes: tuple[int, ...] = (row.node_id,) if own else ()
+        if room.take(row):
+            nodes += (Rollup.ALL_NODES,)
+        for key in _keys(row, hourly_from, nodes):
             cell = cells.get(key)
             if cell is None:
                 cell = cells[key] = Cell(first_at=row.received_at, last_at=row.received_at)
@@ -110,7 +116,7 @@ def cells_of(rows: Iterable[Report], hourly_from: datetime) -> tuple[dict[Key, C
     return cells, added
 
 
-def _keys(row: Report, hourly_from: datetime) -> list[Key]:
+def _keys(row: Report, hourly_from: datetime, nodes: tuple[int, ...]) -> list[Key]:
     # Its bucket is when the node observed it, within the accepted skew (report_time); first_at and
     # last_at stay arrival times (Serving's recency, outliving_reports).
     at = _plotted(row).astimezone(UTC)
@@ -126,15 +132,38 @@ def _keys(row: Report, hourly_from: datetime) -> list[Key]:
         row.topology_id,
     )
     return [
-        (int(row.revision_id or 0), grain, node, start, *rest)
-        for grain, start in buckets
-        for node in (row.node_id, Rollup.ALL_NODES)
+        (int(row.revision_id or 0), grain, node, start, *rest) for grain, start in buckets for node in nodes
     ]
 
 
 def _plotted(row: Report) -> datetime:
     observed = row.observed_at
     return row.received_at if observed is None else report_time.plotted_at(observed, row.received_at)
+
+
+def public_day(row: Report) -> datetime:
+    """The day a report is plotted in (its day cell's start): the daily cap's unit (rollups.public_weight)."""
+    return _plotted(row).astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+
+
+@dataclass
+class PublicRoom:
+    """How many more reports of each (node, revision, day) the every-node cells take: the daily cap less
+    what they already took, for pairs whose node registered a run of the revision; none for the rest
+    (rollups.public_weight makes it)."""
+
+    registered: set[tuple[int, int]]
+    cap: int
+    taken: dict[tuple[int, int, datetime], int] = field(default_factory=dict)
+
+    def take(self, row: Report) -> bool:
+        if (row.node_id, row.revision_id) not in self.registered:
+            return False
+        day = (int(row.node_id), int(row.revision_id or 0), public_day(row))
+        if self.taken.get(day, 0) >= self.cap:
+            return False
+        self.taken[day] = self.taken.get(day, 0) + 1
+        return True
 
 
 def _placement(row: Report) -> report_time.Placement:

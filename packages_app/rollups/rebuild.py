@@ -11,17 +11,23 @@ from typing import Any
 from django.db import connections, transaction
 from django.db.models import Count, F, OuterRef, Q, Subquery
 
-from packages_app import report_time, sketch
+from packages_app import sketch
 from packages_app.models import NodeRollup, Report, Revision, Rollup, Serving
 from packages_app.rollups.cells import (
-    EPOCH,
     NON_MTP_CHOICES,
     RATIOS,
     SKETCHED,
     SOURCE_FIELDS,
     SUMS,
+    PublicRoom,
     cells_of,
     hourly_since,
+)
+from packages_app.rollups.public_weight import (
+    PUBLIC_COLUMNS,
+    public_parameters,
+    public_reports_per_node_day,
+    registered_pairs,
 )
 from packages_app.rollups.serving import (
     SERVING_COLUMNS,
@@ -129,7 +135,8 @@ def _rebuild_group(revision_ids: list[int]) -> int:
             Report(**dict(zip(SOURCE_FIELDS, row, strict=True)))
             for row in reports.values_list(*SOURCE_FIELDS).iterator(REBUILD_CHUNK)
         )
-        cells, total = cells_of(rows, hourly_since())
+        room = PublicRoom(registered_pairs(revision_ids), public_reports_per_node_day())
+        cells, total = cells_of(rows, hourly_since(), room)
         upsert(cells)
         upsert_node_rollups(node_rollups_of(cells))
         upsert_serving(servings_of(cells))
@@ -176,12 +183,16 @@ def _rebuild_serving_in_sql(cursor: Any, revision_ids: list[int]) -> None:
                    stage_splits, received_at,
                    (NOT mtp_used AND requested_strategy NOT IN ({non_mtp}))::int AS unused,
                    jsonb_build_array(requested_strategy, effective_strategy, mtp_used)::text AS pair
-            FROM {Report._meta.db_table} CROSS JOIN (VALUES (false), (true)) AS n (every)
-            WHERE revision_id = ANY(%(revisions)s)
+            FROM (
+                SELECT r.*, {PUBLIC_COLUMNS} FROM {Report._meta.db_table} AS r
+                WHERE revision_id = ANY(%(revisions)s)
+            ) AS r
+            CROSS JOIN (VALUES (false), (true)) AS n (every)
+            WHERE NOT n.every OR (r.registered AND r.day_rank <= %(cap)s)
         ) AS r
         GROUP BY {", ".join(SERVING_KEY)}
         """,  # noqa: S608
-        {"revisions": revision_ids},
+        public_parameters(revision_ids),
     )
 
 
@@ -221,10 +232,12 @@ def _rebuild_in_sql(cursor: Any, revision_ids: list[int]) -> int:
         WITH placed AS (
             SELECT r.*,
                    (observed_at > received_at + %(skew)s
-                    OR observed_at < received_at - %(replay)s) AS refused_at
+                    OR observed_at < received_at - %(replay)s) AS refused_at,
+                   {PUBLIC_COLUMNS}
             FROM {Report._meta.db_table} AS r WHERE revision_id = ANY(%(revisions)s)
         ), src AS (
-            SELECT revision_id, node_id, received_at, stage_splits, requested_strategy, effective_strategy,
+            SELECT revision_id, node_id, registered, day_rank, received_at, stage_splits, requested_strategy,
+                   effective_strategy,
                    mtp_used, topology_id, (source = 'otlp')::int AS from_spans,
                    (NOT mtp_used AND requested_strategy NOT IN ({non_mtp}))::int AS unused,
                    {counters},
@@ -245,7 +258,7 @@ def _rebuild_in_sql(cursor: Any, revision_ids: list[int]) -> int:
                 ('hour', CASE WHEN hour >= %(hourly_from)s THEN hour END)
             ) AS g (grain, bucket_start)
             CROSS JOIN LATERAL (VALUES (node_id), (0)) AS n (node_key)
-            WHERE g.bucket_start IS NOT NULL
+            WHERE g.bucket_start IS NOT NULL AND (n.node_key <> 0 OR (registered AND day_rank <= %(cap)s))
         ), totals AS (
             SELECT {keys}, count(*) AS reports, sum(from_spans) AS from_spans, sum(unused) AS unused,
                    {summed}, sum(moved) AS moved, sum(refused) AS refused,
@@ -265,14 +278,11 @@ def _rebuild_in_sql(cursor: Any, revision_ids: list[int]) -> int:
     cursor.execute(
         sql,
         {
-            "revisions": revision_ids,
-            "epoch": EPOCH,
+            **public_parameters(revision_ids),
             "hourly_from": hourly_since(),
             "min_positive": sketch.MIN_POSITIVE,
             "zero_bin": sketch.ZERO_BIN,
             "log_gamma": sketch.LOG_GAMMA,
-            "skew": report_time.CLOCK_SKEW_LIMIT,
-            "replay": report_time.REPLAY_WINDOW,
         },
     )
     return int(Report.objects.filter(revision_id__in=revision_ids).count())

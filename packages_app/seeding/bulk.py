@@ -1,5 +1,6 @@
 """Writing seeded rows by the thousand: batches for bulk_create, reports by COPY (PostgreSQL) or in batches,
-report ids reserved ahead and the reports' exactly-once keys made from their rows."""
+report ids reserved ahead, the reports' exactly-once keys made from their rows and the runs their nodes'
+agents would have registered."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from typing import Any, TypeVar
 from django.db import connection
 from django.db.models import Model
 
-from packages_app.models import Report, ReportKey
+from packages_app.models import NodeRun, Report, ReportKey
 from packages_app.seeding.rows import REPORT_COLUMNS, SyntheticReport
 
 T = TypeVar("T", bound=Model)
@@ -87,6 +88,26 @@ def reserve_report_ids(count: int) -> int:
         return int(first)
     last = ReportKey.objects.order_by("-id").values_list("id", flat=True).first() or 0
     return last + 1
+
+
+def register_reporting_runs(first_id: int, next_id: int) -> int:
+    """A run for each (node, revision) the seeded reports name, as their agents would have registered
+    it, so the reports count in the public figures (rollups.public_weight.registered_pairs); returns how
+    many."""
+    pairs = (
+        Report.objects.filter(id__gte=first_id, id__lt=next_id)
+        .values_list("node_id", "revision_id", "repo_id", "commit_sha")
+        .distinct()
+        .order_by()
+    )
+    runs = [
+        NodeRun(
+            node_id=node, run_id=f"seed-{node}-{revision}", revision_id=revision, repo_id=repo, commit_sha=sha
+        )
+        for node, revision, repo, sha in pairs
+    ]
+    NodeRun.objects.bulk_create(runs, ignore_conflicts=True)
+    return len(runs)
 
 
 def add_report_keys(first_id: int, end_id: int) -> None:

@@ -35,7 +35,14 @@ from packages_app.models import (
     Serving,
 )
 from packages_app.rollups.rebuild import rebuild
-from packages_app.seeding.bulk import BulkLoader, CopyLoader, add_report_keys, batched, reserve_report_ids
+from packages_app.seeding.bulk import (
+    BulkLoader,
+    CopyLoader,
+    add_report_keys,
+    batched,
+    register_reporting_runs,
+    reserve_report_ids,
+)
 from packages_app.seeding.catalog import (
     MTP_VERDICTS,
     NO_MTP_VERDICTS,
@@ -285,6 +292,7 @@ class Seeder:
                 for _ in range(count):
                     loader.add(self.report_row(revision))
         add_report_keys(first_id, self.next_id)
+        register_reporting_runs(first_id, self.next_id)
         # The rollups as rebuild_rollups makes them (in SQL on PostgreSQL): the cells the store paths
         # would have written report by report.
         rebuild([revision.id for revision, count in zip(latest, counts, strict=True) if count])

@@ -372,6 +372,8 @@ def test_a_replayed_spool_is_plotted_when_observed_and_the_page_says_how_many_mo
 
     package = f.qwen35_package()
     node = f.make_node("spool-node")
+    # Its agent registered its run: its reports count in the revision's public figures (docs/fleet.md).
+    f.register_run(node, package.revisions.get(commit_sha=f.QWEN35_SHA))
     arrived = timezone.now().replace(minute=30, second=0, microsecond=0)
     bodies = []
     for i in range(50):

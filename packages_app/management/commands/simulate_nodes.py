@@ -101,6 +101,8 @@ def post_all(
     url: str, tokens: dict[str, str], targets: list[Target], count: int, rng: random.Random
 ) -> Counter[int]:
     statuses: Counter[int] = Counter()
+    for name, token in tokens.items():  # as each node's agent does first: its reports count publicly then
+        post_json(url, "/api/v1/runs", token, {"runs": [run(name, i, t) for i, t in enumerate(targets)]})
     by_node: dict[str, list[dict[str, Any]]] = {name: [] for name in tokens}
     for _ in range(count):
         name = rng.choice(list(tokens))
@@ -118,10 +120,15 @@ RETRY_PAUSE = 1.0  # seconds, doubled after each try
 
 
 def post_batch(url: str, token: str, items: list[dict[str, Any]]) -> list[int]:
+    answer = post_json(url, "/api/v1/reports/batch", token, {"reports": items})
+    return [r["status"] for r in answer["results"]]
+
+
+def post_json(url: str, path: str, token: str, body: dict[str, Any]) -> Any:
     pause = RETRY_PAUSE
     for attempt in range(RETRIES_ON_503 + 1):
         try:
-            return _post_batch(url, token, items)
+            return _post(url, path, token, body)
         except urllib.error.HTTPError as exc:
             with exc:  # the answer's connection closes whether it is reported or retried
                 if exc.code != 503 or attempt == RETRIES_ON_503:
@@ -133,15 +140,20 @@ def post_batch(url: str, token: str, items: list[dict[str, Any]]) -> list[int]:
     raise AssertionError("unreachable")
 
 
-def _post_batch(url: str, token: str, items: list[dict[str, Any]]) -> list[int]:
+def _post(url: str, path: str, token: str, body: dict[str, Any]) -> Any:
     request = urllib.request.Request(  # noqa: S310 - handle() allows only http(s) URLs
-        f"{url}/api/v1/reports/batch",
-        data=json.dumps({"reports": items}).encode(),
+        f"{url}{path}",
+        data=json.dumps(body).encode(),
         headers={"Content-Type": "application/json", "Authorization": f"Bearer {token}"},
         method="POST",
     )
     with urllib.request.urlopen(request, timeout=30) as response:  # noqa: S310 - http(s) only
-        return [r["status"] for r in json.load(response)["results"]]
+        return json.load(response)
+
+
+def run(node: str, index: int, target: Target) -> dict[str, Any]:
+    """The run a node's agent registers for a package it serves (``POST /api/v1/runs``)."""
+    return {"run_id": f"{node}-{index}", "package_ref": f"{target.repo}@main", "package": package_ref(target)}
 
 
 def make_report(rng: random.Random, node: str, target: Target) -> dict[str, Any]:
