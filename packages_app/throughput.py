@@ -87,7 +87,7 @@ class RevisionThroughput:
     mean_accepted_length: float | None
     stage_splits: list[str]
     recent: list[dict[str, Any]]
-    plans: list[Plan]
+    plans: list[NodePlan]
     alert: Alert | None
     nodes: int = 0  # nodes that reported running it
     auto_off: int = 0  # reports that asked for auto and ran without MTP
@@ -396,7 +396,7 @@ JUDGED_REQUESTS = ("mtp", "disabled", "ngram-cache", "ngram-suffix")
 
 
 @dataclass(frozen=True)
-class Plan:
+class NodePlan:
     """What one node asked for on one topology, what ran, and how it went."""
 
     node: str
@@ -471,7 +471,7 @@ def _node_totals(revision_id: int) -> NodeTotals:
     return NodeTotals(cells, detected)
 
 
-def _plans(nodes: NodeTotals) -> list[Plan]:
+def _plans(nodes: NodeTotals) -> list[NodePlan]:
     """The busiest PLAN_ROWS plans; only their cells' sketches are read (one query)."""
     groups: dict[tuple[str, str, str, str], list[NodeCell]] = {}
     for cell in nodes.cells:
@@ -491,9 +491,9 @@ def _plan(
     reports: int,
     cells: list[NodeCell],
     details: dict[int, tuple[str, datetime]],
-) -> Plan:
+) -> NodePlan:
     node, splits, requested, effective = key
-    return Plan(
+    return NodePlan(
         node=node,
         stage_splits=splits,
         requested_strategy=requested,
