@@ -423,7 +423,7 @@ def plan_honoured(requested: str, effective: str) -> bool:
 
 
 @dataclass(frozen=True)
-class NodeCell:
+class NodeTotalRow:
     """One per-node total rollup of a revision, without its sketch and last report time (read for the
     plans shown only)."""
 
@@ -440,7 +440,7 @@ class NodeCell:
 
 @dataclass(frozen=True)
 class NodeTotals:
-    cells: list[NodeCell]
+    cells: list[NodeTotalRow]
     mtp_detected: bool
 
 
@@ -466,14 +466,14 @@ def _node_totals(revision_id: int) -> NodeTotals:
     )
     cells, detected = [], False
     for *values, mtp_detected in rows:
-        cells.append(NodeCell(*values))
+        cells.append(NodeTotalRow(*values))
         detected = bool(mtp_detected)
     return NodeTotals(cells, detected)
 
 
 def _plans(nodes: NodeTotals) -> list[NodePlan]:
     """The busiest PLAN_ROWS plans; only their cells' sketches are read (one query)."""
-    groups: dict[tuple[str, str, str, str], list[NodeCell]] = {}
+    groups: dict[tuple[str, str, str, str], list[NodeTotalRow]] = {}
     for cell in nodes.cells:
         key = (cell.node, cell.stage_splits, cell.requested_strategy, cell.strategy)
         groups.setdefault(key, []).append(cell)
@@ -489,7 +489,7 @@ def _plans(nodes: NodeTotals) -> list[NodePlan]:
 def _plan(
     key: tuple[str, str, str, str],
     reports: int,
-    cells: list[NodeCell],
+    cells: list[NodeTotalRow],
     details: dict[int, tuple[str, datetime]],
 ) -> NodePlan:
     node, splits, requested, effective = key
