@@ -23,7 +23,7 @@ from huggingface_hub import HfApi, hf_hub_url
 from huggingface_hub.hf_api import RepoFile
 from huggingface_hub.utils import build_hf_headers, paginate, parse_datetime  # type: ignore[attr-defined]
 
-from packages_app.gguf_results import Limits as HeaderLimits
+from packages_app.gguf_results import HeaderLimits
 from packages_app.hub.errors import EXPECTED_ERRORS, HubError, HubRefused, InvalidRepoId, translate
 from packages_app.hub.ids import validate_repo_id
 from packages_app.hub.net import DEFAULT_LIMITS, HUB_CDN_ORIGINS, Limits, Policy, bounded_call, ranged_get
