@@ -3,7 +3,7 @@
 An edge helper (views call it). With a broker, ``enqueue`` sends the task once the transaction commits.
 With eager tasks (no broker, the one-machine default) a task would run inside the request, so the call is
 handed to MESHDASH_BACKGROUND_THREADS threads instead; while MESHDASH_BACKGROUND_QUEUE jobs already wait,
-new work is refused (``Busy``) and the view says so. A job that dies with its process leaves its revision
+new work is refused (``PoolFull``) and the view says so. A job that dies with its process leaves its revision
 ``running``; ``reconcile_soon`` re-enqueues such revisions in both modes (beat runs it with a broker).
 """
 
@@ -30,7 +30,7 @@ _pool: ThreadPoolExecutor | None = None
 _pending = 0
 
 
-class Busy(Exception):
+class PoolFull(Exception):
     """The background pool already holds as much work as it may; nothing was started."""
 
 
@@ -39,15 +39,15 @@ def eager() -> bool:
 
 
 def ensure_room() -> None:
-    """``Busy`` when eager work would be refused now; with a broker there is always room."""
+    """``PoolFull`` when eager work would be refused now; with a broker there is always room."""
     if eager() and _pending >= settings.MESHDASH_BACKGROUND_QUEUE:
-        raise Busy("The server is busy with earlier work; try again in a few minutes.")
+        raise PoolFull("The server is busy with earlier work; try again in a few minutes.")
 
 
 def submit(fn: Callable[..., Any], *args: Any) -> None:
-    """Run ``fn(*args)`` on the pool once the current transaction commits; ``Busy`` if the queue is full."""
+    """Run ``fn(*args)`` on the pool once the current transaction commits; ``PoolFull`` if it is full."""
     if _pending >= settings.MESHDASH_BACKGROUND_QUEUE:
-        raise Busy("The server is busy with earlier work; try again in a few minutes.")
+        raise PoolFull("The server is busy with earlier work; try again in a few minutes.")
     transaction.on_commit(lambda: _start(fn, args))
 
 
@@ -109,5 +109,5 @@ def reconcile_soon() -> None:
 
     try:
         submit(tasks.reconcile_stuck_revisions)
-    except Busy:
+    except PoolFull:
         cache.delete("meshdash:reconcile-from-web")

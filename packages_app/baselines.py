@@ -53,14 +53,14 @@ def quantization_of(name: str) -> str:
 
 
 @dataclass(frozen=True)
-class Stored:
+class StoredBaseline:
     status: int  # 201 stored, 200 the same report again, 409 the id with another body
     id: int
 
 
 def store_baselines(
     node: Node, items: Sequence[tuple[BaselineReportIn, str]], received_at: datetime
-) -> list[Stored]:
+) -> list[StoredBaseline]:
     """Store a batch: one read of the keys already stored, one insert, one read back (three queries)."""
     ids = [report.report_id for report, _ in items]
     before = set(
@@ -85,10 +85,10 @@ def store_baselines(
     for index, (report, digest) in enumerate(items):
         pk, kept = stored[report.report_id]
         if kept != digest:
-            out.append(Stored(409, pk))
+            out.append(StoredBaseline(409, pk))
         else:
             created = report.report_id not in before and firsts.get(report.report_id) == index
-            out.append(Stored(201 if created else 200, pk))
+            out.append(StoredBaseline(201 if created else 200, pk))
     return out
 
 

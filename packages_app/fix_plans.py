@@ -33,7 +33,7 @@ class FixRefused(Exception):
 
 
 @dataclass(frozen=True)
-class Plan:
+class FixPlan:
     package: Package
     revision: Revision
     manifest: str  # the patched model-package.json
@@ -105,7 +105,7 @@ def supersede_refusal(package: Package, revision: Revision) -> str | None:
     return None
 
 
-def plan(package: Package, revision: Revision) -> Plan:
+def plan(package: Package, revision: Revision) -> FixPlan:
     """What the pull request would carry, after re-checking the patched manifest with the rulebook."""
     refusal = v1_refusal(revision) or supersede_refusal(package, revision)
     if refusal:
@@ -149,7 +149,7 @@ def plan(package: Package, revision: Revision) -> Plan:
         id_after,
         writer=suggested.writer if suggested else None,
     )
-    return Plan(package, revision, patched, diff, title, description, before, after, id_before, id_after)
+    return FixPlan(package, revision, patched, diff, title, description, before, after, id_before, id_after)
 
 
 def _writer_line(shape: WriterShape | None) -> str:

@@ -19,12 +19,12 @@ from typing import Final
 
 from packages_app.gguf_errors import GGUFHeaderError
 from packages_app.gguf_parser import Bytes, HeaderParser, byte_view
-from packages_app.gguf_results import DEFAULT_LIMITS, GGUFHeader, Limits, MiB
+from packages_app.gguf_results import DEFAULT_LIMITS, GGUFHeader, HeaderLimits, MiB
 
 _READ_CHUNK: Final = 1 * MiB
 
 
-def parse_header(data: Bytes, limits: Limits = DEFAULT_LIMITS) -> GGUFHeader:
+def parse_header(data: Bytes, limits: HeaderLimits = DEFAULT_LIMITS) -> GGUFHeader:
     """Parse a header from bytes starting at offset 0, in place (no copy); TruncatedHeader if they end."""
     view = byte_view(data)
     parser = HeaderParser(limits)
@@ -34,7 +34,7 @@ def parse_header(data: Bytes, limits: Limits = DEFAULT_LIMITS) -> GGUFHeader:
     return parser.finish()
 
 
-def parse_file(path: str | os.PathLike[str], limits: Limits = DEFAULT_LIMITS) -> GGUFHeader:
+def parse_file(path: str | os.PathLike[str], limits: HeaderLimits = DEFAULT_LIMITS) -> GGUFHeader:
     """Parse a local file's header, reading it in chunks (never the whole file); OSError if unreadable."""
     parser = HeaderParser(limits)
     with open(path, "rb") as handle:

@@ -41,7 +41,7 @@ from packages_app.gguf_fields import (
     tensor_type,
     value_type,
 )
-from packages_app.gguf_results import DEFAULT_LIMITS, ArraySummary, GGUFHeader, Limits, TensorInfo
+from packages_app.gguf_results import DEFAULT_LIMITS, ArraySummary, GGUFHeader, HeaderLimits, TensorInfo
 
 Bytes = bytes | bytearray | memoryview
 
@@ -92,7 +92,7 @@ class HeaderParser:
     committed and the item is retried on the next feed, except arrays, which commit progress per element.
     """
 
-    def __init__(self, limits: Limits = DEFAULT_LIMITS) -> None:
+    def __init__(self, limits: HeaderLimits = DEFAULT_LIMITS) -> None:
         self.limits = limits
         self.received = 0
         self.consumed = 0

@@ -13,7 +13,7 @@ MiB: Final = 1024 * 1024
 
 
 @dataclass(frozen=True)
-class Limits:
+class HeaderLimits:
     """Caps that keep hostile headers from costing unbounded time or memory."""
 
     max_header_bytes: int = 64 * MiB  # tensor infos must end by this offset
@@ -26,14 +26,14 @@ class Limits:
     keep_array_values: int = 64  # arrays with at most this many elements keep their values
 
 
-DEFAULT_LIMITS: Final = Limits()
+DEFAULT_LIMITS: Final = HeaderLimits()
 
 
 @dataclass(frozen=True, slots=True)
 class ArraySummary:
     element_type: str  # GGUFValueType name, e.g. "STRING"
     count: int
-    values: list[object] | None = None  # kept only for arrays of at most Limits.keep_array_values elements
+    values: list[object] | None = None  # kept for arrays of at most HeaderLimits.keep_array_values elements
 
     def to_json(self) -> dict[str, object]:
         summary: dict[str, object] = {"array": self.element_type, "count": self.count}

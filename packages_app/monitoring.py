@@ -26,7 +26,7 @@ SILENT_WINDOW = timedelta(days=1)
 
 
 @dataclass(frozen=True)
-class Figures:
+class DatabaseGauges:
     queued: int = 0
     running: int = 0
     oldest_queued_age: float = 0.0  # seconds; 0 when nothing waits
@@ -53,7 +53,7 @@ def by_status(rows: list[tuple[str | None, int]]) -> dict[str, int]:
     return counts
 
 
-def current_figures(now: datetime | None = None) -> Figures:
+def current_figures(now: datetime | None = None) -> DatabaseGauges:
     now = now or timezone.now()
     queue = dict(
         Revision.objects.filter(status__in=[Revision.Status.QUEUED, Revision.Status.RUNNING])
@@ -62,7 +62,7 @@ def current_figures(now: datetime | None = None) -> Figures:
         .values_list("status", "n")
     )
     oldest = Revision.objects.filter(status=Revision.Status.QUEUED).aggregate(at=Min("queued_at"))["at"]
-    return Figures(
+    return DatabaseGauges(
         queued=queue.get(Revision.Status.QUEUED, 0),
         running=queue.get(Revision.Status.RUNNING, 0),
         oldest_queued_age=max((now - oldest).total_seconds(), 0.0) if oldest else 0.0,

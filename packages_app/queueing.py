@@ -42,7 +42,7 @@ def enqueue_track(repo_id: str) -> None:
 def enqueue_reingest(repo_id: str, shas: list[str]) -> None:
     """Ingest these revisions of a package again (an operator's re-ingest) once the caller's transaction
     commits. With no broker the background pool enqueues them, so the eager ingests never run inside the
-    request; ``background.Busy`` when the pool is full."""
+    request; ``background.PoolFull`` when the pool is full."""
     from packages_app import background, tasks
 
     if background.eager():

@@ -88,7 +88,7 @@ class RevisionThroughput:
     mean_accepted_length: float | None
     stage_splits: list[str]
     recent: list[dict[str, Any]]
-    plans: list[Plan]
+    plans: list[NodePlan]
     alert: Alert | None
     nodes: int = 0  # nodes that reported running it
     auto_off: int = 0  # reports that asked for auto and ran without MTP
@@ -398,7 +398,7 @@ JUDGED_REQUESTS = ("mtp", "disabled", "ngram-cache", "ngram-suffix")
 
 
 @dataclass(frozen=True)
-class Plan:
+class NodePlan:
     """What one node asked for on one topology, what ran, and how it went."""
 
     node: str
@@ -425,7 +425,7 @@ def plan_honoured(requested: str, effective: str) -> bool:
 
 
 @dataclass(frozen=True)
-class NodeCell:
+class NodeTotalRow:
     """One per-node total rollup of a revision, without its sketch and last report time (read for the
     plans shown only)."""
 
@@ -442,7 +442,7 @@ class NodeCell:
 
 @dataclass(frozen=True)
 class NodeTotals:
-    cells: list[NodeCell]
+    cells: list[NodeTotalRow]
     mtp_detected: bool
 
 
@@ -469,14 +469,14 @@ def _node_totals(revision_id: int) -> NodeTotals:
     )
     cells, detected = [], False
     for *values, mtp_detected in rows:
-        cells.append(NodeCell(*values))
+        cells.append(NodeTotalRow(*values))
         detected = bool(mtp_detected)
     return NodeTotals(cells, detected)
 
 
-def _plans(nodes: NodeTotals) -> list[Plan]:
+def _plans(nodes: NodeTotals) -> list[NodePlan]:
     """The busiest PLAN_ROWS plans; only their cells' sketches are read (one query)."""
-    groups: dict[tuple[str, str, str, str], list[NodeCell]] = {}
+    groups: dict[tuple[str, str, str, str], list[NodeTotalRow]] = {}
     for cell in nodes.cells:
         key = (cell.node, cell.stage_splits, cell.requested_strategy, cell.strategy)
         groups.setdefault(key, []).append(cell)
@@ -492,11 +492,11 @@ def _plans(nodes: NodeTotals) -> list[Plan]:
 def _plan(
     key: tuple[str, str, str, str],
     reports: int,
-    cells: list[NodeCell],
+    cells: list[NodeTotalRow],
     details: dict[int, tuple[str, datetime]],
-) -> Plan:
+) -> NodePlan:
     node, splits, requested, effective = key
-    return Plan(
+    return NodePlan(
         node=node,
         stage_splits=splits,
         requested_strategy=requested,

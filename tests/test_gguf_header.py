@@ -38,7 +38,7 @@ from packages_app.gguf_errors import (
 )
 from packages_app.gguf_header import parse_file, parse_header
 from packages_app.gguf_parser import HeaderParser
-from packages_app.gguf_results import ArraySummary, GGUFHeader, Limits
+from packages_app.gguf_results import ArraySummary, GGUFHeader, HeaderLimits
 
 ROOT = Path(__file__).resolve().parent.parent
 Q = GGMLQuantizationType
@@ -568,25 +568,25 @@ def test_it_rejects_a_header_larger_than_the_limit() -> None:
     data = raw_gguf([kv("tokenizer.chat_template", V.STRING, gstr("x" * 5000))])
 
     with pytest.raises(LimitExceeded, match="1024-byte header limit"):
-        parse_header(data, Limits(max_header_bytes=1024))
+        parse_header(data, HeaderLimits(max_header_bytes=1024))
 
 
 def test_it_rejects_counts_that_cannot_fit_under_the_header_limit() -> None:
     with pytest.raises(LimitExceeded, match="need at least 2424 bytes"):
-        parse_header(raw_gguf([], counts=(100, 0)), Limits(max_header_bytes=1000))
+        parse_header(raw_gguf([], counts=(100, 0)), HeaderLimits(max_header_bytes=1000))
 
 
 def test_it_rejects_a_string_longer_than_the_string_limit() -> None:
     data = raw_gguf([kv("tokenizer.chat_template", V.STRING, gstr("x" * 5000))])
 
     with pytest.raises(LimitExceeded, match="over the 4096-byte limit"):
-        parse_header(data, Limits(max_string_bytes=4096))
+        parse_header(data, HeaderLimits(max_string_bytes=4096))
 
 
 def test_it_rejects_a_big_string_array_running_past_the_limit_while_fed() -> None:
     elements = b"".join(gstr(f"t{i}") for i in range(5000))
     data = raw_gguf([kv("tokenizer.ggml.tokens", V.ARRAY, struct.pack("<IQ", V.STRING, 5000) + elements)])
-    parser = HeaderParser(Limits(max_header_bytes=4096))
+    parser = HeaderParser(HeaderLimits(max_header_bytes=4096))
 
     with pytest.raises(LimitExceeded, match=r"tokenizer\.ggml\.tokens"):
         for start in range(0, len(data), 1000):

@@ -18,12 +18,14 @@ from hypothesis import strategies as st
 from packages_app.gguf_errors import GGUFHeaderError, MalformedHeader
 from packages_app.gguf_header import parse_header
 from packages_app.gguf_parser import HeaderParser
-from packages_app.gguf_results import GGUFHeader, Limits
+from packages_app.gguf_results import GGUFHeader, HeaderLimits
 
 # Small limits keep a mutated count or length from asking for megabytes, so every example stays quick.
 # No per-example deadline: on a shared machine wall-clock time measures the neighbours; the limits bound the
 # work, and PEAK_BYTES bounds the memory.
-LIMITS = Limits(max_header_bytes=1 << 20, max_string_bytes=1 << 16, max_kv_count=512, max_tensor_count=512)
+LIMITS = HeaderLimits(
+    max_header_bytes=1 << 20, max_string_bytes=1 << 16, max_kv_count=512, max_tensor_count=512
+)
 FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 PEAK_BYTES = 8 * 2**20
 

@@ -192,11 +192,11 @@ def test_the_python_path_takes_the_first_source_of_each_counter_and_the_ratio_of
     both = Report(
         received_at=at, speculative_proposed_n=80, speculative_accepted_n=50, draft_n=10, draft_n_accepted=1
     )
-    figures = rollups_cells.Figures.of(both)
+    figures = rollups_cells.ReportContribution.of(both)
     assert (figures.proposed, figures.accepted, figures.windows) == (80, 50, 0)
     assert dict((v[0], v[1]) for v in figures.values if v)["acceptance"] == 50 / 80
-    llama = rollups_cells.Figures.of(Report(received_at=at, draft_n=60, draft_n_accepted=30))
+    llama = rollups_cells.ReportContribution.of(Report(received_at=at, draft_n=60, draft_n_accepted=30))
     assert (llama.proposed, llama.accepted) == (60, 30)
     assert dict((v[0], v[1]) for v in llama.values if v)["acceptance"] == 0.5
-    none = rollups_cells.Figures.of(Report(received_at=at, speculative_accepted_n=3))
+    none = rollups_cells.ReportContribution.of(Report(received_at=at, speculative_accepted_n=3))
     assert "acceptance" not in {v[0] for v in none.values if v}

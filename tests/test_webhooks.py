@@ -119,7 +119,7 @@ def test_a_full_background_pool_answers_503_with_retry_after(client: Client, set
     from packages_app import background
 
     settings.CELERY_BROKER_URL = ""
-    with mock.patch.object(background, "submit", side_effect=background.Busy("busy")):
+    with mock.patch.object(background, "submit", side_effect=background.PoolFull("busy")):
         response = post(client, hub_payload())
     assert response.status_code == 503 and int(response["Retry-After"]) > 0
 

@@ -54,7 +54,7 @@ class Release:
 
 
 @dataclass(frozen=True)
-class Serving:
+class ServingAdmission:
     """One way of serving (split or single-node) for one release: admitted, refused, or not pinned down."""
 
     admitted: Tristate
@@ -69,8 +69,8 @@ class Admission:
     release: str
     admitted: Tristate  # the package verdict; None when mesh-llm's behaviour is not pinned down
     why: str
-    single_node: Serving | None = None  # the gate does not apply to single-node serving
-    split: Serving | None = None  # the package verdict and the release's split-certification gate
+    single_node: ServingAdmission | None = None  # the gate does not apply to single-node serving
+    split: ServingAdmission | None = None  # the package verdict and the release's split-certification gate
     gate: SplitGate | None = None
 
     def to_json(self) -> dict[str, Any]:
@@ -158,20 +158,20 @@ def admit(
 ) -> Admission:
     admitted, why = _package_verdict(parsed, r)
     gate = split_gate(architecture, r.release, r.split_gate, r.roster, r.runtime_abi, rosters)
-    single = Serving(admitted, why)
+    single = ServingAdmission(admitted, why)
     return Admission(r.release, admitted, why, single, _split(admitted, why, gate), gate)
 
 
-def _split(admitted: Tristate, why: str, gate: SplitGate) -> Serving:
+def _split(admitted: Tristate, why: str, gate: SplitGate) -> ServingAdmission:
     """A refusal by either the package verdict or the gate refuses; both must admit to admit."""
     if admitted is False:
-        return Serving(False, why)
+        return ServingAdmission(False, why)
     if gate.admitted is False:
-        return Serving(False, gate.why)
+        return ServingAdmission(False, gate.why)
     if admitted is True and gate.admitted is True:
-        return Serving(True, f"{why} {gate.why[0].upper()}{gate.why[1:]}")
+        return ServingAdmission(True, f"{why} {gate.why[0].upper()}{gate.why[1:]}")
     reasons = [w for a, w in ((admitted, why), (gate.admitted, gate.why)) if a is None]
-    return Serving(None, " ".join(reasons))
+    return ServingAdmission(None, " ".join(reasons))
 
 
 def _package_verdict(parsed: ManifestResult | None, r: Release) -> tuple[Tristate, str]:

@@ -59,7 +59,7 @@ _FALLBACK = (
 
 
 @dataclass(frozen=True)
-class Provenance:
+class ProfileSource:
     source_repo: str
     revision: str
     file: str
@@ -76,7 +76,7 @@ class Provenance:
         }
 
     @classmethod
-    def from_json(cls, doc: Any) -> Provenance:
+    def from_json(cls, doc: Any) -> ProfileSource:
         d = rb.mapping(doc)
         return cls(*(rb.text(d.get(key)) for key in ("source_repo", "revision", "file", "section", "url")))
 
@@ -93,7 +93,7 @@ class Profile:
     reasoning_enabled: str | None  # "auto" | "off" | "on"
     reasoning_format: str | None
     reasoning_budget: int | str | None  # a token count or a level name ("low", "high", ...)
-    provenance: Provenance
+    provenance: ProfileSource
     selected_for: tuple[str, ...]  # the MODES that select it
 
     @property
@@ -135,7 +135,7 @@ class Profile:
             reasoning_enabled=rb.optional_text(reasoning.get("enabled")),
             reasoning_format=rb.optional_text(reasoning.get("format")),
             reasoning_budget=tokens if tokens is not None else rb.optional_text(budget),
-            provenance=Provenance.from_json(d.get("provenance")),
+            provenance=ProfileSource.from_json(d.get("provenance")),
             selected_for=rb.texts(d.get("selected_for")),
         )
 
@@ -279,7 +279,7 @@ def _profile(name: str, p: dict[str, Any], chosen: Selection) -> Profile:
         reasoning_enabled=reasoning.get("enabled"),
         reasoning_format=reasoning.get("format"),
         reasoning_budget=reasoning.get("budget"),
-        provenance=Provenance(*(prov[k] for k in ("source_repo", "revision", "file", "section", "url"))),
+        provenance=ProfileSource(*(prov[k] for k in ("source_repo", "revision", "file", "section", "url"))),
         selected_for=tuple(mode for mode, selected in zip(MODES, modes, strict=True) if selected == name),
     )
 

@@ -13,15 +13,15 @@ from packages_app.models import NodeRun
 
 @dataclass(frozen=True)
 class PlanAdvice:
-    """One node's plan on a revision (throughput.Plan) with the node's release and what it predicts."""
+    """One node's plan on a revision (throughput.NodePlan) with the node's release and what it predicts."""
 
-    plan: throughput.Plan
+    plan: throughput.NodePlan
     version: str
     advice: Advice
 
 
 def plan_advice(
-    revision_id: int, assessment: Assessment | None, plans: list[throughput.Plan]
+    revision_id: int, assessment: Assessment | None, plans: list[throughput.NodePlan]
 ) -> list[PlanAdvice]:
     """Each plan judged against its node's release: the package page's per-node column and its findings
     (contradictions name the node, its version, what was predicted and what it did). One query."""
@@ -33,7 +33,7 @@ def plan_advice(
     return [_plan_advice(p, runs.get(p.node) or RunFacts(), assessment) for p in plans]
 
 
-def _plan_advice(plan: throughput.Plan, run: RunFacts, assessment: Assessment | None) -> PlanAdvice:
+def _plan_advice(plan: throughput.NodePlan, run: RunFacts, assessment: Assessment | None) -> PlanAdvice:
     used = plan.effective_strategy.startswith("native-mtp")
     facts = run.facts(
         plan.node,

@@ -23,7 +23,7 @@ from huggingface_hub import HfApi, hf_hub_url
 from huggingface_hub.hf_api import RepoFile
 from huggingface_hub.utils import build_hf_headers, paginate, parse_datetime  # type: ignore[attr-defined]
 
-from packages_app.gguf_results import Limits as HeaderLimits
+from packages_app.gguf_results import HeaderLimits
 from packages_app.hub.errors import EXPECTED_ERRORS, HubError, HubRefused, InvalidRepoId, translate
 from packages_app.hub.ids import validate_repo_id
 from packages_app.hub.net import DEFAULT_LIMITS, HUB_CDN_ORIGINS, Limits, Policy, bounded_call, ranged_get
@@ -31,8 +31,8 @@ from packages_app.hub.records import (
     MANIFEST_MAX_BYTES,
     MANIFEST_PATH,
     SHA_RE,
-    CatalogRow,
     CommitInfo,
+    CuratedCatalogRow,
     FetchStats,
     ModelCard,
     RemoteFile,
@@ -391,11 +391,11 @@ def catalog_package_repos(
 
 def catalog_package_rows(
     dataset_id: str, *, endpoint: str | None = None, on_skip: SkipFn = _ignore
-) -> list[CatalogRow]:
+) -> list[CuratedCatalogRow]:
     """Every package row of the curated catalog dataset, with its entry, variant and source model."""
     source = HubSource(dataset_id, endpoint=endpoint, repo_type="dataset")
     sha = source.resolve_revision(None)
-    rows: list[CatalogRow] = []
+    rows: list[CuratedCatalogRow] = []
     for f in source.list_files(sha):
         if not (f.path.startswith("entries/") and f.path.endswith(".json")) or f.size > 1024 * 1024:
             continue
@@ -408,13 +408,13 @@ def catalog_package_rows(
     return rows
 
 
-def _valid_rows(rows: Iterable[CatalogRow], on_skip: SkipFn) -> Iterator[CatalogRow]:
+def _valid_rows(rows: Iterable[CuratedCatalogRow], on_skip: SkipFn) -> Iterator[CuratedCatalogRow]:
     for row in rows:
         if list(_valid_ids([row.repo], on_skip)):
             yield row
 
 
-def catalog_entry_rows(path: str, entry: object) -> Iterator[CatalogRow]:
+def catalog_entry_rows(path: str, entry: object) -> Iterator[CuratedCatalogRow]:
     """The layer-package rows of one catalog entry. ``variants`` is an object keyed by variant or an array
     of variants (mesh-llm reads both; an array item names itself under ``name``); a row's ``source_revision``
     is the source model's revision, falling back to the variant's ``source.revision``."""
@@ -432,7 +432,7 @@ def catalog_entry_rows(path: str, entry: object) -> Iterator[CatalogRow]:
             yield from _variant_rows(path, name[:200], variant)
 
 
-def _variant_rows(path: str, name: str, variant: dict[str, Any]) -> Iterator[CatalogRow]:
+def _variant_rows(path: str, name: str, variant: dict[str, Any]) -> Iterator[CuratedCatalogRow]:
     found = variant.get("source")
     source: dict[str, Any] = found if isinstance(found, dict) else {}
     packages = variant.get("packages")
@@ -442,7 +442,7 @@ def _variant_rows(path: str, name: str, variant: dict[str, Any]) -> Iterator[Cat
             continue
         revision = pkg.get("source_revision") or source.get("revision")
         count = pkg.get("layer_count")
-        yield CatalogRow(
+        yield CuratedCatalogRow(
             repo=repo,
             entry=path,
             variant=name,

@@ -35,7 +35,7 @@ class RemoteFile:
 
 
 @dataclass(frozen=True)
-class CatalogRow:
+class CuratedCatalogRow:
     """One package row of the curated catalog dataset (``entries/<owner>/<repo>.json``): which package a
     variant lists, and ``source_revision``, the *source model's* revision (not the package's; docs/rules.md
     section 6b)."""

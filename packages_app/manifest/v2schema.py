@@ -88,11 +88,11 @@ class Tagged:
 
 
 @dataclass(frozen=True)
-class Budget:
+class ReasoningBudget:
     """GenerationReasoningBudget: untagged, a u32 token count or a level name."""
 
 
-Type = Union[Int, Scalar, Enum, Seq, Map, Opt, Struct, Tagged, Budget]  # noqa: UP007
+Type = Union[Int, Scalar, Enum, Seq, Map, Opt, Struct, Tagged, ReasoningBudget]  # noqa: UP007
 
 STR = Scalar("string")
 F64 = Scalar("f64")
@@ -184,7 +184,7 @@ REASONING = Struct(
     (
         _o("enabled", Enum(("auto", "off", "on"))),
         _o("format", Enum(("auto", "none", "deepseek", "deepseek-legacy", "hidden"))),
-        _o("budget", Budget()),
+        _o("budget", ReasoningBudget()),
     ),
 )
 PROFILE = Struct(
@@ -340,7 +340,7 @@ def _decode(kind: Type, value: Any, path: str) -> Any:
     return _decode_leaf(kind, value, path)
 
 
-def _decode_leaf(kind: Int | Scalar | Enum | Budget, value: Any, path: str) -> Any:
+def _decode_leaf(kind: Int | Scalar | Enum | ReasoningBudget, value: Any, path: str) -> Any:
     if isinstance(kind, Int):
         return _decode_int(kind, value, path)
     if isinstance(kind, Enum):
@@ -350,7 +350,7 @@ def _decode_leaf(kind: Int | Scalar | Enum | Budget, value: Any, path: str) -> A
             expected = ", ".join(f"`{v}`" for v in kind.values)
             raise DecodeError(path, f"unknown variant `{value[:60]}`, expected one of {expected}")
         return value
-    if isinstance(kind, Budget):
+    if isinstance(kind, ReasoningBudget):
         if isinstance(value, str):
             return _decode_leaf(Enum(("auto", "low", "medium", "high", "unrestricted")), value, path)
         return _decode_int(U32T, value, path)

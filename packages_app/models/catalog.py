@@ -52,7 +52,7 @@ class Package(models.Model):
     card_tags = models.JSONField(
         default=list, blank=True, help_text="The card's tags, as the Hub lists them."
     )
-    # The rows of the curated catalog dataset that list this package (hub.CatalogRow.to_json), from discover.
+    # The curated catalog dataset's rows listing this package (hub.CuratedCatalogRow.to_json), from discover.
     catalog_rows = models.JSONField(default=list, blank=True)
 
     objects = PackageQuerySet.as_manager()

@@ -118,7 +118,7 @@ class SplitReadiness(_Observed):
     recommendations: list[Text600] = Field(default_factory=list, max_length=MAX_OBSERVED_ITEMS)
 
 
-class Provenance(_Observed):
+class ServingProvenance(_Observed):
     """The newest ``ServingProvenance`` of an ``openai.exchange.v1`` terminal event for the run's model,
     with the envelope's ``dispatch_path`` and ``usage`` beside it."""
 
@@ -144,7 +144,7 @@ class Observations(StrictModel):
     twin_policy: Annotated[Any, AfterValidator(_check_observed)] = None
     draft_name: Annotated[str, Strict(), Field(max_length=300)] | None = None
     split_readiness: SplitReadiness | None = None
-    provenance: Provenance | None = None
+    provenance: ServingProvenance | None = None
     not_reported: list[Text64] = Field(
         default_factory=list,
         max_length=16,

@@ -104,7 +104,7 @@ def cells_of(
         if row.revision_id is None:
             continue
         added += 1
-        figures = Figures.of(row)
+        figures = ReportContribution.of(row)
         nodes: tuple[int, ...] = (row.node_id,) if own else ()
         if room.take(row):
             nodes += (Rollup.ALL_NODES,)
@@ -173,7 +173,7 @@ def _placement(row: Report) -> report_time.Placement:
 
 
 @dataclass(frozen=True, slots=True)
-class Figures:
+class ReportContribution:
     """What one report adds to each of its cells, worked out once (bins included) for all six."""
 
     at: datetime
@@ -187,7 +187,7 @@ class Figures:
     values: tuple[tuple[str, float, int] | None, ...]  # (metric, value, bin) per METRICS
 
     @classmethod
-    def of(cls, row: Report) -> Figures:
+    def of(cls, row: Report) -> ReportContribution:
         totals = {total: _first(*(getattr(row, name) for name in names)) for total, names in SUMS.items()}
         derived = {name: _ratio(totals, *ratio) for name, ratio in RATIOS.items()}
         values = [derived[m.name] if m.derived else getattr(row, m.name) for m in SKETCHED]

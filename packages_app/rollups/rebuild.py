@@ -149,7 +149,7 @@ def _delete_rollups(revision_ids: list[int]) -> None:
         model.objects.filter(revision_id__in=revision_ids).delete()
 
 
-# The same cells as cells_of + Figures, computed by PostgreSQL from the raw rows in one statement:
+# The same cells as cells_of + ReportContribution, computed by PostgreSQL from the raw rows in one statement:
 # at 10,000,000 reports the Python path takes tens of minutes, this a few. Bins as sketch.bin_of
 # (ln and ceil on the same doubles); tests/test_rollups.py checks both paths give the same rows.
 

@@ -133,7 +133,7 @@ NODE_ROLLUP_COLUMNS = (*NODE_ROLLUP_KEY, "reports", "tps_sketch", "strategies")
 
 
 @dataclass
-class NodeCell:
+class NodeRollupDelta:
     """What one batch adds to one NodeRollup row."""
 
     reports: int = 0
@@ -146,15 +146,15 @@ def strategy_key(requested: str, effective: str, mtp_used: bool) -> str:
     return json.dumps([requested, effective, bool(mtp_used)], ensure_ascii=False)
 
 
-def node_rollups_of(cells: dict[Key, Cell]) -> dict[NodeKey, NodeCell]:
+def node_rollups_of(cells: dict[Key, Cell]) -> dict[NodeKey, NodeRollupDelta]:
     """The NodeRollup rows the cells add to: their hour and day cells of one node, summed over
     strategies and topologies."""
-    merged: dict[NodeKey, NodeCell] = {}
+    merged: dict[NodeKey, NodeRollupDelta] = {}
     for key, cell in cells.items():
         revision, grain, node, start, splits, requested, strategy, mtp_used, _topology = key
         if grain == Rollup.Grain.TOTAL or node == Rollup.ALL_NODES:
             continue
-        found = merged.setdefault((revision, grain, node, start, splits), NodeCell())
+        found = merged.setdefault((revision, grain, node, start, splits), NodeRollupDelta())
         found.reports += cell.reports
         for index, count in cell.metrics["tps"].bins.items():
             found.bins[index] = found.bins.get(index, 0) + count
@@ -163,7 +163,7 @@ def node_rollups_of(cells: dict[Key, Cell]) -> dict[NodeKey, NodeCell]:
     return merged
 
 
-def upsert_node_rollups(cells: dict[NodeKey, NodeCell], *, using: str = "default") -> None:
+def upsert_node_rollups(cells: dict[NodeKey, NodeRollupDelta], *, using: str = "default") -> None:
     """Add to the stored NodeRollup rows, in key order (after ``upsert``, as every writer: no deadlock)."""
     connection = connections[using]
     adapt = connection.ops.adapt_datetimefield_value

@@ -14,7 +14,7 @@ from packages_app.verdicts import Verdict
 
 
 @dataclass(frozen=True)
-class Profile:
+class ModelFamily:
     """A model family: architecture, trunk blocks, bytes per block, whether it ships an MTP block."""
 
     name: str
@@ -25,15 +25,15 @@ class Profile:
 
 
 PROFILES = [
-    Profile("Qwen3.5-35B-A3B", "qwen35moe", 40, 480_000_000, True),
-    Profile("Qwen3.8-27B", "qwen35", 64, 250_000_000, True),
-    Profile("GLM-4.7-Flash", "deepseek2", 47, 380_000_000, True),
-    Profile("NVIDIA-Nemotron-3-Super-120B-A12B", "nemotron_h_moe", 88, 760_000_000, True),
-    Profile("DeepSeek-V3.2", "deepseek2", 61, 6_600_000_000, True),
-    Profile("Qwen3-235B-A22B", "qwen3moe", 94, 1_420_000_000, False),
-    Profile("Qwen3-30B-A3B-Thinking-2507", "qwen3moe", 48, 360_000_000, False),
-    Profile("Llama-3.2-1B-Instruct", "llama", 16, 48_000_000, False),
-    Profile("gemma-4-26B-A4B-it-qat", "gemma3", 30, 520_000_000, False),
+    ModelFamily("Qwen3.5-35B-A3B", "qwen35moe", 40, 480_000_000, True),
+    ModelFamily("Qwen3.8-27B", "qwen35", 64, 250_000_000, True),
+    ModelFamily("GLM-4.7-Flash", "deepseek2", 47, 380_000_000, True),
+    ModelFamily("NVIDIA-Nemotron-3-Super-120B-A12B", "nemotron_h_moe", 88, 760_000_000, True),
+    ModelFamily("DeepSeek-V3.2", "deepseek2", 61, 6_600_000_000, True),
+    ModelFamily("Qwen3-235B-A22B", "qwen3moe", 94, 1_420_000_000, False),
+    ModelFamily("Qwen3-30B-A3B-Thinking-2507", "qwen3moe", 48, 360_000_000, False),
+    ModelFamily("Llama-3.2-1B-Instruct", "llama", 16, 48_000_000, False),
+    ModelFamily("gemma-4-26B-A4B-it-qat", "gemma3", 30, 520_000_000, False),
 ]
 QUANTS = ["UD-Q4_K_XL", "Q4_K_M", "UD-Q3_K_XL", "Q8_0", "UD-Q5_K_XL"]
 # (verdict, weight) for packages whose weights hold MTP, and for those without.
@@ -52,7 +52,7 @@ STRATEGIES_ON = ["native-mtp", "native-mtp+ngram-cache", "native-mtp+ngram-suffi
 STRATEGIES_OFF = ["disabled", "ngram-cache", "ngram-suffix"]
 
 
-def mtp_declared(verdict: str, profile: Profile) -> bool:
+def mtp_declared(verdict: str, profile: ModelFamily) -> bool:
     return verdict in (
         Verdict.CONSISTENT_MTP,
         Verdict.DECLARED_WITHOUT_WEIGHTS,
@@ -84,7 +84,7 @@ def file_rows(revision_id: int, blocks: int) -> Iterator[PackageFile]:
     yield PackageFile(revision_id=revision_id, path="model-package.json", role="manifest", size=20_000)
 
 
-def build_audit(profile: Profile, verdict: str) -> dict[str, Any]:
+def build_audit(profile: ModelFamily, verdict: str) -> dict[str, Any]:
     """An audit dict in packages_app.audit's shape for a synthetic package of ``profile``."""
     blocks = profile.trunk + (1 if profile.mtp else 0)
     mtp_blocks = [profile.trunk] if profile.mtp else []
@@ -128,7 +128,7 @@ def build_audit(profile: Profile, verdict: str) -> dict[str, Any]:
     }
 
 
-def _block(index: int, profile: Profile, mtp: bool) -> dict[str, Any]:
+def _block(index: int, profile: ModelFamily, mtp: bool) -> dict[str, Any]:
     kinds = ["attention", "moe"] if index % 4 == 3 else ["ssm", "moe"]
     return {
         "index": index,

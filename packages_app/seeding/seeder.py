@@ -50,7 +50,7 @@ from packages_app.seeding.catalog import (
     QUANTS,
     STRATEGIES_OFF,
     STRATEGIES_ON,
-    Profile,
+    ModelFamily,
     build_audit,
     file_rows,
     layer_path,
@@ -68,8 +68,8 @@ class Seeder:
         self.random = random.Random(options["seed"])
         self.prefix = options["owner"] + "/"
         self.batch = options["batch"]
-        self.audits: dict[tuple[Profile, str], dict[str, Any]] = {}
-        self.assessments: dict[tuple[Profile, str, int], dict[str, Any]] = {}
+        self.audits: dict[tuple[ModelFamily, str], dict[str, Any]] = {}
+        self.assessments: dict[tuple[ModelFamily, str, int], dict[str, Any]] = {}
         self.node_names: dict[int, str] = {}
         # The fleet shape: its topologies, each node's mesh-llm release, its device and its operator's
         # speculative.strategy setting (from when, oldest first).
@@ -156,7 +156,7 @@ class Seeder:
         )
         return len(self.packages)
 
-    def repo_id(self, index: int, profile: Profile) -> str:
+    def repo_id(self, index: int, profile: ModelFamily) -> str:
         quant = QUANTS[index // len(PROFILES) % len(QUANTS)]
         return f"{self.prefix}{profile.name}-{quant}-v{index:05d}-layers"
 
@@ -176,7 +176,9 @@ class Seeder:
             for age in range(count):
                 yield self.revision_row(package_id, index, profile, age, latest=age == 0)
 
-    def revision_row(self, package_id: int, index: int, profile: Profile, age: int, latest: bool) -> Revision:
+    def revision_row(
+        self, package_id: int, index: int, profile: ModelFamily, age: int, latest: bool
+    ) -> Revision:
         sha = digest(f"{index}-{age}", 40)
         status = self.status(latest)
         verdict = self.verdict(profile) if status == Revision.Status.DONE else ""
@@ -213,19 +215,19 @@ class Seeder:
             return Revision.Status.DONE
         return [Revision.Status.QUEUED, Revision.Status.RUNNING, Revision.Status.FAILED][int(roll * 100)]
 
-    def verdict(self, profile: Profile) -> str:
+    def verdict(self, profile: ModelFamily) -> str:
         choices = MTP_VERDICTS if profile.mtp else NO_MTP_VERDICTS
         names, weights = zip(*choices, strict=True)
         return str(self.random.choices(names, weights=weights, k=1)[0])
 
-    def audit(self, profile: Profile, verdict: str, sha: str) -> dict[str, Any]:
+    def audit(self, profile: ModelFamily, verdict: str, sha: str) -> dict[str, Any]:
         template = self.audits.get((profile, verdict))
         if template is None:
             template = self.audits[(profile, verdict)] = build_audit(profile, verdict)
         # Shares the nested template; only the revision differs per row.
         return {**template, "provenance": {**template["provenance"], "revision": sha}}
 
-    def assessment(self, profile: Profile, verdict: str, schema: int) -> dict[str, Any]:
+    def assessment(self, profile: ModelFamily, verdict: str, schema: int) -> dict[str, Any]:
         """The real shape and size of an assessment (every release, every setting), shared per kind."""
         key = (profile, verdict, schema)
         if key not in self.assessments:
@@ -235,7 +237,7 @@ class Seeder:
             self.assessments[key] = made.to_json()
         return self.assessments[key]
 
-    def manifest(self, profile: Profile, verdict: str) -> dict[str, Any]:
+    def manifest(self, profile: ModelFamily, verdict: str) -> dict[str, Any]:
         blocks = profile.trunk + (1 if profile.mtp else 0)
         manifest: dict[str, Any] = {
             "schema_version": 1,

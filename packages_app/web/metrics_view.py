@@ -36,7 +36,8 @@ from packages_app.web import ratelimit
 
 log = logging.getLogger(__name__)
 
-FIGURES_KEY = "meshdash:metrics:figures:v1"
+# v2: the cached object is pickled by its class path, monitoring.DatabaseGauges (v1 held monitoring.Figures)
+FIGURES_KEY = "meshdash:metrics:figures:v2"
 
 
 def metrics_view(request: HttpRequest) -> HttpResponse:
@@ -110,7 +111,7 @@ class DatabaseCollector(Collector):
             yield from figure_metrics(figures)
 
 
-def cached_figures() -> monitoring.Figures | None:
+def cached_figures() -> monitoring.DatabaseGauges | None:
     """The database's figures, from the shared cache when it holds them; with the cache (Redis) down they
     are read from the database for this scrape (issue 48: /metrics answered 500 with Redis down)."""
     seconds = settings.MESHDASH_METRICS_CACHE_SECONDS
@@ -119,7 +120,7 @@ def cached_figures() -> monitoring.Figures | None:
     except queueing.BROKER_DOWN as exc:
         log.warning("/metrics could not read the cache: %s", exc)
         figures, seconds = None, 0
-    if isinstance(figures, monitoring.Figures):
+    if isinstance(figures, monitoring.DatabaseGauges):
         return figures
     try:
         figures = monitoring.current_figures()
@@ -132,7 +133,7 @@ def cached_figures() -> monitoring.Figures | None:
     return figures
 
 
-def figure_metrics(f: monitoring.Figures) -> Iterator[Metric]:
+def figure_metrics(f: monitoring.DatabaseGauges) -> Iterator[Metric]:
     queue = GaugeMetricFamily(
         "meshdash_ingest_queue_revisions", "Revisions waiting for or in ingest, by state.", labels=["state"]
     )

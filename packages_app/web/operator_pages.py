@@ -68,7 +68,7 @@ def _track(request: HttpRequest, repo_id: str) -> HttpResponse:
 
     try:
         background.ensure_room()
-    except background.Busy as exc:
+    except background.PoolFull as exc:
         messages.error(request, f"{repo_id} is not tracked: {exc}")
         return redirect("packages_app:ingest")
     # No catalog row yet: a worker asks the Hub whether the repo exists, and tracks it only then.
@@ -127,7 +127,7 @@ def package_reingest(request: HttpRequest, owner: str, name: str) -> HttpRespons
                 status=Revision.Status.QUEUED, queued_at=timezone.now()
             )
             queueing.enqueue_reingest(package.repo_id, shas)
-    except background.Busy as exc:
+    except background.PoolFull as exc:
         messages.error(request, str(exc))
         return redirect("packages_app:package", owner, name)
     except queueing.BROKER_DOWN as exc:  # committed: the revisions are queued, the reconciler sends them
@@ -156,7 +156,7 @@ def package_sync(request: HttpRequest, owner: str, name: str) -> HttpResponse:
     proposals = fix_following.followed_proposals(package.fix_proposals.all())
     try:
         background.hand_off(queueing.enqueue_sync_now, package.repo_id, proposals)
-    except background.Busy as exc:
+    except background.PoolFull as exc:
         messages.error(request, str(exc))
         return redirect("packages_app:package", owner, name)
     access.record(request.user, ActionLog.Action.SYNC, package.repo_id, f"{len(proposals)} pull requests")
@@ -213,7 +213,7 @@ def package_propose_fix(request: HttpRequest, owner: str, name: str) -> HttpResp
     except fix_plans.FixRefused as exc:
         messages.error(request, str(exc))
         return redirect("packages_app:package", owner, name)
-    except background.Busy as exc:
+    except background.PoolFull as exc:
         messages.error(request, str(exc))
         return redirect("packages_app:package", owner, name)
     if created:

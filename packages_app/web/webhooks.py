@@ -174,7 +174,7 @@ def _dispatch(event: RepoEvent) -> JsonResponse:
 
     try:
         background.hand_off(queueing.enqueue_sync, event.repo_id)  # never the sync itself, even eagerly
-    except background.Busy as exc:
+    except background.PoolFull as exc:
         return _error(503, str(exc), **{"Retry-After": str(RETRY_AFTER_SECONDS)})
     except Exception:  # the broker is down: the Hub may deliver again later; the periodic sync covers it
         log.warning("could not enqueue the sync of %s", event.repo_id, exc_info=True)
@@ -203,7 +203,7 @@ def _dispatch_discussion(event: RepoEvent) -> JsonResponse:
     try:
         for proposal_id in ids:
             background.hand_off(queueing.enqueue_check_fix, proposal_id)
-    except background.Busy as exc:
+    except background.PoolFull as exc:
         return _error(503, str(exc), **{"Retry-After": str(RETRY_AFTER_SECONDS)})
     except Exception:
         log.warning(
