@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from typing import Any
 from unittest import mock
@@ -19,7 +19,7 @@ from django.test import Client
 from packages_app import throughput
 from packages_app.fleet import nodes as fleet_nodes
 from packages_app.fleet import window as fleet_window
-from packages_app.models import Report, Revision, Rollup
+from packages_app.models import Node, Report, Revision, Rollup
 from packages_app.nodes import identity
 from packages_app.rollups import public_weight
 from packages_app.rollups.rebuild import rebuild
@@ -144,9 +144,14 @@ def test_an_unregistered_node_flooding_a_public_revision_does_not_move_its_media
 def test_control_without_the_registration_rule_the_flood_moves_the_median_to_994912(
     client: Client, revision: Revision, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    everyone = lambda revision_ids, node_ids=None, using="default": {  # noqa: E731
-        (node, rev) for node in range(1, 100) for rev in revision_ids
-    }
+    def everyone(
+        revision_ids: Iterable[int], node_ids: Iterable[int] | None = None, *, using: str = "default"
+    ) -> set[tuple[int, int]]:
+        """Every node as if it had registered a run of every revision (ids as the database gave them:
+        PostgreSQL's sequences do not restart between tests)."""
+        nodes = Node.objects.using(using).values_list("pk", flat=True) if node_ids is None else node_ids
+        return {(node, rev) for node in nodes for rev in revision_ids}
+
     monkeypatch.setattr(public_weight, "registered_pairs", everyone)  # the guard off: every node counts
     honest_fleet(client, revision)
     post_reports(client, identity.create_node("flood").token, revision, [ATTACK_TPS] * 1_000)

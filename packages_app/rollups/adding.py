@@ -29,7 +29,9 @@ def add_reports(
     """
     if not settings.MESHDASH_ROLLUP_ON_STORE:
         return 0
-    rows = [row for row in rows if row.revision_id is not None]
+    # In id order, as the rebuilds read them: the daily cap then takes the same first reports of a
+    # node's day whichever path counts them (a batch's rows may come in another order than their ids).
+    rows = sorted((row for row in rows if row.revision_id is not None), key=lambda row: row.pk or 0)
     cells, added = cells_of(rows, hourly_since(), public_room(rows, using=using))
     if cells:
         # Inside the storing transaction, no savepoint of its own (two round trips a store): a
