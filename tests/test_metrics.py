@@ -375,6 +375,8 @@ def test_a_live_gunicorn_with_three_workers_and_a_celery_worker_expose_one_set_o
 
     assert wait_until(ingested, 180)
     token = nodes.create_node("node-live").token
+    # its agent registered the run: since issue 48 only such a node's reports make a served revision
+    register_run(nodes.get_node("node-live"), Revision.objects.get(commit_sha=QWEN35_FIRST_SHA))
     headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
     batches = 12  # spread over the three gunicorn workers
     for n in range(batches):
