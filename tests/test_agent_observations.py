@@ -19,6 +19,7 @@ from packages_app.devnode import payloads
 from packages_app.devnode.server import DevNode
 from packages_app.nodes import agent_common, agent_config, agent_runs
 from packages_app.nodes.run_schema import MAX_OBSERVED_BYTES, validate_run
+from tests.agent_fakes import stage
 
 TEN_MB = "x" * (10 * 1024 * 1024)
 DEPTH = 500
@@ -44,18 +45,6 @@ HOSTILE_STATUS: dict[str, Any] = {
     "twin_policy": "DEEP",  # replaced on the wire by 500 levels
     "draft_name": {"wrong": "type"},
 }
-
-
-def stage(**extra: Any) -> dict[str, Any]:
-    return {
-        "run_id": "run-1",
-        "stage_id": "s0",
-        "stage_index": 0,
-        "layer_start": 0,
-        "layer_end": 4,
-        "package_ref": "meshllm/a-layers@" + "a" * 40,
-        **extra,
-    }
 
 
 @pytest.fixture
