@@ -134,10 +134,15 @@ class Agent:
             )
         return False
 
+    def pause(self) -> float:
+        """Seconds until the next cycle: the interval, or 1 s while meshdash is not taking what waits (the
+        sender's own backoff then decides when it is asked again)."""
+        return self.config.interval if self.sender.failures == 0 else 1.0
+
     def run_forever(self) -> None:
         while not self._stop.is_set():
             self.cycle()
-            self._stop.wait(self.config.interval if self.sender.failures == 0 else 1.0)
+            self._stop.wait(self.pause())
 
     def stop(self) -> None:
         self._stop.set()

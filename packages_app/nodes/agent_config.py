@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +54,8 @@ class Config:
                 data = json.loads(Path(path).read_text())
             except (OSError, ValueError) as exc:
                 raise AgentError(f"Cannot read the config file {path}: {exc}") from None
+            if not isinstance(data, dict):
+                raise AgentError(f"The config file {path} must hold a JSON object of the agent's keys.")
             unknown = set(data) - set(cls.__dataclass_fields__)
             if unknown:
                 raise AgentError(f"Unknown config keys in {path}: {', '.join(sorted(unknown))}")
@@ -64,6 +66,9 @@ class Config:
         return config
 
     def check(self) -> None:
+        for key in fields(self):  # the keys declared as text (a JSON number or list would fail later)
+            if key.type == "str" and not isinstance(getattr(self, key.name), str):
+                raise AgentError(f"{key.name} must be text.")
         if not isinstance(self.baselines, list):
             raise AgentError("baselines must be a list of objects.")
         for index, item in enumerate(self.baselines):
@@ -75,13 +80,16 @@ class Config:
                 raise AgentError(f"{name} must be an http:// or https:// URL.")
         if not self.token:
             raise AgentError("A node token is required: token in the config file or MESHDASH_TOKEN.")
-        for name in ("spool_max_bytes", "spool_max_age"):
+        for name in ("interval", "spool_max_bytes", "spool_max_age"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
                 raise AgentError(f"{name} must be a positive number.")
         wait = self.node_wait
         if isinstance(wait, bool) or not isinstance(wait, int | float) or wait < 0:
             raise AgentError("node_wait must be a number of seconds, 0 or more.")
+        port = self.proxy_listen.rpartition(":")[2]
+        if self.proxy_listen and not (port.isascii() and port.isdigit() and int(port) <= 65535):
+            raise AgentError("proxy_listen must be HOST:PORT, like 127.0.0.1:9338.")
 
     @property
     def spool(self) -> Path:
