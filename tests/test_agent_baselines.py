@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from packages_app.nodes import agent, agent_baseline, agent_common, agent_config, exposition
+from tests.agent_fakes import FakeServer, Reply, closed_port
 
 SOURCE = "unsloth/Qwen3.5-35B-A3B-GGUF"
 
@@ -500,3 +501,40 @@ def test_the_documented_baseline_config_is_accepted_as_written() -> None:
     config = agent_config.Config(**json.loads(block.group(1)))
     config.check()
     assert [b.engine for b in config.baseline_list()] == ["llama.cpp", "vllm"]
+
+
+def test_an_engine_that_keeps_its_version_to_itself_is_reported_with_it_named_not_reported(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    garbage = SECOND + b"llamacpp:tokens_predicted_total{ not exposition\n"
+    routes: dict[str, Reply | list[Reply]] = {"/metrics": [Reply(FIRST), Reply(garbage)]}  # /props: 404
+    with FakeServer(routes) as engine:
+        item = {"engine": "llama.cpp", "metrics_url": engine.url + "/metrics", "source_model": SOURCE}
+        s = agent_baseline.BaselineScraper(agent_baseline.Baseline.of(item, 0))
+        assert s.scrape() is None
+        report = s.scrape()
+    assert report is not None and engine.asked == ["/metrics", "/metrics", "/props"]
+    assert report["engine_version"] == "" and report["not_reported"] == ["engine_version"]
+    assert report["figures"]["predicted_n"] == 600  # the window is reported all the same
+    assert report["trimmed"] == ["1 sample lines that are not exposition format"]
+    assert f"{item['metrics_url']}: left out 1 sample lines" in caplog.text
+
+
+def test_an_engine_that_is_down_or_refuses_is_a_warning_and_the_cycle_goes_on(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    down = closed_port() + "/metrics"
+    with FakeServer({"/metrics": Reply(b"", status=403)}) as refusing:
+        config = agent_config.Config(
+            token="t",
+            node_url="",
+            spool_dir=str(tmp_path),
+            baselines=[
+                {"engine": "vllm", "metrics_url": url, "source_model": SOURCE}
+                for url in (down, refusing.url + "/metrics")
+            ],
+        )
+        assert agent.Agent(config).cycle() is True  # nothing read, nothing waiting: nothing unsent
+    warnings = [r.getMessage() for r in caplog.records]
+    assert warnings[0].startswith(f"The engine does not answer at {down}: ")
+    assert warnings[1] == f"The engine answered 403 for {refusing.url}/metrics."
