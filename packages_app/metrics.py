@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Mapping
+from typing import Any
 
 from prometheus_client import Counter, Histogram, values
 
@@ -26,14 +28,20 @@ def _process_identifier() -> str:
     return f"{socket.gethostname()}_{os.getpid()}"
 
 
-if MULTIPROCESS_DIR:
-    os.makedirs(MULTIPROCESS_DIR, exist_ok=True)
-    values.ValueClass = values.MultiProcessValue(  # type: ignore[no-untyped-call]
-        process_identifier=_process_identifier
-    )
-elif "PROMETHEUS_MULTIPROC_DIR" in os.environ:
-    # Set but empty: prometheus_client would write its files into the working folder; count in memory.
-    values.ValueClass = values.MutexValue
+def value_class(environ: Mapping[str, str]) -> Any:
+    """How this process keeps its values: in files of the multiprocess folder (created if need be), named by
+    host and pid; in memory when the setting is set but empty (prometheus_client would write its files into
+    the working folder); else as prometheus_client chose."""
+    folder = environ.get("PROMETHEUS_MULTIPROC_DIR", "")
+    if folder:
+        os.makedirs(folder, exist_ok=True)
+        return values.MultiProcessValue(process_identifier=_process_identifier)  # type: ignore[no-untyped-call]
+    if "PROMETHEUS_MULTIPROC_DIR" in environ:
+        return values.MutexValue
+    return values.ValueClass
+
+
+values.ValueClass = value_class(os.environ)
 
 INGEST_OUTCOMES = (
     "done",

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import uuid
@@ -18,6 +19,7 @@ from typing import Any
 import pytest
 from django.db import connection
 from django.test import Client
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, values
 from prometheus_client.parser import text_string_to_metric_families
 
 from packages_app import metrics, monitoring, tasks
@@ -163,6 +165,32 @@ def test_an_empty_multiprocess_setting_counts_in_memory_not_in_files_in_the_work
     )
     assert result.returncode == 0, result.stderr
     assert list(tmp_path.glob("*.db")) == []  # prometheus_client alone writes counter_<pid>.db here
+
+
+def test_with_a_multiprocess_folder_each_process_writes_its_own_files_there_named_by_host_and_pid(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = tmp_path / "metrics"  # not there yet: a fresh volume
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(folder))
+    monkeypatch.setattr(values, "ValueClass", metrics.value_class(os.environ))
+    Counter("meshdash_probe", "One count, to see where it is written.", registry=CollectorRegistry()).inc()
+    assert [p.name for p in folder.iterdir()] == [f"counter_{socket.gethostname()}_{os.getpid()}.db"]
+
+
+def test_an_empty_multiprocess_setting_counts_in_memory_and_none_leaves_prometheus_clients_choice() -> None:
+    assert metrics.value_class({"PROMETHEUS_MULTIPROC_DIR": ""}) is values.MutexValue
+    assert metrics.value_class({}) is values.ValueClass
+
+
+def test_a_batch_of_no_reports_counts_nothing_and_an_open_outcome_counts_as_invalid() -> None:
+    def counted(outcome: str) -> float:
+        sample = REGISTRY.get_sample_value("meshdash_reports_total", {"source": "runs", "outcome": outcome})
+        return sample or 0.0
+
+    before = counted("created"), counted("invalid")
+    metrics.count_reports("runs", "created", 0)
+    metrics.count_reports("runs", "meshllm/a-layers", 2)
+    assert (counted("created"), counted("invalid")) == (before[0], before[1] + 2)
 
 
 # --- counters and gauges ----------------------------------------------------------------------------
