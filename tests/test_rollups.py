@@ -46,6 +46,7 @@ from packages_app.rollups import cells as rollups_cells
 from packages_app.rollups import rebuild as rollups_rebuild
 from packages_app.rollups import upsert as rollups_upsert
 from tests.migrating import back_to_the_leaf, migrate  # noqa: F401 (a fixture)
+from tests.rollup_checks import assert_revision_rollups_add_up_the_every_node_cells, revision_rollups
 
 ROOT = Path(__file__).resolve().parent.parent
 POSTGRES = connection.vendor == "postgresql"
@@ -126,49 +127,6 @@ def assert_rollups_match_raw(revision: Revision) -> None:
     assert_last_served_matches(revision, assert_serving_matches_raw(revision))
     assert _node_rollups(revision) == _node_rollups_expected(revision)
     assert_revision_rollups_add_up_the_every_node_cells()
-
-
-def assert_revision_rollups_add_up_the_every_node_cells() -> None:
-    """The RevisionRollup rows are Rollup's every-node cells added up over their topologies: counts exactly,
-    float sums within rounding, minimum, maximum, first and last, and the sketches bin by bin."""
-    got, expected = _revision_rollups(), _revision_rollups_expected()
-    assert got.keys() == expected.keys()
-    for key, row in expected.items():
-        assert got[key] == {k: pytest.approx(v) if isinstance(v, float) else v for k, v in row.items()}, key
-
-
-def _revision_rollups() -> dict[tuple[Any, ...], dict[str, Any]]:
-    return {
-        tuple(row.pop(k) for k in rollups_upsert.REVISION_KEY_COLUMNS): _read_sketches(row)
-        for row in RevisionRollup.objects.values(
-            *rollups_upsert.REVISION_KEY_COLUMNS, *rollups_upsert.FIGURE_COLUMNS
-        )
-    }
-
-
-def _revision_rollups_expected() -> dict[tuple[Any, ...], dict[str, Any]]:
-    added: dict[tuple[Any, ...], dict[str, Any]] = {}
-    cells = Rollup.objects.filter(node_key=Rollup.ALL_NODES)
-    for row in cells.values(*rollups_upsert.REVISION_KEY_COLUMNS, *rollups_upsert.FIGURE_COLUMNS):
-        key = tuple(row.pop(k) for k in rollups_upsert.REVISION_KEY_COLUMNS)
-        row = _read_sketches(row)
-        old = added.setdefault(key, row)
-        if old is row:
-            continue
-        for column, value in row.items():
-            if column.endswith("_sketch"):
-                old[column] += value
-            elif column == "first_at" or column.endswith("_min"):
-                old[column] = min((v for v in (old[column], value) if v is not None), default=None)
-            elif column == "last_at" or column.endswith("_max"):
-                old[column] = max((v for v in (old[column], value) if v is not None), default=None)
-            else:
-                old[column] += value
-    return added
-
-
-def _read_sketches(row: dict[str, Any]) -> dict[str, Any]:
-    return {k: Counter(sketch.from_json(v)) if k.endswith("_sketch") else v for k, v in row.items()}
 
 
 def _node_rollups_expected(revision: Revision | None = None) -> dict[tuple[Any, ...], dict[str, Any]]:
@@ -403,11 +361,11 @@ def test_every_nodes_cells_without_topologies_are_the_every_node_rollups_added_u
     assert_revision_rollups_add_up_the_every_node_cells()
     assert_rebuild_writes_the_same_rows()
 
-    stored = _revision_rollups()
+    stored = revision_rollups()
     RevisionRollup.objects.all().delete()
     filling = importlib.import_module("packages_app.migrations.0032_revision_rollups")
     filling.fill(None, SimpleNamespace(connection=connection))
-    filled = _revision_rollups()
+    filled = revision_rollups()
     assert filled.keys() == stored.keys()
     for key, row in stored.items():
         assert filled[key] == {k: pytest.approx(v) if isinstance(v, float) else v for k, v in row.items()}
@@ -458,13 +416,13 @@ def test_a_replayed_spool_is_placed_when_observed_and_a_clock_not_believed_when_
 
 
 def assert_rebuild_writes_the_same_rows() -> None:
-    before, servings, nodes, every = _rows(), _serving_rows(), _node_rollups(), _revision_rollups()
+    before, servings, nodes, every = _rows(), _serving_rows(), _node_rollups(), revision_rollups()
     assert servings, "the stores wrote no Serving rows"
     assert nodes == _node_rollups_expected(), "the stores wrote NodeRollup rows unlike their cells"
     assert_revision_rollups_add_up_the_every_node_cells()
     call_command("rebuild_rollups", stdout=StringIO())
     assert _node_rollups() == nodes
-    rebuilt = _revision_rollups()
+    rebuilt = revision_rollups()
     assert rebuilt.keys() == every.keys()
     for key, row in every.items():
         assert rebuilt[key] == {k: pytest.approx(v) if isinstance(v, float) else v for k, v in row.items()}
