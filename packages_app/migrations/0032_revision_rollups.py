@@ -49,6 +49,10 @@ def fill(apps, schema_editor):
     connection = schema_editor.connection
     with connection.cursor() as cursor:
         cursor.execute(fill_sql(connection.vendor))
+        if connection.vendor == "postgresql":
+            # The planner's statistics now, not when autovacuum (if on) gets to the new table: the pages
+            # read it from the first request.
+            cursor.execute("ANALYZE packages_app_revisionrollup")
 
 
 class Migration(migrations.Migration):
