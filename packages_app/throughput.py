@@ -1,11 +1,12 @@
 """Read-side selectors over node reports: throughput series, MTP use and the unused-MTP alert.
 
-They read the rollups (models.Rollup, kept by rollups/), never the raw reports, except the
-bounded "recent reports" table: so a page's cost depends on how long and how varied a revision's
-traffic is (hours or days x strategies x topologies), not on how many reports it got. A package
-page is five small queries; the catalog's columns one; the alert filter a subquery on a partial
-index. Medians come from the rollups' sketches (packages_app.sketch): medians on every database,
-within 1 % relative of the exact median (percentile_cont).
+They read the rollups (models.RevisionRollup, every node's cells without the topology split, and each
+node's models.Rollup cells for the plans; kept by rollups/), never the raw reports, except the bounded
+"recent reports" table: so a page's cost depends on how long and how varied a revision's traffic is
+(hours or days x strategies x splits), not on how many reports it got, nor (but for the plans) on how
+many topologies its nodes form. A package page is five small queries; the catalog's columns one; the
+alert filter a subquery on a partial index. Medians come from the rollups' sketches (packages_app.sketch):
+medians on every database, within 1 % relative of the exact median (percentile_cont).
 
 Results are typed (RevisionThroughput and its parts, CatalogThroughput); ``as_dict`` gives the
 JSON-ready shape the API and the charts take.
@@ -23,7 +24,7 @@ from django.db.models import Aggregate, F, OuterRef, Q, QuerySet, Subquery, Sum,
 from django.db.models.functions import Cast, Coalesce
 
 from packages_app import report_metrics, sketch
-from packages_app.models import Node, Report, Revision, Rollup
+from packages_app.models import Node, Report, Revision, RevisionRollup, Rollup
 from packages_app.report_time import REPLAY_WINDOW, placement
 from packages_app.rollups.cells import hourly_since
 from packages_app.rollups.public_weight import registered_node_ids
@@ -218,8 +219,8 @@ def _range_cells(revision_id: int, since: datetime | None, until: datetime | Non
     return list(cells.annotate(tps=stored("tps_sketch")).values(*_TOTAL_FIELDS))
 
 
-def _cells(revision_id: int, grain: str) -> QuerySet[Rollup]:
-    return Rollup.objects.filter(revision_id=revision_id, grain=grain, node_key=Rollup.ALL_NODES)
+def _cells(revision_id: int, grain: str) -> QuerySet[RevisionRollup]:
+    return RevisionRollup.objects.filter(revision_id=revision_id, grain=grain)
 
 
 def _add_up(cells: Iterable[Mapping[str, Any]]) -> dict[str, int]:
@@ -293,8 +294,7 @@ def _series(
     if until is not None:
         cells = cells.filter(bucket_start__lt=until)
     # Grouped by the point in SQL, each point's sketches as one text of JSON objects: the every-node
-    # cells of a bucket are also split by requested strategy, MTP used and topology, and the topologies
-    # grow with the nodes (the busiest package's 30 day cells at 10,000 nodes: 13,367 rows, 357 points).
+    # cells of a bucket are also split by requested strategy and MTP used.
     rows = (
         cells.values("bucket_start", "strategy", "stage_splits")
         .annotate(n=Sum("reports"), texts=JoinedTexts(stored("tps_sketch")))
@@ -516,9 +516,7 @@ def _plan(
 def catalog_throughput(revision_ids: Sequence[int]) -> dict[int, CatalogThroughput]:
     """Per revision: median tok/s with and without MTP, report count, alert flag. One query."""
     rows = (
-        Rollup.objects.filter(
-            revision_id__in=revision_ids, grain=Rollup.Grain.TOTAL, node_key=Rollup.ALL_NODES
-        )
+        RevisionRollup.objects.filter(revision_id__in=revision_ids, grain=Rollup.Grain.TOTAL)
         # A subquery per row, not a join: the planner hashes the whole revision table for a join.
         .annotate(
             detected=Subquery(Revision.objects.filter(pk=OuterRef("revision_id")).values("mtp_detected"))

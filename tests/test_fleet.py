@@ -27,9 +27,10 @@ from packages_app.fleet import served as fleet_served
 from packages_app.fleet import serving as fleet_serving
 from packages_app.fleet import topology as fleet_topology
 from packages_app.fleet import window as fleet_window
-from packages_app.models import Node, NodeRun, Package, Serving
+from packages_app.models import Node, NodeRun, Package, RevisionRollup, Serving
 from packages_app.verdicts import VERDICTS, Cause
 from tests import dashboard_factories as f
+from tests.rollup_checks import assert_revision_rollups_add_up_the_every_node_cells
 
 pytestmark = pytest.mark.django_db
 NEWEST_VERSION = known_releases()[-1].release.removeprefix("v")
@@ -801,6 +802,8 @@ def test_the_fleet_seed_has_topologies_whose_nodes_serve_one_to_three_revisions_
             stdout=quiet,
         )
     assert Report.objects.count() == 400
+    assert RevisionRollup.objects.exists()  # filled with the other rollups, and agreeing with them
+    assert_revision_rollups_add_up_the_every_node_cells()
     if connection.vendor == "postgresql":  # the planner's statistics of every table the seed filled
         analyzed = {q["sql"].split()[-1].strip('"') for q in captured if q["sql"].startswith("ANALYZE")}
         filled = {

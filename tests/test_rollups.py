@@ -6,6 +6,7 @@ revision later, or from a storing process killed after its rollup upsert and bef
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import random
@@ -19,6 +20,7 @@ from collections import Counter
 from datetime import UTC, datetime, timedelta
 from io import StringIO
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -35,6 +37,7 @@ from packages_app.models import (
     Package,
     Report,
     Revision,
+    RevisionRollup,
     Rollup,
     Serving,
 )
@@ -43,6 +46,7 @@ from packages_app.rollups import cells as rollups_cells
 from packages_app.rollups import rebuild as rollups_rebuild
 from packages_app.rollups import upsert as rollups_upsert
 from tests.migrating import back_to_the_leaf, migrate  # noqa: F401 (a fixture)
+from tests.rollup_checks import assert_revision_rollups_add_up_the_every_node_cells, revision_rollups
 
 ROOT = Path(__file__).resolve().parent.parent
 POSTGRES = connection.vendor == "postgresql"
@@ -122,6 +126,7 @@ def assert_rollups_match_raw(revision: Revision) -> None:
     assert_medians_match(revision)
     assert_last_served_matches(revision, assert_serving_matches_raw(revision))
     assert _node_rollups(revision) == _node_rollups_expected(revision)
+    assert_revision_rollups_add_up_the_every_node_cells()
 
 
 def _node_rollups_expected(revision: Revision | None = None) -> dict[tuple[Any, ...], dict[str, Any]]:
@@ -328,6 +333,45 @@ def test_rebuild_matches_the_store_paths_on_every_kind_of_row(revision: Revision
 
 
 @pytest.mark.django_db
+def test_every_nodes_cells_without_topologies_are_the_every_node_rollups_added_up(
+    revision: Revision, settings: Any
+) -> None:
+    """Three topologies, strategies, splits, hours and days of two registered nodes, one of them over the
+    daily cap, and a node that never registered a run: the RevisionRollup rows are Rollup's every-node
+    cells added up over topologies, so they count neither the unregistered node nor the reports past the
+    cap; the rebuild and the migration's fill give the same rows."""
+    settings.MESHDASH_PUBLIC_REPORTS_PER_NODE_DAY = 12
+    rng = random.Random(43)
+    a, b = node("node-a"), node("node-b")
+    stranger = Node.objects.create(name="stranger", token_hash="s".ljust(64, "0"), token_prefix="stranger")
+    now = datetime.now(UTC)
+    for i, sender in enumerate([a, b, stranger, a, b, a]):
+        bodies = [body(rng) for _ in range(25)]
+        for data in bodies:
+            data["topology"]["topology_id"] = rng.choice(["topo", "lab-2", "lab-3"])
+        reports.store_reports(sender, [valid(data) for data in bodies], now - timedelta(hours=11 * i))
+    every = Rollup.objects.filter(revision=revision, node_key=Rollup.ALL_NODES)
+    assert every.count() > RevisionRollup.objects.count() > 0  # the topologies were split, and are not here
+    days = Counter(
+        (sender, at.date())
+        for sender, at in Report.objects.exclude(node=stranger).values_list("node", "received_at")
+    )
+    public = RevisionRollup.objects.filter(grain=Rollup.Grain.TOTAL).aggregate(n=Sum("reports"))["n"]
+    assert public == sum(min(n, 12) for n in days.values()) < sum(days.values())
+    assert_revision_rollups_add_up_the_every_node_cells()
+    assert_rebuild_writes_the_same_rows()
+
+    stored = revision_rollups()
+    RevisionRollup.objects.all().delete()
+    filling = importlib.import_module("packages_app.migrations.0032_revision_rollups")
+    filling.fill(None, SimpleNamespace(connection=connection))
+    filled = revision_rollups()
+    assert filled.keys() == stored.keys()
+    for key, row in stored.items():
+        assert filled[key] == {k: pytest.approx(v) if isinstance(v, float) else v for k, v in row.items()}
+
+
+@pytest.mark.django_db
 def test_a_replayed_spool_is_placed_when_observed_and_a_clock_not_believed_when_it_arrived(
     revision: Revision,
 ) -> None:
@@ -372,11 +416,16 @@ def test_a_replayed_spool_is_placed_when_observed_and_a_clock_not_believed_when_
 
 
 def assert_rebuild_writes_the_same_rows() -> None:
-    before, servings, nodes = _rows(), _serving_rows(), _node_rollups()
+    before, servings, nodes, every = _rows(), _serving_rows(), _node_rollups(), revision_rollups()
     assert servings, "the stores wrote no Serving rows"
     assert nodes == _node_rollups_expected(), "the stores wrote NodeRollup rows unlike their cells"
+    assert_revision_rollups_add_up_the_every_node_cells()
     call_command("rebuild_rollups", stdout=StringIO())
     assert _node_rollups() == nodes
+    rebuilt = revision_rollups()
+    assert rebuilt.keys() == every.keys()
+    for key, row in every.items():
+        assert rebuilt[key] == {k: pytest.approx(v) if isinstance(v, float) else v for k, v in row.items()}
     after = _rows()
     assert after.keys() == before.keys()
     for key, row in before.items():

@@ -10,8 +10,9 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
-from packages_app.models import Package
+from packages_app.models import Package, RevisionRollup
 from tests import dashboard_factories as f
+from tests.rollup_checks import assert_revision_rollups_add_up_the_every_node_cells
 
 pytestmark = pytest.mark.django_db
 
@@ -132,6 +133,8 @@ def test_a_seeded_synthetic_catalog_renders_with_the_same_queries(client: Client
     call_command("seed_synthetic", packages=30, reports=300, owner="synthetic-test", stdout=quiet)
     assert Package.objects.filter(repo_id__startswith="synthetic-test/").count() == 30
     assert Report.objects.count() == 300
+    assert RevisionRollup.objects.exists()  # filled with the other rollups, and agreeing with them
+    assert_revision_rollups_add_up_the_every_node_cells()
     assert catalog_queries(client, {"verdict": "inconsistent"}) == catalog_queries(client, {})
     busiest = Package.objects.order_by("-latest_revision__reports__received_at").first()
     assert busiest is not None

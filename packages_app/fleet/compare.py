@@ -10,12 +10,12 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from django.db.models import TextField
+from django.db.models import QuerySet, TextField, Value
 from django.db.models.functions import Cast
 
 from packages_app import sketch, throughput
 from packages_app.fleet.figures import median_of
-from packages_app.models import NodeRun, Revision, Rollup
+from packages_app.models import NodeRun, Revision, RevisionRollup, Rollup
 from packages_app.rollups.cells import hourly_since
 
 # Below this many reports on either side a before/after ratio is noise, and is marked so.
@@ -139,7 +139,7 @@ def compare_revisions(old: Revision, new: Revision) -> Comparison:
     only the nodes on a shared release. What still differs is named (``confounders``): a x1.65 that is
     also a mesh-llm upgrade says so. Two queries over the every-node total rollups and the nodes' runs,
     a third over per-node cells only when a release is held equal; medians from the sketches, within 1 %."""
-    cells = _total_cells([old.pk, new.pk], Rollup.ALL_NODES)
+    cells = _total_cells([old.pk, new.pk], every=True)
     releases = _releases_by_node([old.pk, new.pk])
     before, after = _side_context(old.pk, cells, releases), _side_context(new.pk, cells, releases)
     topology = shared_topology(cells)
@@ -156,7 +156,9 @@ def compare_revisions(old: Revision, new: Revision) -> Comparison:
             }
             for revision_id in (old.pk, new.pk)
         }
-        cells = [c for c in _total_cells([old.pk, new.pk], None) if c["node_key"] in nodes[c["revision_id"]]]
+        cells = [
+            c for c in _total_cells([old.pk, new.pk], every=False) if c["node_key"] in nodes[c["revision_id"]]
+        ]
     compared: list[Mapping[str, Any]] = [
         c
         for c in cells
@@ -192,11 +194,20 @@ _CELL_FIELDS = (
 )
 
 
-def _total_cells(revision_ids: list[int], node_key: int | None) -> list[dict[str, Any]]:
-    """The revisions' total cells: every node's together (``Rollup.ALL_NODES``) or each node's (None)."""
-    rows = Rollup.objects.filter(revision_id__in=revision_ids, grain=Rollup.Grain.TOTAL)
-    rows = rows.filter(node_key=node_key) if node_key is not None else rows.exclude(node_key=Rollup.ALL_NODES)
+def _total_cells(revision_ids: list[int], *, every: bool) -> list[dict[str, Any]]:
+    """The revisions' total cells: every node's together, or each node's."""
+    rows = _cells(revision_ids, Rollup.Grain.TOTAL, every=every)
     return list(rows.annotate(tps=Cast("tps_sketch", TextField())).values(*_CELL_FIELDS))
+
+
+def _cells(revision_ids: list[int], grain: str, *, every: bool) -> QuerySet[Any]:
+    """The revisions' cells of a grain: every node's together (RevisionRollup, its ``node_key`` ALL_NODES),
+    or each node's (Rollup)."""
+    if every:
+        every_node = RevisionRollup.objects.filter(revision_id__in=revision_ids, grain=grain)
+        return every_node.annotate(node_key=Value(Rollup.ALL_NODES))
+    each_node = Rollup.objects.filter(revision_id__in=revision_ids, grain=grain)
+    return each_node.exclude(node_key=Rollup.ALL_NODES)
 
 
 def _releases_by_node(revision_ids: list[int]) -> dict[tuple[int, int], str]:
@@ -264,10 +275,8 @@ def _both_series(
     if bucket == "hour" and start < hourly_since():
         bucket = "day"
     grain = Rollup.Grain.HOUR if bucket == "hour" else Rollup.Grain.DAY
-    rows = Rollup.objects.filter(revision_id__in=[r.pk for r in revisions], grain=grain)
-    if nodes is None:
-        rows = rows.filter(node_key=Rollup.ALL_NODES)
-    else:
+    rows = _cells([r.pk for r in revisions], grain, every=nodes is None)
+    if nodes is not None:
         rows = rows.filter(node_key__in=set().union(*nodes.values()))
     if topology:
         rows = rows.filter(stage_splits=topology)
@@ -339,9 +348,7 @@ def default_comparison_pair(revisions: list[Revision], new_id: int | None) -> tu
     if at + 1 >= len(revisions):
         return None
     new, older = revisions[at], revisions[at + 1 :]
-    totals = Rollup.objects.filter(
-        revision_id__in=[r.pk for r in older], grain=Rollup.Grain.TOTAL, node_key=Rollup.ALL_NODES
-    )
+    totals = RevisionRollup.objects.filter(revision_id__in=[r.pk for r in older], grain=Rollup.Grain.TOTAL)
     reported = set(totals.values_list("revision_id", flat=True))
     ran = [r for r in older if r.pk in reported]
     changed = [r for r in ran if r.headline != new.headline]

@@ -10,7 +10,15 @@ Every table has a natural key under a unique constraint, so a re-run, a retry or
 workers write the same rows (docs/design.md).
 """
 
-from packages_app.models.aggregates import ROLLUP_KEY, LastServed, NodeRollup, Rollup, Serving
+from packages_app.models.aggregates import (
+    REVISION_ROLLUP_KEY,
+    ROLLUP_KEY,
+    LastServed,
+    NodeRollup,
+    RevisionRollup,
+    Rollup,
+    Serving,
+)
 from packages_app.models.catalog import (
     FILE_ROLES,
     CertifyReport,
@@ -43,6 +51,7 @@ from packages_app.models.operations import (
 __all__ = [
     "FILE_ROLES",
     "JUDGEMENT_EXPIRED",
+    "REVISION_ROLLUP_KEY",
     "ROLLUP_KEY",
     "ActionLog",
     "BaselineReport",
@@ -63,6 +72,7 @@ __all__ = [
     "ReportKey",
     "Revision",
     "RevisionQuerySet",
+    "RevisionRollup",
     "Rollup",
     "RunClaim",
     "Serving",

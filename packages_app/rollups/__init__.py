@@ -2,12 +2,13 @@
 
 Cut by concern: ``adding`` (the store paths' one door: ``add_reports``, ``add_report_ids``, ``link_reports``),
 ``cells`` (the cells a batch adds to and what each report adds), ``public_weight`` (whose reports the
-every-node cells count), ``upsert`` (adding them to Rollup and NodeRollup in SQL), ``serving`` (who served
-what: Serving and LastServed) and ``rebuild`` (pruning hour cells, rebuilding from the raw reports).
+every-node cells count), ``upsert`` (adding them to Rollup, RevisionRollup and NodeRollup in SQL),
+``serving`` (who served what: Serving and LastServed) and ``rebuild`` (pruning hour cells, rebuilding from
+the raw reports).
 
-Owns: every write to models.Rollup, NodeRollup, Serving and LastServed. Never imports: a selector (fleet/,
-catalog/, throughput), the tasks, web/ or the Hub. Callers import each name from the module that owns it:
-this file imports nothing.
+Owns: every write to models.Rollup, RevisionRollup, NodeRollup, Serving and LastServed. Never imports: a
+selector (fleet/, catalog/, throughput), the tasks, web/ or the Hub. Callers import each name from the
+module that owns it: this file imports nothing.
 
 Exactly once, without a task: the store paths (reports.store_report, reports.store_reports,
 telemetry's span insert) and the paths that link stored reports to a revision call ``add_reports``
@@ -18,10 +19,12 @@ add, minimum and maximum compare, sketches add bin by bin), its rows sorted by k
 batches touching the same cells lock them in the same order (no deadlock).
 
 Per report, cells of six grains: (node, hour), (node, day), (node, total) and the same for all nodes
-(``node_key = 0``), which the pages read: a package page reads its revision's total cells and one
-day (or hour) series, never the reports; the catalog reads total cells. Hour cells older than
-MESHDASH_ROLLUP_HOURLY_DAYS are not written and are pruned (``prune_hourly``): the day cells hold
-them already.
+(``node_key = 0``). The every-node cells are added up over their topologies into models.RevisionRollup
+in the same transaction, which the pages read (the topologies grow with the nodes, a revision's
+strategies and splits do not): a package page reads its revision's total cells and one day (or hour)
+series, never the reports; the catalog reads total cells; the topology page reads Rollup's every-node
+cells of its topology. Hour cells older than MESHDASH_ROLLUP_HOURLY_DAYS are not written and are pruned
+(``prune_hourly``): the day cells hold them already.
 
 Who moves a public figure (docs/fleet.md, "Whose reports make a public figure"; ``public_weight``): the
 every-node cells, which every public figure is read from, count a report only when its node registered a

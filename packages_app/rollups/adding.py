@@ -1,5 +1,6 @@
 """The store paths' one door to the rollups: the reports a transaction stored or linked are added to every
-rollup they count in (Rollup, NodeRollup, Serving, LastServed), exactly once, inside that transaction.
+rollup they count in (Rollup, NodeRollup, RevisionRollup, Serving, LastServed), exactly once, inside that
+transaction.
 """
 
 from __future__ import annotations
@@ -15,7 +16,13 @@ from packages_app.rollups.cells import SOURCE_FIELDS, Cell, PublicRoom, cells_of
 from packages_app.rollups.public_weight import public_reports_per_node_day, public_room, registered_pairs
 from packages_app.rollups.rebuild import REBUILD_CHUNK
 from packages_app.rollups.serving import ServingKey, servings_of, upsert_last_served, upsert_serving
-from packages_app.rollups.upsert import node_rollups_of, upsert, upsert_node_rollups
+from packages_app.rollups.upsert import (
+    node_rollups_of,
+    revision_rollups_of,
+    upsert,
+    upsert_node_rollups,
+    upsert_revision_rollups,
+)
 
 
 def add_reports(
@@ -39,6 +46,7 @@ def add_reports(
         with transaction.atomic(using=using, savepoint=False):
             upsert(cells, using=using)
             upsert_node_rollups(node_rollups_of(cells), using=using)
+            upsert_revision_rollups(revision_rollups_of(cells), using=using)
             servings = servings_of(cells)
             then = serving(servings) if serving is not None else None
             upsert_serving(servings, using=using)
@@ -83,6 +91,7 @@ def add_registered_reports(node_id: int, revision_id: int) -> int:
     if not cells:
         return 0
     upsert(cells)
+    upsert_revision_rollups(revision_rollups_of(cells))
     servings = servings_of(cells)
     upsert_serving(servings)
     upsert_last_served(servings)

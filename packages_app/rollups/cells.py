@@ -24,6 +24,8 @@ METRICS = tuple(m.rollup for m in SKETCHED)
 # its source columns a report has, from the metrics table; and the derived metrics' ratios of them.
 SUMS = report_metrics.summed()
 RATIOS = {m.name: m.ratio for m in SKETCHED if m.derived}
+# A cell's counters, as the Rollup columns that add them up.
+SUMMED = ("reports", "from_spans", "unused", *SUMS, "moved", "refused")
 # The Report columns a rollup reads (the link paths fetch only these).
 SOURCE_FIELDS = (
     "id",
@@ -62,6 +64,15 @@ class Metric:
         self.high = value if self.high is None or value > self.high else self.high
         self.bins[index] = self.bins.get(index, 0) + 1
 
+    def merge(self, other: Metric) -> None:
+        """Add another cell's figure (as the upsert adds a cell to a stored row)."""
+        self.n += other.n
+        self.total += other.total
+        self.low = min((v for v in (self.low, other.low) if v is not None), default=None)
+        self.high = max((v for v in (self.high, other.high) if v is not None), default=None)
+        for index, count in other.bins.items():
+            self.bins[index] = self.bins.get(index, 0) + count
+
 
 @dataclass
 class Cell:
@@ -80,6 +91,15 @@ class Cell:
     last_unused_at: datetime | None = None  # for models.Serving, not a Rollup column
     sole_strategy: str | None = None  # for models.Serving: the strategy key of its cells, "" for several
     metrics: dict[str, Metric] = field(default_factory=lambda: {name: Metric() for name in METRICS})
+
+    def merge(self, other: Cell) -> None:
+        """Add another cell's Rollup figures to this one's (every-node cells of several topologies:
+        rollups.upsert); what only Serving reads (last_unused_at, sole_strategy) is not added."""
+        for name in SUMMED:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.first_at, self.last_at = min(self.first_at, other.first_at), max(self.last_at, other.last_at)
+        for name, metric in other.metrics.items():
+            self.metrics[name].merge(metric)
 
 
 def shows_mtp_unused(mtp_used: bool, requested_strategy: str) -> bool:

@@ -12,12 +12,13 @@ from django.db import connections, transaction
 from django.db.models import Count, F, OuterRef, Q, Subquery
 
 from packages_app import sketch
-from packages_app.models import NodeRollup, Report, Revision, Rollup, Serving
+from packages_app.models import NodeRollup, Report, Revision, RevisionRollup, Rollup, Serving
 from packages_app.rollups.cells import (
     NON_MTP_CHOICES,
     RATIOS,
     SKETCHED,
     SOURCE_FIELDS,
+    SUMMED,
     SUMS,
     PublicRoom,
     cells_of,
@@ -38,12 +39,15 @@ from packages_app.rollups.serving import (
 )
 from packages_app.rollups.upsert import (
     COLUMNS,
+    FIGURE_COLUMNS,
     NODE_ROLLUP_COLUMNS,
     NODE_ROLLUP_KEY,
-    SUMMED,
+    REVISION_KEY_COLUMNS,
     node_rollups_of,
+    revision_rollups_of,
     upsert,
     upsert_node_rollups,
+    upsert_revision_rollups,
 )
 
 REBUILD_CHUNK = 20_000
@@ -53,6 +57,7 @@ def prune_hourly(now: datetime | None = None) -> int:
     """Delete hour cells past their window (their reports are in the day cells); returns how many."""
     since = hourly_since(now)
     NodeRollup.objects.filter(grain=Rollup.Grain.HOUR, bucket_start__lt=since).delete()
+    RevisionRollup.objects.filter(grain=Rollup.Grain.HOUR, bucket_start__lt=since).delete()
     deleted, _ = Rollup.objects.filter(grain=Rollup.Grain.HOUR, bucket_start__lt=since).delete()
     return deleted
 
@@ -126,6 +131,7 @@ def _rebuild_group(revision_ids: list[int]) -> int:
                 rebuild_last_served(revision_ids)
                 total = _rebuild_in_sql(cursor, revision_ids)
                 _rebuild_node_rollups_in_sql(cursor, revision_ids)
+                _rebuild_revision_rollups_in_sql(cursor, revision_ids)
                 return total
         _delete_rollups(revision_ids)
         reports = (
@@ -139,13 +145,14 @@ def _rebuild_group(revision_ids: list[int]) -> int:
         cells, total = cells_of(rows, hourly_since(), room)
         upsert(cells)
         upsert_node_rollups(node_rollups_of(cells))
+        upsert_revision_rollups(revision_rollups_of(cells))
         upsert_serving(servings_of(cells))
         rebuild_last_served(revision_ids)
     return total
 
 
 def _delete_rollups(revision_ids: list[int]) -> None:
-    for model in (Rollup, NodeRollup, Serving):
+    for model in (Rollup, NodeRollup, RevisionRollup, Serving):
         model.objects.filter(revision_id__in=revision_ids).delete()
 
 
@@ -318,3 +325,47 @@ def _rebuild_node_rollups_in_sql(cursor: Any, revision_ids: list[int]) -> None:
         """,  # noqa: S608
         {"revisions": revision_ids},
     )
+
+
+def _rebuild_revision_rollups_in_sql(cursor: Any, revision_ids: list[int]) -> None:
+    """The revisions' RevisionRollup rows from their rebuilt every-node Rollup cells (as
+    revision_rollups_of does): counts and sums add, minimum and maximum compare, sketches add bin by bin."""
+    keys = ", ".join(REVISION_KEY_COLUMNS)
+    figures = [c for c in FIGURE_COLUMNS if not c.endswith("_sketch")]
+    totals = [f"{_added(c)}({c}) AS {c}" for c in figures]
+    binned = " UNION ALL ".join(
+        f"SELECT {keys}, '{m}' AS metric, b.key AS bin, sum(b.value::bigint) AS n"  # noqa: S608
+        f" FROM cells, jsonb_each_text(cells.{m}_sketch) AS b GROUP BY {keys}, b.key"
+        for m in SQL_METRICS
+    )
+    sketches = ", ".join(
+        f"jsonb_object_agg(bin, n) FILTER (WHERE metric = '{m}') AS {m}_sketch" for m in SQL_METRICS
+    )
+    sketched = ", ".join(f"{m}_sketch" for m in SQL_METRICS)
+    # A cell without a value of any sketched metric has no binned rows: its sketches are empty.
+    merged = ", ".join(f"COALESCE({m}_sketch, '{{}}'::jsonb)" for m in SQL_METRICS)
+    # Only column names and constants are formatted in; the revisions are a parameter.
+    cursor.execute(
+        f"""
+        WITH cells AS (
+            SELECT * FROM {Rollup._meta.db_table}
+            WHERE revision_id = ANY(%(revisions)s) AND node_key = {Rollup.ALL_NODES}
+        ), totals AS (
+            SELECT {keys}, {", ".join(totals)} FROM cells GROUP BY {keys}
+        ), binned AS ({binned}
+        ), sketches AS (
+            SELECT {keys}, {sketches} FROM binned GROUP BY {keys}
+        )
+        INSERT INTO {RevisionRollup._meta.db_table} ({keys}, {", ".join(figures)}, {sketched})
+        SELECT {keys}, {", ".join(figures)}, {merged}
+        FROM totals LEFT JOIN sketches USING ({keys})
+        """,  # noqa: S608
+        {"revisions": revision_ids},
+    )
+
+
+def _added(column: str) -> str:
+    """How two cells' ``column`` add up: counts and sums add, the first and the lowest the minimum."""
+    if column == "first_at" or column.endswith("_min"):
+        return "min"
+    return "max" if column == "last_at" or column.endswith("_max") else "sum"

@@ -1,10 +1,12 @@
-"""The upserts that add cells to the stored rollups (models.Rollup, and each node's models.NodeRollup), in SQL
-on PostgreSQL and SQLite alike: counts and sums add, minimum and maximum compare, sketches add bin by bin.
+"""The upserts that add cells to the stored rollups (models.Rollup, every node's models.RevisionRollup and
+each node's models.NodeRollup), in SQL on PostgreSQL and SQLite alike: counts and sums add, minimum and
+maximum compare, sketches add bin by bin.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -12,22 +14,56 @@ from typing import Any
 from django.db import connections
 
 from packages_app import sketch
-from packages_app.models import ROLLUP_KEY, NodeRollup, Rollup
-from packages_app.rollups.cells import METRICS, SUMS, Cell, Key
+from packages_app.models import REVISION_ROLLUP_KEY, ROLLUP_KEY, NodeRollup, RevisionRollup, Rollup
+from packages_app.rollups.cells import METRICS, SUMMED, Cell, Key
 
 UPSERT_ROWS = 200
 
 
-KEY_COLUMNS = tuple(f"{name}_id" if name == "revision" else name for name in ROLLUP_KEY)
-SUMMED = ("reports", "from_spans", "unused", *SUMS, "moved", "refused")
+def key_columns(key: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(f"{name}_id" if name == "revision" else name for name in key)
+
+
+KEY_COLUMNS = key_columns(ROLLUP_KEY)
+REVISION_KEY_COLUMNS = key_columns(REVISION_ROLLUP_KEY)
 METRIC_COLUMNS = tuple(f"{m}_{part}" for m in METRICS for part in ("n", "sum", "min", "max", "sketch"))
-COLUMNS = (*KEY_COLUMNS, *SUMMED, "first_at", "last_at", *METRIC_COLUMNS)
+FIGURE_COLUMNS = (*SUMMED, "first_at", "last_at", *METRIC_COLUMNS)
+COLUMNS = (*KEY_COLUMNS, *FIGURE_COLUMNS)
+# revision, grain, bucket start, stage splits, requested strategy, strategy, MTP used (REVISION_ROLLUP_KEY)
+RevisionKey = tuple[int, str, datetime, str, str, str, bool]
 
 
 def upsert(cells: dict[Key, Cell], *, using: str = "default") -> None:
     """Add the cells to the stored rollups: one INSERT ... ON CONFLICT DO UPDATE per UPSERT_ROWS."""
+    _upsert_cells(cells, Rollup._meta.db_table, KEY_COLUMNS, using)
+
+
+def revision_rollups_of(cells: dict[Key, Cell]) -> dict[RevisionKey, Cell]:
+    """The RevisionRollup rows the cells add to: their every-node cells, added up over topologies."""
+    merged: dict[RevisionKey, Cell] = {}
+    for key, cell in cells.items():
+        revision, grain, node, start, splits, requested, strategy, mtp_used, _topology = key
+        if node != Rollup.ALL_NODES:
+            continue
+        found = merged.setdefault(
+            (revision, grain, start, splits, requested, strategy, mtp_used),
+            Cell(first_at=cell.first_at, last_at=cell.last_at),
+        )
+        found.merge(cell)
+    return merged
+
+
+def upsert_revision_rollups(cells: dict[RevisionKey, Cell], *, using: str = "default") -> None:
+    """Add to the stored RevisionRollup rows, in key order (after ``upsert`` and ``upsert_node_rollups``,
+    as every writer: no deadlock)."""
+    _upsert_cells(cells, RevisionRollup._meta.db_table, REVISION_KEY_COLUMNS, using)
+
+
+def _upsert_cells(
+    cells: Mapping[tuple[Any, ...], Cell], table: str, keys: tuple[str, ...], using: str
+) -> None:
     connection = connections[using]
-    statement = _upsert_sql(connection.vendor, Rollup._meta.db_table)
+    statement = _upsert_sql(connection.vendor, table, keys)
     ordered = sorted(cells.items(), key=lambda item: item[0])
     execute(connection, statement, [row_values(connection, key, cell) for key, cell in ordered])
 
@@ -50,18 +86,19 @@ def execute(connection: Any, statement: Statement, rows: list[list[Any]]) -> Non
             )
 
 
-def _upsert_sql(vendor: str, table: str) -> Statement:
+def _upsert_sql(vendor: str, table: str, keys: tuple[str, ...]) -> Statement:
     postgres = vendor == "postgresql"
     cast = "::jsonb" if postgres else ""
-    row = "(" + ", ".join(f"%s{cast}" if c.endswith("_sketch") else "%s" for c in COLUMNS) + ")"
+    columns = (*keys, *FIGURE_COLUMNS)
+    row = "(" + ", ".join(f"%s{cast}" if c.endswith("_sketch") else "%s" for c in columns) + ")"
     updates = [f"{c} = {table}.{c} + excluded.{c}" for c in (*SUMMED, *_metric_parts("n", "sum"))]
     updates += [f"{c} = {least(postgres, table, c)}" for c in ("first_at", *_metric_parts("min"))]
     updates += [f"{c} = {greatest(postgres, table, c)}" for c in ("last_at", *_metric_parts("max"))]
     updates += [f"{c} = {_merge_bins(postgres, table, c)}" for c in _metric_parts("sketch")]
     # Only column names and constants are formatted in; every value is a parameter.
     sql = (
-        f"INSERT INTO {table} ({', '.join(COLUMNS)}) VALUES {{rows}} "  # noqa: S608
-        f"ON CONFLICT ({', '.join(KEY_COLUMNS)}) DO UPDATE SET {', '.join(updates)}"
+        f"INSERT INTO {table} ({', '.join(columns)}) VALUES {{rows}} "  # noqa: S608
+        f"ON CONFLICT ({', '.join(keys)}) DO UPDATE SET {', '.join(updates)}"
     )
     return Statement(sql, row)
 
@@ -100,23 +137,13 @@ def _merge_bins(postgres: bool, table: str, column: str) -> str:
     )
 
 
-def row_values(connection: Any, key: Key, cell: Cell) -> list[Any]:
-    ops = connection.ops
-    revision, grain, node, start, splits, requested, strategy, mtp_used, topology = key
-    values: list[Any] = [
-        revision,
-        grain,
-        node,
-        ops.adapt_datetimefield_value(start),
-        splits,
-        requested,
-        strategy,
-        mtp_used,
-        topology,
-        *(getattr(cell, name) for name in SUMMED),
-        ops.adapt_datetimefield_value(cell.first_at),
-        ops.adapt_datetimefield_value(cell.last_at),
-    ]
+def row_values(connection: Any, key: tuple[Any, ...], cell: Cell) -> list[Any]:
+    """A cell's row: its key (a Rollup or a RevisionRollup key, its bucket start the one time), then its
+    figures."""
+    adapt = connection.ops.adapt_datetimefield_value
+    values: list[Any] = [adapt(v) if isinstance(v, datetime) else v for v in key]
+    values += [getattr(cell, name) for name in SUMMED]
+    values += [adapt(cell.first_at), adapt(cell.last_at)]
     for name in METRICS:
         metric = cell.metrics[name]
         values += [metric.n, metric.total, metric.low, metric.high, _json(metric.bins)]

@@ -1,0 +1,55 @@
+"""What the rollup tables must agree on, checked by the rollup tests and the seed's."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from packages_app import sketch
+from packages_app.models import RevisionRollup, Rollup
+from packages_app.rollups import upsert as rollups_upsert
+
+
+def assert_revision_rollups_add_up_the_every_node_cells() -> None:
+    """The RevisionRollup rows are Rollup's every-node cells added up over their topologies: counts exactly,
+    float sums within rounding, minimum, maximum, first and last, and the sketches bin by bin."""
+    got, expected = revision_rollups(), _revision_rollups_expected()
+    assert got.keys() == expected.keys()
+    for key, row in expected.items():
+        assert got[key] == {k: pytest.approx(v) if isinstance(v, float) else v for k, v in row.items()}, key
+
+
+def revision_rollups() -> dict[tuple[Any, ...], dict[str, Any]]:
+    return {
+        tuple(row.pop(k) for k in rollups_upsert.REVISION_KEY_COLUMNS): _read_sketches(row)
+        for row in RevisionRollup.objects.values(
+            *rollups_upsert.REVISION_KEY_COLUMNS, *rollups_upsert.FIGURE_COLUMNS
+        )
+    }
+
+
+def _revision_rollups_expected() -> dict[tuple[Any, ...], dict[str, Any]]:
+    added: dict[tuple[Any, ...], dict[str, Any]] = {}
+    cells = Rollup.objects.filter(node_key=Rollup.ALL_NODES)
+    for row in cells.values(*rollups_upsert.REVISION_KEY_COLUMNS, *rollups_upsert.FIGURE_COLUMNS):
+        key = tuple(row.pop(k) for k in rollups_upsert.REVISION_KEY_COLUMNS)
+        row = _read_sketches(row)
+        old = added.setdefault(key, row)
+        if old is row:
+            continue
+        for column, value in row.items():
+            if column.endswith("_sketch"):
+                old[column] += value
+            elif column == "first_at" or column.endswith("_min"):
+                old[column] = min((v for v in (old[column], value) if v is not None), default=None)
+            elif column == "last_at" or column.endswith("_max"):
+                old[column] = max((v for v in (old[column], value) if v is not None), default=None)
+            else:
+                old[column] += value
+    return added
+
+
+def _read_sketches(row: dict[str, Any]) -> dict[str, Any]:
+    return {k: Counter(sketch.from_json(v)) if k.endswith("_sketch") else v for k, v in row.items()}
