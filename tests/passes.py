@@ -114,11 +114,24 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 def runs_a_sqlite_path(item: pytest.Item) -> bool:
     """Whether the test's module is one that SQLITE_PATHS names."""
+    return named_for_sqlite(Path(item.path))
+
+
+def named_for_sqlite(path: Path) -> bool:
     try:
-        module = Path(item.path).resolve().relative_to(ROOT).as_posix()
+        module = path.resolve().relative_to(ROOT).as_posix()
     except ValueError:  # a suite outside the repository (tests/test_passes.py plants some)
         return False
     return module in SQLITE_TEST_MODULES
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """With --sqlite-paths, the test modules SQLITE_PATHS does not name are not even imported: collecting
+    the whole suite took about half a minute a pass."""
+    if not config.getoption("sqlite_paths") or collection_path.is_dir():
+        return None
+    is_a_test_module = collection_path.name.startswith("test_") and collection_path.suffix == ".py"
+    return True if is_a_test_module and not named_for_sqlite(collection_path) else None
 
 
 def send_to_one_worker(item: pytest.Item, group: str) -> None:
