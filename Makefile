@@ -83,12 +83,13 @@ lint: install
 # The suite, spread over every core (pytest-xdist, TEST_WORKERS processes). Tests that touch no store run
 # once, on the zero-configuration default, under coverage.py (branch coverage, which costs ~3x the CPU of a
 # test: measured there only, where the pure modules are exercised). Tests that touch a store (a database or
-# the shared cache; tests/passes.py) run twice without the tracer: on SQLite (eager tasks, local-memory
-# cache), then on the machine's PostgreSQL and Redis, where the task tests also start a real Celery worker.
-# The `serial` tests (they start Celery workers, a redis-server, gunicorn, with time limits of seconds) run
-# one at a time on PostgreSQL + Redis, after the others, so no other test competes with them for the cores
-# (beside a niced pass, the demo and live-server tests of that pass starved). Each run prints how many tests
-# ran on its database. Each xdist worker gets its own test database (test_<name>_gwN) and Redis database
+# the shared cache; tests/passes.py) run without the tracer on the machine's PostgreSQL and Redis, where the
+# task tests also start a real Celery worker; on SQLite (eager tasks, local-memory cache) run again only
+# those of the code with a SQLite path of its own (tests/passes.py, SQLITE_PATHS; `make run`'s demo on
+# SQLite is walked by the storeless pass). The `serial` tests (they start Celery workers, a redis-server,
+# gunicorn, with time limits of seconds) run one at a time on PostgreSQL + Redis, after the others, so no
+# other test competes with them for the cores (beside a niced pass, the demo and live-server tests of that
+# pass starved). Each run prints how many tests ran on its database. Each xdist worker gets its own test database (test_<name>_gwN) and Redis database
 # (REDIS_URL's plus N, or the Nth of TEST_REDIS_DBS, e.g. "3,9"; tests/settings.py). The coverage table is printed and gated at 95 % on each pure module
 # (tests/coverage_gate.py).
 TEST_WORKERS ?= $(shell nproc)
@@ -98,7 +99,7 @@ SQLITE_ENV := env -u DATABASE_URL -u CELERY_BROKER_URL -u REDIS_URL -u CACHE_URL
 SERVICES_ENV := DATABASE_URL=$(PG_URL) CELERY_BROKER_URL=$(REDIS_URL) REDIS_URL=$(REDIS_URL) \
 	MESHDASH_TEST_REDIS_DBS=$(TEST_REDIS_DBS)
 STORELESS_PASS := $(SQLITE_ENV) $(PYTEST) -n $(TEST_WORKERS) --dist loadgroup --no-store-tests --cov --cov-report=
-SQLITE_STORE_PASS := $(SQLITE_ENV) $(PYTEST) -n $(TEST_WORKERS) --dist loadgroup --store-tests-only
+SQLITE_STORE_PASS := $(SQLITE_ENV) $(PYTEST) -n $(TEST_WORKERS) --dist loadgroup --store-tests-only --sqlite-paths
 
 test-sqlite: install system-deps node-deps promtool
 	$(STORELESS_PASS)

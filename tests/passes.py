@@ -11,12 +11,20 @@ check in `refuse_the_cache` below.
 `--store-tests-only` keeps the tests that touch a store, `--no-store-tests` the others. At the end of a run
 the terminal summary says how many tests ran on which database (under pytest-xdist, the controller counts
 its workers' reports).
+
+The store tests run whole on PostgreSQL + Redis, which is production. On SQLite (`--sqlite-paths`) only the
+tests of the code that takes a path of its own there run again: SQLITE_PATHS names each module whose code
+asks which database it is on (``connection.vendor``, an ``as_sqlite`` method) and the test modules that run
+it. Everything else is the ORM writing the query for the database in hand, and `make run`'s demo, which is
+SQLite, is started and walked page by page in the storeless pass (tests/test_make_run.py).
+tests/test_passes.py fails on a module that asks and is not named here.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -31,6 +39,32 @@ DATABASE_FIXTURES = frozenset(
     }
 )
 STORE_MARKERS = ("django_db", "services", "cache")
+
+# Each core module with a path of its own on SQLite, and the test modules that run that path.
+SQLITE_PATHS: dict[str, tuple[str, ...]] = {
+    "packages_app/partitions.py": ("tests/test_partitions.py",),
+    # Its SQLite path is to do nothing, on every new connection: any store test on SQLite runs it.
+    "packages_app/pgtime.py": ("tests/test_rollups.py",),
+    "packages_app/web/health.py": ("tests/test_health.py",),
+    "packages_app/rollups/rebuild.py": ("tests/test_rollups.py", "tests/test_public_figures.py"),
+    "packages_app/rollups/serving.py": ("tests/test_rollups.py", "tests/test_fleet.py"),
+    "packages_app/rollups/upsert.py": ("tests/test_rollups.py", "tests/test_public_figures.py"),
+    "packages_app/seeding/seeder.py": ("tests/test_fleet.py", "tests/test_views_catalog.py"),
+    "packages_app/seeding/bulk.py": ("tests/test_fleet.py", "tests/test_views_catalog.py"),
+    "packages_app/fleet/sql.py": (
+        "tests/test_fleet.py",
+        "tests/test_fleet_registered.py",
+        "tests/test_advice.py",
+    ),
+    "packages_app/fleet/ranking.py": ("tests/test_fleet.py", "tests/test_fleet_registered.py"),
+    "packages_app/throughput.py": ("tests/test_throughput.py", "tests/test_views_package.py"),
+    # Migrations that fill tables with SQL of each database's own, and their tests.
+    "packages_app/migrations/0009_issue12_report_partitions.py": ("tests/test_partitions.py",),
+    "packages_app/migrations/0022_h25_node_rollups.py": ("tests/test_rollups.py",),
+    "packages_app/migrations/0023_h25_serving_sole_strategy.py": ("tests/test_rollups.py",),
+}
+SQLITE_TEST_MODULES = frozenset(module for modules in SQLITE_PATHS.values() for module in modules)
+ROOT = Path(__file__).resolve().parent.parent
 TOUCHES_A_STORE, TOUCHES_NONE = "touches a store", "touches none"
 
 
@@ -44,6 +78,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--store-tests-only",
         action="store_true",
         help="run only the tests that touch a database or the shared cache (on SQLite, then PostgreSQL)",
+    )
+    parser.addoption(
+        "--sqlite-paths",
+        action="store_true",
+        help="of the tests that touch a store, only those of the code with a SQLite path of its own "
+        "(tests/passes.py, SQLITE_PATHS)",
     )
     parser.addoption(
         "--no-store-tests",
@@ -64,10 +104,34 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         item.user_properties.append(("store", TOUCHES_A_STORE if store else TOUCHES_NONE))
         refused = "no_store_tests" if store else "store_tests_only"
         wanted = not config.getoption(refused)
+        if store and config.getoption("sqlite_paths"):
+            wanted = wanted and runs_a_sqlite_path(item)
         (keep if wanted else drop).append(item)
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
+
+
+def runs_a_sqlite_path(item: pytest.Item) -> bool:
+    """Whether the test's module is one that SQLITE_PATHS names."""
+    return named_for_sqlite(Path(item.path))
+
+
+def named_for_sqlite(path: Path) -> bool:
+    try:
+        module = path.resolve().relative_to(ROOT).as_posix()
+    except ValueError:  # a suite outside the repository (tests/test_passes.py plants some)
+        return False
+    return module in SQLITE_TEST_MODULES
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """With --sqlite-paths, the test modules SQLITE_PATHS does not name are not even imported: collecting
+    the whole suite took about half a minute a pass."""
+    if not config.getoption("sqlite_paths") or collection_path.is_dir():
+        return None
+    is_a_test_module = collection_path.name.startswith("test_") and collection_path.suffix == ".py"
+    return True if is_a_test_module and not named_for_sqlite(collection_path) else None
 
 
 def send_to_one_worker(item: pytest.Item, group: str) -> None:

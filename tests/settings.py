@@ -14,6 +14,8 @@ worker its own test database (test_<name>_gwN) itself.
 import os
 import re
 
+from django.conf import global_settings  # a plain module: reading it configures nothing
+
 os.environ.setdefault("DEBUG", "true")
 os.environ["DJANGO_SETTINGS_MODULE"] = "meshdash.settings"
 
@@ -41,3 +43,9 @@ for _name in ("CELERY_BROKER_URL", "REDIS_URL", "CACHE_URL"):
         )
 
 from meshdash.settings import *  # noqa: E402, F403
+
+# The suite signs in and creates users hundreds of times: Django's MD5 hasher takes microseconds where
+# PBKDF2's 1,000,000 iterations take about half a second of CPU a password (the login-throttle tests guess 25
+# times in a row). Only the suite's process: meshdash.settings, which the servers and workers it starts read,
+# and production keep Django's hashers; passwords those hashed still check here.
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher", *global_settings.PASSWORD_HASHERS]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +14,7 @@ import pytest
 from django.core.cache import cache
 
 from tests import coverage_gate
-from tests.passes import touches_a_store
+from tests.passes import SQLITE_PATHS, touches_a_store
 from tests.settings import worker_redis_url
 from tests.test_import_rules import LAYERS, ROOT
 from tests.test_import_rules import PURE as PURE_LAYER
@@ -268,3 +269,45 @@ def test_control_a_new_pure_module_in_neither_list_is_found(monkeypatch: pytest.
     monkeypatch.setattr(coverage_gate, "PURE", tuple(p for p in coverage_gate.PURE if "charts" not in p))
     named = set(coverage_gate.PURE) | set(coverage_gate.NOT_YET_GATED)
     assert pure_layer_paths() - named == {"packages_app/charts/"}  # as nodes/exposition.py was found
+
+
+# Code that asks which database it is on: it has a path of its own on SQLite.
+ASKS_THE_DATABASE = re.compile(r"\.vendor\b|def as_sqlite\b")
+
+
+def modules_with_a_sqlite_path(root: Path) -> set[str]:
+    code = sorted((root / "packages_app").rglob("*.py"))
+    return {path.relative_to(root).as_posix() for path in code if ASKS_THE_DATABASE.search(path.read_text())}
+
+
+def test_every_module_with_a_sqlite_path_names_the_tests_that_run_it_there() -> None:
+    """make test runs on SQLite only the store tests SQLITE_PATHS names: a module that starts asking which
+    database it is on without naming its tests there would never run its SQLite path."""
+    assert modules_with_a_sqlite_path(ROOT) == set(SQLITE_PATHS)
+    named = {module for modules in SQLITE_PATHS.values() for module in modules}
+    assert {module for module in named if not (ROOT / module).is_file()} == set()
+
+
+def test_control_a_module_that_starts_asking_which_database_it_is_on_is_found(tmp_path: Path) -> None:
+    (tmp_path / "packages_app").mkdir()
+    (tmp_path / "packages_app" / "asks.py").write_text('if connection.vendor == "postgresql":\n    pass\n')
+    (tmp_path / "packages_app" / "says.py").write_text('PREFIX = "packages_app/vendor"  # a folder\n')
+    (tmp_path / "packages_app" / "compiles.py").write_text("def as_sqlite(self, compiler, connection): ...\n")
+    assert modules_with_a_sqlite_path(tmp_path) == {"packages_app/asks.py", "packages_app/compiles.py"}
+
+
+def collected(*options: str) -> set[str]:
+    """The modules of the tests that pytest keeps of test_rollups.py and test_views_api.py (both all store
+    tests) with these options."""
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "CELERY_BROKER_URL", "REDIS_URL")}
+    command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--collect-only", "-q", *options]
+    command += ["tests/test_rollups.py", "tests/test_views_api.py"]
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return {line.split("::")[0] for line in done.stdout.splitlines() if "::" in line}
+
+
+def test_the_sqlite_pass_keeps_the_store_tests_of_the_named_modules_only() -> None:
+    assert collected("--store-tests-only", "--sqlite-paths") == {"tests/test_rollups.py"}
+    # The control: without the option, the PostgreSQL pass's selection keeps both.
+    assert collected("--store-tests-only") == {"tests/test_rollups.py", "tests/test_views_api.py"}
