@@ -66,3 +66,20 @@ def test_a_rows_sync_error_and_names_are_escaped(client: Client) -> None:
     body = client.get("/").content.decode()
     assert 'title="&lt;script&gt;&quot;x&quot;&lt;/script&gt;">sync error</span>' in body
     assert "<script>" not in body.split("<tbody>", 1)[1]
+
+
+def test_a_kept_badge_or_package_link_follows_the_script_prefix() -> None:
+    from django.urls import get_script_prefix, set_script_prefix
+
+    from packages_app.templatetags.catalog_rows import package_url
+    from packages_app.templatetags.verdicts import headline_badge, verdict_badge
+
+    before = get_script_prefix()
+    try:
+        at_root = (verdict_badge("undeclared-mtp"), headline_badge("serves-mtp"), package_url("o", "n"))
+        set_script_prefix("/dash/")
+        under = (verdict_badge("undeclared-mtp"), headline_badge("serves-mtp"), package_url("o", "n"))
+    finally:
+        set_script_prefix(before)
+    assert all('href="/glossary/#' in badge for badge in at_root[:2]) and at_root[2] == "/packages/o/n/"
+    assert all('href="/dash/glossary/#' in badge for badge in under[:2]) and under[2] == "/dash/packages/o/n/"

@@ -4,9 +4,12 @@ the row's values, each cell the markup the template held, escaped by ``format_ht
 
 from __future__ import annotations
 
+import functools
+from datetime import datetime
+
 from django import template
-from django.template.defaultfilters import capfirst, date, floatformat, pluralize
-from django.urls import reverse
+from django.template.defaultfilters import capfirst, floatformat, pluralize
+from django.urls import get_script_prefix, get_urlconf, reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 from django.utils.timezone import localtime
@@ -61,7 +64,8 @@ SERVED = (
 def catalog_row(row: CatalogRow, glossary_url: str, window_days: int) -> SafeString:
     """``{% catalog_row row glossary_url filters.window_days %}``: a package's row, and its notes row when
     it has notes (what needs action, an unused-MTP alert, the fix pull request, broken revisions served)."""
-    package_url = reverse("packages_app:package", args=(row.package.owner, row.package.name))
+    owner, name = row.package.owner, row.package.name
+    url = package_url(owner, name)
     served_broken = row.served_broken
     classes = ("alert-row" if row.alert or served_broken else "") + (
         " has-notes" if row.status.needs_action or served_broken else ""
@@ -70,9 +74,8 @@ def catalog_row(row: CatalogRow, glossary_url: str, window_days: int) -> SafeStr
     badge = format_html(SYNC_ERROR, error) if error else ""
     rev = row.revision
     cells = _cells(row, rev, glossary_url) if rev else NO_REVISION
-    owner, name = row.package.owner, row.package.name
-    notes = _notes(row, package_url, glossary_url, window_days, served_broken)
-    return format_html(ROW, classes, package_url, owner, name, badge, cells, notes)
+    notes = _notes(row, url, glossary_url, window_days, served_broken)
+    return format_html(ROW, classes, url, owner, name, badge, cells, notes)
 
 
 def _cells(row: CatalogRow, rev: Revision, glossary_url: str) -> SafeString:
@@ -80,7 +83,7 @@ def _cells(row: CatalogRow, rev: Revision, glossary_url: str) -> SafeString:
         status = not_assessed_badge(rev)
     else:
         status = headline_badge(row.status)
-    committed = date(localtime(rev.committed_at), "Y-m-d") if rev.committed_at else ""
+    committed = ymd(rev.committed_at)
     ingest = format_html('<span class="sub">{}</span>', status_badge(rev)) if rev.status != "done" else ""
     schema = f"schema v{rev.schema_version}" if rev.schema_version else "schema \u2013"
     blocks = "?" if rev.block_count is None else rev.block_count
@@ -101,6 +104,24 @@ def _cells(row: CatalogRow, rev: Revision, glossary_url: str) -> SafeString:
         bytes_size(rev.total_bytes),
         *_throughput(row.throughput, glossary_url),
     )
+
+
+def ymd(at: datetime | None) -> str:
+    """``{{ at|date:"Y-m-d" }}`` without the date filter's format parsing (60 µs a row)."""
+    if at is None:
+        return ""
+    day = localtime(at)
+    return f"{day.year:04d}-{day.month:02d}-{day.day:02d}"
+
+
+def package_url(owner: str, name: str) -> str:
+    return _package_url_under(get_script_prefix(), get_urlconf(), owner, name)
+
+
+# A package's URL never changes: reversed once (45 µs each, 50 a page) per script prefix and URL conf.
+@functools.lru_cache(maxsize=4096)
+def _package_url_under(prefix: str, urlconf: str | None, owner: str, name: str) -> str:
+    return reverse("packages_app:package", args=(owner, name))
 
 
 def _throughput(tp: CatalogThroughput | None, glossary_url: str) -> tuple[str, str, str]:
