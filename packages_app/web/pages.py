@@ -62,6 +62,7 @@ def catalog(request: HttpRequest) -> HttpResponse:
     )
     context = {
         "form": form,
+        "widgets": form.widgets(),
         "result": result,
         "filters": form.filters(),
         "sorts": SORTS,
