@@ -222,3 +222,34 @@ def test_a_days_cap_counts_what_an_earlier_batch_took(
     for _ in range(4):
         post_reports(client, token, revision, [5.0] * 10)
     assert throughput.revision_throughput(revision.pk).reports == 25  # type: ignore[union-attr]
+
+
+def test_the_registered_nodes_a_page_reads_are_registered_pairs_own_in_each_way_of_naming_it() -> None:
+    """registered_node_ids (the subquery the package page's per-node reads filter by) names the same nodes
+    as registered_pairs (what the store counts): a run resolved to the revision, one whose identity named
+    it, one that named its repo and commit before it was ingested; not a run of the same repo's other
+    commit, nor of the same commit under another repo, nor of another revision."""
+    from packages_app.models import NodeRun
+
+    package = f.qwen35_package(with_history=True)
+    revision = package.revisions.get(commit_sha=f.QWEN35_SHA)
+    other = package.revisions.exclude(pk=revision.pk).first()
+    assert other is not None
+    elsewhere = f.make_package("someone/else")
+    runs = {
+        "resolved": {"revision": revision},
+        "served": {"revision": other, "served_revision": revision},
+        "named": {"repo_id": package.repo_id, "commit_sha": revision.commit_sha},
+        "other commit": {"repo_id": package.repo_id, "commit_sha": other.commit_sha},
+        "other repo": {"repo_id": elsewhere.repo_id, "commit_sha": revision.commit_sha},
+        "other revision": {"revision": other, "repo_id": package.repo_id, "commit_sha": other.commit_sha},
+    }
+    nodes = {}
+    for name, fields in runs.items():
+        nodes[name] = f.make_node(name.replace(" ", "-"))
+        NodeRun.objects.create(node=nodes[name], run_id=f"run-{name}", **fields)
+    expected = {nodes[name].pk for name in ("resolved", "served", "named")}
+    pairs = public_weight.registered_pairs([revision.pk])
+    assert {node for node, _ in pairs} == expected
+    assert set(public_weight.registered_node_ids(revision.pk).values_list("node_id", flat=True)) == expected
+    assert not public_weight.registered_node_ids(999_999).exists()
