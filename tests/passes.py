@@ -207,11 +207,11 @@ def _outcomes(counts: Counter[str]) -> str:
 
 def database_name() -> str:
     from django.conf import settings
+    from django.db import connection
 
-    engine = settings.DATABASES["default"]["ENGINE"].rsplit(".", 1)[-1]
-    names = {"sqlite3": "SQLite", "postgresql": "PostgreSQL"}
+    names = {"sqlite": "SQLite", "postgresql": "PostgreSQL"}
     cache = settings.CACHES["default"]["BACKEND"]
-    return names.get(engine, engine) + (" + Redis" if "redis" in cache.lower() else "")
+    return names.get(connection.vendor, connection.vendor) + (" + Redis" if "redis" in cache.lower() else "")
 
 
 def pytest_configure(config: pytest.Config) -> None:
