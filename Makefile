@@ -9,7 +9,7 @@ REDIS_URL ?= redis://127.0.0.1:6379/0
 DEVHUB_PORT ?= 8765
 PORT ?= 8000
 
-.PHONY: install system-deps promtool node-deps node-deps-if-npm services lint test test-sqlite test-serial test-services coverage run demo-data clean
+.PHONY: install system-deps promtool node-deps node-deps-if-npm services lint test test-sqlite test-serial test-services test-beside-serial coverage run demo-data clean
 
 $(STAMP): pyproject.toml requirements.lock
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -87,29 +87,34 @@ lint: install
 # task tests also start a real Celery worker; on SQLite (eager tasks, local-memory cache) run again only
 # those of the code with a SQLite path of its own (tests/passes.py, SQLITE_PATHS; `make run`'s demo on
 # SQLite is walked by the storeless pass). The `serial` tests (they start Celery workers, a redis-server,
-# gunicorn, with time limits of seconds) run one at a time on PostgreSQL + Redis, after the others, so no
-# other test competes with them for the cores (beside a niced pass, the demo and live-server tests of that
-# pass starved). Each run prints how many tests ran on its database. Each xdist worker gets its own test database (test_<name>_gwN) and Redis database
-# (REDIS_URL's plus N, or the Nth of TEST_REDIS_DBS, e.g. "3,9"; tests/settings.py). The coverage table is printed and gated at 95 % on each pure module
-# (tests/coverage_gate.py).
+# gunicorn, with time limits of seconds) run one at a time on PostgreSQL + Redis, after the xdist passes, so
+# no other test with a clock competes with them for the cores (beside a niced pass, the demo and live-server
+# tests of that pass starved). They mostly wait on the processes they start, so `make test` runs beside
+# them what has no clock of seconds: the lint, the SQLite store pass in SQLITE_WORKERS processes and the
+# coverage gate (test-beside-serial); make prints each side's output when that side ends. Each run prints
+# how many tests ran on its database. Each xdist worker gets its own test database (test_<name>_gwN) and
+# Redis database (REDIS_URL's plus N, or the Nth of TEST_REDIS_DBS, e.g. "3,9"; tests/settings.py). The
+# coverage table is printed and gated at 95 % on each pure module (tests/coverage_gate.py).
 TEST_WORKERS ?= $(shell nproc)
+SQLITE_WORKERS ?= 1
 TEST_REDIS_DBS ?=
 PYTEST := $(VENV)/bin/pytest -p no:cacheprovider
 SQLITE_ENV := env -u DATABASE_URL -u CELERY_BROKER_URL -u REDIS_URL -u CACHE_URL PROMTOOL=$(abspath $(PROMTOOL))
 SERVICES_ENV := DATABASE_URL=$(PG_URL) CELERY_BROKER_URL=$(REDIS_URL) REDIS_URL=$(REDIS_URL) \
 	MESHDASH_TEST_REDIS_DBS=$(TEST_REDIS_DBS)
 STORELESS_PASS := $(SQLITE_ENV) $(PYTEST) -n $(TEST_WORKERS) --dist loadgroup --no-store-tests --cov --cov-report=
-SQLITE_STORE_PASS := $(SQLITE_ENV) $(PYTEST) -n $(TEST_WORKERS) --dist loadgroup --store-tests-only --sqlite-paths
+SQLITE_STORE_PASS := $(SQLITE_ENV) $(PYTEST) --dist loadgroup --store-tests-only --sqlite-paths
+SERVICES_PASS := $(SERVICES_ENV) $(PYTEST) -n $(TEST_WORKERS) --store-tests-only -m "not serial"
 
 test-sqlite: install system-deps node-deps promtool
 	$(STORELESS_PASS)
-	$(SQLITE_STORE_PASS)
+	$(SQLITE_STORE_PASS) -n $(TEST_WORKERS)
 
 test-serial: install system-deps node-deps services
 	$(SERVICES_ENV) $(PYTEST) --store-tests-only -m serial
 
 test-services: install system-deps node-deps services
-	$(SERVICES_ENV) $(PYTEST) -n $(TEST_WORKERS) --store-tests-only -m "not serial"
+	$(SERVICES_PASS)
 	$(MAKE) --no-print-directory test-serial
 
 # The table of the coverage pass, then the gate.
@@ -118,7 +123,16 @@ coverage: install
 	$(VENV)/bin/coverage json -q -o var/coverage.json
 	$(PY) -m tests.coverage_gate var/coverage.json
 
-test: lint test-sqlite test-services coverage
+# Beside the serial tests, one after another: what has no clock of seconds.
+test-beside-serial: install system-deps node-deps promtool
+	$(MAKE) --no-print-directory lint
+	$(SQLITE_STORE_PASS) -n $(SQLITE_WORKERS)
+	$(MAKE) --no-print-directory coverage
+
+test: install system-deps node-deps promtool services
+	$(STORELESS_PASS)
+	$(SERVICES_PASS)
+	$(MAKE) --no-print-directory -j2 --output-sync=recurse test-serial test-beside-serial
 
 # The demo: devhub serves generated packages, a Celery worker ingests them, runserver shows them. It needs
 # neither PostgreSQL nor Redis: SQLite, and Redis as the broker only when one answers (bin/run-demo).
