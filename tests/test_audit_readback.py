@@ -6,6 +6,7 @@ audit by key (issue 44)."""
 from __future__ import annotations
 
 import ast
+import functools
 import json
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,9 @@ from tests.test_request_defaults import thinking_and_direct
 ROOT = Path(__file__).resolve().parent.parent
 
 
+@functools.cache  # ten builds and audits: once per process, not once per test (70 s of the pass)
 def audits() -> dict[str, Audit]:
+    """The audits the tests read back. Shared by every test: each reads its audit's fresh to_json()."""
     qwen = build(QWEN35, 2)
     with_defaults = qwen.with_manifest(
         qwen.manifest | {"generation": {"request_defaults": thinking_and_direct()}}
