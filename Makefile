@@ -90,8 +90,9 @@ lint: install
 # gunicorn, with time limits of seconds) run one at a time on PostgreSQL + Redis, after the xdist passes, so
 # no other test with a clock competes with them for the cores (beside a niced pass, the demo and live-server
 # tests of that pass starved). They mostly wait on the processes they start, so `make test` runs beside
-# them what has no clock of seconds: the lint, the SQLite store pass in SQLITE_WORKERS processes and the
-# coverage gate (test-beside-serial); make prints each side's output when that side ends. Each run prints
+# them what has no clock of seconds: the lint, the SQLite store pass in SQLITE_WORKERS processes, the
+# PostgreSQL tests of the modules BESIDE_SERIAL names (tests/passes.py; left out of the PostgreSQL pass) and
+# the coverage gate (test-beside-serial); make prints each side's output when that side ends. Each run prints
 # how many tests ran on its database. Each xdist worker gets its own test database (test_<name>_gwN) and
 # Redis database (REDIS_URL's plus N, or the Nth of TEST_REDIS_DBS, e.g. "3,9"; tests/settings.py). The
 # coverage table is printed and gated at 95 % on each pure module (tests/coverage_gate.py).
@@ -105,6 +106,13 @@ SERVICES_ENV := DATABASE_URL=$(PG_URL) CELERY_BROKER_URL=$(REDIS_URL) REDIS_URL=
 STORELESS_PASS := $(SQLITE_ENV) $(PYTEST) -n $(TEST_WORKERS) --dist loadgroup --no-store-tests --cov --cov-report=
 SQLITE_STORE_PASS := $(SQLITE_ENV) $(PYTEST) --dist loadgroup --store-tests-only --sqlite-paths
 SERVICES_PASS := $(SERVICES_ENV) $(PYTEST) -n $(TEST_WORKERS) --store-tests-only -m "not serial"
+# The store-test modules without a clock that `make test` runs beside the serial tests (tests/passes.py,
+# BESIDE_SERIAL), in one xdist process (its test database test_<name>_gw0, free once the PostgreSQL pass ended)
+# on a Redis database that is not the serial tests' (REDIS_URL's own): TEST_REDIS_DBS's last, or else 1.
+comma := ,
+BESIDE_REDIS_DB ?= $(or $(lastword $(subst $(comma), ,$(TEST_REDIS_DBS))),1)
+BESIDE_SERIAL_PASS := DATABASE_URL=$(PG_URL) CELERY_BROKER_URL=$(REDIS_URL) REDIS_URL=$(REDIS_URL) \
+	MESHDASH_TEST_REDIS_DBS=$(BESIDE_REDIS_DB) $(PYTEST) -n 1 --store-tests-only -m "not serial" --beside-serial
 
 test-sqlite: install system-deps node-deps promtool
 	$(STORELESS_PASS)
@@ -124,14 +132,15 @@ coverage: install
 	$(PY) -m tests.coverage_gate var/coverage.json
 
 # Beside the serial tests, one after another: what has no clock of seconds.
-test-beside-serial: install system-deps node-deps promtool
+test-beside-serial: install system-deps node-deps promtool services
 	$(MAKE) --no-print-directory lint
 	$(SQLITE_STORE_PASS) -n $(SQLITE_WORKERS)
+	$(BESIDE_SERIAL_PASS)
 	$(MAKE) --no-print-directory coverage
 
 test: install system-deps node-deps promtool services
 	$(STORELESS_PASS)
-	$(SERVICES_PASS)
+	$(SERVICES_PASS) --not-beside-serial
 	$(MAKE) --no-print-directory -j2 --output-sync=recurse test-serial test-beside-serial
 
 # The demo: devhub serves generated packages, a Celery worker ingests them, runserver shows them. It needs

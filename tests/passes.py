@@ -18,6 +18,10 @@ asks which database it is on (``connection.vendor``, an ``as_sqlite`` method) an
 it. Everything else is the ORM writing the query for the database in hand, and `make run`'s demo, which is
 SQLite, is started and walked page by page in the storeless pass (tests/test_make_run.py).
 tests/test_passes.py fails on a module that asks and is not named here.
+
+BESIDE_SERIAL names store-test modules with no clock of seconds, which `make test` runs on PostgreSQL beside
+the serial tests (one process, a Redis database of its own) rather than in the PostgreSQL pass:
+`--beside-serial` keeps only them, `--not-beside-serial` all the others.
 """
 
 from __future__ import annotations
@@ -65,6 +69,11 @@ SQLITE_PATHS: dict[str, tuple[str, ...]] = {
     "packages_app/migrations/0032_revision_rollups.py": ("tests/test_rollups.py",),
 }
 SQLITE_TEST_MODULES = frozenset(module for modules in SQLITE_PATHS.values() for module in modules)
+# Store-test modules with no clock of seconds (no sleep, deadline, subprocess, live server or browser; checked
+# by tests/test_passes.py): `make test` runs their PostgreSQL tests beside the serial tests, which mostly wait
+# on the processes they start, instead of in the PostgreSQL pass (`--beside-serial`, `--not-beside-serial`).
+# About two minutes of one process, chosen to end before the serial tests do.
+BESIDE_SERIAL = frozenset({"tests/test_fleet.py", "tests/test_demo_assessments.py"})
 ROOT = Path(__file__).resolve().parent.parent
 TOUCHES_A_STORE, TOUCHES_NONE = "touches a store", "touches none"
 
@@ -87,6 +96,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "(tests/passes.py, SQLITE_PATHS)",
     )
     parser.addoption(
+        "--beside-serial",
+        action="store_true",
+        help="only the test modules that run beside the serial tests (tests/passes.py, BESIDE_SERIAL)",
+    )
+    parser.addoption(
+        "--not-beside-serial",
+        action="store_true",
+        help="all but the test modules that run beside the serial tests (tests/passes.py, BESIDE_SERIAL)",
+    )
+    parser.addoption(
         "--no-store-tests",
         action="store_true",
         help="run only the tests that touch no store (make test runs them once, under coverage)",
@@ -107,6 +126,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         wanted = not config.getoption(refused)
         if store and config.getoption("sqlite_paths"):
             wanted = wanted and runs_a_sqlite_path(item)
+        if config.getoption("beside_serial") or config.getoption("not_beside_serial"):
+            wanted = wanted and (module_of(Path(item.path)) in BESIDE_SERIAL) == config.getoption(
+                "beside_serial"
+            )
         (keep if wanted else drop).append(item)
     if drop:
         config.hook.pytest_deselected(items=drop)
@@ -118,21 +141,32 @@ def runs_a_sqlite_path(item: pytest.Item) -> bool:
     return named_for_sqlite(Path(item.path))
 
 
-def named_for_sqlite(path: Path) -> bool:
+def module_of(path: Path) -> str | None:
+    """The test module's path in the repository (``tests/test_x.py``), None for a suite outside it
+    (tests/test_passes.py plants some)."""
     try:
-        module = path.resolve().relative_to(ROOT).as_posix()
-    except ValueError:  # a suite outside the repository (tests/test_passes.py plants some)
-        return False
-    return module in SQLITE_TEST_MODULES
+        return path.resolve().relative_to(ROOT).as_posix()
+    except ValueError:
+        return None
+
+
+def named_for_sqlite(path: Path) -> bool:
+    return module_of(path) in SQLITE_TEST_MODULES
 
 
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
-    """With --sqlite-paths, the test modules SQLITE_PATHS does not name are not even imported: collecting
-    the whole suite took about half a minute a pass."""
-    if not config.getoption("sqlite_paths") or collection_path.is_dir():
+    """With --sqlite-paths or --beside-serial, the test modules not named are not even imported: collecting
+    the whole suite takes about ten seconds of a process."""
+    if collection_path.is_dir():
         return None
     is_a_test_module = collection_path.name.startswith("test_") and collection_path.suffix == ".py"
-    return True if is_a_test_module and not named_for_sqlite(collection_path) else None
+    if not is_a_test_module:
+        return None
+    if config.getoption("sqlite_paths") and not named_for_sqlite(collection_path):
+        return True
+    if config.getoption("beside_serial") and module_of(collection_path) not in BESIDE_SERIAL:
+        return True
+    return None
 
 
 def send_to_one_worker(item: pytest.Item, group: str) -> None:

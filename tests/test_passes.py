@@ -14,7 +14,7 @@ import pytest
 from django.core.cache import cache
 
 from tests import coverage_gate
-from tests.passes import SQLITE_PATHS, touches_a_store
+from tests.passes import BESIDE_SERIAL, SQLITE_PATHS, touches_a_store
 from tests.settings import worker_redis_url
 from tests.test_import_rules import LAYERS, ROOT
 from tests.test_import_rules import PURE as PURE_LAYER
@@ -296,12 +296,14 @@ def test_control_a_module_that_starts_asking_which_database_it_is_on_is_found(tm
     assert modules_with_a_sqlite_path(tmp_path) == {"packages_app/asks.py", "packages_app/compiles.py"}
 
 
-def collected(*options: str) -> set[str]:
-    """The modules of the tests that pytest keeps of test_rollups.py and test_views_api.py (both all store
-    tests) with these options."""
+def collected(
+    *options: str, modules: tuple[str, ...] = ("tests/test_rollups.py", "tests/test_views_api.py")
+) -> set[str]:
+    """The modules of the tests that pytest keeps of these modules (by default test_rollups.py and
+    test_views_api.py, both all store tests) with these options."""
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "CELERY_BROKER_URL", "REDIS_URL")}
     command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--collect-only", "-q", *options]
-    command += ["tests/test_rollups.py", "tests/test_views_api.py"]
+    command += modules
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
     return {line.split("::")[0] for line in done.stdout.splitlines() if "::" in line}
@@ -311,3 +313,37 @@ def test_the_sqlite_pass_keeps_the_store_tests_of_the_named_modules_only() -> No
     assert collected("--store-tests-only", "--sqlite-paths") == {"tests/test_rollups.py"}
     # The control: without the option, the PostgreSQL pass's selection keeps both.
     assert collected("--store-tests-only") == {"tests/test_rollups.py", "tests/test_views_api.py"}
+
+
+# A clock of seconds: what makes a test's outcome depend on how busy the machine is.
+CLOCK = re.compile(
+    r"\bsleep\b|subprocess|Popen|live_server|monotonic|perf_counter|timeout|[Tt]hread|mark\.(serial|browser)"
+)
+
+
+def clocks_in(source: str) -> list[str]:
+    return sorted({found.group(0) for found in CLOCK.finditer(source)})
+
+
+def test_the_modules_run_beside_the_serial_tests_have_no_clock() -> None:
+    """They run while the serial tests start workers and servers: neither may starve the other's deadline."""
+    assert {module: clocks_in((ROOT / module).read_text()) for module in sorted(BESIDE_SERIAL)} == {
+        module: [] for module in sorted(BESIDE_SERIAL)
+    }
+
+
+def test_control_a_module_with_a_deadline_or_a_sleep_is_found() -> None:
+    planted = "import time\n\ndef test_x(live_server):\n    time.sleep(1)\n    assert wait(timeout=5)\n"
+    assert clocks_in(planted) == ["live_server", "sleep", "timeout"]
+    assert clocks_in((ROOT / "tests/test_tasks.py").read_text()) != []  # a serial module is found too
+
+
+def test_the_beside_serial_selections_split_the_store_tests_by_module() -> None:
+    modules = ("tests/test_fleet.py", "tests/test_views_api.py")
+    assert "tests/test_fleet.py" in BESIDE_SERIAL and "tests/test_views_api.py" not in BESIDE_SERIAL
+    assert collected("--store-tests-only", "--beside-serial", modules=modules) == {"tests/test_fleet.py"}
+    assert collected("--store-tests-only", "--not-beside-serial", modules=modules) == {
+        "tests/test_views_api.py"
+    }
+    # The control: neither option keeps both.
+    assert collected("--store-tests-only", modules=modules) == set(modules)
