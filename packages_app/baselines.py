@@ -235,7 +235,10 @@ def speedups(
     (``RevisionThroughput.node_cells``, without their sketches): then the sketches of the sides shown only
     are read (one query) and merged, not every node's."""
     node_cells, texts = _node_cells(revision) if cells is None else (list(cells), {})
-    releases = _releases(revision)
+    # The nodes' releases tell MTP on from off apart on one release, or name the releases of a
+    # cross-revision pair: not read when every cell ran one way and there is no other revision.
+    ran = {c.mtp_used for c in node_cells}
+    releases = _releases(revision) if len(ran) > 1 or before is not None else {}
     pair, missing = _mtp_pair(node_cells, releases)
     if pair is None and before is not None and any(c.mtp_used for c in node_cells):
         pair = _cross_revision_pair(revision, node_cells, releases, before, texts)

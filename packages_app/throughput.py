@@ -18,7 +18,7 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.db.models import Aggregate, F, OuterRef, Q, QuerySet, Subquery, Sum, TextField, Value
 from django.db.models.functions import Cast, Coalesce
@@ -430,10 +430,11 @@ def plan_honoured(requested: str, effective: str) -> bool:
     return effective.endswith(requested)  # ngram-cache, or native-mtp+ngram-cache
 
 
-@dataclass(frozen=True)
-class NodeTotalRow:
+class NodeTotalRow(NamedTuple):
     """One per-node total rollup of a revision, without its sketch and last report time (read for the
-    plans shown only, and for the sides of the speedups shown: baselines.speedups)."""
+    plans shown only, and for the sides of the speedups shown: baselines.speedups). A named tuple: the
+    busiest revision has thousands (2,180 at 10,000 nodes), and a frozen dataclass of these fields took
+    about 5 us each to build, a named tuple well under 1."""
 
     id: int
     node_key: int

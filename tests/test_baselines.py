@@ -482,7 +482,7 @@ def _sketch_reads(queries: Any) -> int:
 def test_the_package_pages_speedups_from_the_plans_cells_equal_those_read_alone(fleet: str) -> None:
     """The package page hands the speedups the per-node cells its plans read (without their sketches): the
     same speedups as reading every cell with its sketch, the sketches of the sides shown read in one query
-    (none when no side is shown)."""
+    (none when no side is shown), the nodes' releases only when MTP ran both on and off."""
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
@@ -498,6 +498,8 @@ def test_the_package_pages_speedups_from_the_plans_cells_equal_those_read_alone(
         handed = baselines.speedups(package, revision, cells=figures.node_cells)
     assert handed == alone
     assert _sketch_reads(queries.captured_queries) == reads
+    both = len({c.mtp_used for c in figures.node_cells}) == 2
+    assert sum("packages_app_noderun" in q["sql"] for q in queries.captured_queries) == int(both)
     assert alone.mtp is not None or alone.baselines or reads == 0
 
 
