@@ -22,7 +22,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from django.db import transaction
 from django.db.models.fields.json import KeyTransform
@@ -220,44 +220,77 @@ class Speedups:
     baseline_missing: str = ""
 
 
-def speedups(package: Package, revision: Revision, before: Revision | None = None) -> Speedups:
+def speedups(
+    package: Package,
+    revision: Revision,
+    before: Revision | None = None,
+    *,
+    cells: Iterable[NodeCell] | None = None,
+) -> Speedups:
     """The revision's MTP on / off speedup and its speedup over each baseline engine group. With ``before``
     (the compare page's other revision), a revision that never ran with MTP off on one split and release is
-    compared with ``before``'s MTP-off reports instead, and the page says it is not like for like."""
-    cells = _node_cells(revision)
-    releases = _releases(revision)
-    on_off, missing = _mtp_pair(cells, releases)
-    if on_off is None and before is not None and any(c["mtp_used"] for c in cells):
-        on_off = _cross_revision_pair(revision, cells, releases, before)
-        missing = "" if on_off else missing
-    mesh_on = on_off[0] if on_off else _side("mesh-llm, MTP on", [c for c in cells if c["mtp_used"]])
+    compared with ``before``'s MTP-off reports instead, and the page says it is not like for like.
+
+    ``cells``: the revision's per-node total cells as the package page's plans read them
+    (``RevisionThroughput.node_cells``, without their sketches): then the sketches of the sides shown only
+    are read (one query) and merged, not every node's."""
+    node_cells, texts = _node_cells(revision) if cells is None else (list(cells), {})
+    # The nodes' releases tell MTP on from off apart on one release, or name the releases of a
+    # cross-revision pair: not read when every cell ran one way and there is no other revision.
+    ran = {c.mtp_used for c in node_cells}
+    releases = _releases(revision) if len(ran) > 1 or before is not None else {}
+    pair, missing = _mtp_pair(node_cells, releases)
+    if pair is None and before is not None and any(c.mtp_used for c in node_cells):
+        pair = _cross_revision_pair(revision, node_cells, releases, before, texts)
+        missing = "" if pair else missing
+    source = source_of(package, revision)
+    groups = _baseline_groups(source.repo) if source.repo else []
+    on_cells = pair.on if pair else [c for c in node_cells if c.mtp_used]
+    # Against a baseline: mesh-llm with MTP where it ran, else mesh-llm as it ran (a revision served
+    # without MTP is compared too: how far is mesh-llm without MTP from plain llama.cpp?).
+    used = _decoded(on_cells) > 0
+    mesh_cells = on_cells if used else [c for c in node_cells if not c.mtp_used]
+    _read_sketches([*pair.on, *pair.off] if pair else [], texts)
+    if groups and _decoded(mesh_cells):
+        _read_sketches(mesh_cells, texts)  # (on the page: a side of the pair already, or one query)
+    mesh_on = _side(pair.on_label if pair else "mesh-llm, MTP on", on_cells, texts)
     if mesh_on.reports:
         mesh_on = _with_mesh_acceptance(mesh_on, revision)
     mtp = None
-    if on_off:
-        _, off, scope, apart = on_off
-        mtp = Speedup("mtp", "MTP on against MTP off", mesh_on, off, scope, apart)
-    source = source_of(package, revision)
-    groups = _baseline_groups(source.repo) if source.repo else []
-    # Against a baseline: mesh-llm with MTP where it ran, else mesh-llm as it ran (a revision served
-    # without MTP is compared too: how far is mesh-llm without MTP from plain llama.cpp?).
-    used = bool(mesh_on.reports)
-    mesh = mesh_on if used else _side("mesh-llm without MTP", [c for c in cells if not c["mtp_used"]])
-    splits = {c["stage_splits"] for c in cells if c["mtp_used"] == used}
+    if pair:
+        off = _side(pair.off_label, pair.off, texts)
+        mtp = Speedup("mtp", "MTP on against MTP off", mesh_on, off, pair.scope, pair.apart)
+    mesh = mesh_on if used else _side("mesh-llm without MTP", mesh_cells, texts)
+    splits = {c.stage_splits for c in node_cells if c.mtp_used == used}
     rows = [_baseline_speedup(mesh, group, source, splits, used) for group in groups] if mesh.reports else []
     rows.sort(key=lambda s: (s.other_quantization, -s.slower.reports))
+    return Speedups(source, mtp, missing, rows, _baseline_missing(source, groups, mesh))
+
+
+def _baseline_missing(source: Source, groups: list[_Group], mesh: Side) -> str:
+    """Why there is no speedup over a baseline engine, when there is none."""
     if not source.repo:
-        why = "The package names no source model (manifest source_model, card base_model): nothing to join."
-    elif not groups:
-        why = (
+        return "The package names no source model (manifest source_model, card base_model): nothing to join."
+    if not groups:
+        return (
             f"No baseline engine reports for {source.repo} yet. A plain llama.cpp or vLLM server serving it "
             'reports through meshdash-agent\'s baselines (docs/api.md, "Baseline engines").'
         )
-    elif not mesh.reports:
-        why = "No node has reported decoding this revision yet."
-    else:
-        why = ""
-    return Speedups(source, mtp, missing, rows, why)
+    if not mesh.reports:
+        return "No node has reported decoding this revision yet."
+    return ""
+
+
+@dataclass(frozen=True)
+class _Pair:
+    """The cells of MTP on and of MTP off a speedup compares, and how they are not like for like."""
+
+    on: list[NodeCell]
+    off: list[NodeCell]
+    scope: str
+    apart: tuple[str, ...]
+    on_label: str = "MTP on"
+    off_label: str = "MTP off"
 
 
 def _releases(revision: Revision) -> dict[int, str]:
@@ -267,86 +300,140 @@ def _releases(revision: Revision) -> dict[int, str]:
 
 
 def _cross_revision_pair(
-    revision: Revision, cells: list[dict[str, Any]], releases: Mapping[int, str], before: Revision
-) -> tuple[Side, Side, str, tuple[str, ...]] | None:
-    """This revision's MTP on against ``before``'s MTP off, on their most-reported shared stage split."""
-    off_cells = [c for c in _node_cells(before) if not c["mtp_used"]]
+    revision: Revision, cells: list[NodeCell], releases: Mapping[int, str], before: Revision, texts: Texts
+) -> _Pair | None:
+    """This revision's MTP on against ``before``'s MTP off, on their most-reported shared stage split
+    (``before``'s cells are read with their sketches, added to ``texts``)."""
+    before_cells, before_texts = _node_cells(before)
+    texts.update(before_texts)
+    off_cells = [c for c in before_cells if not c.mtp_used]
     if not off_cells:
         return None
-    on_cells = [c for c in cells if c["mtp_used"]]
+    on_cells = [c for c in cells if c.mtp_used]
     apart = [
         f"MTP off is {before.short_sha}'s reports: {revision.short_sha} never ran without MTP on one split "
         "and release"
     ]
-    shared = {c["stage_splits"] for c in on_cells} & {c["stage_splits"] for c in off_cells}
-    split = (
-        max(shared, key=lambda x: sum(c["reports"] for c in cells if c["stage_splits"] == x))
-        if shared
-        else ""
-    )
+    shared = {c.stage_splits for c in on_cells} & {c.stage_splits for c in off_cells}
+    split = max(shared, key=lambda x: sum(c.reports for c in cells if c.stage_splits == x)) if shared else ""
     if shared:
-        on_cells = [c for c in on_cells if c["stage_splits"] == split]
-        off_cells = [c for c in off_cells if c["stage_splits"] == split]
+        on_cells = [c for c in on_cells if c.stage_splits == split]
+        off_cells = [c for c in off_cells if c.stage_splits == split]
     else:
         apart.append("the two sides ran on different stage splits")
-    on_releases = sorted({releases.get(c["node_key"], "") for c in on_cells} - {""})
+    on_releases = sorted({releases.get(c.node_key, "") for c in on_cells} - {""})
     before_releases = _releases(before)
-    off_releases = sorted({before_releases.get(c["node_key"], "") for c in off_cells} - {""})
+    off_releases = sorted({before_releases.get(c.node_key, "") for c in off_cells} - {""})
     if on_releases != off_releases:
         apart.append(
             f"another mesh-llm release: MTP on ran {', '.join(on_releases) or 'a release not reported'}, "
             f"MTP off {', '.join(off_releases) or 'a release not reported'}"
         )
-    if {c["node_key"] for c in on_cells} != {c["node_key"] for c in off_cells}:
+    if {c.node_key for c in on_cells} != {c.node_key for c in off_cells}:
         apart.append("different nodes ran each side (the hardware may differ)")
     scope = f"MTP on: {revision.short_sha}, MTP off: {before.short_sha}" + (
         f"; stage split {split}" if split else ""
     )
-    return _side("MTP on", on_cells), _side(f"MTP off ({before.short_sha})", off_cells), scope, tuple(apart)
+    return _Pair(on_cells, off_cells, scope, tuple(apart), off_label=f"MTP off ({before.short_sha})")
 
 
-def _node_cells(revision: Revision) -> list[dict[str, Any]]:
+class NodeCell(Protocol):
+    """A per-node total cell of a revision, as a speedup reads it (throughput.NodeTotalRow is one)."""
+
+    @property
+    def id(self) -> int: ...
+    @property
+    def node_key(self) -> int: ...
+    @property
+    def stage_splits(self) -> str: ...
+    @property
+    def mtp_used(self) -> bool: ...
+    @property
+    def reports(self) -> int: ...
+    @property
+    def accepted(self) -> int: ...
+    @property
+    def proposed(self) -> int: ...
+    @property
+    def tps_n(self) -> int: ...  # the decode rates in its sketch (the sketch's count)
+
+
+@dataclass(frozen=True)
+class _Cell:
+    id: int
+    node_key: int
+    stage_splits: str
+    mtp_used: bool
+    reports: int
+    accepted: int
+    proposed: int
+    tps_n: int
+
+
+# A cell's decode sketch as its stored JSON text, by the cell's id: a side merges its cells' texts in one
+# parse (throughput.merged_stored), where parsing each cell's cost the busiest package's page a parse per
+# node that served it (about a thousand at 10,000 nodes).
+Texts = dict[int, str]
+
+
+def _node_cells(revision: Revision) -> tuple[list[NodeCell], Texts]:
+    """The revision's per-node total cells, with their sketches (one query)."""
     rows = Rollup.objects.filter(revision=revision, grain=Rollup.Grain.TOTAL).exclude(
         node_key=Rollup.ALL_NODES
     )
     # The nodes that move the public figures (rollups/public_weight.py).
     rows = rows.filter(node_key__in=registered_node_ids(revision.pk))
-    fields = ("node_key", "stage_splits", "mtp_used", "reports", "accepted", "proposed", "tps")
-    # Each cell's sketch stays its stored JSON text: a side merges its cells' texts in one parse
-    # (throughput.merged_stored), where parsing each cell's cost the busiest package's page a parse per
-    # node that served it (about a thousand at 10,000 nodes).
-    return list(rows.annotate(tps=throughput.stored("tps_sketch")).values(*fields))
+    fields = ("id", "node_key", "stage_splits", "mtp_used", "reports", "accepted", "proposed", "tps_n")
+    cells: list[NodeCell] = []
+    texts: Texts = {}
+    for *values, text in rows.annotate(tps=throughput.stored("tps_sketch")).values_list(*fields, "tps"):
+        cells.append(cell := _Cell(*values))
+        texts[cell.id] = text
+    return cells, texts
 
 
-def _side(label: str, cells: Iterable[Mapping[str, Any]]) -> Side:
+def _read_sketches(cells: Iterable[NodeCell], texts: Texts) -> None:
+    """Add to ``texts`` the sketches of the cells it lacks, in one query (none when it has them all)."""
+    missing = sorted({c.id for c in cells} - texts.keys())
+    if missing:
+        found = Rollup.objects.filter(pk__in=missing).annotate(tps=throughput.stored("tps_sketch"))
+        texts.update(found.values_list("pk", "tps"))
+
+
+def _decoded(cells: Iterable[NodeCell]) -> int:
+    """The decode rates in the cells' sketches (a sketch's count is its cell's ``tps_n``)."""
+    return sum(c.tps_n for c in cells)
+
+
+def _side(label: str, cells: Iterable[NodeCell], texts: Texts) -> Side:
+    """The side's figures; its sketch merged from its cells' when they were read (a side no speedup shows,
+    read only for its count of decode rates, keeps none)."""
     cells = list(cells)
-    accepted = sum(c["accepted"] for c in cells)
-    proposed = sum(c["proposed"] for c in cells)
-    merged = throughput.merged_stored(c["tps"] for c in cells)
+    accepted = sum(c.accepted for c in cells)
+    proposed = sum(c.proposed for c in cells)
+    read = all(c.id in texts for c in cells)
     return Side(
         label,
-        sketch.count(merged),
-        merged,
+        _decoded(cells),
+        throughput.merged_stored(texts[c.id] for c in cells) if read else {},
         acceptance_rate(accepted, proposed) if proposed else None,
     )
 
 
-def _mtp_pair(
-    cells: list[dict[str, Any]], releases: Mapping[int, str]
-) -> tuple[tuple[Side, Side, str, tuple[str, ...]] | None, str]:
+def _mtp_pair(cells: list[NodeCell], releases: Mapping[int, str]) -> tuple[_Pair | None, str]:
     """MTP on and off on one stage split and release (the one with the most reports on its thinner side)."""
-    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    groups: dict[tuple[str, str], list[NodeCell]] = {}
     for cell in cells:
-        groups.setdefault((cell["stage_splits"], releases.get(cell["node_key"], "")), []).append(cell)
+        groups.setdefault((cell.stage_splits, releases.get(cell.node_key, "")), []).append(cell)
     best = None
     for (splits, release), mine in groups.items():
-        on = [c for c in mine if c["mtp_used"]]
-        off = [c for c in mine if not c["mtp_used"]]
-        thinner = min(sum(c["reports"] for c in on), sum(c["reports"] for c in off))
+        on = [c for c in mine if c.mtp_used]
+        off = [c for c in mine if not c.mtp_used]
+        thinner = min(sum(c.reports for c in on), sum(c.reports for c in off))
         if on and off and (best is None or thinner > best[0]):
             best = (thinner, splits, release, on, off)
     if best is None:
-        ran = {bool(c["mtp_used"]) for c in cells}
+        ran = {bool(c.mtp_used) for c in cells}
         if not cells:
             return None, "No node has reported decoding this revision yet."
         if ran == {True}:
@@ -357,11 +444,11 @@ def _mtp_pair(
     _, splits, release, on, off = best
     scope = f"stage split {splits or 'not reported'}, mesh-llm {release or 'release not reported'}"
     apart = []
-    if {c["node_key"] for c in on} != {c["node_key"] for c in off}:
+    if {c.node_key for c in on} != {c.node_key for c in off}:
         apart.append("different nodes ran each side (the hardware may differ)")
     if not release:
         apart.append("the nodes' mesh-llm release is not reported, so it is not held equal")
-    return (_side("MTP on", on), _side("MTP off", off), scope, tuple(apart)), ""
+    return _Pair(on, off, scope, tuple(apart)), ""
 
 
 def _with_mesh_acceptance(side: Side, revision: Revision) -> Side:

@@ -425,3 +425,88 @@ def test_a_revision_served_without_mtp_is_compared_with_the_baseline_as_it_ran()
     assert row.sentence.startswith("mesh-llm without MTP decodes 3.")
     assert row.sentence.endswith("% slower.")
     assert row.faster.mean_acceptance_length is None
+
+
+# --- The package page's speedups from the plans' cells --------------------------------------------
+
+
+def _baselines(*quant_files: str) -> None:
+    box = make_node("baseline-box")
+    for quant_file in quant_files:
+        for i in range(12):
+            _stored_window(box, 4.0 + i * 0.01, quant_file=quant_file)
+
+
+def _on_off_and_baselines() -> tuple[Any, Any]:
+    fleet = _mtp_fleet([6.0 + i * 0.01 for i in range(12)], [3.0] * 6)
+    _baselines("Qwen3.5-35B-A3B-UD-Q4_K_XL.gguf", "Qwen3.5-35B-A3B-Q8_0.gguf")
+    return fleet
+
+
+def _mtp_on_only_and_a_baseline() -> tuple[Any, Any]:
+    fleet = _mtp_fleet([6.0 + i * 0.01 for i in range(12)], [])
+    _baselines("Qwen3.5-35B-A3B-UD-Q4_K_XL.gguf")
+    return fleet
+
+
+def _mtp_off_only_and_a_baseline() -> tuple[Any, Any]:
+    fleet = _mtp_fleet([], [3.0 + i * 0.01 for i in range(12)])
+    _baselines("Qwen3.5-35B-A3B-UD-Q4_K_XL.gguf")
+    return fleet
+
+
+def _two_releases_and_a_baseline() -> tuple[Any, Any]:
+    fleet = _mtp_fleet([6.0] * 8, [3.0] * 8)
+    NodeRun.objects.filter(node__name="gpu-off").update(version="0.72.1")
+    _baselines("Qwen3.5-35B-A3B-UD-Q4_K_XL.gguf")
+    return fleet
+
+
+# Per fleet: the Rollup cells' sketches the page's speedups read (one query each time).
+FLEETS = {
+    "MTP on and off, no baseline": (lambda: _mtp_fleet([5.0 + i * 0.01 for i in range(12)], [3.0] * 12), 1),
+    "MTP on and off, two baselines": (_on_off_and_baselines, 1),
+    "MTP on only, a baseline": (_mtp_on_only_and_a_baseline, 1),
+    "MTP on only, no baseline": (lambda: _mtp_fleet([6.0] * 5, []), 0),
+    "MTP off only, a baseline": (_mtp_off_only_and_a_baseline, 1),
+    "MTP off only, no baseline": (lambda: _mtp_fleet([], [3.0] * 5), 0),
+    "on and off on two releases, a baseline": (_two_releases_and_a_baseline, 1),
+}
+
+
+def _sketch_reads(queries: Any) -> int:
+    return sum('"tps_sketch"' in q["sql"] and "packages_app_rollup" in q["sql"] for q in queries)
+
+
+@pytest.mark.parametrize("fleet", FLEETS)
+def test_the_package_pages_speedups_from_the_plans_cells_equal_those_read_alone(fleet: str) -> None:
+    """The package page hands the speedups the per-node cells its plans read (without their sketches): the
+    same speedups as reading every cell with its sketch, the sketches of the sides shown read in one query
+    (none when no side is shown), the nodes' releases only when MTP ran both on and off."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from packages_app import throughput
+
+    build, reads = FLEETS[fleet]
+    package, revision = build()
+    figures = throughput.revision_throughput(revision.pk)
+    assert figures is not None and figures.node_cells
+    assert "node_cells" not in figures.as_dict()  # the API's figures do not carry them
+    alone = baselines.speedups(package, revision)
+    with CaptureQueriesContext(connection) as queries:
+        handed = baselines.speedups(package, revision, cells=figures.node_cells)
+    assert handed == alone
+    assert _sketch_reads(queries.captured_queries) == reads
+    both = len({c.mtp_used for c in figures.node_cells}) == 2
+    assert sum("packages_app_noderun" in q["sql"] for q in queries.captured_queries) == int(both)
+    assert alone.mtp is not None or alone.baselines or reads == 0
+
+
+def test_a_cells_decode_count_is_its_sketchs_count() -> None:
+    """What the speedups count a side's reports by, without reading its sketch."""
+    from packages_app.models import Rollup
+
+    _on_off_and_baselines()
+    cells = list(Rollup.objects.values_list("tps_n", "tps_sketch"))
+    assert cells and all(n == sketch.count(sketch.from_json(bins)) for n, bins in cells)
