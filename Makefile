@@ -133,6 +133,8 @@ coverage: install
 
 # Beside the serial tests, one after another: what has no clock of seconds.
 test-beside-serial: install system-deps node-deps promtool services
+	@test "$(BESIDE_REDIS_DB)" != "$(lastword $(subst /, ,$(REDIS_URL)))" \
+		|| { echo "BESIDE_REDIS_DB=$(BESIDE_REDIS_DB) is REDIS_URL's own database, the serial tests' queue"; exit 2; }
 	$(MAKE) --no-print-directory lint
 	$(SQLITE_STORE_PASS) -n $(SQLITE_WORKERS)
 	$(BESIDE_SERIAL_PASS)

@@ -72,7 +72,7 @@ SQLITE_TEST_MODULES = frozenset(module for modules in SQLITE_PATHS.values() for 
 # Store-test modules with no clock of seconds (no sleep, deadline, subprocess, live server or browser; checked
 # by tests/test_passes.py): `make test` runs their PostgreSQL tests beside the serial tests, which mostly wait
 # on the processes they start, instead of in the PostgreSQL pass (`--beside-serial`, `--not-beside-serial`).
-# About two minutes of one process, chosen to end before the serial tests do.
+# About two and a half minutes of one process, chosen to end before the serial tests do.
 BESIDE_SERIAL = frozenset({"tests/test_fleet.py", "tests/test_demo_assessments.py"})
 ROOT = Path(__file__).resolve().parent.parent
 TOUCHES_A_STORE, TOUCHES_NONE = "touches a store", "touches none"
@@ -157,10 +157,10 @@ def named_for_sqlite(path: Path) -> bool:
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
     """With --sqlite-paths or --beside-serial, the test modules not named are not even imported: collecting
     the whole suite takes about ten seconds of a process."""
-    if collection_path.is_dir():
+    selective = config.getoption("sqlite_paths") or config.getoption("beside_serial")
+    if not selective or collection_path.is_dir():
         return None
-    is_a_test_module = collection_path.name.startswith("test_") and collection_path.suffix == ".py"
-    if not is_a_test_module:
+    if not (collection_path.name.startswith("test_") and collection_path.suffix == ".py"):
         return None
     if config.getoption("sqlite_paths") and not named_for_sqlite(collection_path):
         return True
@@ -249,5 +249,7 @@ def database_name() -> str:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    if config.getoption("beside_serial") and config.getoption("not_beside_serial"):
+        raise pytest.UsageError("--beside-serial and --not-beside-serial keep no test together: choose one")
     if not hasattr(config, "workerinput"):  # the controller (or a run without xdist) counts
         config.pluginmanager.register(Tally(), "meshdash-tally")

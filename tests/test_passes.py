@@ -347,3 +347,12 @@ def test_the_beside_serial_selections_split_the_store_tests_by_module() -> None:
     }
     # The control: neither option keeps both.
     assert collected("--store-tests-only", modules=modules) == set(modules)
+
+
+def test_asking_for_both_beside_serial_selections_is_refused() -> None:
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "CELERY_BROKER_URL", "REDIS_URL")}
+    command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--collect-only", "-q"]
+    command += ["--beside-serial", "--not-beside-serial", "tests/test_verdicts.py"]
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 4, done.stdout + done.stderr  # pytest's usage error
+    assert "keep no test together" in done.stderr
