@@ -373,3 +373,22 @@ def test_a_time_range_limits_the_mtp_strategy_and_acceptance_figures_to_it(
     # A range with no report in it: no figures, not the ones of every report.
     empty = revision_throughput(first.pk, since=T0 + timedelta(days=3), until=T0 + timedelta(days=4))
     assert empty is not None and empty.mtp_on.reports == 0 and empty.acceptance_rate is None
+
+
+def test_the_plans_cut_keeps_the_busiest_and_breaks_ties_by_the_nodes_name(
+    first: Revision, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Names are read for the plans at the cut only (throughput._plan_candidates): a tie at the cut is
+    still decided by the node's name, as when every cell came with its name. Nodes are created in the
+    reverse order of their names, so an order by node id would keep node-d and node-c."""
+    monkeypatch.setattr(throughput, "PLAN_ROWS", 3)
+    made = {name: nodes.create_node(name).node for name in ("node-e", "node-d", "node-c", "node-b", "node-a")}
+    for node in made.values():
+        add(node, first, tps=3.0)
+    add(made["node-e"], first, tps=3.0)  # the busiest: 2 reports; the four others tie at 1
+    plans = figures(first.pk).plans
+    assert [(p.node, p.reports) for p in plans] == [("node-e", 2), ("node-a", 1), ("node-b", 1)]
+    with CaptureQueriesContext(connection) as queries:
+        throughput._node_names([made["node-a"].pk, made["node-b"].pk, made["node-a"].pk])
+    assert len(queries) == 1
+    assert throughput._node_names([]) == {}
