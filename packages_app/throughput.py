@@ -500,7 +500,7 @@ def _node_names(keys: Iterable[int]) -> dict[int, str]:
     return dict(Node.objects.filter(pk__in=wanted).values_list("pk", "name")) if wanted else {}
 
 
-PlanKey = tuple[int, str, str, str]  # node, stage split, requested and effective strategy
+PlanKey = tuple[int, str, str, str]  # node id, stage split, requested and effective strategy
 PlanGroup = tuple[int, PlanKey, list[NodeTotalRow]]  # its reports, its key, its cells
 
 
