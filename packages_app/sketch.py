@@ -162,9 +162,12 @@ def median_ranks(n: int, confidence: float) -> tuple[int, int] | None:
         j = math.floor(n / 2 - z * math.sqrt(n) / 2)
     else:
         # The largest j with P(B <= j - 1) <= tail: then [x_(j), x_(n+1-j)] (1-based) covers the median.
-        j, below, total = 0, 0, 2**n
-        while (below + math.comb(n, j)) / total <= tail:
-            below += math.comb(n, j)
+        # ``term`` is C(n, j), each from the one before (exact: C(n, j) (n - j) is divisible by j + 1):
+        # a fresh math.comb per step made n = 2,000 take about 60 ms, and a comparison reads four.
+        j, below, term, total = 0, 0, 1, 2**n
+        while (below + term) / total <= tail:
+            below += term
+            term = term * (n - j) // (j + 1)
             j += 1
     if j < 1:
         return None

@@ -72,6 +72,23 @@ def test_the_median_ranks_are_the_textbook_order_statistics() -> None:
         sketch.median_ranks(10, 1.0)
 
 
+def textbook_ranks(n: int, confidence: float) -> tuple[int, int] | None:
+    """The median's order-statistic interval straight from the binomial definition, each C(n, k) anew."""
+    tail, below, j = (1 - confidence) / 2, 0, 0
+    while (below + math.comb(n, j)) / 2**n <= tail:
+        below += math.comb(n, j)
+        j += 1
+    return (j - 1, n - j) if j >= 1 else None
+
+
+@pytest.mark.parametrize("confidence", [0.9, 0.95, 0.975, 0.99])
+def test_the_exact_median_ranks_match_the_binomial_definition_up_to_the_approximation(
+    confidence: float,
+) -> None:
+    for n in [*range(0, 120), 257, 999, 1500, sketch.EXACT_BINOMIAL_UP_TO]:
+        assert sketch.median_ranks(n, confidence) == textbook_ranks(n, confidence), n
+
+
 def test_the_normal_approximation_takes_over_from_the_exact_tail_without_a_jump() -> None:
     n = sketch.EXACT_BINOMIAL_UP_TO
     exact_low, _ = sketch.median_ranks(n, 0.95) or (0, 0)
