@@ -24,8 +24,8 @@ measured in one run (issue 43):
 
 - the floor: every shape also measures a template-only page (``/glossary/``, FLOOR_URL) in the same
   round-robin; each page's median is printed over the floor's, and must be at most FLOOR_TARGET (20x);
-- the busiest package's page (and API) over the small one's (a package with about 14 reports) at most
-  BUSIEST_TARGET (2x); a shape whose nearest package has none (the fleet shape) has no such ratio;
+- the busiest package's page (and API) over the small one's (the package with reports nearest 14) at
+  most BUSIEST_TARGET (2x); a shape where no package has reports has no such ratio;
 - ``--compare A:B:LIMIT`` (repeatable): each page of shape B against the same page of shape A, as
   (B's median / B's floor) over (A's median / A's floor), at most LIMIT: e.g. ``reports-1m:reports-10m:1.15``
   and ``nodes-1k:nodes-10k:1.5``. Dividing by each run's own floor takes out the machine's drift
@@ -80,8 +80,8 @@ def setup_django() -> None:
 
 
 def pick_packages(owner: str) -> dict[str, tuple[str, str]]:  # label -> (repo id, detail)
-    """The busiest package (most reports), the busiest with MTP weights, one at the median, one with
-    about 14 reports (the baseline the busiest must stay within 1.5x of), and one no node reported on.
+    """The busiest package (most reports), the busiest with MTP weights, one at the median, the one with
+    reports nearest 14 (the baseline the busiest must stay within 2x of), and one no node reported on.
     Counted from the rollups (a Count over 10^7 reports would take a while)."""
     from django.db.models import Q, Sum
     from django.db.models.functions import Coalesce
@@ -100,7 +100,10 @@ def pick_packages(owner: str) -> dict[str, tuple[str, str]]:  # label -> (repo i
     quiet = next((repo for repo, n, _ in reversed(ranked) if n == 0), ranked[-1][0])
     # With MTP weights the page also counts the unused-MTP alert's reports and nodes.
     mtp = next((row for row in ranked if row[2]), ranked[0])
-    small = min(ranked, key=lambda row: (abs(row[1] - SMALL), row[0]))
+    # The small package has reports (a page with its throughput section), the nearest SMALL among them: on
+    # a seed whose smallest reported package has more than twice SMALL, the nearest was one with none.
+    reported = [row for row in ranked if row[1] > 0] or ranked
+    small = min(reported, key=lambda row: (abs(row[1] - SMALL), row[0]))
     middle = ranked[len(ranked) // 2]
     return {
         "busiest": (ranked[0][0], f"{ranked[0][1]} reports"),
@@ -370,7 +373,7 @@ def measure_here(args: argparse.Namespace) -> dict[str, Any]:
         results[FLOOR + ", fleet clock"] = fleet[FLOOR]
     for r in results.values():
         r["over_floor"] = r["median_ms"] / r["floor_ms"]
-    ratios = busiest_ratios(results) if small_reports else {}  # no package near SMALL reports: none
+    ratios = busiest_ratios(results) if small_reports else {}  # no package with reports: none
     return {"database": connection.vendor, "pages": results, "busiest_ratios": ratios}
 
 
@@ -404,9 +407,7 @@ def print_table(shapes: dict[str, dict[str, Any]], requests: int, cold: str) -> 
         print(f"{label:<48}" + "".join(cells))
     for name, shape in shapes.items():
         if not shape["busiest_ratios"]:
-            print(
-                f"{name or 'this database'}: no package near {SMALL} reports (the nearest has none): no ratio"
-            )
+            print(f"{name or 'this database'}: no package has reports, so no busiest / small ratio")
         for kind, ratio in shape["busiest_ratios"].items():
             flag = "" if ratio <= BUSIEST_TARGET else "  OVER"
             figure = f"{kind} busiest / small = {ratio:.2f}x (target <= {BUSIEST_TARGET}x){flag}"
