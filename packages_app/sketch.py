@@ -163,7 +163,7 @@ def median_ranks(n: int, confidence: float) -> tuple[int, int] | None:
     else:
         # The largest j with P(B <= j - 1) <= tail: then [x_(j), x_(n+1-j)] (1-based) covers the median.
         # ``term`` is C(n, j), each from the one before (exact: C(n, j) (n - j) is divisible by j + 1):
-        # a fresh math.comb per step made n = 2,000 take about 60 ms, and a comparison reads four.
+        # a fresh math.comb per step made n = 2,000 take about 60 ms, and the compare page reads four.
         j, below, term, total = 0, 0, 1, 2**n
         while (below + term) / total <= tail:
             below += term
