@@ -1,0 +1,161 @@
+"""The package page's two long tables as one tag a row: the nodes' plans (up to throughput.PLAN_ROWS, 50)
+and the most recent reports (throughput.RECENT, 20).
+
+Their row templates cost the busiest package page about a third of its render in Django's variable
+lookups, ``{% with %}``, ``{% if %}`` and a ``{% url %}`` and ``date`` filter per row (issue 43), as the
+catalog's rows did (catalog_rows.py, which this follows). Each row here is the markup the template held,
+byte for byte, every value escaped by ``format_html``; tests/test_package_rows.py renders both against the
+template text they replace.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from django import template
+from django.template.defaultfilters import floatformat, timesince_filter
+from django.urls import get_script_prefix, get_urlconf, reverse
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString, mark_safe
+from django.utils.timezone import localtime
+
+from packages_app.fleet.plans import PlanAdvice
+from packages_app.report_metrics import ReportMetric
+from packages_app.templatetags.verdicts import cause_badge
+
+register = template.Library()
+
+DASH = "\u2013"
+PLAN = (
+    '\n      <tr{}>\n        <td data-label="Node"><a href="{}">{}</a><span class="sub muted nowrap">last {}'
+    "</span></td>\n"
+    '        <td data-label="mesh-llm">{}{}</td>\n'
+    '        <td data-label="Stages"><code>{}</code></td>\n'
+    '        <td data-label="Requested"><code>{}</code></td>\n'
+    '        <td data-label="Effective"><code>{}</code>{}</td>\n'
+    '        <td data-label="Reports" class="num">{} ({})</td>\n'
+    '        <td data-label="Decode tok/s" class="num">{}</td>\n'
+    '        <td data-label="Judged">{}{}</td></tr>\n    '
+)
+ALERT_ROW = mark_safe(' class="alert-row"')  # constant markup
+NOT_REQUESTED = mark_safe(' <span class="badge warn">not what was requested</span>')
+RECENT = (
+    '\n      <tr{}>\n        <td data-label="Received" class="nowrap">{}{}</td>\n'
+    '        <td data-label="Node"><a href="{}">{}</a></td>\n'
+    '        <td data-label="Strategy">{} \u2192 {}</td>\n'
+    '        <td data-label="MTP source">{}</td>\n'
+    '        <td data-label="Stages"><code>{}</code></td>\n        {}</tr>\n    '
+)
+REFUSED = (
+    ' <span class="badge warn" title="The node\'s clock disagrees with ours; observed {}: '
+    'plotted when it arrived">clock skew</span>'
+)
+MOVED = ' <span class="badge tone-info" title="Plotted when observed: {}">observed {} earlier</span>'
+METRIC = '<td data-label="{}" class="num">{}{}</td>'
+FLAGGED = (
+    ' <span class="badge warn" title="Kept as the node sent them, left out of medians">implausible: {}</span>'
+)
+
+
+@register.simple_tag
+def plan_row(advised: PlanAdvice) -> SafeString:
+    """``{% plan_row pa %}``: a node's plan on the revision, its release and how it was judged."""
+    plan, advice = advised.plan, advised.advice
+    release = format_html('<span class="sub muted">{}</span>', advice.release) if advice.release else ""
+    predicted = (
+        format_html(' <span class="muted">predicted <code>{}</code></span>', advice.predicted)
+        if advice.predicted
+        else ""
+    )
+    return format_html(
+        PLAN,
+        ALERT_ROW if advice.needs_action else "",
+        node_url(plan.node),
+        plan.node,
+        minutes(plan.last_seen),
+        advised.version or DASH,
+        release,
+        plan.stage_splits or DASH,
+        plan.requested_strategy or DASH,
+        plan.effective_strategy or DASH,
+        NOT_REQUESTED if plan.differs else "",
+        plan.reports,
+        plan.from_spans,
+        hundredths(plan.tps),
+        cause_badge(advice.cause),
+        predicted,
+    )
+
+
+@register.simple_tag
+def recent_row(report: Mapping[str, Any], mtp_detected: bool) -> SafeString:
+    """``{% recent_row r revision.mtp_detected %}``: one recent report (throughput._recent's row)."""
+    placement = report["placement"]
+    badge: SafeString | str = ""
+    if placement == "refused":
+        badge = format_html(REFUSED, seconds(report["observed_at"]))
+    elif placement == "moved":
+        observed = report["observed_at"]
+        badge = format_html(MOVED, seconds(observed), timesince_filter(observed, report["received_at"]))
+    name = report["node_name"]
+    return format_html(
+        RECENT,
+        ALERT_ROW if report["mtp_source"] == "Disabled" and mtp_detected else "",
+        seconds(report["received_at"]),
+        badge,
+        node_url(name),
+        name,
+        report["requested_strategy"] or DASH,
+        report["effective_strategy"] or DASH,
+        report["mtp_source"] or DASH,
+        report["stage_splits"] or DASH,
+        _metric_cells(report["metrics"], report["timings_flagged"]),
+    )
+
+
+def _metric_cells(metrics: Sequence[tuple[ReportMetric, Any]], flagged: Sequence[str] | None) -> SafeString:
+    cells = []
+    last = len(metrics) - 1
+    for index, (metric, value) in enumerate(metrics):
+        shown = hundredths(value) if metric.type == "float" else (DASH if value is None else value)
+        note = (
+            format_html(FLAGGED, format_html_join(", ", "{}", ((f,) for f in flagged)))
+            if index == last and flagged
+            else ""
+        )
+        cells.append(format_html(METRIC, metric.label, shown, note))
+    return mark_safe("".join(cells))  # noqa: S308 (each cell built by format_html)
+
+
+def hundredths(value: float | None) -> str:
+    """``{{ value|floatformat:2|default:DASH }}``: two decimals, a dash for none."""
+    return floatformat(value, 2) or DASH
+
+
+def minutes(at: datetime | None) -> str:
+    """``{{ at|date:"Y-m-d H:i" }}`` without the date filter's format parsing."""
+    if at is None:
+        return ""
+    t = localtime(at)
+    return f"{t.year:04d}-{t.month:02d}-{t.day:02d} {t.hour:02d}:{t.minute:02d}"
+
+
+def seconds(at: datetime | None) -> str:
+    """``{{ at|date:"Y-m-d H:i:s" }}``."""
+    if at is None:
+        return ""
+    return f"{minutes(at)}:{localtime(at).second:02d}"
+
+
+def node_url(name: str) -> str:
+    return _node_url_under(get_script_prefix(), get_urlconf(), name)
+
+
+# A node's URL never changes: reversed once (about 45 µs each, up to 70 a page) per script prefix and
+# URL conf.
+@functools.lru_cache(maxsize=4096)
+def _node_url_under(prefix: str, urlconf: str | None, name: str) -> str:
+    return reverse("packages_app:node", args=(name,))
