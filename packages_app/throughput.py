@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple
 
-from django.db.models import Aggregate, F, OuterRef, Q, QuerySet, Subquery, Sum, TextField
+from django.db.models import F, OuterRef, Q, QuerySet, Subquery, TextField
 from django.db.models.functions import Cast
 
 from packages_app import report_metrics, sketch
@@ -249,10 +249,14 @@ def stored(column: str) -> Cast:
 
 
 def merged_stored(texts: Iterable[str]) -> sketch.Sketch:
-    """Sketches stored as JSON texts, merged: bins added under their text keys, converted once. The
-    texts are parsed as one JSON array (one call into the decoder, not one per cell: the nodes pages
-    merge thousands of cells)."""
-    parsed: list[dict[str, int]] = json.loads("[" + ",".join(texts) + "]")
+    """Sketches stored as JSON texts, merged. The texts are parsed as one JSON array (one call into the
+    decoder, not one per cell: the nodes pages merge thousands of cells)."""
+    return merged_bins(json.loads("[" + ",".join(texts) + "]"))
+
+
+def merged_bins(parsed: list[dict[str, int]]) -> sketch.Sketch:
+    """Parsed stored sketches (bins under their text keys), merged: bins added under their text keys,
+    converted once."""
     bins: dict[str, int] = parsed[0] if len(parsed) == 1 else {}
     if len(parsed) > 1:  # (none: an empty sketch)
         for stored_bins in parsed:
@@ -304,40 +308,29 @@ def _series(
         cells = cells.filter(bucket_start__gte=bucket_start(since, grain.value))
     if until is not None:
         cells = cells.filter(bucket_start__lt=until)
-    # Grouped by the point in SQL, each point's sketches as one text of JSON objects: the every-node
-    # cells of a bucket are also split by requested strategy and MTP used.
-    rows = (
-        cells.values("bucket_start", "strategy", "stage_splits")
-        .annotate(n=Sum("reports"), texts=JoinedTexts(stored("tps_sketch")))
+    # The cells as they are, grouped into points here: a point is mostly one cell (the every-node cells
+    # of a bucket are also split by requested strategy and MTP used), and SQL's grouping cost more than
+    # this loop. Every cell's sketch is parsed in one call (merged_stored's reason).
+    rows = list(
+        cells.annotate(tps=stored("tps_sketch"))
+        .values_list("bucket_start", "strategy", "stage_splits", "reports", "tps")
         .order_by()
-        .values_list("bucket_start", "strategy", "stage_splits", "n", "texts")
     )
+    parsed: list[dict[str, int]] = json.loads("[" + ",".join(row[4] for row in rows) + "]")
     regroup = bucket != grain  # weeks and months gather day cells; an hour or a day is its cell's
-    points: dict[tuple[datetime, str, str], tuple[int, list[str]]] = {}
-    for start, strategy, splits, reports, bins in rows:
+    points: dict[tuple[datetime, str, str], tuple[int, list[dict[str, int]]]] = {}
+    for (start, strategy, splits, reports, _), bins in zip(rows, parsed, strict=True):
         key = (bucket_start(start, bucket) if regroup else start, strategy, splits)
-        count, texts = points.get(key, (0, []))
-        texts.append(bins)
-        points[key] = (count + reports, texts)
+        count, sketches = points.get(key, (0, []))
+        sketches.append(bins)
+        points[key] = (count + reports, sketches)
     series = []
-    for (at, strategy, splits), (count, texts) in sorted(points.items()):
-        median, p25, p75 = sketch.quantiles(merged_stored(texts), (0.5, 0.25, 0.75))
+    for (at, strategy, splits), (count, sketches) in sorted(points.items()):
+        median, p25, p75 = sketch.quantiles(merged_bins(sketches), (0.5, 0.25, 0.75))
         series.append(
             Point(bucket=at, strategy=strategy, topology=splits, tps=median, reports=count, p25=p25, p75=p75)
         )
     return series
-
-
-class JoinedTexts(Aggregate):
-    """The group's texts joined by commas (JSON objects: a JSON array's items once bracketed), as
-    PostgreSQL's string_agg and SQLite's group_concat join them."""
-
-    function = "STRING_AGG"
-    template = "%(function)s(%(expressions)s, ',')"
-    output_field = TextField()
-
-    def as_sqlite(self, compiler: Any, connection: Any, **extra_context: Any) -> Any:
-        return super().as_sql(compiler, connection, function="GROUP_CONCAT", **extra_context)
 
 
 def bucket_start(at: datetime, bucket: str) -> datetime:
