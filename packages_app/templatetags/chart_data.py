@@ -3,9 +3,9 @@
 
 Why not ``json_script`` itself: it escapes ``<``, ``>`` and ``&`` with ``str.translate`` and a mapping,
 which looks every character up in Python's mapping. A package page's timeline is tens of kilobytes of JSON
-(57 kB on the seeded busiest revision at 10,000 nodes): its translate took about 3 ms a request, as long as
-the rest of the page's chart building. Three ``str.replace`` calls give the same text in a few
-microseconds. tests/test_chart_data.py checks the output against ``json_script``'s for hostile text.
+(57 kB on the seeded busiest revision at 10,000 nodes): ``json_script`` took 5.6 ms to write it, this 1.2 ms
+(most of it ``json.dumps``; the three ``str.replace`` calls give the same text in tens of microseconds).
+tests/test_chart_data.py checks the output against ``json_script``'s for hostile text.
 """
 
 from __future__ import annotations
