@@ -61,7 +61,6 @@ SQLITE_PATHS: dict[str, tuple[str, ...]] = {
         "tests/test_advice.py",
     ),
     "packages_app/fleet/ranking.py": ("tests/test_fleet.py", "tests/test_fleet_registered.py"),
-    "packages_app/throughput.py": ("tests/test_throughput.py", "tests/test_views_package.py"),
     # Migrations that fill tables with SQL of each database's own, and their tests.
     "packages_app/migrations/0009_issue12_report_partitions.py": ("tests/test_partitions.py",),
     "packages_app/migrations/0022_h25_node_rollups.py": ("tests/test_rollups.py",),
