@@ -251,7 +251,13 @@ def stored(column: str) -> Cast:
 def merged_stored(texts: Iterable[str]) -> sketch.Sketch:
     """Sketches stored as JSON texts, merged. The texts are parsed as one JSON array (one call into the
     decoder, not one per cell: the nodes pages merge thousands of cells)."""
-    return merged_bins(json.loads("[" + ",".join(texts) + "]"))
+    return merged_bins(parsed_stored(texts))
+
+
+def parsed_stored(texts: Iterable[str]) -> list[dict[str, int]]:
+    """Sketches stored as JSON texts, parsed in one call into the decoder (bins under their text keys)."""
+    parsed: list[dict[str, int]] = json.loads("[" + ",".join(texts) + "]")
+    return parsed
 
 
 def merged_bins(parsed: list[dict[str, int]]) -> sketch.Sketch:
@@ -310,13 +316,13 @@ def _series(
         cells = cells.filter(bucket_start__lt=until)
     # The cells as they are, grouped into points here: a point is mostly one cell (the every-node cells
     # of a bucket are also split by requested strategy and MTP used), and SQL's grouping cost more than
-    # this loop. Every cell's sketch is parsed in one call (merged_stored's reason).
+    # this loop. Every cell's sketch is parsed in one call (parsed_stored).
     rows = list(
         cells.annotate(tps=stored("tps_sketch"))
         .values_list("bucket_start", "strategy", "stage_splits", "reports", "tps")
         .order_by()
     )
-    parsed: list[dict[str, int]] = json.loads("[" + ",".join(row[4] for row in rows) + "]")
+    parsed = parsed_stored(row[4] for row in rows)
     regroup = bucket != grain  # weeks and months gather day cells; an hour or a day is its cell's
     points: dict[tuple[datetime, str, str], tuple[int, list[dict[str, int]]]] = {}
     for (start, strategy, splits, reports, _), bins in zip(rows, parsed, strict=True):

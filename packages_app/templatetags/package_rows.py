@@ -24,6 +24,7 @@ from django.utils.timezone import localtime
 
 from packages_app.fleet.plans import PlanAdvice
 from packages_app.report_metrics import ReportMetric
+from packages_app.templatetags.catalog_rows import ymd
 from packages_app.templatetags.verdicts import cause_badge
 
 register = template.Library()
@@ -140,7 +141,7 @@ def minutes(at: datetime | None) -> str:
     if at is None:
         return ""
     t = localtime(at)
-    return f"{t.year:04d}-{t.month:02d}-{t.day:02d} {t.hour:02d}:{t.minute:02d}"
+    return f"{ymd(t)} {t.hour:02d}:{t.minute:02d}"
 
 
 def seconds(at: datetime | None) -> str:
