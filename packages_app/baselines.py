@@ -31,7 +31,7 @@ from packages_app import sketch, throughput
 from packages_app.models import BaselineReport, Node, NodeRun, Package, Report, Revision, Rollup
 from packages_app.nodes.exposition import acceptance_by_position, acceptance_rate, mean_acceptance_length
 from packages_app.nodes.report_schema import BaselineReportIn
-from packages_app.rollups.public_weight import registered_node_ids
+from packages_app.rollups.public_weight import registered_nodes
 
 BASELINE_DAYS = 30  # the baseline windows a page reads: the newest, within this many days
 MAX_BASELINE_ROWS = 5000
@@ -378,11 +378,10 @@ Texts = dict[int, str]
 
 def _node_cells(revision: Revision) -> tuple[list[NodeCell], Texts]:
     """The revision's per-node total cells, with their sketches (one query)."""
-    rows = Rollup.objects.filter(revision=revision, grain=Rollup.Grain.TOTAL).exclude(
-        node_key=Rollup.ALL_NODES
-    )
-    # The nodes that move the public figures (rollups/public_weight.py).
-    rows = rows.filter(node_key__in=registered_node_ids(revision.pk))
+    # Past ALL_NODES (an index range that skips the every-node cells), of the nodes that move the public
+    # figures (rollups/public_weight.py).
+    rows = Rollup.objects.filter(revision=revision, grain=Rollup.Grain.TOTAL, node_key__gt=Rollup.ALL_NODES)
+    rows = rows.filter(registered_nodes(revision.pk, "node_key"))
     fields = ("id", "node_key", "stage_splits", "mtp_used", "reports", "accepted", "proposed", "tps_n")
     cells: list[NodeCell] = []
     texts: Texts = {}

@@ -28,7 +28,7 @@ from packages_app import report_metrics, sketch
 from packages_app.models import Node, Report, Revision, RevisionRollup, Rollup
 from packages_app.report_time import REPLAY_WINDOW, placement
 from packages_app.rollups.cells import hourly_since
-from packages_app.rollups.public_weight import registered_node_ids
+from packages_app.rollups.public_weight import registered_nodes
 
 BUCKETS = ("hour", "day", "week", "month")
 # The time ranges the package page offers for its timeline (``?range=``); no range = every report.
@@ -174,8 +174,10 @@ def revision_throughput(
     figured = _range_cells(revision_id, since, until) if ranged else totals
     nodes = _node_totals(revision_id)
     candidates = _plan_candidates(nodes)
-    alerted = nodes.mtp_detected and sums["unused"] > 0  # the alert names the nodes whose reports show it
-    unused = [cell.node_key for cell in nodes.cells if cell.unused] if alerted else []
+    # The alert, on weights that hold MTP (read only when reports show it unused), names the nodes whose
+    # reports show it.
+    alerted = sums["unused"] > 0 and bool(nodes) and _mtp_detected(revision_id)
+    unused = [cell.node_key for cell in nodes if cell.unused] if alerted else []
     names = _node_names([key[0] for _, key, _ in candidates] + unused)
     return RevisionThroughput(
         reports=sums["reports"],
@@ -190,12 +192,12 @@ def revision_throughput(
         stage_splits=sorted({c["stage_splits"] for c in totals} - {""}),
         recent=_recent(revision_id) if page else [],
         plans=_plans(candidates, names),
-        alert=_alert(nodes, sums["unused"], names) if nodes.mtp_detected else None,
-        nodes=len({cell.node_key for cell in nodes.cells}),
+        alert=_alert(nodes, sums["unused"], names) if alerted else None,
+        nodes=len({cell.node_key for cell in nodes}),
         auto_off=sum(c["reports"] for c in totals if not c["mtp_used"] and c["requested_strategy"] == "auto"),
         moved=sums["moved"],
         refused=sums["refused"],
-        node_cells=tuple(nodes.cells),
+        node_cells=tuple(nodes),
     )
 
 
@@ -353,10 +355,10 @@ def bucket_start(at: datetime, bucket: str) -> datetime:
     return day.replace(day=1)
 
 
-def _alert(nodes: NodeTotals, unused: int, node_names: Mapping[int, str]) -> Alert | None:
+def _alert(nodes: list[NodeTotalRow], unused: int, node_names: Mapping[int, str]) -> Alert | None:
     if not unused:
         return None
-    keys = {cell.node_key for cell in nodes.cells if cell.unused}
+    keys = {cell.node_key for cell in nodes if cell.unused}
     count = len(keys)
     names = tuple(sorted({node_names[key] for key in keys if node_names.get(key)}))
     message = (
@@ -390,7 +392,7 @@ RECENT_FIELDS = recent_fields()
 
 def _recent(revision_id: int) -> list[dict[str, Any]]:
     """The newest RECENT raw reports (the one raw read of a page, bounded by an index)."""
-    rows = Report.objects.filter(revision_id=revision_id, node_id__in=registered_node_ids(revision_id))
+    rows = Report.objects.filter(registered_nodes(revision_id, "node_id"), revision_id=revision_id)
     rows = rows.order_by("-received_at", "-id")  # a node's unregistered reports: on its own page only
     rows = rows.annotate(node_name=F("node__name"))
     shown = [report_metrics.BY_NAME[name] for name in report_metrics.shown_columns()]
@@ -439,7 +441,7 @@ class NodeTotalRow(NamedTuple):
     """One per-node total rollup of a revision, without its sketch and last report time (read for the
     plans shown only, and for the sides of the speedups shown: baselines.speedups). A named tuple: the
     busiest revision has thousands (2,180 at 10,000 nodes), and a frozen dataclass of these fields took
-    about 5 us each to build, a named tuple well under 1."""
+    about 5 us each to build, a named tuple well under 1. Its fields 1 to 4 are its plan's key (PlanKey)."""
 
     id: int
     node_key: int
@@ -455,42 +457,23 @@ class NodeTotalRow(NamedTuple):
     tps_n: int = 0  # the decode rates in its sketch (the sketch's count)
 
 
-@dataclass(frozen=True)
-class NodeTotals:
-    cells: list[NodeTotalRow]
-    mtp_detected: bool
-
-
-def _node_totals(revision_id: int) -> NodeTotals:
+def _node_totals(revision_id: int) -> list[NodeTotalRow]:
     """The revision's per-node total cells (one query): the plans, the node count, the alert's nodes. The
     nodes' names are read apart (``_node_names``), for the cells the page names only: a name read with each
     cell cost the busiest revision (2,180 cells at 10,000 nodes) as many probes of the node table."""
     rows = (
-        Rollup.objects.filter(revision_id=revision_id, grain=Rollup.Grain.TOTAL)
-        .exclude(node_key=Rollup.ALL_NODES)
-        .filter(node_key__in=registered_node_ids(revision_id))  # the nodes that move public figures
-        .annotate(mtp_detected=F("revision__mtp_detected"))
-        .values_list(
-            "id",
-            "node_key",
-            "stage_splits",
-            "requested_strategy",
-            "strategy",
-            "reports",
-            "from_spans",
-            "unused",
-            "mtp_used",
-            "accepted",
-            "proposed",
-            "tps_n",
-            "mtp_detected",
+        # node_key > ALL_NODES: a range of the natural key's index, which skips the every-node cells.
+        Rollup.objects.filter(
+            revision_id=revision_id, grain=Rollup.Grain.TOTAL, node_key__gt=Rollup.ALL_NODES
         )
+        .filter(registered_nodes(revision_id, "node_key"))  # the nodes that move public figures
+        .values_list(*NodeTotalRow._fields)
     )
-    cells, detected = [], False
-    for row in rows:
-        cells.append(NodeTotalRow._make(row[:-1]))
-        detected = bool(row[-1])
-    return NodeTotals(cells, detected)
+    return list(map(NodeTotalRow._make, rows))
+
+
+def _mtp_detected(revision_id: int) -> bool:
+    return Revision.objects.filter(pk=revision_id, mtp_detected=True).exists()
 
 
 def _node_names(keys: Iterable[int]) -> dict[int, str]:
@@ -503,19 +486,23 @@ PlanKey = tuple[int, str, str, str]  # node id, stage split, requested and effec
 PlanGroup = tuple[int, PlanKey, list[NodeTotalRow]]  # its reports, its key, its cells
 
 
-def _plan_candidates(nodes: NodeTotals) -> list[PlanGroup]:
+def _plan_candidates(nodes: list[NodeTotalRow]) -> list[PlanGroup]:
     """The plan groups that may be among the busiest PLAN_ROWS: every group with at least the reports of
     the PLAN_ROWS-th busiest (ties at the cut included), with its reports and cells. Which of the tied
-    ones are shown is decided by the node's name (``_plans``), read for these only."""
-    groups: dict[PlanKey, list[NodeTotalRow]] = {}
-    for cell in nodes.cells:
-        key = (cell.node_key, cell.stage_splits, cell.requested_strategy, cell.strategy)
-        groups.setdefault(key, []).append(cell)
-    counted = [(sum(c.reports for c in cells), key, cells) for key, cells in groups.items()]
-    if len(counted) > PLAN_ROWS:
-        cut = heapq.nlargest(PLAN_ROWS, (n for n, _, _ in counted))[-1]
-        counted = [row for row in counted if row[0] >= cut]
-    return counted
+    ones are shown is decided by the node's name (``_plans``), read for these only. The groups' reports
+    are added up first and only the candidates' cells gathered (the busiest revision has 2,180 cells at
+    10,000 nodes, nearly one group each)."""
+    reports: dict[PlanKey, int] = {}
+    for cell in nodes:
+        key = cell[1:5]  # node, stage split, requested and effective strategy
+        reports[key] = reports.get(key, 0) + cell.reports
+    cut = heapq.nlargest(PLAN_ROWS, reports.values())[-1] if len(reports) > PLAN_ROWS else 0
+    groups: dict[PlanKey, list[NodeTotalRow]] = {key: [] for key, n in reports.items() if n >= cut}
+    for cell in nodes:
+        cells = groups.get(cell[1:5])
+        if cells is not None:
+            cells.append(cell)
+    return [(reports[key], key, cells) for key, cells in groups.items()]
 
 
 def _plans(candidates: list[PlanGroup], names: Mapping[int, str]) -> list[NodePlan]:

@@ -225,11 +225,11 @@ def test_a_days_cap_counts_what_an_earlier_batch_took(
 
 
 def test_the_registered_nodes_a_page_reads_are_registered_pairs_own_in_each_way_of_naming_it() -> None:
-    """registered_node_ids (the subquery the package page's per-node reads filter by) names the same nodes
+    """registered_nodes (the filter of the package page's per-node reads) names the same nodes
     as registered_pairs (what the store counts): a run resolved to the revision, one whose identity named
     it, one that named its repo and commit before it was ingested; not a run of the same repo's other
     commit, nor of the same commit under another repo, nor of another revision."""
-    from packages_app.models import NodeRun
+    from packages_app.models import Node, NodeRun
 
     package = f.qwen35_package(with_history=True)
     revision = package.revisions.get(commit_sha=f.QWEN35_SHA)
@@ -251,5 +251,12 @@ def test_the_registered_nodes_a_page_reads_are_registered_pairs_own_in_each_way_
     expected = {nodes[name].pk for name in ("resolved", "served", "named")}
     pairs = public_weight.registered_pairs([revision.pk])
     assert {node for node, _ in pairs} == expected
-    assert set(public_weight.registered_node_ids(revision.pk).values_list("node_id", flat=True)) == expected
-    assert not public_weight.registered_node_ids(999_999).exists()
+    assert (
+        set(
+            Node.objects.filter(public_weight.registered_nodes(revision.pk, "pk")).values_list(
+                "pk", flat=True
+            )
+        )
+        == expected
+    )
+    assert not Node.objects.filter(public_weight.registered_nodes(999_999, "pk")).exists()

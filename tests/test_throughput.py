@@ -392,3 +392,28 @@ def test_the_plans_cut_keeps_the_busiest_and_breaks_ties_by_the_nodes_name(
         throughput._node_names([made["node-a"].pk, made["node-b"].pk, made["node-a"].pk])
     assert len(queries) == 1
     assert throughput._node_names([]) == {}
+
+
+def test_a_plan_of_several_cells_is_cut_by_their_sum(
+    first: Revision, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A plan adds up its node's cells of one split and strategy (here two topologies of the same split):
+    node-a's two cells of 2 reports each make its plan the busiest (4), though each alone is below node-b's
+    and node-c's 3. Control: its cells counted one by one would leave node-a out at a cut of two plans."""
+    monkeypatch.setattr(throughput, "PLAN_ROWS", 2)
+    made = {name: nodes.create_node(name).node for name in ("node-a", "node-b", "node-c")}
+    for topology in ("mesh-1", "mesh-2"):
+        for _ in range(2):
+            add(made["node-a"], first, tps=3.0, topology_id=topology)
+    for name in ("node-b", "node-c"):
+        for _ in range(3):
+            add(made[name], first, tps=3.0)
+    plans = figures(first.pk).plans
+    assert [(p.node, p.reports) for p in plans] == [("node-a", 4), ("node-b", 3)]
+    cells = throughput._node_totals(first.pk)
+    assert sorted((c.node_key, c.reports) for c in cells if c.node_key == made["node-a"].pk) == [
+        (made["node-a"].pk, 2),
+        (made["node-a"].pk, 2),
+    ]
+    one_by_one = sorted(cells, key=lambda c: -c.reports)[:2]
+    assert made["node-a"].pk not in {c.node_key for c in one_by_one}

@@ -142,8 +142,8 @@ class NodeRun(models.Model):
     repo_id = models.CharField(max_length=96, blank=True)
     commit_sha = models.CharField(max_length=40, blank=True)
     manifest_sha256 = models.CharField(max_length=64, blank=True)
-    revision = models.ForeignKey(
-        Revision, null=True, blank=True, on_delete=models.SET_NULL, related_name="node_runs"
+    revision = models.ForeignKey(  # indexed by noderun_revision_nodes (Meta)
+        Revision, null=True, blank=True, on_delete=models.SET_NULL, related_name="node_runs", db_index=False
     )
     version = models.CharField(max_length=100, blank=True, help_text="mesh-llm version (/api/status)")
     stage_splits = models.CharField(max_length=400, blank=True)
@@ -192,6 +192,7 @@ class NodeRun(models.Model):
         blank=True,
         on_delete=models.SET_NULL,
         related_name="node_runs_served",
+        db_index=False,  # indexed by noderun_served_nodes (Meta)
         help_text="The tracked revision the node's own identity names (when it names one).",
     )
     first_seen_at = models.DateTimeField(auto_now_add=True)
@@ -200,6 +201,13 @@ class NodeRun(models.Model):
     class Meta:
         ordering = ["-updated_at"]
         constraints = [models.UniqueConstraint(fields=["node", "run_id"], name="noderun_natural_key")]
+        # The nodes that registered a run of a revision, one index per way of registering
+        # (rollups.public_weight.registered_nodes): read from the index alone, never the runs' rows.
+        indexes = [
+            models.Index(fields=["revision", "node"], name="noderun_revision_nodes"),
+            models.Index(fields=["served_revision", "node"], name="noderun_served_nodes"),
+            models.Index(fields=["repo_id", "commit_sha", "node"], name="noderun_named_nodes"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.node.name}:{self.run_id}"
