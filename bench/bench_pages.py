@@ -80,13 +80,14 @@ def setup_django() -> None:
 
 
 def pick_packages(owner: str) -> dict[str, tuple[str, str]]:  # label -> (repo id, detail)
-    """The busiest package (most reports), the busiest with MTP weights, one at the median, the one with
-    reports nearest 14 (the baseline the busiest must stay within 2x of), and one no node reported on.
-    Counted from the rollups (a Count over 10^7 reports would take a while)."""
-    from django.db.models import Q, Sum
+    """The busiest package (most reports), the busiest with MTP weights, the one whose unused-MTP alert
+    spans the most nodes, one at the median, the one with reports nearest 14 (the baseline the busiest must
+    stay within 2x of), and one no node reported on. Counted from the rollups (a Count over 10^7 reports
+    would take a while)."""
+    from django.db.models import Count, F, Q, Sum
     from django.db.models.functions import Coalesce
 
-    from packages_app.models import Package
+    from packages_app.models import Package, Rollup
 
     packages = Package.objects.filter(repo_id__startswith=owner + "/", latest_revision__verdict__gt="")
     totals = Q(latest_revision__rollups__grain="total", latest_revision__rollups__node_key=0)
@@ -105,9 +106,27 @@ def pick_packages(owner: str) -> dict[str, tuple[str, str]]:  # label -> (repo i
     reported = [row for row in ranked if row[1] > 0] or ranked
     small = min(reported, key=lambda row: (abs(row[1] - SMALL), row[0]))
     middle = ranked[len(ranked) // 2]
+    # The alert names its nodes: the latest revision with MTP weights whose reports show it unused on the
+    # most nodes (else the busiest with MTP).
+    alerted = (
+        Rollup.objects.filter(
+            grain=Rollup.Grain.TOTAL,
+            node_key__gt=Rollup.ALL_NODES,
+            unused__gt=0,
+            revision__mtp_detected=True,
+            revision__package__in=packages,
+            revision__package__latest_revision=F("revision"),
+        )
+        .values_list("revision__package__repo_id")
+        .annotate(nodes=Count("node_key", distinct=True))
+        .order_by("-nodes", "revision__package__repo_id")
+        .first()
+    )
+    widest = (alerted[0], f"{alerted[1]} nodes with MTP unused") if alerted else (mtp[0], "no alert")
     return {
         "busiest": (ranked[0][0], f"{ranked[0][1]} reports"),
         "busiest with MTP": (mtp[0], f"{mtp[1]} reports"),
+        "widest alert": widest,
         "median": (middle[0], f"{middle[1]} reports"),
         "small": (small[0], f"{small[1]} reports"),
         "no reports": (quiet, "0 reports"),

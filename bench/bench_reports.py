@@ -295,9 +295,10 @@ def otlp_check(otlp: Row) -> str:
 
 
 def selector_check() -> str:
+    from packages_app.catalog.throughput import catalog_throughput
     from packages_app.models import Revision
     from packages_app.rollups.rebuild import rebuild
-    from packages_app.throughput import catalog_throughput, revision_throughput
+    from packages_app.throughput import revision_throughput
 
     revision = Revision.objects.get(commit_sha=lr.BENCH_SHA)
     rebuild([revision.pk])  # the batches stored with rollups off are in them now

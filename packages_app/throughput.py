@@ -4,12 +4,13 @@ They read the rollups (models.RevisionRollup, every node's cells without the top
 node's models.Rollup cells for the plans; kept by rollups/), never the raw reports, except the bounded
 "recent reports" table: so a page's cost depends on how long and how varied a revision's traffic is
 (hours or days x strategies x splits), not on how many reports it got, nor (but for the plans) on how
-many topologies its nodes form. A package page is five small queries; the catalog's columns one; the
-alert filter a subquery on a partial index. Medians come from the rollups' sketches (packages_app.sketch):
-medians on every database, within 1 % relative of the exact median (percentile_cont).
+many topologies its nodes form. A package page is five small queries. Medians come from the rollups'
+sketches (packages_app.sketch): medians on every database, within 1 % relative of the exact median
+(percentile_cont). The catalog's columns, read with the stored-sketch helpers here, are
+catalog/throughput.py's.
 
-Results are typed (RevisionThroughput and its parts, CatalogThroughput); ``as_dict`` gives the
-JSON-ready shape the API and the charts take.
+Results are typed (RevisionThroughput and its parts); ``as_dict`` gives the JSON-ready shape the API and
+the charts take.
 """
 
 from __future__ import annotations
@@ -19,9 +20,9 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime, timedelta
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
-from django.db.models import F, OuterRef, Q, QuerySet, Subquery, TextField
+from django.db.models import F, QuerySet, TextField
 from django.db.models.functions import Cast
 
 from packages_app import report_metrics, sketch
@@ -71,7 +72,14 @@ class Alert:
     message: str
     reports: int
     nodes: int
-    names: tuple[str, ...] = ()  # the nodes whose reports show it, by name (the page links each)
+    # Of the nodes whose reports show it, the ALERT_NAMES with the most such reports (then by name; the page
+    # links each): a revision served by thousands of nodes is not named node by node.
+    names: tuple[str, ...] = ()
+
+    @property
+    def unnamed(self) -> int:
+        """The nodes the alert counts and does not name."""
+        return self.nodes - len(self.names)
 
 
 @dataclass(frozen=True)
@@ -105,22 +113,6 @@ class RevisionThroughput:
         figures = asdict(replace(self, node_cells=()))
         del figures["node_cells"]
         return figures
-
-
-@dataclass(frozen=True)
-class CatalogThroughput:
-    """A catalog row's figures: median tok/s with and without MTP, reports, the alert flag."""
-
-    tps_mtp: float | None
-    tps_no_mtp: float | None
-    reports: int
-    alert: bool
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-NO_THROUGHPUT = CatalogThroughput(tps_mtp=None, tps_no_mtp=None, reports=0, alert=False)
 
 
 def time_bucket(span: timedelta) -> str:
@@ -177,8 +169,8 @@ def revision_throughput(
     # The alert, on weights that hold MTP (read only when reports show it unused), names the nodes whose
     # reports show it.
     alerted = sums["unused"] > 0 and bool(nodes) and _mtp_detected(revision_id)
-    unused = [cell.node_key for cell in nodes if cell.unused] if alerted else []
-    names = _node_names([key[0] for _, key, _ in candidates] + unused)
+    unused = _unused_by_node(nodes) if alerted else {}
+    names = _node_names([key[0] for _, key, _ in candidates] + list(_at_cut(unused, ALERT_NAMES)))
     return RevisionThroughput(
         reports=sums["reports"],
         first_at=first_at,
@@ -192,7 +184,7 @@ def revision_throughput(
         stage_splits=sorted({c["stage_splits"] for c in totals} - {""}),
         recent=_recent(revision_id) if page else [],
         plans=_plans(candidates, names),
-        alert=_alert(nodes, sums["unused"], names) if alerted else None,
+        alert=_alert(unused, sums["unused"], names) if alerted else None,
         nodes=len({cell.node_key for cell in nodes}),
         auto_off=sum(c["reports"] for c in totals if not c["mtp_used"] and c["requested_strategy"] == "auto"),
         moved=sums["moved"],
@@ -355,17 +347,42 @@ def bucket_start(at: datetime, bucket: str) -> datetime:
     return day.replace(day=1)
 
 
-def _alert(nodes: list[NodeTotalRow], unused: int, node_names: Mapping[int, str]) -> Alert | None:
+ALERT_NAMES = 10
+
+
+def _unused_by_node(nodes: list[NodeTotalRow]) -> dict[int, int]:
+    """Per node whose reports show MTP unused: how many."""
+    unused: dict[int, int] = {}
+    for cell in nodes:
+        if cell.unused:
+            unused[cell.node_key] = unused.get(cell.node_key, 0) + cell.unused
+    return unused
+
+
+def _alert(unused_by_node: Mapping[int, int], unused: int, node_names: Mapping[int, str]) -> Alert | None:
     if not unused:
         return None
-    keys = {cell.node_key for cell in nodes if cell.unused}
-    count = len(keys)
-    names = tuple(sorted({node_names[key] for key in keys if node_names.get(key)}))
+    count = len(unused_by_node)
+    at_cut = _at_cut(unused_by_node, ALERT_NAMES)
+    named = sorted((-n, node_names[key]) for key, n in at_cut.items() if node_names.get(key))
     message = (
         f"MTP weights present but never used in {unused} report{'s' if unused != 1 else ''} "
         f"from {count} node{'s' if count != 1 else ''}"
     )
-    return Alert(message=message, reports=unused, nodes=count, names=names)
+    return Alert(
+        message=message, reports=unused, nodes=count, names=tuple(name for _, name in named[:ALERT_NAMES])
+    )
+
+
+Key = TypeVar("Key")
+
+
+def _at_cut(counts: Mapping[Key, int], rows: int) -> dict[Key, int]:
+    """The keys that may be among the ``rows`` with the highest counts: every key with at least the count
+    of the rows-th (ties at the cut included: which of them are shown is decided by name, read for these
+    only)."""
+    cut = heapq.nlargest(rows, counts.values())[-1] if len(counts) > rows else 0
+    return {key: n for key, n in counts.items() if n >= cut}
 
 
 def recent_fields(metrics: Sequence[report_metrics.ReportMetric] | None = None) -> tuple[str, ...]:
@@ -496,8 +513,7 @@ def _plan_candidates(nodes: list[NodeTotalRow]) -> list[PlanGroup]:
     for cell in nodes:
         key = cell[1:5]  # node, stage split, requested and effective strategy
         reports[key] = reports.get(key, 0) + cell.reports
-    cut = heapq.nlargest(PLAN_ROWS, reports.values())[-1] if len(reports) > PLAN_ROWS else 0
-    groups: dict[PlanKey, list[NodeTotalRow]] = {key: [] for key, n in reports.items() if n >= cut}
+    groups: dict[PlanKey, list[NodeTotalRow]] = {key: [] for key in _at_cut(reports, PLAN_ROWS)}
     for cell in nodes:
         cells = groups.get(cell[1:5])
         if cells is not None:
@@ -536,44 +552,3 @@ def _plan(
         last_seen=max(details[c.id][1] for c in cells),
         unused=sum(c.unused for c in cells),
     )
-
-
-# --- the catalog -------------------------------------------------------------------------------
-
-
-def catalog_throughput(revision_ids: Sequence[int]) -> dict[int, CatalogThroughput]:
-    """Per revision: median tok/s with and without MTP, report count, alert flag. One query."""
-    rows = (
-        RevisionRollup.objects.filter(revision_id__in=revision_ids, grain=Rollup.Grain.TOTAL)
-        # A subquery per row, not a join: the planner hashes the whole revision table for a join.
-        .annotate(
-            detected=Subquery(Revision.objects.filter(pk=OuterRef("revision_id")).values("mtp_detected"))
-        )
-        .annotate(tps=stored("tps_sketch"))
-        .values_list("revision_id", "mtp_used", "reports", "unused", "tps", "detected")
-        .order_by()
-    )
-    grouped: dict[int, list[tuple[Any, ...]]] = {}
-    for row in rows:
-        grouped.setdefault(row[0], []).append(row)
-    result = dict.fromkeys(revision_ids, NO_THROUGHPUT)
-    for revision_id, cells in grouped.items():
-        result[revision_id] = _catalog_row(cells)
-    return result
-
-
-def _catalog_row(cells: list[tuple[Any, ...]]) -> CatalogThroughput:
-    on = merged_stored(c[4] for c in cells if c[1])
-    off = merged_stored(c[4] for c in cells if not c[1])
-    return CatalogThroughput(
-        tps_mtp=sketch.median(on),
-        tps_no_mtp=sketch.median(off),
-        reports=sum(c[2] for c in cells),
-        alert=bool(cells[0][5]) and any(c[3] > 0 for c in cells),
-    )
-
-
-def latest_alert_q() -> Q:
-    """Packages whose latest revision's weights hold MTP while its reports show it unused (over the
-    latest revision the catalog joins already: no subquery)."""
-    return Q(latest_revision__mtp_detected=True, latest_revision__last_served__last_unused_at__isnull=False)

@@ -17,6 +17,7 @@ from django.core.cache import cache
 from django.test import Client
 
 from packages_app import throughput
+from packages_app.catalog.throughput import catalog_throughput
 from packages_app.fleet import nodes as fleet_nodes
 from packages_app.fleet import window as fleet_window
 from packages_app.models import Node, Report, Revision, Rollup
@@ -102,7 +103,7 @@ def public_median(client: Client, revision: Revision) -> float | None:
     catalog's and the read API's; all three agree."""
     page = throughput.revision_throughput(revision.pk)
     assert page is not None
-    catalog = throughput.catalog_throughput([revision.pk])[revision.pk]
+    catalog = catalog_throughput([revision.pk])[revision.pk]
     assert catalog.tps_no_mtp == page.mtp_off.tps
     detail = client.get(f"/api/v1/packages/{revision.package.repo_id}").json()
     (api,) = [t["mtp_off"]["tps"] for t in found(detail, "throughput") if t and "mtp_off" in t]
@@ -229,7 +230,7 @@ def test_the_registered_nodes_a_page_reads_are_registered_pairs_own_in_each_way_
     as registered_pairs (what the store counts): a run resolved to the revision, one whose identity named
     it, one that named its repo and commit before it was ingested; not a run of the same repo's other
     commit, nor of the same commit under another repo, nor of another revision."""
-    from packages_app.models import Node, NodeRun
+    from packages_app.models import NodeRun
 
     package = f.qwen35_package(with_history=True)
     revision = package.revisions.get(commit_sha=f.QWEN35_SHA)

@@ -15,9 +15,10 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from packages_app import reports, sketch, throughput
+from packages_app.catalog.throughput import catalog_throughput, latest_alert_q
 from packages_app.models import Node, Package, Report, Revision
 from packages_app.nodes import identity as nodes
-from packages_app.throughput import catalog_throughput, latest_alert_q, revision_throughput
+from packages_app.throughput import revision_throughput
 from tests.dashboard_factories import register_run
 
 pytestmark = pytest.mark.django_db
@@ -175,6 +176,29 @@ def test_it_alerts_when_mtp_weights_are_never_used(first: Revision, node_a: Node
         reports=3,
         nodes=2,
         names=(node_a.name, node_b.name),  # the package page names and links each node
+    )
+
+
+def test_the_alert_names_the_nodes_with_most_unused_reports_and_counts_the_rest(
+    first: Revision, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A revision served by thousands of nodes is not named node by node: the alert names ALERT_NAMES of
+    them, those with the most reports showing MTP unused (a tie at the cut decided by name), and counts
+    every one. Control: with room for every node, each is named."""
+    made = {name: nodes.create_node(name).node for name in ("node-d", "node-c", "node-b", "node-a")}
+    for _ in range(3):
+        add(made["node-c"], first, tps=3.0)
+    for name in ("node-d", "node-b", "node-a"):
+        add(made[name], first, tps=3.0)
+    monkeypatch.setattr(throughput, "ALERT_NAMES", 2)
+    alert = figures(first.pk).alert
+    assert alert is not None
+    assert (alert.names, alert.nodes, alert.unnamed, alert.reports) == (("node-c", "node-a"), 4, 2, 6)
+    assert alert.message == "MTP weights present but never used in 6 reports from 4 nodes"
+    monkeypatch.setattr(throughput, "ALERT_NAMES", 4)
+    every = figures(first.pk).alert
+    assert (
+        every is not None and every.names == ("node-c", "node-a", "node-b", "node-d") and every.unnamed == 0
     )
 
 

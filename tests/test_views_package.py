@@ -71,6 +71,32 @@ def test_throughput_figures_and_the_alert_appear_once_nodes_report(client: Clien
     assert chart(response, "chart-timeline")["data"][0]["x"] == ["disabled @ 0..27|27..41"]
 
 
+def test_the_alert_links_the_nodes_it_names_and_counts_the_others(
+    client: Client, qwen35: Package, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The page names and links what the API names (the nodes with the most unused reports) and says how
+    many more there are; with room for both nodes it names both and says no more."""
+    from packages_app import throughput
+
+    f.qwen35_reports(qwen35.revisions.get(commit_sha=f.QWEN35_SHA))
+    monkeypatch.setattr(throughput, "ALERT_NAMES", 1)
+    (named,) = client.get(f"/api/v1/packages/{qwen35.repo_id}").json()["alerts"][0]["names"]
+    assert alert_sentence(client) == f'<a href="/nodes/{named}/">{named}</a> and 1 more.'
+    monkeypatch.setattr(throughput, "ALERT_NAMES", 10)
+    both = alert_sentence(client)
+    assert both.count('<a href="/nodes/') == 2 and "more" not in both
+
+
+def alert_sentence(client: Client) -> str:
+    """The names the alert lists on the page, to the end of its sentence."""
+    body = text(client.get(PAGE))
+    return (
+        body[body.index("from 2 nodes: ") + len("from 2 nodes: ") :]
+        .split("</li>")[0]
+        .split(" The package")[0]
+    )
+
+
 def test_without_reports_the_page_says_so(client: Client, qwen35: Package) -> None:
     body = text(client.get(PAGE))
     assert "No node has reported running this revision yet." in body

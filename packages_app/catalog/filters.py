@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from django.db.models import Q
 
-from packages_app import throughput
+from packages_app.catalog import throughput
 from packages_app.fleet.served import served_alert_q, served_headline_q, served_inconsistent_q
 from packages_app.fleet.window import DEFAULT_WINDOW_DAYS, window_start
 from packages_app.models import LastServed

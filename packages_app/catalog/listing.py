@@ -13,8 +13,8 @@ from django.core.paginator import Page, Paginator
 from django.db.models import Case, F, IntegerField, QuerySet, Value, When
 from django.db.models.functions import NullIf
 
-from packages_app import throughput
 from packages_app.audit.assessment import Headline
+from packages_app.catalog import throughput
 from packages_app.catalog.facets import catalog_counts
 from packages_app.catalog.filters import CatalogFilters, headline_q, other_filters_q, verdict_q
 from packages_app.fleet.served import ServedRevision, served_revisions

@@ -15,6 +15,7 @@ from django.utils.safestring import SafeString, mark_safe
 from django.utils.timezone import localtime
 
 from packages_app.catalog.listing import CatalogRow
+from packages_app.catalog.throughput import CatalogThroughput
 from packages_app.fleet.served import ServedRevision
 from packages_app.models import Revision
 from packages_app.templatetags.verdicts import (
@@ -25,7 +26,6 @@ from packages_app.templatetags.verdicts import (
     verdict_badge,
     yes_no,
 )
-from packages_app.throughput import CatalogThroughput
 
 register = template.Library()
 
