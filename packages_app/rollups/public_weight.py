@@ -61,7 +61,7 @@ def registered_nodes(revision_id: int, field: str) -> Q:
     database reads each once from its index (migration 0033) and hashes it. One subquery with the three
     ways OR'd made it probe the node's runs once per row read (2,180 probes, 6.5 of the query's 9.8 ms,
     for the busiest revision at 10,000 nodes: BENCHMARKS.md, issue 43)."""
-    revision = Revision.objects.filter(pk=revision_id)
+    revision = Revision.objects.filter(pk=revision_id).order_by()
     named = NodeRun.objects.filter(
         repo_id=Subquery(revision.values("package__repo_id")[:1]),
         commit_sha=Subquery(revision.values("commit_sha")[:1]),
