@@ -372,3 +372,45 @@ def test_the_uncertified_split_advice_names_the_action() -> None:
     advice = advise(V2_DECLARED, facts)
     assert advice.cause is Cause.UNCERTIFIED
     assert "serve it on one node (without --split)" in advice.text
+
+
+def test_alike_advice_is_one_note_naming_its_nodes_and_other_advice_its_own() -> None:
+    """The package page's headline box: plans whose advice reads the same (cause, text, both sides) make one
+    note naming their nodes in the plans' order, each node once; another text, or the same text with other
+    sides, is a note of its own; past NOTE_NAMES the nodes are counted. Control: one note per plan, as the
+    box listed them, would be five lines."""
+    from packages_app.audit.advice import Advice
+    from packages_app.fleet import plans as fleet_plans
+    from packages_app.throughput import NodePlan
+
+    def plan(node: str, advice: Advice) -> fleet_plans.PlanAdvice:
+        shape = NodePlan(node, "0..27|27..41", "auto", "disabled", False, 3, 0, 3.2, None, unused=3)
+        return fleet_plans.PlanAdvice(shape, "0.78.0", advice)
+
+    unused = Advice(Cause.MTP_UNUSED, "MTP weights unused: requested auto, ran disabled")
+    contradiction = Advice(
+        Cause.CONTRADICTION, "Not as predicted", prediction="native-mtp", observation="off"
+    )
+    other_sides = Advice(
+        Cause.CONTRADICTION, "Not as predicted", prediction="native-mtp", observation="failed"
+    )
+    plans = [
+        plan("node-b", unused),
+        plan("node-a", contradiction),
+        plan("node-c", unused),
+        plan("node-b", unused),  # node-b's second split: named once
+        plan("node-d", other_sides),
+        plan("node-e", Advice(Cause.OK, "Nothing to do")),  # not a cause the box lists
+    ]
+    causes = (Cause.MTP_UNUSED, Cause.CONTRADICTION)
+    notes = fleet_plans.node_notes(plans, causes)
+    assert [(n.advice, n.nodes, n.unnamed) for n in notes] == [
+        (unused, ("node-b", "node-c"), 0),
+        (contradiction, ("node-a",), 0),
+        (other_sides, ("node-d",), 0),
+    ]
+    assert len([p for p in plans if p.advice.cause in causes]) == 5
+    cap = fleet_plans.NOTE_NAMES
+    many = [plan(f"node-{i:02}", unused) for i in range(cap + 3)] + [plan("", unused)]
+    (note,) = fleet_plans.node_notes(many, causes)
+    assert note.nodes == tuple(f"node-{i:02}" for i in range(cap)) and note.unnamed == 4  # one deleted node

@@ -87,6 +87,32 @@ def test_the_alert_links_the_nodes_it_names_and_counts_the_others(
     assert both.count('<a href="/nodes/') == 2 and "more" not in both
 
 
+def test_nodes_with_alike_advice_share_one_note_in_the_headline_box(
+    client: Client, qwen35: Package, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Both nodes ran the undeclared revision without MTP and read the same advice: the box says it once,
+    naming and linking both (it said it once per node); with one name allowed it counts the other."""
+    from packages_app.fleet import plans
+
+    f.qwen35_reports(qwen35.revisions.get(commit_sha=f.QWEN35_SHA))
+    notes = box_notes(client)
+    assert len(notes) == 1
+    assert notes[0].startswith(
+        '<a href="/nodes/stage0-a/">stage0-a</a>, <a href="/nodes/stage1-b/">stage1-b</a>: '
+    )
+    monkeypatch.setattr(plans, "NOTE_NAMES", 1)
+    (capped,) = box_notes(client)
+    assert '<a href="/nodes/stage0-a/">stage0-a</a> and 1 more: ' in capped
+
+
+def box_notes(client: Client) -> list[str]:
+    """The per-node notes of the headline box, each after its badge (the alert's line has no class)."""
+    body = text(client.get(PAGE))
+    box = body[body.index('class="node-notes"') :].split("</ul>")[0]
+    found = re.findall(r'<li class="finding-[^"]+">(.*?)</li>', box, re.S)
+    return [note.split("</a>", 1)[1].strip() for note in found]  # after the cause's badge
+
+
 def alert_sentence(client: Client) -> str:
     """The names the alert lists on the page, to the end of its sentence."""
     body = text(client.get(PAGE))

@@ -1,7 +1,9 @@
-"""The package page's per-node column: each node's plan on a revision, judged against its own release."""
+"""The package page's per-node column: each node's plan on a revision, judged against its own release; and
+its headline box's notes, one per advice that reads the same, naming the nodes it came from."""
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from packages_app import throughput
@@ -9,6 +11,7 @@ from packages_app.audit.advice import Advice, advise
 from packages_app.audit.assessment import Assessment
 from packages_app.fleet.runs import RUN_COLUMNS, RunFacts
 from packages_app.models import NodeRun
+from packages_app.verdicts import Cause
 
 
 @dataclass(frozen=True)
@@ -43,3 +46,36 @@ def _plan_advice(plan: throughput.NodePlan, run: RunFacts, assessment: Assessmen
         unused=bool(plan.unused) and assessment is not None and bool(assessment.mtp.detected),
     )
     return PlanAdvice(plan, run.version, advise(assessment, facts))
+
+
+NOTE_NAMES = 10  # the nodes one note names (the busiest plans' first); the others are counted
+
+
+@dataclass(frozen=True)
+class NodeNote:
+    """Advice that reads the same (cause, text and a contradiction's two sides) on several plans: one line
+    of the headline box for all of them, not one per node (up to 50 at a fleet's scale, most alike)."""
+
+    advice: Advice
+    nodes: tuple[str, ...]  # the first NOTE_NAMES nodes it came from, in the plans' order
+    unnamed: int = 0  # the other nodes it came from (one whose node was deleted has no name)
+
+
+def node_notes(plans: list[PlanAdvice], causes: Collection[Cause]) -> list[NodeNote]:
+    """The plans' advice of these causes, one note per advice that reads the same, in the order the first
+    plan of each comes (the busiest first)."""
+    groups: dict[tuple[str, str, str, str], tuple[Advice, list[str]]] = {}
+    for plan in plans:
+        advice = plan.advice
+        if advice.cause not in causes:
+            continue
+        _, nodes = groups.setdefault(
+            (advice.cause, advice.text, advice.prediction, advice.observation), (advice, [])
+        )
+        if plan.plan.node not in nodes:
+            nodes.append(plan.plan.node)
+    notes = []
+    for advice, nodes in groups.values():
+        named = tuple(node for node in nodes if node)[:NOTE_NAMES]
+        notes.append(NodeNote(advice, named, len(nodes) - len(named)))
+    return notes

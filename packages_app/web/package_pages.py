@@ -50,7 +50,7 @@ from packages_app.catalog.lookups import (
 from packages_app.charts.layers import layer_layout_figure, stage_boundaries
 from packages_app.charts.timelines import mtp_comparison_figure, strategy_figure, throughput_timeline_figure
 from packages_app.fleet.compare import default_comparison_pair
-from packages_app.fleet.plans import plan_advice
+from packages_app.fleet.plans import node_notes, plan_advice
 from packages_app.layout import METADATA_CARRIER, FileRole
 from packages_app.models import Package, Revision
 from packages_app.throughput import RevisionThroughput, revision_throughput
@@ -138,7 +138,7 @@ def _revision_context(
         "release_tables": (tables := release_tables(assessment) if assessment else []),
         "release_shared": shared_outcomes(tables),
         "plans": plans,
-        "node_notes": [p for p in plans if p.advice.cause in NODE_NOTES],
+        "node_notes": node_notes(plans, NODE_NOTES),
         "hub_base": hub_url(revision.package, revision, path="/"),
         "problems": audited.problems_by_severity(),
         "truncated": audited.truncated,
