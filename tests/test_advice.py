@@ -96,6 +96,10 @@ def test_a_release_the_matrix_does_not_know_never_raises_a_contradiction() -> No
     advice = advise(V1_UNDECLARED, NodeFacts("old-box", "0.64.0", "auto", "native-mtp", mtp_used=True))
     assert advice.cause is Cause.UNKNOWN_RELEASE and not advice.needs_action
     assert "mesh-llm 0.64.0 is not in the release matrix" in advice.text
+    # A build's label (a row of kind "build" has no version a node reports) is named once, not twice.
+    build = advise(V1_UNDECLARED, NodeFacts("dev-box", "mesh-llm@00caec16", "auto", "disabled"))
+    assert build.cause is Cause.UNKNOWN_RELEASE
+    assert build.text.startswith("mesh-llm@00caec16 is not in the release matrix")
 
 
 def test_a_registered_run_its_release_refuses_is_told_which_release_to_upgrade_to() -> None:

@@ -139,12 +139,18 @@ def advise(assessment: Assessment | None, facts: NodeFacts, newer: Newer | None 
     if found:
         return min(found, key=lambda a: a.cause.rank)
     if release is None:
-        version = f"mesh-llm {facts.version}" if facts.version else "An unknown mesh-llm version"
+        version = _named(facts.version) if facts.version else "An unknown mesh-llm version"
         text = f"{version} is not in the release matrix, so what it does with this revision is not predicted."
         return Advice(Cause.UNKNOWN_RELEASE, text)
     if _sidecar_explains(row, facts):
         return Advice(Cause.OK, _sidecar_text(facts), release, _code(row), Observed.SIDECAR)
     return Advice(Cause.OK, f"Runs it as {release} with {facts.setting} allows.", release, _code(row))
+
+
+def _named(version: str) -> str:
+    """A reported version as the advice names it: ``mesh-llm 0.64.0``, and a build's own label
+    (``mesh-llm@00caec16``) as it is."""
+    return version if version.startswith("mesh-llm") else f"mesh-llm {version}"
 
 
 def strategy_can_change_cause(version: str) -> bool:

@@ -13,7 +13,8 @@ from typing import Any, Protocol
 from packages_app.models import NodeRun
 from packages_app.seeding.rows import NOW, REPORT_SPAN, Latest
 
-# mesh-llm releases the release matrix knows (audit.releases), weighted as a fleet mid-upgrade has them.
+# mesh-llm releases the release matrix knows (audit.releases), weighted as a fleet mid-upgrade has them; the
+# nodes on a build's label read as a release the matrix does not know (its build rows have no version).
 FLEET_VERSIONS = [
     ("v0.78.0", 40),
     ("v0.76.2", 20),
