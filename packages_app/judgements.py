@@ -17,7 +17,7 @@ indexed query for the rows they show:
 - The window moves: a row is valid until its first report in the window leaves it, its last report showing
   MTP unused leaves it, or (where its cells' strategies are read) the window's first hour moves on
   (``_valid_until``); ``fresh`` judges anew the rows read past that, and those judged against another
-  release matrix or rosters than this process knows (``basis``), before a page reads them.
+  release matrix or rosters, or by other code, than this process's (``basis``), before a page reads them.
 
 Only the default window (fleet.window.DEFAULT_WINDOW_DAYS) is kept; a page asking for another judges as
 before.
@@ -26,10 +26,12 @@ before.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 from django.core.paginator import Paginator
@@ -62,23 +64,45 @@ _FIELDS = ("node_name", "needs_action", "cause", "cause_rank", "revision", "advi
 
 # --- what a judgement rests on ------------------------------------------------------------------
 
-_BASES: dict[tuple[int, int], tuple[Any, Any, str]] = {}
+_BASES: dict[tuple[int, int, str], tuple[Any, Any, str]] = {}
 
 
 def basis() -> str:
-    """The release matrix and rosters this process judges against, as a digest (their canonical JSON):
-    a row judged against others (a deploy with a new releases.toml, an import) is judged anew when read."""
+    """What this process judges with, as a digest: the release matrix and rosters (their canonical JSON) and
+    the judging code (``code_digest``). A row judged with others (a deploy with a new releases.toml or new
+    rules, an import) is judged anew when read."""
     known, rosters = releases.known_releases(), certification.known_rosters()
-    key = (id(known), id(rosters))
+    code = code_digest()
+    key = (id(known), id(rosters), code)
     found = _BASES.get(key)
     if found is None:
         text = json.dumps(
-            [[dataclasses.asdict(r) for r in known], {k: dataclasses.asdict(v) for k, v in rosters.items()}],
+            [
+                code,
+                [dataclasses.asdict(r) for r in known],
+                {k: dataclasses.asdict(v) for k, v in rosters.items()},
+            ],
             sort_keys=True,
             default=_canonical,
         )
         found = _BASES[key] = (known, rosters, hashlib.sha256(text.encode()).hexdigest()[:32])
     return found[2]
+
+
+@functools.cache
+def code_digest() -> str:
+    """The code this process judges with: a digest of packages_app's Python sources (its migrations aside),
+    read once a process. A deploy that changes how a node is judged (mesh-llm's rules move every week, and
+    meshdash's with them) then judges every node anew on the first read, as a new release matrix does.
+    Every source counts, not the judging modules alone: which modules a judgement reads is easy to get
+    wrong, and judging every node anew is cheap (10,000 nodes in 4.4 s: ``manage.py rebuild_judgements``)."""
+    root = Path(__file__).resolve().parent
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        relative = path.relative_to(root)
+        if relative.parts[0] != "migrations":
+            digest.update(relative.as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
 
 
 def _canonical(value: Any) -> Any:

@@ -5,6 +5,7 @@ after random events; rebuilding writes the same rows as keeping them."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import random
 from datetime import datetime, timedelta
@@ -22,6 +23,7 @@ from django.utils import timezone
 from packages_app import ingest, judgements, telemetry, tracking
 from packages_app.audit import releases
 from packages_app.fleet import nodes as fleet_nodes
+from packages_app.fleet import serving as fleet_serving
 from packages_app.fleet import window as fleet_window
 from packages_app.models import Node, NodeJudgement, Package, Report, Serving
 from packages_app.nodes import identity
@@ -269,6 +271,42 @@ def test_control_without_the_basis_a_new_release_matrix_leaves_the_rows_stale(
     old = judgements.basis()
     no_releases()
     monkeypatch.setattr(judgements, "basis", lambda: old)
+    judgements.fresh()
+    assert not agrees()
+
+
+@pytest.fixture
+def reworded(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """A deploy whose rules word every advice otherwise (mesh-llm's rules move, meshdash's with them): the
+    code judging differs, and so does its digest unless ``same_digest``."""
+
+    def deploy(same_digest: bool = False) -> None:
+        old = judgements.code_digest()
+        real = fleet_serving.advise
+        monkeypatch.setattr(
+            fleet_serving, "advise", lambda *a: dataclasses.replace(real(*a), text="Reworded.")
+        )
+        monkeypatch.setattr(judgements, "code_digest", lambda: old if same_digest else old[::-1])
+
+    return deploy
+
+
+def test_a_deploy_of_other_judging_code_judges_every_node_anew_when_read(
+    client: Client, reworded: Any
+) -> None:
+    registered_setup(client)
+    before = stored(False)
+    reworded()
+    assert stored(False) == before and not agrees()  # nothing judged it yet ...
+    judgements.fresh()  # ... the next read does: its rows rest on other code
+    assert agrees() and {text for *_, text in stored(False).values()} == {"Reworded."}
+
+
+def test_control_without_the_code_in_the_basis_other_judging_code_leaves_the_rows_stale(
+    client: Client, reworded: Any
+) -> None:
+    registered_setup(client)
+    reworded(same_digest=True)
     judgements.fresh()
     assert not agrees()
 
