@@ -347,7 +347,7 @@ def bucket_start(at: datetime, bucket: str) -> datetime:
     return day.replace(day=1)
 
 
-ALERT_NAMES = 10
+ALERT_NAMES = 10  # the nodes the unused-MTP alert names (the most such reports first); the others are counted
 
 
 def _unused_by_node(nodes: list[NodeTotalRow]) -> dict[int, int]:
