@@ -232,16 +232,17 @@ def speedups(
     compared with ``before``'s MTP-off reports instead, and the page says it is not like for like.
 
     ``cells``: the revision's per-node total cells as the package page's plans read them
-    (``RevisionThroughput.node_cells``, without their sketches): then the sketches of the sides shown only
-    are read (one query) and merged, not every node's."""
-    node_cells, texts = _node_cells(revision) if cells is None else (list(cells), {})
+    (``RevisionThroughput.node_cells``), else read here; either way without their sketches: the sketches
+    of the sides shown only are read (one query) and merged, not every node's."""
+    node_cells = _node_cells(revision) if cells is None else list(cells)
+    texts: Texts = {}
     # The nodes' releases tell MTP on from off apart on one release, or name the releases of a
     # cross-revision pair: not read when every cell ran one way and there is no other revision.
     ran = {c.mtp_used for c in node_cells}
     releases = _releases(revision) if len(ran) > 1 or before is not None else {}
     pair, missing = _mtp_pair(node_cells, releases)
     if pair is None and before is not None and any(c.mtp_used for c in node_cells):
-        pair = _cross_revision_pair(revision, node_cells, releases, before, texts)
+        pair = _cross_revision_pair(revision, node_cells, releases, before)
         missing = "" if pair else missing
     source = source_of(package, revision)
     groups = _baseline_groups(source.repo) if source.repo else []
@@ -300,12 +301,11 @@ def _releases(revision: Revision) -> dict[int, str]:
 
 
 def _cross_revision_pair(
-    revision: Revision, cells: list[NodeCell], releases: Mapping[int, str], before: Revision, texts: Texts
+    revision: Revision, cells: list[NodeCell], releases: Mapping[int, str], before: Revision
 ) -> _Pair | None:
     """This revision's MTP on against ``before``'s MTP off, on their most-reported shared stage split
-    (``before``'s cells are read with their sketches, added to ``texts``)."""
-    before_cells, before_texts = _node_cells(before)
-    texts.update(before_texts)
+    (``before``'s cells are read without their sketches, as this revision's)."""
+    before_cells = _node_cells(before)
     off_cells = [c for c in before_cells if not c.mtp_used]
     if not off_cells:
         return None
@@ -376,19 +376,16 @@ class _Cell:
 Texts = dict[int, str]
 
 
-def _node_cells(revision: Revision) -> tuple[list[NodeCell], Texts]:
-    """The revision's per-node total cells, with their sketches (one query)."""
+def _node_cells(revision: Revision) -> list[NodeCell]:
+    """The revision's per-node total cells, without their sketches (one query): the compare page read every
+    node's sketch (1,123 cells of its 10M-report revision), where a speedup merges the sides it shows only
+    (``_read_sketches``)."""
     # Past ALL_NODES (an index range that skips the every-node cells), of the nodes that move the public
     # figures (rollups/public_weight.py).
     rows = Rollup.objects.filter(revision=revision, grain=Rollup.Grain.TOTAL, node_key__gt=Rollup.ALL_NODES)
     rows = rows.filter(registered_nodes(revision.pk, "node_key"))
     fields = ("id", "node_key", "stage_splits", "mtp_used", "reports", "accepted", "proposed", "tps_n")
-    cells: list[NodeCell] = []
-    texts: Texts = {}
-    for *values, text in rows.annotate(tps=throughput.stored("tps_sketch")).values_list(*fields, "tps"):
-        cells.append(cell := _Cell(*values))
-        texts[cell.id] = text
-    return cells, texts
+    return [_Cell(*values) for values in rows.values_list(*fields)]
 
 
 def _read_sketches(cells: Iterable[NodeCell], texts: Texts) -> None:
