@@ -4,8 +4,10 @@ They read the rollups (models.RevisionRollup, every node's cells without the top
 node's models.Rollup cells for the plans; kept by rollups/), never the raw reports, except the bounded
 "recent reports" table: so a page's cost depends on how long and how varied a revision's traffic is
 (hours or days x strategies x splits), not on how many reports it got, nor (but for the plans) on how
-many topologies its nodes form. A package page is five small queries. Medians come from the rollups'
-sketches (packages_app.sketch): medians on every database, within 1 % relative of the exact median
+many topologies its nodes form. A package page's figures are four to eight small queries (the totals,
+the per-node cells, the names and sketches of the plans shown, and as needed a time range's cells, the
+weights' MTP, the series and the recent reports). Medians come from the rollups' sketches
+(packages_app.sketch): medians on every database, within 1 % relative of the exact median
 (percentile_cont). The catalog's columns, read with the stored-sketch helpers here, are
 catalog/throughput.py's.
 
