@@ -13,12 +13,14 @@ it); ``PUBLIC_COLUMNS`` is the same rule in the SQL rebuild (rebuild.py).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Sequence
 from datetime import UTC
 from typing import Any
 
 from django.conf import settings
 from django.db.models import OuterRef, Q, Subquery, Sum
+from django.db.models.expressions import RawSQL
 
 from packages_app import report_time
 from packages_app.models import NodeRollup, NodeRun, Package, Report, Revision, Rollup
@@ -61,20 +63,34 @@ def registered_nodes(revision_id: int, field: str) -> Q:
     database reads each once from its index (migration 0033) and hashes it. One subquery with the three
     ways OR'd made it probe the node's runs once per row read (2,180 probes, 6.5 of the query's 9.8 ms,
     for the busiest revision at 10,000 nodes: BENCHMARKS.md, issue 43)."""
-    revision = Revision.objects.filter(pk=revision_id).order_by()
+    registered = Q()
+    for sql, params in _registered_subqueries():
+        revision_params = [revision_id if value == _ANY_REVISION else value for value in params]
+        # The ORM's own SQL, compiled from querysets; the revision goes in as a bound parameter.
+        registered |= Q(**{f"{field}__in": RawSQL(sql, revision_params)})  # noqa: S611
+    return registered
+
+
+_ANY_REVISION = -1  # no revision has it: the compiled subqueries' stand-in for the revision read
+
+
+@functools.cache
+def _registered_subqueries() -> tuple[tuple[str, tuple[Any, ...]], ...]:
+    """The three ways of registering as SQL, compiled once per process by the ORM from these querysets
+    (for ``_ANY_REVISION``, each use putting its revision in its place): built and resolved for every
+    read, the three querysets cost about 1.4 ms each time, twice a package page (its plans' cells and
+    its recent reports)."""
+    revision = Revision.objects.filter(pk=_ANY_REVISION).order_by()
     named = NodeRun.objects.filter(
         repo_id=Subquery(revision.values("package__repo_id")[:1]),
         commit_sha=Subquery(revision.values("commit_sha")[:1]),
     )
     ways = (
-        NodeRun.objects.filter(revision_id=revision_id),
-        NodeRun.objects.filter(served_revision_id=revision_id),
+        NodeRun.objects.filter(revision_id=_ANY_REVISION),
+        NodeRun.objects.filter(served_revision_id=_ANY_REVISION),
         named,
     )
-    registered = Q()
-    for runs in ways:
-        registered |= Q(**{f"{field}__in": runs.values("node_id")})
-    return registered
+    return tuple(runs.order_by().values("node_id").query.sql_with_params() for runs in ways)
 
 
 def public_room(rows: Sequence[Report], *, using: str = "default") -> PublicRoom:
