@@ -18,6 +18,7 @@ the charts take.
 from __future__ import annotations
 
 import heapq
+import itertools
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -328,11 +329,22 @@ def _series(
         points[key] = (count + reports, sketches)
     series = []
     for (at, strategy, splits), (count, sketches) in sorted(points.items()):
-        median, p25, p75 = sketch.quantiles(merged_bins(sketches), (0.5, 0.25, 0.75))
+        median, p25, p75 = _point_quantiles(sketches)
         series.append(
             Point(bucket=at, strategy=strategy, topology=splits, tps=median, reports=count, p25=p25, p75=p75)
         )
     return series
+
+
+def _point_quantiles(sketches: list[dict[str, int]]) -> list[float | None]:
+    """A point's median, p25 and p75 from its cells' parsed sketches (bins under their text keys). A point
+    is mostly one cell: its bins are sorted as they are, with no dict built (merged_bins), which took the
+    busiest revision's 357 points at 10,000 nodes about a third of the timeline's Python."""
+    bins = sketches[0] if len(sketches) == 1 else merged_bins(sketches)
+    if not bins:
+        return [None, None, None]
+    indexes, counts = zip(*sorted(zip(map(int, bins), bins.values(), strict=True)), strict=True)
+    return sketch.ranked_quantiles(indexes, list(itertools.accumulate(counts)), (0.5, 0.25, 0.75))
 
 
 def bucket_start(at: datetime, bucket: str) -> datetime:

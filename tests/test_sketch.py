@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 import statistics
@@ -134,6 +135,19 @@ def test_too_few_values_give_a_ratio_without_an_interval_and_nothing_gives_none(
     # A zero at the low end of the before interval: no upper bound can be given, so no interval.
     zeros = sketch.of_values([0.0] * 3 + [1.0] * 8)
     assert sketch.ratio_of_medians(zeros, sketch.of_values([1.0] * 11)).low is None  # type: ignore[union-attr]
+
+
+def test_ranked_quantiles_read_sorted_bins_as_quantiles_reads_the_sketch() -> None:
+    rng = random.Random(5)
+    qs = (0.5, 0.25, 0.75)
+    for n in (1, 2, 7, 300):
+        built = sketch.of_values(rng.choice((0.0, rng.lognormvariate(1.0, 1.0))) for _ in range(n))
+        indexes = sorted(built)
+        seen = list(itertools.accumulate(built[index] for index in indexes))
+        assert sketch.ranked_quantiles(indexes, seen, qs) == sketch.quantiles(built, qs)
+    assert sketch.ranked_quantiles([], [], qs) == [None, None, None]
+    with pytest.raises(ValueError, match="between 0 and 1"):
+        sketch.ranked_quantiles([], [], (1.5,))
 
 
 def test_quantiles_read_together_are_each_percentile_cont_within_one_percent() -> None:

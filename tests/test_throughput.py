@@ -106,6 +106,20 @@ def test_the_series_groups_reports_by_hour_strategy_and_topology(first: Revision
     assert series[0].strategy == "disabled"
 
 
+def test_a_point_of_several_cells_reads_its_quartiles_from_their_merged_sketches(
+    first: Revision, node_a: Node
+) -> None:
+    # One bucket, strategy and split, asked for two ways: two cells, one point (the timeline's quartiles are
+    # read from the merged bins; a cell's own would give 3.0 and 7.0 as its medians).
+    for tps in (3.0, 4.0, 5.0):
+        add(node_a, first, tps=tps, requested_strategy="auto")
+    for tps in (6.0, 7.0, 8.0):
+        add(node_a, first, tps=tps, requested_strategy="disabled")
+    (point,) = figures(first.pk, bucket="hour").series
+    assert point.reports == 6
+    assert (point.tps, point.p25, point.p75) == (near(5.5), near(4.25), near(6.75))
+
+
 def test_the_series_can_be_bucketed_by_day(first: Revision, node_a: Node) -> None:
     add(node_a, first, tps=3.0)
     add(node_a, first, tps=3.0, at=T0 + timedelta(hours=5))

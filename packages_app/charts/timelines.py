@@ -169,6 +169,7 @@ def _timeline_trace(key: tuple[str, str], points: list[dict[str, Any]], index: i
     timed = _in_time_order(points)
     points = [p for _, p in timed]
     few = len(points) < 4
+    who = _who(key)  # (the same for each of the line's points: hundreds on a busy package's page)
     return {
         "type": "scatter",
         # Lines with markers; a line of one to three points also labels each point with its value.
@@ -180,7 +181,7 @@ def _timeline_trace(key: tuple[str, str], points: list[dict[str, Any]], index: i
         "legendgroup": plain(f"{strategy} @ {topology}" if topology else strategy),
         "x": [x for x, _ in timed],
         "y": [as_float(p.get("tps")) for p in points],
-        "customdata": [[as_int(p.get("reports")), *_who(key)] for p in points],
+        "customdata": [[as_int(p.get("reports")), *who] for p in points],
         "hovertemplate": "%{x}<br>%{y:.2f} tok/s (median) from %{customdata[0]} reports" + WHO_HOVER,
         "line": {"color": SERIES_COLOURS[index % len(SERIES_COLOURS)]},
     }
