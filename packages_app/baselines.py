@@ -418,8 +418,10 @@ def _side(label: str, cells: Iterable[NodeCell], texts: Texts) -> Side:
 
 def _mtp_pair(cells: list[NodeCell], releases: Mapping[int, str]) -> tuple[_Pair | None, str]:
     """MTP on and off on one stage split and release (the one with the most reports on its thinner side)."""
+    ran = {bool(c.mtp_used) for c in cells}
     groups: dict[tuple[str, str], list[NodeCell]] = {}
-    for cell in cells:
+    # Nothing to group when every cell ran one way (the busiest revision has 2,180 cells at 10,000 nodes).
+    for cell in cells if len(ran) > 1 else ():
         groups.setdefault((cell.stage_splits, releases.get(cell.node_key, "")), []).append(cell)
     best = None
     for (splits, release), mine in groups.items():
@@ -429,7 +431,6 @@ def _mtp_pair(cells: list[NodeCell], releases: Mapping[int, str]) -> tuple[_Pair
         if on and off and (best is None or thinner > best[0]):
             best = (thinner, splits, release, on, off)
     if best is None:
-        ran = {bool(c.mtp_used) for c in cells}
         if not cells:
             return None, "No node has reported decoding this revision yet."
         if ran == {True}:

@@ -95,13 +95,24 @@ _OVERVIEW_FIELDS = (
 )
 
 
+# A package of at most this many files (a 94-layer package has about 100) is read in one query; a bigger
+# one reads its first layer files, its first other files and its count apart (three queries).
+OVERVIEW_ONE_READ = 512
+
+
 def revision_file_overview(revision: Revision, mtp_blocks: Iterable[int] = ()) -> FileOverview:
     """Layer files grouped into ranges, with mismatches, failed headers and MTP blocks kept as rows."""
     files = revision.files.only(*_OVERVIEW_FIELDS)
     checks = revision.audited.provenance.by_path()
-    layers = list(files.filter(role=FileRole.LAYER.value).order_by("path")[:OVERVIEW_LAYER_FILES])
-    others = list(files.exclude(role=FileRole.LAYER.value).order_by("path")[: OVERVIEW_OTHER_FILES + 1])
-    total = revision.files.count()
+    every = list(files.order_by("path")[: OVERVIEW_ONE_READ + 1])
+    if len(every) <= OVERVIEW_ONE_READ:
+        layers = [f for f in every if f.role == FileRole.LAYER.value][:OVERVIEW_LAYER_FILES]
+        others = [f for f in every if f.role != FileRole.LAYER.value][: OVERVIEW_OTHER_FILES + 1]
+        total = len(every)
+    else:
+        layers = list(files.filter(role=FileRole.LAYER.value).order_by("path")[:OVERVIEW_LAYER_FILES])
+        others = list(files.exclude(role=FileRole.LAYER.value).order_by("path")[: OVERVIEW_OTHER_FILES + 1])
+        total = revision.files.count()
     rows = [_file_row(f, checks.get(f.path)) for f in others[:OVERVIEW_OTHER_FILES]]
     items: list[FileRow | FileRange] = [*rows, *_layer_items(layers, checks, frozenset(mtp_blocks))]
     items += _unlisted_rows(revision, checks)
