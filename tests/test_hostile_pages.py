@@ -203,3 +203,21 @@ def test_the_package_page_says_what_was_cut_and_the_patched_manifest_why_it_is_m
     assert "the first 2000 of 77000 items are kept" in body
     response = client.get("/packages/meshllm/big-layers/manifest.patched.json")
     assert response.status_code == 404 and "was too large to store" in response.content.decode()
+
+
+def test_a_small_package_read_in_one_query_shows_the_overview_read_apart(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    revision = f.make_revision(f.make_package("meshllm/m-layers"), "consistent-mtp", files=True)
+    PackageFile.objects.bulk_create(PackageFile(revision=revision, path=f"notes/{i:02d}.md") for i in range(20))
+    revision.audit["provenance"]["files"] = f.provenance_files(41, mismatch=12)
+    revision.save()
+    with CaptureQueriesContext(connection) as one_read:
+        small = catalog_files.revision_file_overview(revision, [40])
+    monkeypatch.setattr(catalog_files, "OVERVIEW_ONE_READ", 10)  # as a package of more files is read
+    with CaptureQueriesContext(connection) as apart:
+        big = catalog_files.revision_file_overview(revision, [40])
+    assert small == big
+    assert small.total == revision.files.count() and small.more_other_files > 0  # stray files beyond 12
+    assert any(not getattr(item, "is_range", False) for item in small.items)  # the mismatch and MTP rows
+    assert (len(one_read), len(apart)) == (1, 4)
