@@ -209,7 +209,8 @@ def test_a_small_package_read_in_one_query_shows_the_overview_read_apart(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     revision = f.make_revision(f.make_package("meshllm/m-layers"), "consistent-mtp", files=True)
-    PackageFile.objects.bulk_create(PackageFile(revision=revision, path=f"notes/{i:02d}.md") for i in range(20))
+    notes = (PackageFile(revision=revision, path=f"notes/{i:02d}.md") for i in range(20))
+    PackageFile.objects.bulk_create(notes)
     revision.audit["provenance"]["files"] = f.provenance_files(41, mismatch=12)
     revision.save()
     with CaptureQueriesContext(connection) as one_read:
