@@ -11,7 +11,9 @@ from typing import Any
 
 import pytest
 from django.core.cache import cache
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 
 from packages_app import baselines, sketch
 from packages_app.models import BaselineReport, NodeRun
@@ -370,6 +372,31 @@ def test_the_compare_page_falls_back_to_the_other_revisions_mtp_off_and_says_so(
     )
     assert found.mtp.scope == f"MTP on: {new.short_sha}, MTP off: {old.short_sha}; stage split 0..27|27..41"
     assert found.mtp.slower.label == f"MTP off ({old.short_sha})"
+
+
+def _runs_read_by_the_compare_speedups(repo_id: str, *, mtp_on: bool) -> int:
+    """Two revisions of a package each reported on by one node (the newer with MTP on, or not): how many
+    queries the compare page's speedups make of the nodes' runs' releases."""
+    package = make_package(repo_id)
+    old = make_revision(package, "undeclared-mtp", committed_at=BASE_TIME - timedelta(days=7), latest=False)
+    new = make_revision(package, "consistent-mtp")
+    node = make_node(f"node-of-{package.pk}")
+    make_report(node, old, 3.2, at=BASE_TIME)
+    make_report(node, new, 5.3, at=BASE_TIME + timedelta(hours=1), mtp_used=mtp_on)
+    for revision in (old, new):
+        NodeRun.objects.create(node=node, run_id=f"run-{revision.pk}", revision=revision, version="0.78.0")
+    with CaptureQueriesContext(connection) as captured:
+        baselines.speedups(package, new, before=old)
+    # The releases' reads (the cells' own filter names the runs too, for their nodes only).
+    return sum(f'"{NodeRun._meta.db_table}"."version"' in q["sql"] for q in captured)
+
+
+def test_two_revisions_run_without_mtp_are_compared_without_reading_the_nodes_runs() -> None:
+    # Nothing for a release to decide (no MTP on at all): the compare page's speedups read no runs, which
+    # at 10,000 nodes are a thousand rows. Its control: MTP on in the newer makes them needed, and read
+    # (this revision's, and the other's for the pair across them).
+    assert _runs_read_by_the_compare_speedups("meshllm/A-layers", mtp_on=False) == 0
+    assert _runs_read_by_the_compare_speedups("meshllm/B-layers", mtp_on=True) == 2
 
 
 def test_the_mean_acceptance_length_of_otlp_span_reports_reads_the_native_mtp_counters() -> None:
