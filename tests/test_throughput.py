@@ -110,7 +110,7 @@ def test_a_point_of_several_cells_reads_its_quartiles_from_their_merged_sketches
     first: Revision, node_a: Node
 ) -> None:
     # One bucket, strategy and split, asked for two ways: two cells, one point (the timeline's quartiles are
-    # read from the merged bins; a cell's own would give 3.0 and 7.0 as its medians).
+    # read from the merged bins; the cells alone have medians of 4.0 and 7.0).
     for tps in (3.0, 4.0, 5.0):
         add(node_a, first, tps=tps, requested_strategy="auto")
     for tps in (6.0, 7.0, 8.0):
