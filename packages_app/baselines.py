@@ -242,7 +242,7 @@ def speedups(
     ran = {bool(c.mtp_used) for c in node_cells}
     crossed = before is not None and True in ran
     releases = _releases(revision) if len(ran) > 1 or crossed else {}
-    pair, missing = _mtp_pair(node_cells, releases)
+    pair, missing = _mtp_pair(node_cells, ran, releases)
     if pair is None and before is not None and crossed:
         pair = _cross_revision_pair(revision, node_cells, releases, before)
         missing = "" if pair else missing
@@ -418,9 +418,9 @@ def _side(label: str, cells: Iterable[NodeCell], texts: Texts) -> Side:
     )
 
 
-def _mtp_pair(cells: list[NodeCell], releases: Mapping[int, str]) -> tuple[_Pair | None, str]:
-    """MTP on and off on one stage split and release (the one with the most reports on its thinner side)."""
-    ran = {bool(c.mtp_used) for c in cells}
+def _mtp_pair(cells: list[NodeCell], ran: set[bool], releases: Mapping[int, str]) -> tuple[_Pair | None, str]:
+    """MTP on and off on one stage split and release (the one with the most reports on its thinner side);
+    ``ran``: whether the cells ran with MTP, as the caller found it."""
     groups: dict[tuple[str, str], list[NodeCell]] = {}
     # Nothing to group when every cell ran one way (the busiest revision has 2,180 cells at 10,000 nodes).
     for cell in cells if len(ran) > 1 else ():
