@@ -9,7 +9,7 @@ REDIS_URL ?= redis://127.0.0.1:6379/0
 DEVHUB_PORT ?= 8765
 PORT ?= 8000
 
-.PHONY: install system-deps promtool node-deps node-deps-if-npm services lint test test-sqlite test-serial test-services test-beside-serial coverage run demo-data clean
+.PHONY: install system-deps promtool node-deps node-deps-if-npm services lint test test-sqlite test-serial test-services test-storeless test-sqlite-beside test-beside-serial coverage run demo-data clean
 
 $(STAMP): pyproject.toml requirements.lock
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -90,12 +90,16 @@ lint: install
 # gunicorn, with time limits of seconds) run one at a time on PostgreSQL + Redis, after the xdist passes, so
 # no other test with a clock competes with them for the cores (beside a niced pass, the demo and live-server
 # tests of that pass starved). They mostly wait on the processes they start, so `make test` runs beside
-# them what has no clock of seconds: the lint, the SQLite store pass in SQLITE_WORKERS processes, the
-# PostgreSQL tests of the modules BESIDE_SERIAL names (tests/passes.py; left out of the PostgreSQL pass) and
-# the coverage gate (test-beside-serial); make prints each side's output when that side ends. Each run prints
-# how many tests ran on its database. Each xdist worker gets its own test database (test_<name>_gwN) and
-# Redis database (REDIS_URL's plus N, or the Nth of TEST_REDIS_DBS, e.g. "3,9"; tests/settings.py). The
-# coverage table is printed and gated at 95 % on each pure module (tests/coverage_gate.py).
+# them what has no clock of seconds (test-beside-serial): the lint; the PostgreSQL tests of every store-test
+# module whose source names no clock (tests/passes.py; left out of the PostgreSQL pass), in TEST_WORKERS
+# processes at the lowest priority (nice 19: they take what the serial tests leave of the cores; the
+# PostgreSQL server's own processes keep their priority); and the coverage gate. Likewise the SQLite store
+# pass, which has no clock either, runs at the lowest priority beside the storeless pass, which idles about a
+# third of its time while the demo and the drip tests wait (test-sqlite-beside). make prints each side's
+# output when that side ends. Each run prints how many tests ran on its database. Each xdist worker gets its
+# own test database (test_<name>_gwN) and Redis database (REDIS_URL's plus N, or the Nth of TEST_REDIS_DBS,
+# e.g. "3,9"; tests/settings.py). The coverage table is printed and gated at 95 % on each pure module
+# (tests/coverage_gate.py).
 TEST_WORKERS ?= $(shell nproc)
 SQLITE_WORKERS ?= 1
 TEST_REDIS_DBS ?=
@@ -106,13 +110,16 @@ SERVICES_ENV := DATABASE_URL=$(PG_URL) CELERY_BROKER_URL=$(REDIS_URL) REDIS_URL=
 STORELESS_PASS := $(SQLITE_ENV) $(PYTEST) -n $(TEST_WORKERS) --dist loadgroup --no-store-tests --cov --cov-report=
 SQLITE_STORE_PASS := $(SQLITE_ENV) $(PYTEST) --dist loadgroup --store-tests-only --sqlite-paths
 SERVICES_PASS := $(SERVICES_ENV) $(PYTEST) -n $(TEST_WORKERS) --store-tests-only -m "not serial"
-# The store-test modules without a clock that `make test` runs beside the serial tests (tests/passes.py,
-# BESIDE_SERIAL), in one xdist process (its test database test_<name>_gw0, free once the PostgreSQL pass ended)
-# on a Redis database that is not the serial tests' (REDIS_URL's own): TEST_REDIS_DBS's last, or else 1.
+# The store-test modules without a clock, beside the serial tests: their test databases test_<name>_gwN are
+# free once the PostgreSQL pass ended; their Redis databases are not the serial tests' (REDIS_URL's own):
+# TEST_REDIS_DBS, or else the TEST_WORKERS databases after REDIS_URL's.
 comma := ,
-BESIDE_REDIS_DB ?= $(or $(lastword $(subst $(comma), ,$(TEST_REDIS_DBS))),1)
+NICE := nice -n 19
+REDIS_DB := $(lastword $(subst /, ,$(REDIS_URL)))
+BESIDE_REDIS_DBS ?= $(or $(TEST_REDIS_DBS),$(shell seq -s, $$(( $(REDIS_DB) + 1 )) $$(( $(REDIS_DB) + $(TEST_WORKERS) ))))
 BESIDE_SERIAL_PASS := DATABASE_URL=$(PG_URL) CELERY_BROKER_URL=$(REDIS_URL) REDIS_URL=$(REDIS_URL) \
-	MESHDASH_TEST_REDIS_DBS=$(BESIDE_REDIS_DB) $(PYTEST) -n 1 --store-tests-only -m "not serial" --beside-serial
+	MESHDASH_TEST_REDIS_DBS=$(BESIDE_REDIS_DBS) $(NICE) $(PYTEST) -n $(TEST_WORKERS) --store-tests-only \
+	-m "not serial" --beside-serial
 
 test-sqlite: install system-deps node-deps promtool
 	$(STORELESS_PASS)
@@ -131,17 +138,24 @@ coverage: install
 	$(VENV)/bin/coverage json -q -o var/coverage.json
 	$(PY) -m tests.coverage_gate var/coverage.json
 
+test-storeless: install system-deps node-deps promtool
+	$(STORELESS_PASS)
+
+# Beside the storeless pass, at the lowest priority.
+test-sqlite-beside: install system-deps node-deps promtool
+	$(NICE) $(SQLITE_STORE_PASS) -n $(SQLITE_WORKERS)
+
 # Beside the serial tests, one after another: what has no clock of seconds.
 test-beside-serial: install system-deps node-deps promtool services
-	@test "$(BESIDE_REDIS_DB)" != "$(lastword $(subst /, ,$(REDIS_URL)))" \
-		|| { echo "BESIDE_REDIS_DB=$(BESIDE_REDIS_DB) is REDIS_URL's own database, the serial tests' queue"; exit 2; }
+	@for db in $(subst $(comma), ,$(BESIDE_REDIS_DBS)); do test "$$db" != "$(REDIS_DB)" \
+		|| { echo "BESIDE_REDIS_DBS=$(BESIDE_REDIS_DBS) holds REDIS_URL's own database, the serial tests' queue"; \
+		exit 2; }; done
 	$(MAKE) --no-print-directory lint
-	$(SQLITE_STORE_PASS) -n $(SQLITE_WORKERS)
 	$(BESIDE_SERIAL_PASS)
 	$(MAKE) --no-print-directory coverage
 
 test: install system-deps node-deps promtool services
-	$(STORELESS_PASS)
+	$(MAKE) --no-print-directory -j2 --output-sync=recurse test-storeless test-sqlite-beside
 	$(SERVICES_PASS) --not-beside-serial
 	$(MAKE) --no-print-directory -j2 --output-sync=recurse test-serial test-beside-serial
 

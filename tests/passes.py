@@ -19,13 +19,18 @@ it. Everything else is the ORM writing the query for the database in hand, and `
 SQLite, is started and walked page by page in the storeless pass (tests/test_make_run.py).
 tests/test_passes.py fails on a module that asks and is not named here.
 
-BESIDE_SERIAL names store-test modules with no clock of seconds, which `make test` runs on PostgreSQL beside
-the serial tests (one process, a Redis database of its own) rather than in the PostgreSQL pass:
-`--beside-serial` keeps only them, `--not-beside-serial` all the others.
+The store-test modules with no clock of seconds in their source (no sleep, deadline, subprocess, live server,
+thread or browser: `clocks_in`) run on PostgreSQL beside the serial tests, which mostly wait on the processes
+they start, rather than in the PostgreSQL pass: `--beside-serial` keeps only them, `--not-beside-serial` all
+the others. The rule is read off each module's source at collection, so a module that gains a clock moves to
+the PostgreSQL pass by itself. What a module's fixtures do is not read: the clocks they hold (devhub's server
+thread, the Hub client's 30-second read timeout) are loose enough for a process at the lowest priority.
 """
 
 from __future__ import annotations
 
+import functools
+import re
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -68,13 +73,12 @@ SQLITE_PATHS: dict[str, tuple[str, ...]] = {
     "packages_app/migrations/0032_revision_rollups.py": ("tests/test_rollups.py",),
 }
 SQLITE_TEST_MODULES = frozenset(module for modules in SQLITE_PATHS.values() for module in modules)
-# Store-test modules with no clock of seconds (no sleep, deadline, subprocess, live server or browser; checked
-# by tests/test_passes.py): `make test` runs their PostgreSQL tests beside the serial tests, which mostly wait
-# on the processes they start, instead of in the PostgreSQL pass (`--beside-serial`, `--not-beside-serial`).
-# About two and a half minutes of one process, chosen to end before the serial tests do.
-BESIDE_SERIAL = frozenset({"tests/test_fleet.py", "tests/test_demo_assessments.py"})
 ROOT = Path(__file__).resolve().parent.parent
 TOUCHES_A_STORE, TOUCHES_NONE = "touches a store", "touches none"
+# A clock of seconds: what makes a test's outcome depend on how busy the machine is.
+CLOCK = re.compile(
+    r"\bsleep\b|subprocess|Popen|live_server|monotonic|perf_counter|timeout|[Tt]hread|mark\.(serial|browser)"
+)
 
 
 def touches_a_store(item: pytest.Item) -> bool:
@@ -97,12 +101,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--beside-serial",
         action="store_true",
-        help="only the test modules that run beside the serial tests (tests/passes.py, BESIDE_SERIAL)",
+        help="only the test modules that run beside the serial tests: those with no clock in their source "
+        "(tests/passes.py, clocks_in)",
     )
     parser.addoption(
         "--not-beside-serial",
         action="store_true",
-        help="all but the test modules that run beside the serial tests (tests/passes.py, BESIDE_SERIAL)",
+        help="all but the test modules that run beside the serial tests (tests/passes.py, clocks_in)",
     )
     parser.addoption(
         "--no-store-tests",
@@ -126,7 +131,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if store and config.getoption("sqlite_paths"):
             wanted = wanted and runs_a_sqlite_path(item)
         if config.getoption("beside_serial") or config.getoption("not_beside_serial"):
-            wanted = wanted and (module_of(Path(item.path)) in BESIDE_SERIAL) == config.getoption(
+            wanted = wanted and runs_beside_serial(module_of(Path(item.path))) == config.getoption(
                 "beside_serial"
             )
         (keep if wanted else drop).append(item)
@@ -149,6 +154,18 @@ def module_of(path: Path) -> str | None:
         return None
 
 
+def clocks_in(source: str) -> list[str]:
+    """The clocks of seconds a test module's source names, each once, sorted."""
+    return sorted({found.group(0) for found in CLOCK.finditer(source)})
+
+
+@functools.cache
+def runs_beside_serial(module: str | None) -> bool:
+    """Whether `make test` runs this test module's PostgreSQL tests beside the serial tests: a module of the
+    repository (``tests/test_x.py``) whose source names no clock."""
+    return module is not None and not clocks_in((ROOT / module).read_text())
+
+
 def named_for_sqlite(path: Path) -> bool:
     return module_of(path) in SQLITE_TEST_MODULES
 
@@ -163,7 +180,7 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
         return None
     if config.getoption("sqlite_paths") and not named_for_sqlite(collection_path):
         return True
-    if config.getoption("beside_serial") and module_of(collection_path) not in BESIDE_SERIAL:
+    if config.getoption("beside_serial") and not runs_beside_serial(module_of(collection_path)):
         return True
     return None
 

@@ -14,7 +14,7 @@ import pytest
 from django.core.cache import cache
 
 from tests import coverage_gate
-from tests.passes import BESIDE_SERIAL, SQLITE_PATHS, touches_a_store
+from tests.passes import SQLITE_PATHS, clocks_in, runs_beside_serial, touches_a_store
 from tests.settings import worker_redis_url
 from tests.test_import_rules import LAYERS, ROOT
 from tests.test_import_rules import PURE as PURE_LAYER
@@ -315,35 +315,30 @@ def test_the_sqlite_pass_keeps_the_store_tests_of_the_named_modules_only() -> No
     assert collected("--store-tests-only") == {"tests/test_rollups.py", "tests/test_views_api.py"}
 
 
-# A clock of seconds: what makes a test's outcome depend on how busy the machine is.
-CLOCK = re.compile(
-    r"\bsleep\b|subprocess|Popen|live_server|monotonic|perf_counter|timeout|[Tt]hread|mark\.(serial|browser)"
-)
-
-
-def clocks_in(source: str) -> list[str]:
-    return sorted({found.group(0) for found in CLOCK.finditer(source)})
-
-
-def test_the_modules_run_beside_the_serial_tests_have_no_clock() -> None:
+def test_the_modules_beside_the_serial_tests_are_those_without_a_clock() -> None:
     """They run while the serial tests start workers and servers: neither may starve the other's deadline."""
-    assert {module: clocks_in((ROOT / module).read_text()) for module in sorted(BESIDE_SERIAL)} == {
-        module: [] for module in sorted(BESIDE_SERIAL)
-    }
+    assert runs_beside_serial("tests/test_fleet.py") and runs_beside_serial("tests/test_ingest.py")
+    # The controls: a module with a thread, one that starts a worker, and one outside the repository.
+    assert not runs_beside_serial("tests/test_rollups.py") and clocks_in(read("tests/test_rollups.py"))
+    assert not runs_beside_serial("tests/test_tasks.py") and not runs_beside_serial(None)
+
+
+def read(module: str) -> str:
+    return (ROOT / module).read_text()
 
 
 def test_control_a_module_with_a_deadline_or_a_sleep_is_found() -> None:
     planted = "import time\n\ndef test_x(live_server):\n    time.sleep(1)\n    assert wait(timeout=5)\n"
     assert clocks_in(planted) == ["live_server", "sleep", "timeout"]
-    assert clocks_in((ROOT / "tests/test_tasks.py").read_text()) != []  # a serial module is found too
+    assert clocks_in("def test_x(db):\n    assert 1\n") == []
+    assert clocks_in("import threading\n") == ["thread"]
 
 
 def test_the_beside_serial_selections_split_the_store_tests_by_module() -> None:
-    modules = ("tests/test_fleet.py", "tests/test_views_api.py")
-    assert "tests/test_fleet.py" in BESIDE_SERIAL and "tests/test_views_api.py" not in BESIDE_SERIAL
+    modules = ("tests/test_fleet.py", "tests/test_rollups.py")
     assert collected("--store-tests-only", "--beside-serial", modules=modules) == {"tests/test_fleet.py"}
     assert collected("--store-tests-only", "--not-beside-serial", modules=modules) == {
-        "tests/test_views_api.py"
+        "tests/test_rollups.py"
     }
     # The control: neither option keeps both.
     assert collected("--store-tests-only", modules=modules) == set(modules)
