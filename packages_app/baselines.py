@@ -298,8 +298,7 @@ class _Pair:
 
 def _releases(revision: Revision) -> dict[int, str]:
     """node -> the mesh-llm release its agent registered for its run of the revision (the newest)."""
-    runs = NodeRun.objects.filter(revision=revision).exclude(version="").order_by("updated_at")
-    return dict(runs.values_list("node_id", "version"))
+    return {node: version for _, node, version in NodeRun.objects.releases([revision.pk])}
 
 
 def _cross_revision_pair(

@@ -255,3 +255,28 @@ def test_the_needing_action_page_places_each_row_as_the_whole_list_does(register
     (served,) = page.rows[0].serving
     assert served.tps is not None and served.layer_range == "0..27" and served.topology_id == TOPOLOGY
     assert [(s.node, s.registered) for s in served.stages] == [("demo-glm", True), ("demo-glm-peer", True)]
+
+
+def test_the_releases_of_a_revisions_runs_are_read_from_the_index_alone(registered: Revision) -> None:
+    """The compare page and the speedups read each node's release from noderun_revision_nodes, which
+    carries it: the runs' rows (a page each, with their stages and observations) are never read."""
+    from django.db import connection
+
+    from packages_app.models import NodeRun
+
+    if connection.vendor != "postgresql":
+        pytest.skip("an index's INCLUDE columns are PostgreSQL's (SQLite leaves them out)")
+    assert list(NodeRun.objects.releases([registered.pk])) == [
+        (registered.pk, registered.node_runs.get().node_id, "0.78.0")
+    ]
+    with connection.cursor() as cursor:  # a few rows: make the planner use an index if one can answer
+        cursor.execute("SET LOCAL enable_seqscan = off; SET LOCAL enable_bitmapscan = off")
+    assert (
+        "Index Only Scan using noderun_revision_nodes" in NodeRun.objects.releases([registered.pk]).explain()
+    )
+    # The control: a column the index does not carry sends the same read to the runs' rows.
+    stages = (
+        NodeRun.objects.filter(revision_id__in=[registered.pk]).exclude(version="").order_by("updated_at")
+    )
+    plan = stages.values_list("revision_id", "node_id", "stages").explain()
+    assert "noderun_revision_nodes" in plan and "Index Only Scan" not in plan

@@ -213,10 +213,7 @@ def _cells(revision_ids: list[int], grain: str, *, every: bool) -> QuerySet[Any]
 def _releases_by_node(revision_ids: list[int]) -> dict[tuple[int, int], str]:
     """(revision, node) -> the mesh-llm release the node's agent registered for its run of the revision
     (the newest registration when there are several)."""
-    runs = NodeRun.objects.filter(revision_id__in=revision_ids).exclude(version="").order_by("updated_at")
-    return {
-        (rev, node): version for rev, node, version in runs.values_list("revision_id", "node_id", "version")
-    }
+    return {(rev, node): version for rev, node, version in NodeRun.objects.releases(revision_ids)}
 
 
 def _side_context(
