@@ -317,7 +317,7 @@ def test_the_sqlite_pass_keeps_the_store_tests_of_the_named_modules_only() -> No
 
 def test_the_modules_beside_the_serial_tests_are_those_without_a_clock() -> None:
     """They run while the serial tests start workers and servers: neither may starve the other's deadline."""
-    assert runs_beside_serial("tests/test_fleet.py") and runs_beside_serial("tests/test_ingest.py")
+    assert runs_beside_serial("tests/test_fleet.py")
     # The controls: a module with a thread, one that starts a worker, and one outside the repository.
     assert not runs_beside_serial("tests/test_rollups.py") and clocks_in(read("tests/test_rollups.py"))
     assert not runs_beside_serial("tests/test_tasks.py") and not runs_beside_serial(None)
