@@ -115,7 +115,8 @@ SERVICES_PASS := $(SERVICES_ENV) $(PYTEST) -n $(TEST_WORKERS) --store-tests-only
 # TEST_REDIS_DBS, or else the TEST_WORKERS databases after REDIS_URL's.
 comma := ,
 NICE := nice -n 19
-REDIS_DB := $(lastword $(subst /, ,$(REDIS_URL)))
+# REDIS_URL's database number (0 when the URL names none).
+REDIS_DB := $(or $(shell printf '%s' '$(REDIS_URL)' | sed -n 's|^[a-z]*://[^/]*/\([0-9][0-9]*\).*|\1|p'),0)
 BESIDE_REDIS_DBS ?= $(or $(TEST_REDIS_DBS),$(shell seq -s, $$(( $(REDIS_DB) + 1 )) $$(( $(REDIS_DB) + $(TEST_WORKERS) ))))
 BESIDE_SERIAL_PASS := DATABASE_URL=$(PG_URL) CELERY_BROKER_URL=$(REDIS_URL) REDIS_URL=$(REDIS_URL) \
 	MESHDASH_TEST_REDIS_DBS=$(BESIDE_REDIS_DBS) $(NICE) $(PYTEST) -n $(TEST_WORKERS) --store-tests-only \
@@ -147,6 +148,7 @@ test-sqlite-beside: install system-deps node-deps promtool
 
 # Beside the serial tests, one after another: what has no clock of seconds.
 test-beside-serial: install system-deps node-deps promtool services
+	@test -n "$(BESIDE_REDIS_DBS)" || { echo "BESIDE_REDIS_DBS is empty"; exit 2; }
 	@for db in $(subst $(comma), ,$(BESIDE_REDIS_DBS)); do test "$$db" != "$(REDIS_DB)" \
 		|| { echo "BESIDE_REDIS_DBS=$(BESIDE_REDIS_DBS) holds REDIS_URL's own database, the serial tests' queue"; \
 		exit 2; }; done
