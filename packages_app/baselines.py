@@ -238,7 +238,7 @@ def speedups(
     texts: Texts = {}
     # The nodes' releases tell MTP on from off apart on one release, or name the releases of a
     # cross-revision pair (its MTP-on side is this revision's): not read when neither can be, as on the
-    # compare page of two revisions that ran without MTP (1,103 nodes' runs at 10,000 nodes, 3 ms).
+    # compare page of two revisions that ran without MTP (1,103 nodes' runs at 10,000 nodes).
     ran = {bool(c.mtp_used) for c in node_cells}
     crossed = before is not None and True in ran
     releases = _releases(revision) if len(ran) > 1 or crossed else {}
