@@ -82,7 +82,8 @@ def quantiles(sketch: Mapping[int, int], qs: Sequence[float]) -> list[float | No
 
 def ranked_quantiles(indexes: Sequence[int], seen: Sequence[int], qs: Sequence[float]) -> list[float | None]:
     """``quantiles`` of a sketch given as its bins in index order and their running counts: a caller
-    that sorts stored bins itself (throughput's timeline, hundreds of points a page) builds no dict."""
+    that sorts stored bins itself (rollups.quartiles, the quartiles kept for hundreds of timeline points a
+    page) builds no dict."""
     for q in qs:
         if not 0 <= q <= 1:
             raise ValueError(f"q must be between 0 and 1, not {q}")
@@ -97,6 +98,19 @@ def ranked_quantiles(indexes: Sequence[int], seen: Sequence[int], qs: Sequence[f
         high_value = low_value if high == low else value_of(indexes[bisect.bisect_right(seen, high)])
         found.append(low_value + (high_value - low_value) * (rank - low))
     return found
+
+
+QUARTILES = (0.25, 0.5, 0.75)
+
+
+def quartiles(bins: Mapping[str, int] | Mapping[int, int]) -> tuple[float | None, float | None, float | None]:
+    """The p25, median and p75 of a sketch, its bins under their text keys as stored (JSON) or under their
+    indexes; none when it is empty. What models.RevisionRollup keeps beside its sketch (rollups.quartiles)."""
+    if not bins:
+        return None, None, None
+    indexes, counts = zip(*sorted(zip(map(int, bins), bins.values(), strict=True)), strict=True)
+    p25, median, p75 = ranked_quantiles(indexes, list(itertools.accumulate(counts)), QUARTILES)
+    return p25, median, p75
 
 
 @dataclass(frozen=True)

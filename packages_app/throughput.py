@@ -18,7 +18,6 @@ the charts take.
 from __future__ import annotations
 
 import heapq
-import itertools
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -31,6 +30,7 @@ from django.db.models.functions import Cast
 from packages_app import report_metrics, sketch
 from packages_app.models import Node, Report, Revision, RevisionRollup, Rollup
 from packages_app.report_time import REPLAY_WINDOW, placement
+from packages_app.rollups import quartiles
 from packages_app.rollups.cells import hourly_since
 from packages_app.rollups.public_weight import registered_nodes
 
@@ -313,39 +313,46 @@ def _series(
         cells = cells.filter(bucket_start__lt=until)
     # The cells as they are, grouped into points here: a point is mostly one cell (the every-node cells
     # of a bucket are also split by requested strategy and MTP used), and SQL's grouping cost more than
-    # this loop. Every cell's sketch is parsed in one call (parsed_stored).
+    # this loop. A point of one cell takes the quartiles kept with it (rollups.quartiles); only the cells
+    # of a point of several are read again, for their sketches to merge (one query, none mostly).
     rows = list(
-        cells.annotate(tps=stored("tps_sketch"))
-        .values_list("bucket_start", "strategy", "stage_splits", "reports", "tps")
-        .order_by()
+        cells.values_list(
+            "bucket_start", "strategy", "stage_splits", "reports", "pk", *quartiles.COLUMNS
+        ).order_by()
     )
-    parsed = parsed_stored(row[4] for row in rows)
     regroup = bucket != grain  # weeks and months gather day cells; an hour or a day is its cell's
-    points: dict[tuple[datetime, str, str], tuple[int, list[dict[str, int]]]] = {}
-    for (start, strategy, splits, reports, _), bins in zip(rows, parsed, strict=True):
+    points: dict[tuple[datetime, str, str], list[tuple[Any, ...]]] = {}
+    for row in rows:
+        start, strategy, splits = row[:3]
         key = (bucket_start(start, bucket) if regroup else start, strategy, splits)
-        count, sketches = points.get(key, (0, []))
-        sketches.append(bins)
-        points[key] = (count + reports, sketches)
+        points.setdefault(key, []).append(row)
+    merged = [row[4] for point in points.values() if len(point) > 1 for row in point]
+    # A week or a month merges most of its cells: those are read again as the range, not by id.
+    sketches = _sketches_of(cells if regroup else cells.filter(pk__in=merged)) if merged else {}
     series = []
-    for (at, strategy, splits), (count, sketches) in sorted(points.items()):
-        median, p25, p75 = _point_quantiles(sketches)
+    for (at, strategy, splits), point in sorted(points.items()):
+        if len(point) == 1:
+            p25, median, p75 = point[0][5:]
+        else:
+            p25, median, p75 = sketch.quartiles(merged_bins([sketches[row[4]] for row in point]))
         series.append(
-            Point(bucket=at, strategy=strategy, topology=splits, tps=median, reports=count, p25=p25, p75=p75)
+            Point(
+                bucket=at,
+                strategy=strategy,
+                topology=splits,
+                tps=median,
+                reports=sum(row[3] for row in point),
+                p25=p25,
+                p75=p75,
+            )
         )
     return series
 
 
-def _point_quantiles(sketches: list[dict[str, int]]) -> list[float | None]:
-    """A point's median, p25 and p75 from its cells' parsed sketches (bins under their text keys). A point
-    is mostly one cell: its bins are sorted as parsed, with no dict built (merged_bins) nor ranked again
-    (sketch.quantiles): about 0.7 ms of the 12 the busiest revision's timeline (357 points at 10,000
-    nodes) took in process."""
-    bins = sketches[0] if len(sketches) == 1 else merged_bins(sketches)
-    if not bins:
-        return [None, None, None]
-    indexes, counts = zip(*sorted(zip(map(int, bins), bins.values(), strict=True)), strict=True)
-    return sketch.ranked_quantiles(indexes, list(itertools.accumulate(counts)), (0.5, 0.25, 0.75))
+def _sketches_of(cells: QuerySet[RevisionRollup]) -> dict[int, dict[str, int]]:
+    """The cells' parsed sketches, by id (one query, every sketch parsed in one call)."""
+    found = list(cells.annotate(tps=stored("tps_sketch")).values_list("pk", "tps"))
+    return dict(zip([pk for pk, _ in found], parsed_stored(text for _, text in found), strict=True))
 
 
 def bucket_start(at: datetime, bucket: str) -> datetime:

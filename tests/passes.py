@@ -55,9 +55,17 @@ SQLITE_PATHS: dict[str, tuple[str, ...]] = {
     # Its SQLite path is to do nothing, on every new connection: any store test on SQLite runs it.
     "packages_app/pgtime.py": ("tests/test_rollups.py",),
     "packages_app/web/health.py": ("tests/test_health.py",),
-    "packages_app/rollups/rebuild.py": ("tests/test_rollups.py", "tests/test_public_figures.py"),
+    "packages_app/rollups/rebuild.py": (
+        "tests/test_rollups.py",
+        "tests/test_public_figures.py",
+        "tests/test_rollup_quartiles.py",
+    ),
     "packages_app/rollups/serving.py": ("tests/test_rollups.py", "tests/test_fleet.py"),
-    "packages_app/rollups/upsert.py": ("tests/test_rollups.py", "tests/test_public_figures.py"),
+    "packages_app/rollups/upsert.py": (
+        "tests/test_rollups.py",
+        "tests/test_public_figures.py",
+        "tests/test_rollup_quartiles.py",
+    ),
     "packages_app/seeding/seeder.py": ("tests/test_fleet.py", "tests/test_views_catalog.py"),
     "packages_app/seeding/bulk.py": ("tests/test_fleet.py", "tests/test_views_catalog.py"),
     "packages_app/fleet/sql.py": (

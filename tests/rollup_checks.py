@@ -9,6 +9,7 @@ import pytest
 
 from packages_app import sketch
 from packages_app.models import RevisionRollup, Rollup
+from packages_app.rollups import quartiles
 from packages_app.rollups import upsert as rollups_upsert
 
 
@@ -19,6 +20,15 @@ def assert_revision_rollups_add_up_the_every_node_cells() -> None:
     assert got.keys() == expected.keys()
     for key, row in expected.items():
         assert got[key] == {k: pytest.approx(v) if isinstance(v, float) else v for k, v in row.items()}, key
+    assert_quartiles_kept()
+
+
+def assert_quartiles_kept() -> None:
+    """Every RevisionRollup row's quartiles are its sketch's, as sketch.quantiles ranks them (none when the
+    sketch is empty): the figure the timeline reads is the one it would compute."""
+    rows = RevisionRollup.objects.values_list("pk", "tps_sketch", *quartiles.COLUMNS)
+    for pk, stored, *kept in rows:
+        assert kept == sketch.quantiles(sketch.from_json(stored), sketch.QUARTILES), pk
 
 
 def revision_rollups() -> dict[tuple[Any, ...], dict[str, Any]]:

@@ -163,3 +163,14 @@ def test_quantiles_read_together_are_each_percentile_cont_within_one_percent() -
             exact = low + (high - low) * (rank - math.floor(rank))
             assert value == pytest.approx(exact, rel=sketch.ALPHA, abs=1e-12), (n, q)
     assert sketch.quantiles({}, qs) == [None] * len(qs)
+
+
+def test_quartiles_of_a_stored_sketch_are_its_quantiles() -> None:
+    """As stored (text keys, the JSON's) or built (int keys), the same p25, median and p75 as
+    ``quantiles``; none for an empty sketch."""
+    rng = random.Random(9)
+    for n in (1, 2, 7, 300):
+        built = sketch.of_values(rng.choice((0.0, rng.lognormvariate(1.0, 1.0))) for _ in range(n))
+        expected = tuple(sketch.quantiles(built, (0.25, 0.5, 0.75)))
+        assert sketch.quartiles(built) == sketch.quartiles(sketch.to_json(built)) == expected
+    assert sketch.quartiles({}) == (None, None, None)

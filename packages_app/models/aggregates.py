@@ -139,6 +139,11 @@ class RevisionRollup(RollupFigures):
     requested_strategy = models.CharField(max_length=64, blank=True)
     strategy = models.CharField(max_length=64, blank=True, help_text="effective_strategy")
     mtp_used = models.BooleanField()
+    # The decode-rate sketch's quartiles, kept with it (rollups.quartiles): a timeline point of one cell
+    # reads these, not the sketch. Null while the sketch is empty.
+    tps_p25 = models.FloatField(null=True)
+    tps_median = models.FloatField(null=True)
+    tps_p75 = models.FloatField(null=True)
 
     class Meta:
         constraints = [

@@ -15,6 +15,7 @@ from django.db import connections
 
 from packages_app import sketch
 from packages_app.models import REVISION_ROLLUP_KEY, ROLLUP_KEY, NodeRollup, RevisionRollup, Rollup
+from packages_app.rollups import quartiles
 from packages_app.rollups.cells import METRICS, SUMMED, Cell, Key
 
 UPSERT_ROWS = 200
@@ -55,28 +56,43 @@ def revision_rollups_of(cells: dict[Key, Cell]) -> dict[RevisionKey, Cell]:
 
 def upsert_revision_rollups(cells: dict[RevisionKey, Cell], *, using: str = "default") -> None:
     """Add to the stored RevisionRollup rows, in key order (after ``upsert`` and ``upsert_node_rollups``,
-    as every writer: no deadlock)."""
-    _upsert_cells(cells, RevisionRollup._meta.db_table, REVISION_KEY_COLUMNS, using)
+    as every writer: no deadlock), and keep their decode-rate quartiles (rollups.quartiles) from the
+    sketches the upsert returns."""
+    returned = _upsert_cells(
+        cells, RevisionRollup._meta.db_table, REVISION_KEY_COLUMNS, using, returning=SKETCH_RETURNED
+    )
+    quartiles.store(returned, using=using)
+
+
+# What a RevisionRollup upsert returns: each row's id and its decode-rate sketch as it now stands.
+SKETCH_RETURNED = "id, tps_sketch"
 
 
 def _upsert_cells(
-    cells: Mapping[tuple[Any, ...], Cell], table: str, keys: tuple[str, ...], using: str
-) -> None:
+    cells: Mapping[tuple[Any, ...], Cell],
+    table: str,
+    keys: tuple[str, ...],
+    using: str,
+    returning: str = "",
+) -> list[tuple[Any, ...]]:
     connection = connections[using]
-    statement = _upsert_sql(connection.vendor, table, keys)
+    statement = _upsert_sql(connection.vendor, table, keys, returning)
     ordered = sorted(cells.items(), key=lambda item: item[0])
-    execute(connection, statement, [row_values(connection, key, cell) for key, cell in ordered])
+    return execute(connection, statement, [row_values(connection, key, cell) for key, cell in ordered])
 
 
 @dataclass(frozen=True)
 class Statement:
     sql: str  # with {rows} where the VALUES rows go
     row: str  # one row's placeholders
+    returns: bool = False  # a RETURNING clause: execute gives back its rows
 
 
-def execute(connection: Any, statement: Statement, rows: list[list[Any]]) -> None:
-    """Run an upsert UPSERT_ROWS rows at a time. Callers pass the rows sorted by key, so that two
-    transactions touching the same rows lock them in the same order: no deadlock."""
+def execute(connection: Any, statement: Statement, rows: list[list[Any]]) -> list[tuple[Any, ...]]:
+    """Run an upsert UPSERT_ROWS rows at a time; the rows its RETURNING clause gave, if it has one.
+    Callers pass the rows sorted by key, so that two transactions touching the same rows lock them in the
+    same order: no deadlock."""
+    returned: list[tuple[Any, ...]] = []
     with connection.cursor() as cursor:
         for start in range(0, len(rows), UPSERT_ROWS):
             chunk = rows[start : start + UPSERT_ROWS]
@@ -84,9 +100,12 @@ def execute(connection: Any, statement: Statement, rows: list[list[Any]]) -> Non
             cursor.execute(
                 statement.sql.replace("{rows}", placeholders, 1), [v for row in chunk for v in row]
             )
+            if statement.returns:
+                returned += cursor.fetchall()
+    return returned
 
 
-def _upsert_sql(vendor: str, table: str, keys: tuple[str, ...]) -> Statement:
+def _upsert_sql(vendor: str, table: str, keys: tuple[str, ...], returning: str = "") -> Statement:
     postgres = vendor == "postgresql"
     cast = "::jsonb" if postgres else ""
     columns = (*keys, *FIGURE_COLUMNS)
@@ -100,7 +119,17 @@ def _upsert_sql(vendor: str, table: str, keys: tuple[str, ...]) -> Statement:
         f"INSERT INTO {table} ({', '.join(columns)}) VALUES {{rows}} "  # noqa: S608
         f"ON CONFLICT ({', '.join(keys)}) DO UPDATE SET {', '.join(updates)}"
     )
-    return Statement(sql, row)
+    if returning:
+        sql += f" RETURNING {returned_text(postgres, returning)}"
+    return Statement(sql, row, returns=bool(returning))
+
+
+def returned_text(postgres: bool, columns: str) -> str:
+    """A RETURNING list with its sketches as JSON text on PostgreSQL (``json.loads`` parses that several
+    times faster than the driver's jsonb decoding; SQLite returns text already)."""
+    if not postgres:
+        return columns
+    return ", ".join(f"{c}::text" if c.endswith("_sketch") else c for c in columns.split(", "))
 
 
 def _metric_parts(*parts: str) -> list[str]:
