@@ -66,6 +66,7 @@ LAYERS: Mapping[str, int] = {
     "packages_app.models": MODELS,
     "packages_app.apps": MODELS,
     "packages_app.pgtime": MODELS,  # how a database connection reads timestamps
+    "packages_app.compiled": MODELS,  # querysets compiled once, their values bound per read
     "packages_app.judgement_expiry": MODELS,  # deletes expire the kept judgements they change
     "packages_app.migrations": MODELS,
     # services (write) and selectors (read)

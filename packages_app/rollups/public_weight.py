@@ -22,7 +22,7 @@ from django.conf import settings
 from django.db.models import OuterRef, Q, Subquery, Sum
 from django.db.models.expressions import RawSQL
 
-from packages_app import report_time
+from packages_app import compiled, report_time
 from packages_app.models import NodeRollup, NodeRun, Package, Report, Revision, Rollup
 from packages_app.rollups.cells import EPOCH, PublicRoom, public_day
 
@@ -65,13 +65,13 @@ def registered_nodes(revision_id: int, field: str) -> Q:
     for the busiest revision at 10,000 nodes: BENCHMARKS.md, issue 43)."""
     registered = Q()
     for sql, params in _registered_subqueries():
-        revision_params = [revision_id if value == _ANY_REVISION else value for value in params]
+        revision_params = compiled.bound(params, {_ANY_REVISION: revision_id})
         # The ORM's own SQL, compiled from querysets; the revision goes in as a bound parameter.
         registered |= Q(**{f"{field}__in": RawSQL(sql, revision_params)})  # noqa: S611
     return registered
 
 
-_ANY_REVISION = -1  # no revision has it: the compiled subqueries' stand-in for the revision read
+_ANY_REVISION = compiled.stand_ins(1)[0]  # the compiled subqueries' stand-in for the revision read
 
 
 @functools.cache
