@@ -105,7 +105,8 @@ QUARTILES = (0.25, 0.5, 0.75)
 
 def quartiles(bins: Mapping[str, int] | Mapping[int, int]) -> tuple[float | None, float | None, float | None]:
     """The p25, median and p75 of a sketch, its bins under their text keys as stored (JSON) or under their
-    indexes; none when it is empty. What models.RevisionRollup keeps beside its sketch (rollups.quartiles)."""
+    indexes; none when it is empty. What models.RevisionRollup keeps for its timeline point
+    (rollups.quartiles)."""
     if not bins:
         return None, None, None
     indexes, counts = zip(*sorted(zip(map(int, bins), bins.values(), strict=True)), strict=True)

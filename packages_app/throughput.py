@@ -311,48 +311,38 @@ def _series(
         cells = cells.filter(bucket_start__gte=bucket_start(since, grain.value))
     if until is not None:
         cells = cells.filter(bucket_start__lt=until)
-    # The cells as they are, grouped into points here: a point is mostly one cell (the every-node cells
-    # of a bucket are also split by requested strategy and MTP used), and SQL's grouping cost more than
-    # this loop. A point of one cell takes the quartiles kept with it (rollups.quartiles); only the cells
-    # of a point of several are read again, for their sketches to merge (one query, none mostly).
-    rows = list(
-        cells.values_list(
-            "bucket_start", "strategy", "stage_splits", "reports", "pk", *quartiles.COLUMNS
-        ).order_by()
-    )
-    regroup = bucket != grain  # weeks and months gather day cells; an hour or a day is its cell's
+    # The cells as they are, grouped into points here (SQL's grouping cost more than this loop). Each cell
+    # carries its point's quartiles (rollups.quartiles); a week or a month gathers day cells, whose
+    # sketches are merged.
+    regroup = bucket != grain
+    columns = ("bucket_start", "strategy", "stage_splits", "reports", *quartiles.COLUMNS)
+    if regroup:
+        cells = cells.annotate(tps=stored("tps_sketch"))
+    rows = list(cells.values_list(*columns, *(("tps",) if regroup else ())).order_by())
+    parsed = parsed_stored(row[-1] for row in rows) if regroup else [None] * len(rows)
     points: dict[tuple[datetime, str, str], list[tuple[Any, ...]]] = {}
-    for row in rows:
+    for row, bins in zip(rows, parsed, strict=True):
         start, strategy, splits = row[:3]
         key = (bucket_start(start, bucket) if regroup else start, strategy, splits)
-        points.setdefault(key, []).append(row)
-    merged = [row[4] for point in points.values() if len(point) > 1 for row in point]
-    # A week or a month merges most of its cells: those are read again as the range, not by id.
-    sketches = _sketches_of(cells if regroup else cells.filter(pk__in=merged)) if merged else {}
+        points.setdefault(key, []).append((row, bins))
     series = []
-    for (at, strategy, splits), point in sorted(points.items()):
-        if len(point) == 1:
-            p25, median, p75 = point[0][5:]
+    for (at, strategy, splits), point in sorted(points.items(), key=lambda item: item[0]):
+        if regroup:
+            p25, median, p75 = sketch.quartiles(merged_bins([bins for _, bins in point]))
         else:
-            p25, median, p75 = sketch.quartiles(merged_bins([sketches[row[4]] for row in point]))
+            p25, median, p75 = point[0][0][4:7]
         series.append(
             Point(
                 bucket=at,
                 strategy=strategy,
                 topology=splits,
                 tps=median,
-                reports=sum(row[3] for row in point),
+                reports=sum(row[3] for row, _ in point),
                 p25=p25,
                 p75=p75,
             )
         )
     return series
-
-
-def _sketches_of(cells: QuerySet[RevisionRollup]) -> dict[int, dict[str, int]]:
-    """The cells' parsed sketches, by id (one query, every sketch parsed in one call)."""
-    found = list(cells.annotate(tps=stored("tps_sketch")).values_list("pk", "tps"))
-    return dict(zip([pk for pk, _ in found], parsed_stored(text for _, text in found), strict=True))
 
 
 def bucket_start(at: datetime, bucket: str) -> datetime:

@@ -60,6 +60,8 @@ SQLITE_PATHS: dict[str, tuple[str, ...]] = {
         "tests/test_public_figures.py",
         "tests/test_rollup_quartiles.py",
     ),
+    # Its SQLite path: no advisory locks (SQLite has one writer at a time).
+    "packages_app/rollups/quartiles.py": ("tests/test_rollup_quartiles.py", "tests/test_rollups.py"),
     "packages_app/rollups/serving.py": ("tests/test_rollups.py", "tests/test_fleet.py"),
     "packages_app/rollups/upsert.py": (
         "tests/test_rollups.py",

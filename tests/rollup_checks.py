@@ -24,11 +24,17 @@ def assert_revision_rollups_add_up_the_every_node_cells() -> None:
 
 
 def assert_quartiles_kept() -> None:
-    """Every RevisionRollup row's quartiles are its sketch's, as sketch.quantiles ranks them (none when the
-    sketch is empty): the figure the timeline reads is the one it would compute."""
-    rows = RevisionRollup.objects.values_list("pk", "tps_sketch", *quartiles.COLUMNS)
-    for pk, stored, *kept in rows:
-        assert kept == sketch.quantiles(sketch.from_json(stored), sketch.QUARTILES), pk
+    """Every RevisionRollup row carries its timeline point's quartiles: the sketches of the point's rows
+    (its revision, grain, bucket, stage split and strategy) merged, as sketch.quantiles ranks them (none
+    when they hold no rate). The figures the timeline reads are the ones it would compute."""
+    points: dict[tuple[Any, ...], list[tuple[Any, ...]]] = {}
+    for row in RevisionRollup.objects.values_list(*quartiles.POINT, "pk", "tps_sketch", *quartiles.COLUMNS):
+        points.setdefault(row[:5], []).append(row[5:])
+    for point, rows in points.items():
+        merged = sketch.merged(sketch.from_json(stored) for _, stored, *_ in rows)
+        expected = sketch.quantiles(merged, sketch.QUARTILES)
+        for pk, _, *kept in rows:
+            assert kept == expected, (point, pk)
 
 
 def revision_rollups() -> dict[tuple[Any, ...], dict[str, Any]]:

@@ -1,6 +1,6 @@
-"""The decode-rate quartiles kept on every RevisionRollup row (rollups.quartiles): the timeline reads them
-where a point is one cell, and they are the sketch's on every path that writes one (the store paths and the
-rebuilds are also checked by tests.rollup_checks wherever the rollup tests call it)."""
+"""The decode-rate quartiles of each timeline point, kept on its RevisionRollup rows (rollups.quartiles):
+the timeline reads them, and they are the point's sketches' on every path that writes one (the store paths
+and the rebuilds are also checked by tests.rollup_checks wherever the rollup tests call it)."""
 
 from __future__ import annotations
 
@@ -60,8 +60,8 @@ def series(revision: Revision, bucket: str) -> list[tuple[Any, ...]]:
 @pytest.mark.django_db
 @pytest.mark.parametrize("bucket", ["hour", "day", "week"])
 def test_the_timeline_is_what_its_cells_sketches_give(revision: Revision, bucket: str) -> None:
-    """Points of one cell (their kept quartiles) and of several (merged: two requested strategies in one
-    hour, a week's days) are the quantiles of their cells' sketches merged."""
+    """Points of one cell and of several (two requested strategies in one hour, a week's days) are the
+    quantiles of their cells' sketches merged."""
     store(revision, days=10)
     got = series(revision, bucket)
     assert got == computed_series(revision, bucket)
@@ -72,29 +72,61 @@ def test_the_timeline_is_what_its_cells_sketches_give(revision: Revision, bucket
 
 
 @pytest.mark.django_db
-def test_a_point_of_one_cell_reads_its_kept_quartiles_not_its_sketch(revision: Revision) -> None:
+def test_the_timeline_reads_the_kept_quartiles_not_the_sketches(revision: Revision) -> None:
     """Kept quartiles made wrong by hand show on the timeline (so it reads them), and the check every
-    rollup test runs (tests.rollup_checks) catches them; put right, both agree again."""
+    rollup test runs (tests.rollup_checks) catches them; kept again, both agree with the sketches."""
     store(revision, days=1)
-    single = _one_cell_point(revision)
+    point = _shared_point(revision)
     assert_quartiles_kept()
-    RevisionRollup.objects.filter(pk=single.pk).update(tps_median=999.0)
+    RevisionRollup.objects.filter(pk__in=[cell.pk for cell in point]).update(point_tps_median=999.0)
 
-    assert 999.0 in [point[3] for point in series(revision, "hour")]
+    assert 999.0 in [p[3] for p in series(revision, "hour")]
     with pytest.raises(AssertionError):
         assert_quartiles_kept()
 
-    quartiles.store([(single.pk, single.tps_sketch)])
+    quartiles.store({quartiles.point_of(_key(point[0]))})
     assert series(revision, "hour") == computed_series(revision, "hour")
     assert_quartiles_kept()
 
 
-def _one_cell_point(revision: Revision) -> RevisionRollup:
-    cells = RevisionRollup.objects.filter(revision=revision, grain=Rollup.Grain.HOUR)
+@pytest.mark.django_db
+def test_a_report_in_one_cell_of_a_point_moves_the_quartiles_of_all_its_cells(revision: Revision) -> None:
+    """Two requested strategies ran as one in the same hour: two cells, one point. Each report adds to one
+    cell only, and the other carries the point's new median too."""
+    sender, rng, now = node("node-a"), random.Random(11), datetime.now(UTC)
+    stages = body(rng)["topology"]["stages"]
+    hour = RevisionRollup.objects.filter(revision=revision, grain=Rollup.Grain.HOUR)
+    for requested, rate, median in (("auto", 10.0, 10), ("disabled", 30.0, 20), ("auto", 50.0, 30)):
+        data = body(rng)
+        data["speculative"].update(
+            requested_strategy=requested, effective_strategy="disabled", mtp_source="Disabled"
+        )
+        data["timings"]["predicted_per_second"] = rate
+        data["topology"]["stages"] = stages
+        reports.store_report(sender, valid(data), now)
+        medians = list(hour.values_list("requested_strategy", "point_tps_median"))
+        assert medians and all(m == pytest.approx(median, rel=0.01) for _, m in medians), medians
+    assert sorted(r for r, _ in medians) == ["auto", "disabled"]
+    assert_quartiles_kept()
+
+
+def _shared_point(revision: Revision) -> list[RevisionRollup]:
     by_point: dict[tuple[Any, ...], list[RevisionRollup]] = defaultdict(list)
-    for cell in cells:
+    for cell in RevisionRollup.objects.filter(revision=revision, grain=Rollup.Grain.HOUR):
         by_point[(cell.bucket_start, cell.strategy, cell.stage_splits)].append(cell)
-    return next(cells[0] for cells in by_point.values() if len(cells) == 1)
+    return next(cells for cells in by_point.values() if len(cells) > 1)
+
+
+def _key(cell: RevisionRollup) -> tuple[Any, ...]:
+    return (
+        cell.revision_id,
+        cell.grain,
+        cell.bucket_start,
+        cell.stage_splits,
+        cell.requested_strategy,
+        cell.strategy,
+        cell.mtp_used,
+    )
 
 
 @pytest.mark.django_db
@@ -109,16 +141,16 @@ def test_a_cell_with_no_decode_rate_keeps_no_quartiles(revision: Revision) -> No
 
 @pytest.mark.django_db
 def test_rebuild_rollups_keeps_the_quartiles_of_the_rows_it_rebuilds(revision: Revision) -> None:
-    """Rebuilt from the raw reports (in SQL on PostgreSQL, through the upserts on SQLite), every row's
-    quartiles are its sketch's; the control: cleared, the check fails."""
+    """Rebuilt from the raw reports (in SQL on PostgreSQL, through the upserts on SQLite), every row
+    carries its point's quartiles; the control: cleared, the check fails."""
     store(revision)
-    RevisionRollup.objects.update(tps_p25=None, tps_median=None, tps_p75=None)
+    RevisionRollup.objects.update(point_tps_p25=None, point_tps_median=None, point_tps_p75=None)
     with pytest.raises(AssertionError):
         assert_quartiles_kept()
 
     call_command("rebuild_rollups", verbosity=0)
 
-    assert RevisionRollup.objects.filter(tps_median__isnull=False).exists()
+    assert RevisionRollup.objects.filter(point_tps_median__isnull=False).exists()
     assert_quartiles_kept()
 
 

@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 from django.core.management import call_command
-from django.db import connection, connections
+from django.db import connection, connections, transaction
 from django.db.models import Count, Sum
 
 from packages_app import reports, sketch, throughput
@@ -43,10 +43,15 @@ from packages_app.models import (
 )
 from packages_app.nodes.report_schema import validate_report_body
 from packages_app.rollups import cells as rollups_cells
+from packages_app.rollups import quartiles as rollups_quartiles
 from packages_app.rollups import rebuild as rollups_rebuild
 from packages_app.rollups import upsert as rollups_upsert
 from tests.migrating import back_to_the_leaf, migrate  # noqa: F401 (a fixture)
-from tests.rollup_checks import assert_revision_rollups_add_up_the_every_node_cells, revision_rollups
+from tests.rollup_checks import (
+    assert_quartiles_kept,
+    assert_revision_rollups_add_up_the_every_node_cells,
+    revision_rollups,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 POSTGRES = connection.vendor == "postgresql"
@@ -533,6 +538,67 @@ def test_one_nodes_batches_listing_the_same_reports_in_opposite_orders_never_dea
     assert errors == []
     assert Report.objects.count() == 8 * 150
     assert_rollups_match_raw(revision)
+
+
+def _two_writers_of_one_point(seed: int) -> None:
+    """Two requested strategies that ran as one, in the same hour, stored by two nodes' transactions (no
+    row of their own in common before the revision's LastServed row): the first holds its transaction
+    open, its cell upserted, while the second stores."""
+    rng, now = random.Random(seed), datetime.now(UTC)
+    stages = body(random.Random(1))["topology"]["stages"]
+    stored, commit = threading.Event(), threading.Event()
+    errors: list[BaseException] = []
+
+    def send(sender: str, requested: str, rate: float, hold: bool) -> None:
+        try:
+            data = body(rng)
+            data["speculative"].update(
+                requested_strategy=requested, effective_strategy="disabled", mtp_source="Disabled"
+            )
+            data["timings"]["predicted_per_second"] = rate
+            data["topology"]["stages"] = stages
+            with transaction.atomic():
+                reports.store_report(Node.objects.get(name=sender), valid(data), now)
+                if hold:
+                    stored.set()
+                    commit.wait(timeout=30)
+        except BaseException as exc:  # reported by the main thread
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    first = threading.Thread(target=send, args=("node-a", "auto", 10.0, True))
+    second = threading.Thread(target=send, args=("node-b", "disabled", 30.0, False))
+    first.start()
+    assert stored.wait(timeout=30)
+    second.start()
+    second.join(timeout=0.5)  # with the point's lock, still waiting for the first to commit
+    commit.set()
+    first.join()
+    second.join()
+    assert errors == []
+
+
+@pytest.mark.skipif(not POSTGRES, reason="concurrent writers need PostgreSQL (SQLite serialises them)")
+@pytest.mark.django_db(transaction=True)
+def test_two_writers_of_one_timeline_point_leave_its_quartiles_right(
+    revision: Revision, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The second writer waits on the point's lock, so it reads the first's cell once committed, and every
+    cell carries the quartiles of both reports. The control, without the lock: each writer reads only its
+    own cell and the point's two cells keep different, stale medians."""
+    node("node-a"), node("node-b")
+    _two_writers_of_one_point(seed=12)
+    assert_revision_rollups_add_up_the_every_node_cells()  # (it checks each row's point quartiles)
+
+    Report.objects.all().delete()
+    for model in (Rollup, RevisionRollup, NodeRollup, Serving, LastServed):
+        model.objects.all().delete()
+    monkeypatch.setattr(rollups_quartiles, "lock", lambda points, using="default": None)
+    _two_writers_of_one_point(seed=13)  # other report ids: not replays of the deleted ones
+    assert RevisionRollup.objects.filter(reports=1).count() == 6  # two cells a grain, one report each
+    with pytest.raises(AssertionError):
+        assert_quartiles_kept()
 
 
 KILLED_WRITER = """

@@ -139,11 +139,12 @@ class RevisionRollup(RollupFigures):
     requested_strategy = models.CharField(max_length=64, blank=True)
     strategy = models.CharField(max_length=64, blank=True, help_text="effective_strategy")
     mtp_used = models.BooleanField()
-    # The decode-rate sketch's quartiles, kept with it (rollups.quartiles): a timeline point of one cell
-    # reads these, not the sketch. Null while the sketch is empty.
-    tps_p25 = models.FloatField(null=True)
-    tps_median = models.FloatField(null=True)
-    tps_p75 = models.FloatField(null=True)
+    # The decode-rate quartiles of the timeline point the row is in (its grain, bucket, stage split and
+    # strategy: every requested strategy and MTP used together), the same on each of its rows
+    # (rollups.quartiles): the timeline reads these, not the sketches. Null while the point has no rate.
+    point_tps_p25 = models.FloatField(null=True)
+    point_tps_median = models.FloatField(null=True)
+    point_tps_p75 = models.FloatField(null=True)
 
     class Meta:
         constraints = [

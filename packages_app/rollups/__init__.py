@@ -3,7 +3,7 @@
 Cut by concern: ``adding`` (the store paths' one door: ``add_reports``, ``add_report_ids``, ``link_reports``),
 ``cells`` (the cells a batch adds to and what each report adds), ``public_weight`` (whose reports the
 every-node cells count), ``upsert`` (adding them to Rollup, RevisionRollup and NodeRollup in SQL),
-``quartiles`` (RevisionRollup's decode-rate quartiles, from the sketches its writers return),
+``quartiles`` (the decode-rate quartiles of each timeline point, kept on its RevisionRollup rows),
 ``serving`` (who served what: Serving and LastServed) and ``rebuild`` (pruning hour cells, rebuilding from
 the raw reports).
 
@@ -22,7 +22,7 @@ batches touching the same cells lock them in the same order (no deadlock).
 Per report, cells of six grains: (node, hour), (node, day), (node, total) and the same for all nodes
 (``node_key = 0``). The every-node cells are added up over their topologies into models.RevisionRollup
 in the same transaction, which the pages read (the topologies grow with the nodes, a revision's
-strategies and splits do not), each row with its decode rate's quartiles kept beside its sketch
+strategies and splits do not), each row with the decode-rate quartiles of its timeline point
 (``quartiles``): a package page reads its revision's total cells and one day (or hour) series, never the
 reports; the catalog reads total cells; the topology page reads Rollup's every-node
 cells of its topology. Hour cells older than MESHDASH_ROLLUP_HOURLY_DAYS are not written and are pruned

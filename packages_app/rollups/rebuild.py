@@ -44,9 +44,7 @@ from packages_app.rollups.upsert import (
     NODE_ROLLUP_COLUMNS,
     NODE_ROLLUP_KEY,
     REVISION_KEY_COLUMNS,
-    SKETCH_RETURNED,
     node_rollups_of,
-    returned_text,
     revision_rollups_of,
     upsert,
     upsert_node_rollups,
@@ -135,6 +133,7 @@ def _rebuild_group(revision_ids: list[int]) -> int:
                 total = _rebuild_in_sql(cursor, revision_ids)
                 _rebuild_node_rollups_in_sql(cursor, revision_ids)
                 _rebuild_revision_rollups_in_sql(cursor, revision_ids)
+                quartiles.store_revisions(revision_ids)
                 return total
         _delete_rollups(revision_ids)
         reports = (
@@ -332,8 +331,7 @@ def _rebuild_node_rollups_in_sql(cursor: Any, revision_ids: list[int]) -> None:
 
 def _rebuild_revision_rollups_in_sql(cursor: Any, revision_ids: list[int]) -> None:
     """The revisions' RevisionRollup rows from their rebuilt every-node Rollup cells (as
-    revision_rollups_of does): counts and sums add, minimum and maximum compare, sketches add bin by bin;
-    then their quartiles (rollups.quartiles), from the sketches the insert returns."""
+    revision_rollups_of does): counts and sums add, minimum and maximum compare, sketches add bin by bin."""
     keys = ", ".join(REVISION_KEY_COLUMNS)
     figures = [c for c in FIGURE_COLUMNS if not c.endswith("_sketch")]
     totals = [f"{_added(c)}({c}) AS {c}" for c in figures]
@@ -363,11 +361,9 @@ def _rebuild_revision_rollups_in_sql(cursor: Any, revision_ids: list[int]) -> No
         INSERT INTO {RevisionRollup._meta.db_table} ({keys}, {", ".join(figures)}, {sketched})
         SELECT {keys}, {", ".join(figures)}, {merged}
         FROM totals LEFT JOIN sketches USING ({keys})
-        RETURNING {returned_text(True, SKETCH_RETURNED)}
         """,  # noqa: S608
         {"revisions": revision_ids},
     )
-    quartiles.store(cursor.fetchall())
 
 
 def _added(column: str) -> str:

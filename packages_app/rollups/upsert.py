@@ -56,43 +56,32 @@ def revision_rollups_of(cells: dict[Key, Cell]) -> dict[RevisionKey, Cell]:
 
 def upsert_revision_rollups(cells: dict[RevisionKey, Cell], *, using: str = "default") -> None:
     """Add to the stored RevisionRollup rows, in key order (after ``upsert`` and ``upsert_node_rollups``,
-    as every writer: no deadlock), and keep their decode-rate quartiles (rollups.quartiles) from the
-    sketches the upsert returns."""
-    returned = _upsert_cells(
-        cells, RevisionRollup._meta.db_table, REVISION_KEY_COLUMNS, using, returning=SKETCH_RETURNED
-    )
-    quartiles.store(returned, using=using)
-
-
-# What a RevisionRollup upsert returns: each row's id and its decode-rate sketch as it now stands.
-SKETCH_RETURNED = "id, tps_sketch"
+    as every writer: no deadlock), and keep the quartiles of the timeline points they are in, under
+    those points' locks (rollups.quartiles)."""
+    points = {quartiles.point_of(key) for key in cells}
+    quartiles.lock(points, using=using)
+    _upsert_cells(cells, RevisionRollup._meta.db_table, REVISION_KEY_COLUMNS, using)
+    quartiles.store(points, using=using)
 
 
 def _upsert_cells(
-    cells: Mapping[tuple[Any, ...], Cell],
-    table: str,
-    keys: tuple[str, ...],
-    using: str,
-    returning: str = "",
-) -> list[tuple[Any, ...]]:
+    cells: Mapping[tuple[Any, ...], Cell], table: str, keys: tuple[str, ...], using: str
+) -> None:
     connection = connections[using]
-    statement = _upsert_sql(connection.vendor, table, keys, returning)
+    statement = _upsert_sql(connection.vendor, table, keys)
     ordered = sorted(cells.items(), key=lambda item: item[0])
-    return execute(connection, statement, [row_values(connection, key, cell) for key, cell in ordered])
+    execute(connection, statement, [row_values(connection, key, cell) for key, cell in ordered])
 
 
 @dataclass(frozen=True)
 class Statement:
     sql: str  # with {rows} where the VALUES rows go
     row: str  # one row's placeholders
-    returns: bool = False  # a RETURNING clause: execute gives back its rows
 
 
-def execute(connection: Any, statement: Statement, rows: list[list[Any]]) -> list[tuple[Any, ...]]:
-    """Run an upsert UPSERT_ROWS rows at a time; the rows its RETURNING clause gave, if it has one.
-    Callers pass the rows sorted by key, so that two transactions touching the same rows lock them in the
-    same order: no deadlock."""
-    returned: list[tuple[Any, ...]] = []
+def execute(connection: Any, statement: Statement, rows: list[list[Any]]) -> None:
+    """Run an upsert UPSERT_ROWS rows at a time. Callers pass the rows sorted by key, so that two
+    transactions touching the same rows lock them in the same order: no deadlock."""
     with connection.cursor() as cursor:
         for start in range(0, len(rows), UPSERT_ROWS):
             chunk = rows[start : start + UPSERT_ROWS]
@@ -100,12 +89,9 @@ def execute(connection: Any, statement: Statement, rows: list[list[Any]]) -> lis
             cursor.execute(
                 statement.sql.replace("{rows}", placeholders, 1), [v for row in chunk for v in row]
             )
-            if statement.returns:
-                returned += cursor.fetchall()
-    return returned
 
 
-def _upsert_sql(vendor: str, table: str, keys: tuple[str, ...], returning: str = "") -> Statement:
+def _upsert_sql(vendor: str, table: str, keys: tuple[str, ...]) -> Statement:
     postgres = vendor == "postgresql"
     cast = "::jsonb" if postgres else ""
     columns = (*keys, *FIGURE_COLUMNS)
@@ -119,17 +105,7 @@ def _upsert_sql(vendor: str, table: str, keys: tuple[str, ...], returning: str =
         f"INSERT INTO {table} ({', '.join(columns)}) VALUES {{rows}} "  # noqa: S608
         f"ON CONFLICT ({', '.join(keys)}) DO UPDATE SET {', '.join(updates)}"
     )
-    if returning:
-        sql += f" RETURNING {returned_text(postgres, returning)}"
-    return Statement(sql, row, returns=bool(returning))
-
-
-def returned_text(postgres: bool, columns: str) -> str:
-    """A RETURNING list with its sketches as JSON text on PostgreSQL (``json.loads`` parses that several
-    times faster than the driver's jsonb decoding; SQLite returns text already)."""
-    if not postgres:
-        return columns
-    return ", ".join(f"{c}::text" if c.endswith("_sketch") else c for c in columns.split(", "))
+    return Statement(sql, row)
 
 
 def _metric_parts(*parts: str) -> list[str]:
