@@ -211,11 +211,16 @@ def report_lanes(
 BENCH_RUN = "bench-run"
 
 
+def bench_run_id(index: int) -> str:
+    """The run id of the bench node of this index (its token's): a run id belongs to one node, and spans
+    naming another node's run are refused (409)."""
+    return BENCH_RUN if index == 0 else f"{BENCH_RUN}-{index}"
+
+
 def register_bench_run() -> None:
-    """The run id every bench span carries, registered as an agent would, so spans join the revision;
-    and a run of the bench revision for every other bench node, so their reports count in the public
-    figures (the store's dearer path: its daily share is read and taken,
-    rollups.public_weight.public_room)."""
+    """A run of the bench revision for every bench node, registered as an agent would: its spans carry
+    its run id and join the revision, and its reports count in the public figures (the store's dearer
+    path: its daily share is read and taken, rollups.public_weight.public_room)."""
     from packages_app import telemetry
     from packages_app.models import Node
     from packages_app.nodes.run_schema import RunIn
@@ -223,7 +228,7 @@ def register_bench_run() -> None:
     for index, node in enumerate(Node.objects.filter(name__startswith="bench-perf").order_by("name")):
         run = RunIn.model_validate(
             {
-                "run_id": BENCH_RUN if index == 0 else f"{BENCH_RUN}-{index}",
+                "run_id": bench_run_id(index),
                 "package": {"repo": lr.BENCH_REPO, "revision": lr.BENCH_SHA},
                 "stages": [{"stage_id": "s0", "stage_index": 0, "layer_start": 0, "layer_end": 41}],
             }
@@ -236,12 +241,13 @@ def span_lanes(
 ) -> list[list[lr.Call]]:
     from packages_app.devnode import payloads
 
-    plans = [
-        payloads.RunPlan(repo=lr.BENCH_REPO, run_id=BENCH_RUN, effective_strategy=effective)
-        for effective in ("native-mtp", "disabled", "ngram-cache")
-    ]
     lanes = []
     for lane in range(clients):
+        run_id = bench_run_id(lane % len(tokens))  # the run of the lane's token's node
+        plans = [
+            payloads.RunPlan(repo=lr.BENCH_REPO, run_id=run_id, effective_strategy=effective)
+            for effective in ("native-mtp", "disabled", "ngram-cache")
+        ]
         calls = []
         for _ in range(per_lane):
             batch = []

@@ -281,7 +281,8 @@ def serving_changing(servings: Mapping[ServingKey, Cell]) -> Callable[[], object
 def _unchanged_by(servings: Mapping[ServingKey, Cell], nodes: set[int], now: datetime) -> set[int]:
     """The nodes whose kept judgement a batch adding ``servings`` leaves as it is (three queries): their
     rows are fresh, and every row the batch adds to is already in the window, keeps the one strategy all
-    its reports ran and either stays without MTP unused or had it in the window already; and the node's
+    its reports ran (or ran several already, on a node whose release cannot make them change the cause)
+    and either stays without MTP unused or had it in the window already; and the node's
     judgement reads every row it has (at most NODES_PAGE_ROWS in the window, so no ranking picks which),
     all of one revision with no run of another (so no row can move on, fleet.serving._with_moves). Then
     nothing it reads changes: not which rows, their flags, their strategies nor the cells they are judged by
@@ -304,9 +305,12 @@ def _unchanged_by(servings: Mapping[ServingKey, Cell], nodes: set[int], now: dat
     ):
         rows.setdefault(node, {})[(revision, topology, splits)] = (unused_at, sole)
     runs: dict[int, set[int]] = {}
+    reads_cells: set[int] = set()
     ran = NodeRun.objects.filter(node_id__in=candidates, revision__isnull=False)
-    for node, revision in ran.values_list("node_id", "revision_id").distinct():
+    for node, revision, version in ran.values_list("node_id", "revision_id", "version").distinct():
         runs.setdefault(node, set()).add(revision)
+        if strategy_can_change_cause(version):
+            reads_cells.add(node)
     unchanged = set()
     for node in candidates:
         mine = rows.get(node, {})
@@ -314,7 +318,7 @@ def _unchanged_by(servings: Mapping[ServingKey, Cell], nodes: set[int], now: dat
         if not mine or len(mine) > NODES_PAGE_ROWS or len(revisions) != 1:
             continue
         if all(
-            _keeps(mine.get((revision, topology, splits)), cell, since)
+            _keeps(mine.get((revision, topology, splits)), cell, since, node in reads_cells)
             for (revision, batch_node, topology, splits), cell in servings.items()
             if batch_node == node
         ):
@@ -322,13 +326,18 @@ def _unchanged_by(servings: Mapping[ServingKey, Cell], nodes: set[int], now: dat
     return unchanged
 
 
-def _keeps(row: tuple[Any, str] | None, cell: Cell, since: datetime) -> bool:
+def _keeps(row: tuple[Any, str] | None, cell: Cell, since: datetime, reads_cells: bool) -> bool:
     """Whether adding ``cell`` to a Serving row in the window (``row``: its last MTP-unused report and
-    sole strategy; None: not in the window) leaves what judging it reads."""
+    sole strategy; None: not in the window) leaves what judging it reads. A row that ran one strategy must
+    keep it. A row that ran several stays so whatever the cell ran, and its strategies are read only where
+    the node's release can make them change the cause (``reads_cells``: a run naming a release the matrix
+    knows; fleet.serving._read_to_judge): without one, more reports on it change nothing the judgement
+    reads. (Judging such a node anew on every report cost a single report about 16 of its 27 ms: 52
+    single reports/s under bench_reports.py, against 312 before the judgements were kept.)"""
     if row is None:
         return False
     unused_at, sole = row
-    if not sole or cell.sole_strategy != sole:
+    if (sole and cell.sole_strategy != sole) or (not sole and reads_cells):
         return False
     return cell.last_unused_at is None or (unused_at is not None and unused_at >= since)
 

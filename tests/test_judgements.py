@@ -25,7 +25,7 @@ from packages_app.audit import releases
 from packages_app.fleet import nodes as fleet_nodes
 from packages_app.fleet import serving as fleet_serving
 from packages_app.fleet import window as fleet_window
-from packages_app.models import Node, NodeJudgement, Package, Report, Serving
+from packages_app.models import Node, NodeJudgement, NodeRun, Package, Report, Serving
 from packages_app.nodes import identity
 from packages_app.verdicts import Cause
 from tests import dashboard_factories as f
@@ -451,6 +451,9 @@ def test_the_fleet_seed_keeps_every_nodes_judgement_as_computed_and_never_contra
     assert judgements.fresh(newest) == 0  # judged at that clock: nothing to judge anew
 
 
+KNOWN_VERSION = "0.78.0"  # a release the matrix knows: the strategies a node ran can change its cause
+
+
 @pytest.fixture
 def judged(monkeypatch: pytest.MonkeyPatch) -> list[set[int]]:
     """The nodes each call of judgements.judge judged."""
@@ -475,9 +478,39 @@ def test_a_report_that_changes_nothing_the_judgement_reads_judges_no_node(judged
     assert judged == [{node.pk}] and needing() == {"n1"} and agrees()
 
 
+def test_a_report_on_a_row_that_ran_several_strategies_without_a_known_release_judges_no_node(
+    judged: list[set[int]],
+) -> None:
+    """The row ran two strategies already and the node names no release the matrix knows, so its cells'
+    strategies are never read: a third report, of either strategy or another, changes nothing."""
+    node, broken = f.make_node("n1"), broken_revision()
+    now = timezone.now()
+    f.make_report(node, broken, 3.1, at=now - timedelta(hours=3))
+    f.make_report(node, broken, 5.0, at=now - timedelta(hours=2), mtp_used=True)
+    assert Serving.objects.filter(node_key=node.pk, sole_strategy="").exists()  # ran several
+    judged.clear()
+    f.make_report(node, broken, 3.2, at=now - timedelta(hours=1))
+    f.make_report(
+        node,
+        broken,
+        4.0,
+        at=now - timedelta(hours=1),
+        requested_strategy="ngram-cache",
+        effective_strategy="ngram-cache",
+    )
+    assert judged == [] and agrees()
+
+
 @pytest.mark.parametrize(
     "change",
-    ["another strategy", "MTP newly unused", "another revision", "a row left the window", "stale row"],
+    [
+        "another strategy",
+        "MTP newly unused",
+        "another revision",
+        "a row left the window",
+        "stale row",
+        "several strategies on a known release",
+    ],
 )
 def test_a_report_that_can_change_the_judgement_judges_its_node(judged: list[set[int]], change: str) -> None:
     node, broken = f.make_node("n1"), broken_revision()
@@ -485,6 +518,17 @@ def test_a_report_that_can_change_the_judgement_judges_its_node(judged: list[set
     first: dict[str, Any] = {"at": now - timedelta(hours=2), "mtp_used": True}
     if change == "a row left the window":
         first["at"] = now - timedelta(days=judgements.WINDOW_DAYS, hours=1)
+    if change == "several strategies on a known release":
+        assert releases.release_for(KNOWN_VERSION) is not None
+        NodeRun.objects.create(
+            node=node,
+            run_id="run-n1",
+            repo_id=broken.package.repo_id,
+            commit_sha=broken.commit_sha,
+            revision=broken,
+            version=KNOWN_VERSION,
+        )
+        f.make_report(node, broken, 3.0, at=now - timedelta(hours=3))  # the row runs two strategies
     f.make_report(node, broken, 5.0, **first)
     if change == "stale row":
         NodeJudgement.objects.update(valid_until=judgements.EXPIRED)
