@@ -82,8 +82,8 @@ def quantiles(sketch: Mapping[int, int], qs: Sequence[float]) -> list[float | No
 
 def ranked_quantiles(indexes: Sequence[int], seen: Sequence[int], qs: Sequence[float]) -> list[float | None]:
     """``quantiles`` of a sketch given as its bins in index order and their running counts: a caller
-    that sorts stored bins itself (rollups.quartiles, the quartiles kept for hundreds of timeline points a
-    page) builds no dict."""
+    that sorts stored bins itself (``quartiles``, which rollups.quartiles calls for every timeline point
+    it keeps) builds no dict."""
     for q in qs:
         if not 0 <= q <= 1:
             raise ValueError(f"q must be between 0 and 1, not {q}")
