@@ -27,7 +27,7 @@ from typing import Any, NamedTuple, TypeVar
 from django.db.models import F, QuerySet, TextField
 from django.db.models.functions import Cast
 
-from packages_app import report_metrics, sketch
+from packages_app import compiled, report_metrics, sketch
 from packages_app.models import Node, Report, Revision, RevisionRollup, Rollup
 from packages_app.report_time import REPLAY_WINDOW, placement
 from packages_app.rollups import quartiles
@@ -136,6 +136,7 @@ def revision_throughput(
     page: bool = True,
     since: datetime | None = None,
     until: datetime | None = None,
+    mtp_detected: bool | None = None,
 ) -> RevisionThroughput | None:
     """The revision's figures, or None while no node has reported running it.
 
@@ -147,12 +148,11 @@ def revision_throughput(
     ``since`` on and starting before ``until`` (hour buckets while the hourly rollups cover ``since``,
     else whole UTC days), and pick the series' bucket from that range; ``reports``, ``first_at``,
     ``last_at``, the nodes' plans, the alert and the recent reports stay over every report.
+    ``mtp_detected``: the revision's flag when the caller holds it (else read when the alert needs it).
     """
     if bucket is not None and bucket not in BUCKETS:
         raise ValueError(f"bucket must be one of {', '.join(BUCKETS)}, not {bucket!r}")
-    totals = list(
-        _cells(revision_id, Rollup.Grain.TOTAL).annotate(tps=stored("tps_sketch")).values(*_TOTAL_FIELDS)
-    )
+    totals = compiled.rows(_total_cells, revision_id)
     if not totals:
         return None
     first_at, last_at = min(c["first_at"] for c in totals), max(c["last_at"] for c in totals)
@@ -171,7 +171,10 @@ def revision_throughput(
     candidates = _plan_candidates(nodes)
     # The alert, on weights that hold MTP (read only when reports show it unused), names the nodes whose
     # reports show it.
-    alerted = sums["unused"] > 0 and bool(nodes) and _mtp_detected(revision_id)
+    alerted = sums["unused"] > 0 and bool(nodes)
+    if alerted and mtp_detected is None:
+        mtp_detected = Revision.objects.filter(pk=revision_id, mtp_detected=True).exists()
+    alerted = alerted and bool(mtp_detected)
     unused = _unused_by_node(nodes) if alerted else {}
     names = _node_names([key[0] for _, key, _ in candidates] + list(_at_cut(unused, ALERT_NAMES)))
     return RevisionThroughput(
@@ -213,6 +216,12 @@ _TOTAL_FIELDS = (
     "tps",  # the decode sketch, as JSON text (stored)
 )
 ADDED_UP = ("reports", "unused", "accepted", "proposed", "windows", "moved", "refused")
+
+
+def _total_cells(revision_id: int) -> QuerySet[RevisionRollup, dict[str, Any]]:
+    cells = _cells(revision_id, Rollup.Grain.TOTAL).annotate(tps=stored("tps_sketch"))
+    totals: QuerySet[RevisionRollup, dict[str, Any]] = cells.values(*_TOTAL_FIELDS)
+    return totals
 
 
 def _range_cells(revision_id: int, since: datetime | None, until: datetime | None) -> list[dict[str, Any]]:
@@ -306,19 +315,12 @@ def _series(
     """Median decode rate and reports per (bucket, strategy, topology), from hour or day cells; from the
     cell that holds ``since`` on and the cells that start before ``until``, when they are given."""
     grain = Rollup.Grain.HOUR if bucket == "hour" else Rollup.Grain.DAY
-    cells = _cells(revision_id, grain)
-    if since is not None:
-        cells = cells.filter(bucket_start__gte=bucket_start(since, grain.value))
-    if until is not None:
-        cells = cells.filter(bucket_start__lt=until)
+    start = bucket_start(since, grain.value) if since is not None else None
     # The cells as they are, grouped into points here (SQL's grouping cost more than this loop). Each cell
     # carries its point's quartiles (rollups.quartiles); a week or a month gathers day cells, whose
     # sketches are merged.
     regroup = bucket != grain
-    columns = ("bucket_start", "strategy", "stage_splits", "reports", *quartiles.COLUMNS)
-    if regroup:
-        cells = cells.annotate(tps=stored("tps_sketch"))
-    rows = list(cells.values_list(*columns, *(("tps",) if regroup else ())).order_by())
+    rows = compiled.rows(_series_cells, revision_id, grain.value, start, until, regroup)
     parsed = parsed_stored(row[-1] for row in rows) if regroup else [None] * len(rows)
     points: dict[tuple[datetime, str, str], list[tuple[Any, ...]]] = {}
     for row, bins in zip(rows, parsed, strict=True):
@@ -343,6 +345,22 @@ def _series(
             )
         )
     return series
+
+
+def _series_cells(
+    revision_id: int, grain: str, start: datetime | None, until: datetime | None, regroup: bool
+) -> QuerySet[RevisionRollup, tuple[Any, ...]]:
+    """The timeline's cells of one grain from the cell that holds ``start`` on, before ``until``; with
+    their sketches when they are regrouped (a week or a month of day cells)."""
+    cells = _cells(revision_id, grain)
+    if start is not None:
+        cells = cells.filter(bucket_start__gte=start)
+    if until is not None:
+        cells = cells.filter(bucket_start__lt=until)
+    columns = ("bucket_start", "strategy", "stage_splits", "reports", *quartiles.COLUMNS)
+    if regroup:
+        cells = cells.annotate(tps=stored("tps_sketch"))
+    return cells.values_list(*columns, *(("tps",) if regroup else ())).order_by()
 
 
 def bucket_start(at: datetime, bucket: str) -> datetime:
@@ -421,15 +439,20 @@ RECENT_FIELDS = recent_fields()
 
 def _recent(revision_id: int) -> list[dict[str, Any]]:
     """The newest RECENT raw reports (the one raw read of a page, bounded by an index)."""
-    rows = Report.objects.filter(registered_nodes(revision_id, "node_id"), revision_id=revision_id)
-    rows = rows.order_by("-received_at", "-id")  # a node's unregistered reports: on its own page only
-    rows = rows.annotate(node_name=F("node__name"))
     shown = [report_metrics.BY_NAME[name] for name in report_metrics.shown_columns()]
-    recent = [dict(row) for row in rows.values(*RECENT_FIELDS)[:RECENT]]
+    recent: list[dict[str, Any]] = compiled.rows(_recent_reports, revision_id)
     for row in recent:
         # The metric cells in the table's order, for the page: (metric, value).
         row["metrics"] = [(metric, row[metric.name]) for metric in shown]
         row["placement"] = placement(row["observed_at"], row["received_at"]).value
+    return recent
+
+
+def _recent_reports(revision_id: int) -> QuerySet[Report, dict[str, Any]]:
+    rows = Report.objects.filter(registered_nodes(revision_id, "node_id"), revision_id=revision_id)
+    rows = rows.order_by("-received_at", "-id")  # a node's unregistered reports: on its own page only
+    rows = rows.annotate(node_name=F("node__name"))
+    recent: QuerySet[Report, dict[str, Any]] = rows.values(*RECENT_FIELDS)[:RECENT]
     return recent
 
 
@@ -490,7 +513,11 @@ def _node_totals(revision_id: int) -> list[NodeTotalRow]:
     """The revision's per-node total cells (one query): the plans, the node count, the alert's nodes. The
     nodes' names are read apart (``_node_names``), for the cells the page names only: a name read with each
     cell cost the busiest revision (2,180 cells at 10,000 nodes) as many probes of the node table."""
-    rows = (
+    return list(map(NodeTotalRow._make, compiled.rows(_node_total_cells, revision_id)))
+
+
+def _node_total_cells(revision_id: int) -> QuerySet[Rollup, tuple[Any, ...]]:
+    return (
         # node_key > ALL_NODES: a range of the natural key's index, which skips the every-node cells.
         Rollup.objects.filter(
             revision_id=revision_id, grain=Rollup.Grain.TOTAL, node_key__gt=Rollup.ALL_NODES
@@ -498,17 +525,16 @@ def _node_totals(revision_id: int) -> list[NodeTotalRow]:
         .filter(registered_nodes(revision_id, "node_key"))  # the nodes that move public figures
         .values_list(*NodeTotalRow._fields)
     )
-    return list(map(NodeTotalRow._make, rows))
-
-
-def _mtp_detected(revision_id: int) -> bool:
-    return Revision.objects.filter(pk=revision_id, mtp_detected=True).exists()
 
 
 def _node_names(keys: Iterable[int]) -> dict[int, str]:
     """The names of these nodes (one query; none for no node). A node deleted since has none: ""."""
     wanted = sorted(set(keys))
-    return dict(Node.objects.filter(pk__in=wanted).values_list("pk", "name")) if wanted else {}
+    return dict(compiled.rows(_names_of, wanted)) if wanted else {}
+
+
+def _names_of(node_ids: Sequence[int]) -> QuerySet[Node, tuple[int, str]]:
+    return Node.objects.filter(pk__in=node_ids).values_list("pk", "name")
 
 
 PlanKey = tuple[int, str, str, str]  # node id, stage split, requested and effective strategy
@@ -540,9 +566,16 @@ def _plans(candidates: list[PlanGroup], names: Mapping[int, str]) -> list[NodePl
     named.sort(key=lambda row: (-row[0], row[1]))
     shown = named[:PLAN_ROWS]
     ids = [cell.id for _, _, cells in shown for cell in cells]
-    shown_cells = Rollup.objects.filter(pk__in=ids).annotate(tps=stored("tps_sketch"))
-    details = {pk: (tps, last_at) for pk, tps, last_at in shown_cells.values_list("pk", "tps", "last_at")}
+    details = {pk: (tps, last_at) for pk, tps, last_at in compiled.rows(_sketches_of, ids)}
     return [_plan(key, reports, cells, details) for reports, key, cells in shown]
+
+
+def _sketches_of(cell_ids: Sequence[int]) -> QuerySet[Rollup, tuple[int, str, datetime]]:
+    return (
+        Rollup.objects.filter(pk__in=cell_ids)
+        .annotate(tps=stored("tps_sketch"))
+        .values_list("pk", "tps", "last_at")
+    )
 
 
 def _plan(

@@ -153,5 +153,18 @@ def test_text_from_nodes_is_shown_escaped_never_as_markup(row: str) -> None:
 
 
 def test_the_control_a_row_built_without_escaping_would_carry_the_script() -> None:
-    # What format_html stops: the same row written with str.format.
+    # What escaped_format stops: the same row written with str.format.
     assert "<script>" in package_rows.PLAN.format(*([HOSTILE] * package_rows.PLAN.count("{}")))
+
+
+def test_the_rows_escape_as_format_html_does() -> None:
+    # escaped_format leaves out format_html's lazy-string check only: the same bytes for every kind of value
+    # a row holds (markup kept, text, quotes, numbers, None, a lazy string).
+    from django.utils.html import format_html
+    from django.utils.safestring import mark_safe
+    from django.utils.translation import gettext_lazy
+
+    values = (mark_safe("<b>kept</b>"), HOSTILE, 'it\'s "q"', 12, 3.5, None, gettext_lazy("<i>lazy</i>"))
+    template = " ".join(["{}"] * len(values))
+    assert package_rows.escaped_format(template, *values) == format_html(template, *values)
+    assert "<b>kept</b>" in package_rows.escaped_format("{}", values[0])

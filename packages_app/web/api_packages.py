@@ -146,8 +146,9 @@ def _revision_summary(revision: Revision, headline: dict[str, Any] | None) -> di
 
 @read_only
 def package_detail(request: HttpRequest, owner: str, name: str) -> JsonResponse:
-    package = get_package(owner, name, access.can_see_private(request.user))
-    revision = resolve_revision(package, request.GET.get("revision"))
+    ref = request.GET.get("revision")
+    package = get_package(owner, name, access.can_see_private(request.user), with_latest=not ref)
+    revision = resolve_revision(package, ref)
     history = revision_history(package)
     assessment = Assessment.from_json(revision.assessment) if revision else None
     headline = assessment.headline.to_json() if assessment else None
@@ -193,7 +194,7 @@ def _history_entry(revision: Revision) -> dict[str, Any]:
 
 def _audit_json(revision: Revision) -> dict[str, Any]:
     audited = revision.audited
-    throughput = revision_throughput(revision.pk, page=False)
+    throughput = revision_throughput(revision.pk, page=False, mtp_detected=revision.mtp_detected)
     assessment = Assessment.from_json(revision.assessment)
     judged = plan_advice(revision.pk, assessment, throughput.plans) if throughput else []
     alert = asdict(throughput.alert) if throughput and throughput.alert else None

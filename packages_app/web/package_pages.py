@@ -63,8 +63,9 @@ from packages_app.web.pages import lookup_errors
 @require_safe
 @lookup_errors
 def package_detail(request: HttpRequest, owner: str, name: str) -> HttpResponse:
-    package = get_package(owner, name, access.can_see_private(request.user))
-    revision = resolve_revision(package, request.GET.get("revision"))
+    ref = request.GET.get("revision")
+    package = get_package(owner, name, access.can_see_private(request.user), with_latest=not ref)
+    revision = resolve_revision(package, ref)
     history = revision_history(package)
     context: dict[str, Any] = {"package": package, "revision": revision, "history": history}
     if revision is not None:
@@ -122,7 +123,9 @@ def _revision_context(
     until: datetime | None = None,
     history: list[Revision] | None = None,
 ) -> dict[str, Any]:
-    throughput = revision_throughput(revision.pk, since=since, until=until)
+    throughput = revision_throughput(
+        revision.pk, since=since, until=until, mtp_detected=revision.mtp_detected
+    )
     revisions = history or [revision]
     # Where each revision of the package started being served: the timeline marks those on its axis.
     first = first_served(revisions) if throughput else {}

@@ -1,0 +1,134 @@
+"""The package page's reads compiled once per process (packages_app.compiled.rows) read what their querysets
+do, rows converted by the ORM's converters; a stand-in that a query rewrites is refused at compile time."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.db.models import QuerySet
+
+from packages_app import compiled, throughput
+from packages_app.catalog import lookups
+from packages_app.models import Node, Revision, Rollup
+from tests import dashboard_factories as f
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def hourly_rollups_for_old_reports(settings: Any) -> None:
+    settings.MESHDASH_ROLLUP_HOURLY_DAYS = 100_000  # BASE_TIME is in the past: keep its hour rollups
+
+
+def reported() -> tuple[list[Revision], list[Node]]:
+    """Two revisions of one package, reported by three nodes (one unregistered) over two days."""
+    package = f.make_package("meshllm/Compiled-layers")
+    old = f.make_revision(package, "undeclared-mtp", latest=False)
+    new = f.make_revision(package, "consistent-mtp", committed_at=f.BASE_TIME + timedelta(1))
+    nodes = [f.make_node(f"box-{i}") for i in range(3)]
+    for i, node in enumerate(nodes):
+        for hours in (0, 5, 30):
+            at = f.BASE_TIME + timedelta(hours=hours + i)
+            f.make_report(node, old, 3.0 + i, at=at, registered=i < 2)
+            splits = f"0..{10 + i}|x"
+            mtp = bool(hours)
+            f.make_report(node, new, 5.0 + i, at=at, registered=i < 2, mtp_used=mtp, stage_splits=splits)
+    return [old, new], nodes
+
+
+def same(build: Any, *args: Any) -> list[Any]:
+    """compiled.rows(build, *args), checked against the queryset's own rows (order kept where it has one)."""
+    rows = compiled.rows(build, *args)
+    assert rows == list(build(*args))
+    return rows
+
+
+def test_each_compiled_read_of_the_package_page_reads_what_its_queryset_does() -> None:
+    revisions, nodes = reported()
+    for revision in revisions:
+        totals = same(throughput._total_cells, revision.pk)
+        assert totals and all(isinstance(row, dict) and isinstance(row["tps"], str) for row in totals)
+        assert {row["first_at"].tzinfo is not None for row in totals} == {True}  # a time, on SQLite too
+        assert len(same(throughput._node_total_cells, revision.pk)) >= 2
+        recent = same(throughput._recent_reports, revision.pk)
+        assert {row["node_name"] for row in recent} == {"box-0", "box-1"}  # box-2 never registered a run
+        ranged = (f.BASE_TIME + timedelta(hours=4), f.BASE_TIME + timedelta(2))
+        for grain in ("hour", "day"):
+            for start, until in ((None, None), ranged):
+                for regroup in (False, True):
+                    assert same(throughput._series_cells, revision.pk, grain, start, until, regroup)
+        cells = Rollup.objects.filter(revision=revision, grain="total").values_list("pk", flat=True)
+        assert len(same(throughput._sketches_of, list(cells))) == len(cells)
+    assert same(throughput._names_of, [n.pk for n in nodes]) == [(n.pk, n.name) for n in nodes]
+    first = same(lookups._first_served, [r.pk for r in revisions])
+    assert first and all(at.tzinfo is not None for _, at in first)
+
+
+def test_one_compiled_read_serves_every_value_of_its_shape() -> None:
+    revisions, _ = reported()
+    compiled._compiled.cache_clear()
+    for revision in revisions:
+        same(throughput._node_total_cells, revision.pk)
+    assert compiled._compiled.cache_info().misses == 1 and compiled._compiled.cache_info().hits == 1
+
+
+def _shifted(revision_id: int) -> QuerySet[Revision, tuple[int]]:
+    # A read whose argument reaches the SQL changed: the stand-in is not among the parameters.
+    return Revision.objects.filter(pk=revision_id + 1).values_list("pk")
+
+
+def test_a_stand_in_the_query_rewrites_is_refused() -> None:
+    revisions, _ = reported()
+    with pytest.raises(ValueError, match="not parameters"):
+        compiled.rows(_shifted, revisions[0].pk)
+
+
+def test_control_without_the_refusal_the_read_answers_for_the_stand_in(monkeypatch: Any) -> None:
+    # What the refusal stops: the SQL compiled for the stand-in (id 0) runs as it is, so the read finds
+    # nothing where its queryset finds the next revision.
+    revisions, _ = reported()
+    compiled._compiled.cache_clear()
+    monkeypatch.setattr(compiled, "_stand_in_values", lambda stand: set())
+    assert list(_shifted(revisions[0].pk)) == [(revisions[1].pk,)]
+    assert compiled.rows(_shifted, revisions[0].pk) == []
+    compiled._compiled.cache_clear()
+
+
+def _instances(ids: Sequence[int]) -> QuerySet[Revision]:
+    return Revision.objects.filter(pk__in=ids)
+
+
+def _flat(ids: Sequence[int]) -> QuerySet[Revision, int]:
+    return Revision.objects.filter(pk__in=ids).values_list("pk", flat=True)
+
+
+@pytest.mark.parametrize("build", [_instances, _flat])
+def test_only_values_and_values_list_reads_are_compiled(build: Any) -> None:
+    with pytest.raises(TypeError, match="values"):
+        compiled.rows(build, [1, 2])
+
+
+def test_an_argument_it_cannot_bind_is_refused() -> None:
+    with pytest.raises(TypeError, match="binds ints"):
+        compiled.rows(_flat, 1.5)
+
+
+def test_the_latest_revision_read_with_its_package_is_the_one_resolved_alone(
+    django_assert_num_queries: Any,
+) -> None:
+    revisions, _ = reported()
+    owner, name = revisions[1].package.repo_id.split("/")
+    alone = lookups.resolve_revision(lookups.get_package(owner, name), None)
+    package = lookups.get_package(owner, name, with_latest=True)
+    with django_assert_num_queries(0):  # read with the package, its package set as the manager sets it
+        latest = lookups.resolve_revision(package, None)
+        assert latest == alone == revisions[1] and latest is not None and latest.package is package
+    # A latest revision that is not the package's own (a row changed by hand) is not taken: the query
+    # of the package's revisions answers, as without the join.
+    other = f.make_revision(f.make_package("meshllm/Other-layers"), "consistent-mtp")
+    type(package).objects.filter(pk=package.pk).update(latest_revision=other)
+    package = lookups.get_package(owner, name, with_latest=True)
+    assert lookups.resolve_revision(package, None) is None
