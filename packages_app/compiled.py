@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple
 
+from django.core.exceptions import EmptyResultSet
 from django.db import connection, connections
 from django.db.models.query import QuerySet, ValuesIterable, ValuesListIterable
 
@@ -86,6 +87,8 @@ def rows(build: Callable[..., QuerySet[Any, Any]], *args: Any) -> list[Any]:
     bool or None is part of the shape, compiled as it is: only a value of a few (a grain, an option)."""
     shape, stand, values = _stand_ins(args)
     read = _compiled(build, shape, stand)
+    if read is None:  # nothing can match (an empty list of ids), as the queryset's iteration answers
+        return []
     database = connections[read.alias]
     with database.cursor() as cursor:
         cursor.execute(read.sql, bound(read.params, values))
@@ -145,12 +148,15 @@ def _stand_ins(args: Sequence[Any]) -> tuple[Shape, tuple[Any, ...], dict[Any, A
 
 
 @functools.lru_cache(maxsize=256)
-def _compiled(build: Callable[..., QuerySet[Any, Any]], shape: Shape, stand: tuple[Any, ...]) -> Read:
+def _compiled(build: Callable[..., QuerySet[Any, Any]], shape: Shape, stand: tuple[Any, ...]) -> Read | None:
     """``build(*stand)`` compiled by the ORM (once per build and shape: the stand-ins of one shape are
-    always the same values)."""
+    always the same values); None when the ORM finds that no row can match (``EmptyResultSet``)."""
     queryset = build(*stand)
     compiler = queryset.query.get_compiler(queryset.db)
-    sql, params = compiler.as_sql()
+    try:
+        sql, params = compiler.as_sql()
+    except EmptyResultSet:
+        return None
     missing = _stand_in_values(stand) - set(params)
     if missing:  # a lookup changed the value (e.g. startswith): binding would search for the stand-in
         raise ValueError(f"{build.__qualname__}: stand-ins {sorted(missing, key=str)} are not parameters")

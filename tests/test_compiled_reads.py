@@ -67,6 +67,13 @@ def test_each_compiled_read_of_the_package_page_reads_what_its_queryset_does() -
     assert first and all(at.tzinfo is not None for _, at in first)
 
 
+def test_a_read_that_can_match_nothing_reads_nothing() -> None:
+    # An empty list of ids: the ORM refuses to compile it (EmptyResultSet) and its iteration answers [].
+    assert same(throughput._sketches_of, []) == []
+    assert same(lookups._first_served, []) == []
+    assert throughput._plans([], {}) == []  # a revision none of whose nodes' cells is public
+
+
 def test_one_compiled_read_serves_every_value_of_its_shape() -> None:
     revisions, _ = reported()
     compiled._compiled.cache_clear()
