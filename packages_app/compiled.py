@@ -81,10 +81,10 @@ class Read:
 
 def rows(build: Callable[..., QuerySet[Any, Any]], *args: Any) -> list[Any]:
     """``list(build(*args))`` for a ``values()`` or ``values_list()`` queryset, its SQL compiled once per
-    process for each shape of the arguments (``_compiled``): ints and lists of ints (ids) and times are
-    bound in their stand-ins' places; a bool or None is part of the shape (``build`` may branch on it). The
-    rows are converted by the ORM's converters of the columns, as the queryset's iteration would. A str, a
-    bool or None is part of the shape, compiled as it is: only a value of a few (a grain, an option)."""
+    process for each shape of the arguments (``_compiled``): ints, times and lists of ints (ids) or of
+    texts (names) are bound in their stand-ins' places. The rows are converted by the ORM's converters of
+    the columns, as the queryset's iteration would. A str, a bool or None is part of the shape, compiled as
+    it is (``build`` may branch on it): only a value of a few (a grain, an option)."""
     shape, stand, values = _stand_ins(args)
     read = _compiled(build, shape, stand)
     if read is None:  # nothing can match (an empty list of ids), as the queryset's iteration answers
@@ -142,8 +142,17 @@ def _stand_ins(args: Sequence[Any]) -> tuple[Shape, tuple[Any, ...], dict[Any, A
             stand.append(ids)
             values.update(zip(ids, arg, strict=True))
             next_id -= len(arg)
+        elif isinstance(arg, (list, tuple)) and all(type(i) is str for i in arg):
+            # Texts no row holds: a NUL, which PostgreSQL refuses in a text parameter (never sent unbound).
+            texts = tuple(f"\x00stand-in {next_id - i}" for i in range(len(arg)))
+            kinds.append((str, len(arg)))
+            stand.append(texts)
+            values.update(zip(texts, arg, strict=True))
+            next_id -= len(arg)
         else:
-            raise TypeError(f"compiled.rows binds ints, lists of ints and times, not {type(arg).__name__}")
+            raise TypeError(
+                f"compiled.rows binds ints, times and lists of ints or texts, not {type(arg).__name__}"
+            )
     return Shape(tuple(kinds)), tuple(stand), values
 
 

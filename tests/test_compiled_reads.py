@@ -12,6 +12,7 @@ from django.db.models import QuerySet
 
 from packages_app import compiled, throughput
 from packages_app.catalog import lookups
+from packages_app.fleet import plans
 from packages_app.models import Node, Revision, Rollup
 from tests import dashboard_factories as f
 
@@ -63,6 +64,8 @@ def test_each_compiled_read_of_the_package_page_reads_what_its_queryset_does() -
         cells = Rollup.objects.filter(revision=revision, grain="total").values_list("pk", flat=True)
         assert len(same(throughput._sketches_of, list(cells))) == len(cells)
     assert same(throughput._names_of, [n.pk for n in nodes]) == [(n.pk, n.name) for n in nodes]
+    runs = same(plans._runs_of, revisions[1].pk, ["box-0", "box-1", "box-2", "nobody"])
+    assert sorted({row[0] for row in runs}) == ["box-0", "box-1"]  # box-2 never registered a run
     first = same(lookups._first_served, [r.pk for r in revisions])
     assert first and all(at.tzinfo is not None for _, at in first)
 
@@ -118,9 +121,10 @@ def test_only_values_and_values_list_reads_are_compiled(build: Any) -> None:
         compiled.rows(build, [1, 2])
 
 
-def test_an_argument_it_cannot_bind_is_refused() -> None:
+@pytest.mark.parametrize("argument", [1.5, [1, "a"], {1}])
+def test_an_argument_it_cannot_bind_is_refused(argument: Any) -> None:
     with pytest.raises(TypeError, match="binds ints"):
-        compiled.rows(_flat, 1.5)
+        compiled.rows(_flat, argument)
 
 
 def test_the_latest_revision_read_with_its_package_is_the_one_resolved_alone(

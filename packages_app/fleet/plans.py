@@ -3,10 +3,13 @@ its headline box's notes, one per advice that reads the same, naming the nodes i
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from packages_app import throughput
+from django.db.models import QuerySet
+
+from packages_app import compiled, throughput
 from packages_app.audit.advice import Advice, advise
 from packages_app.audit.assessment import Assessment
 from packages_app.fleet.runs import RUN_COLUMNS, RunFacts
@@ -28,12 +31,16 @@ def plan_advice(
 ) -> list[PlanAdvice]:
     """Each plan judged against its node's release: the package page's per-node column and its findings
     (contradictions name the node, its version, what was predicted and what it did). One query."""
-    names = {p.node for p in plans}
+    names = sorted({p.node for p in plans})
     runs: dict[str, RunFacts] = {}
-    rows = NodeRun.objects.filter(revision_id=revision_id, node__name__in=names).order_by("updated_at", "id")
-    for name, *values in rows.values_list("node__name", *RUN_COLUMNS):
+    for name, *values in compiled.rows(_runs_of, revision_id, names) if names else ():
         runs[name] = RunFacts(*values)  # the newest wins
     return [_plan_advice(p, runs.get(p.node) or RunFacts(), assessment) for p in plans]
+
+
+def _runs_of(revision_id: int, names: Sequence[str]) -> QuerySet[NodeRun, tuple[Any, ...]]:
+    rows = NodeRun.objects.filter(revision_id=revision_id, node__name__in=names).order_by("updated_at", "id")
+    return rows.values_list("node__name", *RUN_COLUMNS)
 
 
 def _plan_advice(plan: throughput.NodePlan, run: RunFacts, assessment: Assessment | None) -> PlanAdvice:
