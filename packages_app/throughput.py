@@ -561,28 +561,27 @@ def _plan_candidates(nodes: list[NodeTotalRow]) -> list[PlanGroup]:
 
 def _plans(candidates: list[PlanGroup], names: Mapping[int, str]) -> list[NodePlan]:
     """The busiest PLAN_ROWS plans (most reports first, then by node name, split and strategies); only
-    their cells' sketches are read (one query)."""
+    their cells' sketches are read (one query) and parsed (one call into the decoder, not one a plan)."""
     named = [(reports, (names.get(key[0], ""), *key[1:]), cells) for reports, key, cells in candidates]
     named.sort(key=lambda row: (-row[0], row[1]))
     shown = named[:PLAN_ROWS]
     ids = [cell.id for _, _, cells in shown for cell in cells]
-    details = {pk: (tps, last_at) for pk, tps, last_at in compiled.rows(_sketches_of, ids)}
+    rows = compiled.rows(_sketches_of, ids)
+    parsed = parsed_stored(row[1] for row in rows)
+    details = {pk: (bins, last_at) for (pk, _, last_at), bins in zip(rows, parsed, strict=True)}
     return [_plan(key, reports, cells, details) for reports, key, cells in shown]
 
 
 def _sketches_of(cell_ids: Sequence[int]) -> QuerySet[Rollup, tuple[int, str, datetime]]:
-    return (
-        Rollup.objects.filter(pk__in=cell_ids)
-        .annotate(tps=stored("tps_sketch"))
-        .values_list("pk", "tps", "last_at")
-    )
+    cells = Rollup.objects.filter(pk__in=cell_ids).annotate(tps=stored("tps_sketch"))
+    return cells.values_list("pk", "tps", "last_at")
 
 
 def _plan(
     key: tuple[str, str, str, str],
     reports: int,
     cells: list[NodeTotalRow],
-    details: dict[int, tuple[str, datetime]],
+    details: dict[int, tuple[dict[str, int], datetime]],
 ) -> NodePlan:
     node, splits, requested, effective = key
     return NodePlan(
@@ -593,7 +592,7 @@ def _plan(
         differs=not plan_honoured(requested, effective),
         reports=reports,
         from_spans=sum(c.from_spans for c in cells),
-        tps=sketch.median(merged_stored(details[c.id][0] for c in cells)),
+        tps=sketch.median(merged_bins([details[c.id][0] for c in cells])),
         last_seen=max(details[c.id][1] for c in cells),
         unused=sum(c.unused for c in cells),
     )
