@@ -133,9 +133,7 @@ def test_the_recent_rows_are_the_markup_the_template_loop_wrote(detected: bool) 
 
 def test_the_plan_rows_are_the_markup_the_template_loop_wrote() -> None:
     before = rendered("{% load verdicts %}" + PLAN_LOOP, plans=PLANS)
-    now = rendered(
-        "{% load package_rows %}\n    {% for pa in plans %}{% plan_row pa %}{% endfor %}", plans=PLANS
-    )
+    now = rendered("{% load package_rows %}\n    {% plan_rows plans %}", plans=PLANS)
     assert now == before
     assert (
         now.count('class="alert-row"') == 2 and "not what was requested" in now and "predicted <code>" in now
@@ -145,7 +143,7 @@ def test_the_plan_rows_are_the_markup_the_template_loop_wrote() -> None:
 @pytest.mark.parametrize("row", ["plan", "recent"])
 def test_text_from_nodes_is_shown_escaped_never_as_markup(row: str) -> None:
     html = (
-        package_rows.plan_row(PLANS[2])
+        package_rows.plan_rows([PLANS[2]])
         if row == "plan"
         else package_rows.recent_row(REPORTS[2], mtp_detected=True)
     )
@@ -168,3 +166,13 @@ def test_the_rows_escape_as_format_html_does() -> None:
     template = " ".join(["{}"] * len(values))
     assert package_rows.escaped_format(template, *values) == format_html(template, *values)
     assert "<b>kept</b>" in package_rows.escaped_format("{}", values[0])
+
+
+def test_the_plan_rows_show_times_in_the_active_time_zone() -> None:
+    # The time zone is looked up once for all the rows: still the active one, as the date filter reads it.
+    from django.utils import timezone
+
+    with timezone.override("Asia/Kolkata"):  # +05:30: a shift of minutes shows
+        before = rendered("{% load verdicts %}" + PLAN_LOOP, plans=PLANS)
+        now = rendered("{% load package_rows %}\n    {% plan_rows plans %}", plans=PLANS)
+    assert now == before and "14:37" in now  # 09:07 UTC

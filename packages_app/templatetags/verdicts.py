@@ -142,12 +142,12 @@ def not_assessed_badge(revision: Any) -> SafeString:
 @register.simple_tag
 def cause_badge(cause: Cause) -> SafeString:
     """``{% cause_badge advice.cause %}``: why a node needs action, in its tone, linking to its entry."""
-    return _cause_badge_under(get_script_prefix(), cause)
+    return cause_badge_under(get_script_prefix(), cause)
 
 
 # As the verdict badge: the same markup for every plan of its cause (up to 50 on a package page).
 @functools.lru_cache(maxsize=64)
-def _cause_badge_under(prefix: str, cause: Cause) -> SafeString:
+def cause_badge_under(prefix: str, cause: Cause) -> SafeString:
     return format_html(
         '<a class="badge cause cause-{} tone-{}" href="{}#{}" title="{}">{}</a>',
         cause.value,
