@@ -25,7 +25,7 @@ import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, NamedTuple
+from typing import Any
 
 from django.core.exceptions import EmptyResultSet
 from django.db import connection, connections
@@ -58,13 +58,6 @@ def db_time(moment: datetime) -> Any:
 # --- a values() read compiled once per shape, its rows converted by the ORM's own converters ------------
 
 
-class Shape(NamedTuple):
-    """How a read's arguments look to the ORM: what compiles the same SQL (an argument's kind, a list's
-    length, a flag's value)."""
-
-    kinds: tuple[Any, ...]
-
-
 @dataclass(frozen=True)
 class Read:
     """A ``values()`` or ``values_list()`` queryset compiled for stand-ins: its SQL and parameters, the ORM's
@@ -85,8 +78,8 @@ def rows(build: Callable[..., QuerySet[Any, Any]], *args: Any) -> list[Any]:
     texts (names) are bound in their stand-ins' places. The rows are converted by the ORM's converters of
     the columns, as the queryset's iteration would. A str, a bool or None is part of the shape, compiled as
     it is (``build`` may branch on it): only a value of a few (a grain, an option)."""
-    shape, stand, values = _stand_ins(args)
-    read = _compiled(build, shape, stand)
+    stand, values = _stand_ins(args)
+    read = _compiled(build, stand)
     if read is None:  # nothing can match (an empty list of ids), as the queryset's iteration answers
         return []
     database = connections[read.alias]
@@ -115,37 +108,33 @@ def _converted(
     return values
 
 
-def _stand_ins(args: Sequence[Any]) -> tuple[Shape, tuple[Any, ...], dict[Any, Any]]:
-    """The arguments' shape, the stand-ins ``build`` is called with, and each stand-in's value as bound."""
-    kinds: list[Any] = []
+def _stand_ins(args: Sequence[Any]) -> tuple[tuple[Any, ...], dict[Any, Any]]:
+    """The stand-ins ``build`` is called with, and each stand-in's value as bound. The stand-ins are the
+    arguments' shape: arguments of one shape (kinds, lists' lengths, the values of a str, bool or None)
+    always get the same ones."""
     stand: list[Any] = []
     values: dict[Any, Any] = {}
     next_id = -1
     for arg in args:
         if isinstance(arg, (bool, str)) or arg is None:  # part of the shape
-            kinds.append(arg)
             stand.append(arg)
         elif isinstance(arg, int):
-            kinds.append(int)
             stand.append(next_id)
             values[next_id] = arg
             next_id -= 1
         elif isinstance(arg, datetime):
             at = ANY_TIME + timedelta(microseconds=-next_id)  # a time of its own per argument
-            kinds.append(datetime)
             stand.append(at)
             values[db_time(at)] = db_time(arg)
             next_id -= 1
         elif isinstance(arg, (list, tuple)) and all(type(i) is int for i in arg):
             ids = tuple(range(next_id, next_id - len(arg), -1))
-            kinds.append((list, len(arg)))
             stand.append(ids)
             values.update(zip(ids, arg, strict=True))
             next_id -= len(arg)
         elif isinstance(arg, (list, tuple)) and all(type(i) is str for i in arg):
             # Texts no row holds: a NUL, which PostgreSQL refuses in a text parameter (never sent unbound).
             texts = tuple(f"\x00stand-in {next_id - i}" for i in range(len(arg)))
-            kinds.append((str, len(arg)))
             stand.append(texts)
             values.update(zip(texts, arg, strict=True))
             next_id -= len(arg)
@@ -153,13 +142,13 @@ def _stand_ins(args: Sequence[Any]) -> tuple[Shape, tuple[Any, ...], dict[Any, A
             raise TypeError(
                 f"compiled.rows binds ints, times and lists of ints or texts, not {type(arg).__name__}"
             )
-    return Shape(tuple(kinds)), tuple(stand), values
+    return tuple(stand), values
 
 
 @functools.lru_cache(maxsize=256)
-def _compiled(build: Callable[..., QuerySet[Any, Any]], shape: Shape, stand: tuple[Any, ...]) -> Read | None:
-    """``build(*stand)`` compiled by the ORM (once per build and shape: the stand-ins of one shape are
-    always the same values); None when the ORM finds that no row can match (``EmptyResultSet``)."""
+def _compiled(build: Callable[..., QuerySet[Any, Any]], stand: tuple[Any, ...]) -> Read | None:
+    """``build(*stand)`` compiled by the ORM (once per build and shape of the arguments, which the stand-ins
+    are); None when the ORM finds that no row can match (``EmptyResultSet``)."""
     queryset = build(*stand)
     compiler = queryset.query.get_compiler(queryset.db)
     try:

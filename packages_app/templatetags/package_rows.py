@@ -94,13 +94,12 @@ def _plan_row(advised: PlanAdvice, where: _Where) -> SafeString:
         if advice.predicted
         else ""
     )
-    seen = localtime(plan.last_seen, where.zone) if plan.last_seen is not None else None
     return escaped_format(
         PLAN,
         ALERT_ROW if advice.needs_action else "",
         _node_url_under(where.prefix, where.urlconf, plan.node),
         plan.node,
-        f"{ymd(seen)} {seen.hour:02d}:{seen.minute:02d}" if seen is not None else "",
+        minutes(plan.last_seen, where.zone),
         advised.version or DASH,
         release,
         plan.stage_splits or DASH,
@@ -173,11 +172,12 @@ def _escaped(value: Any) -> str:
     return markup() if markup is not None else html.escape(str(value))
 
 
-def minutes(at: datetime | None) -> str:
-    """``{{ at|date:"Y-m-d H:i" }}`` without the date filter's format parsing."""
+def minutes(at: datetime | None, zone: tzinfo | None = None) -> str:
+    """``{{ at|date:"Y-m-d H:i" }}`` without the date filter's format parsing (in ``zone``, else the active
+    time zone)."""
     if at is None:
         return ""
-    t = localtime(at)
+    t = localtime(at, zone)
     return f"{ymd(t)} {t.hour:02d}:{t.minute:02d}"
 
 
