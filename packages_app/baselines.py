@@ -22,12 +22,13 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
-from typing import Any, Protocol
+from typing import Any
 
 from django.db import transaction
+from django.db.models import QuerySet
 from django.db.models.fields.json import KeyTransform
 
-from packages_app import sketch, throughput
+from packages_app import compiled, sketch, stored_sketch
 from packages_app.models import BaselineReport, Node, NodeRun, Package, Report, Revision, Rollup
 from packages_app.nodes.exposition import acceptance_by_position, acceptance_rate, mean_acceptance_length
 from packages_app.nodes.report_schema import BaselineReportIn
@@ -224,17 +225,14 @@ def speedups(
     package: Package,
     revision: Revision,
     before: Revision | None = None,
-    *,
-    cells: Iterable[NodeCell] | None = None,
 ) -> Speedups:
     """The revision's MTP on / off speedup and its speedup over each baseline engine group. With ``before``
     (the compare page's other revision), a revision that never ran with MTP off on one split and release is
     compared with ``before``'s MTP-off reports instead, and the page says it is not like for like.
 
-    ``cells``: the revision's per-node total cells as the package page's plans read them
-    (``RevisionThroughput.node_cells``), else read here; either way without their sketches: the sketches
-    of the sides shown only are read (one query) and merged, not every node's."""
-    node_cells = _node_cells(revision) if cells is None else list(cells)
+    The revision's per-node total cells are read without their sketches: the sketches of the sides shown
+    only are read (one query) and merged, not every node's."""
+    node_cells = _node_cells(revision.pk)
     texts: Texts = {}
     # The nodes' releases tell MTP on from off apart on one release, or name the releases of a
     # cross-revision pair (its MTP-on side is this revision's): not read when neither can be, as on the
@@ -288,8 +286,8 @@ def _baseline_missing(source: Source, groups: list[_Group], mesh: Side) -> str:
 class _Pair:
     """The cells of MTP on and of MTP off a speedup compares, and how they are not like for like."""
 
-    on: list[NodeCell]
-    off: list[NodeCell]
+    on: list[_Cell]
+    off: list[_Cell]
     scope: str
     apart: tuple[str, ...]
     on_label: str = "MTP on"
@@ -302,11 +300,11 @@ def _releases(revision: Revision) -> dict[int, str]:
 
 
 def _cross_revision_pair(
-    revision: Revision, cells: list[NodeCell], releases: Mapping[int, str], before: Revision
+    revision: Revision, cells: list[_Cell], releases: Mapping[int, str], before: Revision
 ) -> _Pair | None:
     """This revision's MTP on against ``before``'s MTP off, on their most-reported shared stage split
     (``before``'s cells are read without their sketches, as this revision's)."""
-    before_cells = _node_cells(before)
+    before_cells = _node_cells(before.pk)
     off_cells = [c for c in before_cells if not c.mtp_used]
     if not off_cells:
         return None
@@ -338,29 +336,10 @@ def _cross_revision_pair(
     return _Pair(on_cells, off_cells, scope, tuple(apart), off_label=f"MTP off ({before.short_sha})")
 
 
-class NodeCell(Protocol):
-    """A per-node total cell of a revision, as a speedup reads it (throughput.NodeTotalRow is one)."""
-
-    @property
-    def id(self) -> int: ...
-    @property
-    def node_key(self) -> int: ...
-    @property
-    def stage_splits(self) -> str: ...
-    @property
-    def mtp_used(self) -> bool: ...
-    @property
-    def reports(self) -> int: ...
-    @property
-    def accepted(self) -> int: ...
-    @property
-    def proposed(self) -> int: ...
-    @property
-    def tps_n(self) -> int: ...  # the decode rates in its sketch (the sketch's count)
-
-
 @dataclass(frozen=True)
 class _Cell:
+    """A per-node total cell of a revision, as a speedup reads it (without its sketch)."""
+
     id: int
     node_key: int
     stage_splits: str
@@ -372,37 +351,44 @@ class _Cell:
 
 
 # A cell's decode sketch as its stored JSON text, by the cell's id: a side merges its cells' texts in one
-# parse (throughput.merged_stored), where parsing each cell's cost the busiest package's page a parse per
+# parse (stored_sketch.merged_stored), where parsing each cell's cost the busiest package's page a parse per
 # node that served it (about a thousand at 10,000 nodes).
 Texts = dict[int, str]
 
 
-def _node_cells(revision: Revision) -> list[NodeCell]:
-    """The revision's per-node total cells, without their sketches (one query): the compare page read every
-    node's sketch (1,123 cells of its 10M-report revision), where a speedup merges the sides it shows only
-    (``_read_sketches``)."""
+def _node_cells(revision_id: int) -> list[_Cell]:
+    """The revision's per-node total cells, without their sketches (one query, compiled once per process):
+    the compare page read every node's sketch (1,123 cells of its 10M-report revision), where a speedup
+    merges the sides it shows only (``_read_sketches``)."""
+    return [_Cell(*values) for values in compiled.rows(_node_cells_of, revision_id)]
+
+
+def _node_cells_of(revision_id: int) -> QuerySet[Rollup, tuple[Any, ...]]:
     # Past ALL_NODES (an index range that skips the every-node cells), of the nodes that move the public
     # figures (rollups/public_weight.py).
-    rows = Rollup.objects.filter(revision=revision, grain=Rollup.Grain.TOTAL, node_key__gt=Rollup.ALL_NODES)
-    rows = rows.filter(registered_nodes(revision.pk, "node_key"))
-    fields = ("id", "node_key", "stage_splits", "mtp_used", "reports", "accepted", "proposed", "tps_n")
-    return [_Cell(*values) for values in rows.values_list(*fields)]
+    rows = Rollup.objects.filter(
+        revision_id=revision_id, grain=Rollup.Grain.TOTAL, node_key__gt=Rollup.ALL_NODES
+    )
+    rows = rows.filter(registered_nodes(revision_id, "node_key"))
+    return rows.values_list(
+        "id", "node_key", "stage_splits", "mtp_used", "reports", "accepted", "proposed", "tps_n"
+    )
 
 
-def _read_sketches(cells: Iterable[NodeCell], texts: Texts) -> None:
+def _read_sketches(cells: Iterable[_Cell], texts: Texts) -> None:
     """Add to ``texts`` the sketches of the cells it lacks, in one query (none when it has them all)."""
     missing = sorted({c.id for c in cells} - texts.keys())
     if missing:
-        found = Rollup.objects.filter(pk__in=missing).annotate(tps=throughput.stored("tps_sketch"))
+        found = Rollup.objects.filter(pk__in=missing).annotate(tps=stored_sketch.stored("tps_sketch"))
         texts.update(found.values_list("pk", "tps"))
 
 
-def _decoded(cells: Iterable[NodeCell]) -> int:
+def _decoded(cells: Iterable[_Cell]) -> int:
     """The decode rates in the cells' sketches (a sketch's count is its cell's ``tps_n``)."""
     return sum(c.tps_n for c in cells)
 
 
-def _side(label: str, cells: Iterable[NodeCell], texts: Texts) -> Side:
+def _side(label: str, cells: Iterable[_Cell], texts: Texts) -> Side:
     """The side's figures; its sketch merged from its cells' when they were read (a side no speedup shows,
     read only for its count of decode rates, keeps none)."""
     cells = list(cells)
@@ -412,15 +398,15 @@ def _side(label: str, cells: Iterable[NodeCell], texts: Texts) -> Side:
     return Side(
         label,
         _decoded(cells),
-        throughput.merged_stored(texts[c.id] for c in cells) if read else {},
+        stored_sketch.merged_stored(texts[c.id] for c in cells) if read else {},
         acceptance_rate(accepted, proposed) if proposed else None,
     )
 
 
-def _mtp_pair(cells: list[NodeCell], ran: set[bool], releases: Mapping[int, str]) -> tuple[_Pair | None, str]:
+def _mtp_pair(cells: list[_Cell], ran: set[bool], releases: Mapping[int, str]) -> tuple[_Pair | None, str]:
     """MTP on and off on one stage split and release (the one with the most reports on its thinner side);
     ``ran``: whether the cells ran with MTP, as the caller found it."""
-    groups: dict[tuple[str, str], list[NodeCell]] = {}
+    groups: dict[tuple[str, str], list[_Cell]] = {}
     # Nothing to group when every cell ran one way (the busiest revision has 2,180 cells at 10,000 nodes).
     for cell in cells if len(ran) > 1 else ():
         groups.setdefault((cell.stage_splits, releases.get(cell.node_key, "")), []).append(cell)

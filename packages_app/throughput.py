@@ -1,14 +1,14 @@
 """Read-side selectors over node reports: throughput series, MTP use and the unused-MTP alert.
 
-They read the rollups (models.RevisionRollup, every node's cells without the topology split, and each
-node's models.Rollup cells for the plans; kept by rollups/), never the raw reports, except the bounded
-"recent reports" table: so a page's cost depends on how long and how varied a revision's traffic is
-(hours or days x strategies x splits), not on how many reports it got, nor (but for the plans) on how
-many topologies its nodes form. A package page's figures are four to eight small queries (the totals,
-the per-node cells, the names and sketches of the plans shown, and as needed a time range's cells, the
-weights' MTP, the series and the recent reports). Medians come from the rollups' sketches
-(packages_app.sketch): medians on every database, within 1 % relative of the exact median
-(percentile_cont). The catalog's columns, read with the stored-sketch helpers here, are
+They read the rollups (models.RevisionRollup, every node's cells without the topology split, and the
+nodes' plans, models.PlanRollup, through node_plans; kept by rollups/), never the raw reports, except the
+bounded "recent reports" table: so a page's cost depends on how long and how varied a revision's traffic
+is (hours or days x strategies x splits), not on how many reports it got, nor on how many topologies its
+nodes form, nor (but for the alert's count of nodes) on how many nodes ran it. A package page's figures
+are five to nine small queries (the totals, the busiest plans, the node count, the names, and as needed
+the alerted nodes, a time range's cells, the weights' MTP, the series and the recent reports). Medians
+come from the rollups' sketches (packages_app.sketch, read through stored_sketch): medians on every
+database, within 1 % relative of the exact median (percentile_cont). The catalog's columns are
 catalog/throughput.py's.
 
 Results are typed (RevisionThroughput and its parts); ``as_dict`` gives the JSON-ready shape the API and
@@ -17,22 +17,20 @@ the charts take.
 
 from __future__ import annotations
 
-import heapq
-import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, NamedTuple, TypeVar
+from typing import Any
 
-from django.db.models import F, QuerySet, TextField
-from django.db.models.functions import Cast
+from django.db.models import F, QuerySet
 
-from packages_app import compiled, report_metrics, sketch
-from packages_app.models import Node, Report, Revision, RevisionRollup, Rollup
+from packages_app import compiled, node_plans, report_metrics, sketch
+from packages_app.models import Report, Revision, RevisionRollup, Rollup
 from packages_app.report_time import REPLAY_WINDOW, placement
 from packages_app.rollups import quartiles
 from packages_app.rollups.cells import hourly_since
 from packages_app.rollups.public_weight import registered_nodes
+from packages_app.stored_sketch import merged_bins, merged_stored, parsed_stored, stored
 
 BUCKETS = ("hour", "day", "week", "month")
 # The time ranges the package page offers for its timeline (``?range=``); no range = every report.
@@ -71,21 +69,6 @@ class MtpFigures:
 
 
 @dataclass(frozen=True)
-class Alert:
-    message: str
-    reports: int
-    nodes: int
-    # Of the nodes whose reports show it, the ALERT_NAMES with the most such reports (then by name; the page
-    # links each): a revision served by thousands of nodes is not named node by node.
-    names: tuple[str, ...] = ()
-
-    @property
-    def unnamed(self) -> int:
-        """The nodes the alert counts and does not name."""
-        return self.nodes - len(self.names)
-
-
-@dataclass(frozen=True)
 class RevisionThroughput:
     """Everything the package page charts for one revision."""
 
@@ -101,21 +84,16 @@ class RevisionThroughput:
     mean_accepted_length: float | None
     stage_splits: list[str]
     recent: list[dict[str, Any]]
-    plans: list[NodePlan]
-    alert: Alert | None
+    plans: list[node_plans.NodePlan]
+    alert: node_plans.Alert | None
     nodes: int = 0  # nodes that reported running it
     auto_off: int = 0  # reports that asked for auto and ran without MTP
     # Where the timeline places reports (report_time): when observed, within the accepted skew.
     moved: int = 0  # plotted when their node observed them, more than the skew limit before arrival
     refused: int = 0  # an observed time not believed: plotted when they arrived
-    # The per-node total cells the plans were read from, for the page's speedups (baselines.speedups
-    # reads them rather than the same cells again); not part of the API's figures.
-    node_cells: tuple[NodeTotalRow, ...] = field(default=(), repr=False, compare=False)
 
     def as_dict(self) -> dict[str, Any]:
-        figures = asdict(replace(self, node_cells=()))
-        del figures["node_cells"]
-        return figures
+        return asdict(self)
 
 
 def time_bucket(span: timedelta) -> str:
@@ -167,16 +145,16 @@ def revision_throughput(
         bucket = "day"
     ranged = page and (since is not None or until is not None)
     figured = _range_cells(revision_id, since, until) if ranged else totals
-    nodes = _node_totals(revision_id)
-    candidates = _plan_candidates(nodes)
+    candidates = node_plans.busiest(revision_id)
+    nodes = node_plans.count_nodes(revision_id)
     # The alert, on weights that hold MTP (read only when reports show it unused), names the nodes whose
     # reports show it.
-    alerted = sums["unused"] > 0 and bool(nodes)
+    alerted = sums["unused"] > 0 and nodes > 0
     if alerted and mtp_detected is None:
         mtp_detected = Revision.objects.filter(pk=revision_id, mtp_detected=True).exists()
     alerted = alerted and bool(mtp_detected)
-    unused = _unused_by_node(nodes) if alerted else {}
-    names = _node_names([key[0] for _, key, _ in candidates] + list(_at_cut(unused, ALERT_NAMES)))
+    unused = node_plans.unused_by_node(revision_id) if alerted else {}
+    names = node_plans.node_names([row.node_key for row in candidates] + list(node_plans.alert_cut(unused)))
     return RevisionThroughput(
         reports=sums["reports"],
         first_at=first_at,
@@ -189,13 +167,12 @@ def revision_throughput(
         **_rates(_add_up(figured)),
         stage_splits=sorted({c["stage_splits"] for c in totals} - {""}),
         recent=_recent(revision_id) if page else [],
-        plans=_plans(candidates, names),
-        alert=_alert(unused, sums["unused"], names) if alerted else None,
-        nodes=len({cell.node_key for cell in nodes}),
+        plans=node_plans.ranked(candidates, names),
+        alert=node_plans.alert(unused, sums["unused"], names) if alerted else None,
+        nodes=nodes,
         auto_off=sum(c["reports"] for c in totals if not c["mtp_used"] and c["requested_strategy"] == "auto"),
         moved=sums["moved"],
         refused=sums["refused"],
-        node_cells=tuple(nodes),
     )
 
 
@@ -246,36 +223,6 @@ def _add_up(cells: Iterable[Mapping[str, Any]]) -> dict[str, int]:
         for key in ADDED_UP:
             sums[key] += cell[key]
     return sums
-
-
-def stored(column: str) -> Cast:
-    """A sketch column read as JSON text: ``json.loads`` parses it several times faster than the
-    JSONField's own decoding, which showed on pages that read hundreds of cells."""
-    return Cast(column, TextField())
-
-
-def merged_stored(texts: Iterable[str]) -> sketch.Sketch:
-    """Sketches stored as JSON texts, merged. The texts are parsed as one JSON array (one call into the
-    decoder, not one per cell: the nodes pages merge thousands of cells)."""
-    return merged_bins(parsed_stored(texts))
-
-
-def parsed_stored(texts: Iterable[str]) -> list[dict[str, int]]:
-    """Sketches stored as JSON texts, parsed in one call into the decoder (bins under their text keys)."""
-    parsed: list[dict[str, int]] = json.loads("[" + ",".join(texts) + "]")
-    return parsed
-
-
-def merged_bins(parsed: list[dict[str, int]]) -> sketch.Sketch:
-    """Parsed stored sketches (bins under their text keys), merged: bins added under their text keys,
-    converted once."""
-    bins: dict[str, int] = parsed[0] if len(parsed) == 1 else {}
-    if len(parsed) > 1:  # (none: an empty sketch)
-        for stored_bins in parsed:
-            for index, count in stored_bins.items():
-                bins[index] = bins.get(index, 0) + count
-    # As sketch.from_json, without its per-bin int() of counts that json.loads made ints already.
-    return dict(zip(map(int, bins), bins.values(), strict=True))
 
 
 def _merged(cells: Iterable[Mapping[str, Any]], column: str) -> sketch.Sketch:
@@ -377,44 +324,6 @@ def bucket_start(at: datetime, bucket: str) -> datetime:
     return day.replace(day=1)
 
 
-ALERT_NAMES = 10  # the nodes the unused-MTP alert names (the most such reports first); the others are counted
-
-
-def _unused_by_node(nodes: list[NodeTotalRow]) -> dict[int, int]:
-    """Per node whose reports show MTP unused: how many."""
-    unused: dict[int, int] = {}
-    for cell in nodes:
-        if cell.unused:
-            unused[cell.node_key] = unused.get(cell.node_key, 0) + cell.unused
-    return unused
-
-
-def _alert(unused_by_node: Mapping[int, int], unused: int, node_names: Mapping[int, str]) -> Alert | None:
-    if not unused:
-        return None
-    count = len(unused_by_node)
-    at_cut = _at_cut(unused_by_node, ALERT_NAMES)
-    named = sorted((-n, node_names[key]) for key, n in at_cut.items() if node_names.get(key))
-    message = (
-        f"MTP weights present but never used in {unused} report{'s' if unused != 1 else ''} "
-        f"from {count} node{'s' if count != 1 else ''}"
-    )
-    return Alert(
-        message=message, reports=unused, nodes=count, names=tuple(name for _, name in named[:ALERT_NAMES])
-    )
-
-
-Key = TypeVar("Key")
-
-
-def _at_cut(counts: Mapping[Key, int], rows: int) -> dict[Key, int]:
-    """The keys that may be among the ``rows`` with the highest counts: every key with at least the count
-    of the rows-th (ties at the cut included: which of them are shown is decided by name, read for these
-    only)."""
-    cut = heapq.nlargest(rows, counts.values())[-1] if len(counts) > rows else 0
-    return {key: n for key, n in counts.items() if n >= cut}
-
-
 def recent_fields(metrics: Sequence[report_metrics.ReportMetric] | None = None) -> tuple[str, ...]:
     """The columns of the recent reports table: the report's context, then the table's shown metrics."""
     return (
@@ -454,145 +363,3 @@ def _recent_reports(revision_id: int) -> QuerySet[Report, dict[str, Any]]:
     rows = rows.annotate(node_name=F("node__name"))
     recent: QuerySet[Report, dict[str, Any]] = rows.values(*RECENT_FIELDS)[:RECENT]
     return recent
-
-
-PLAN_ROWS = 50
-# Requests whose outcome is known (docs/node-report.md section 4); "auto" and a package's own strategy
-# names may resolve to anything, so they are never called unmet.
-JUDGED_REQUESTS = ("mtp", "disabled", "ngram-cache", "ngram-suffix")
-
-
-@dataclass(frozen=True)
-class NodePlan:
-    """What one node asked for on one topology, what ran, and how it went."""
-
-    node: str
-    stage_splits: str
-    requested_strategy: str
-    effective_strategy: str
-    differs: bool
-    reports: int
-    from_spans: int
-    tps: float | None
-    last_seen: datetime | None
-    unused: int = 0  # its reports showing MTP weights unused (what the node's advice reads)
-
-
-def plan_honoured(requested: str, effective: str) -> bool:
-    """False only when a request of a known kind ran as something else (e.g. ``mtp`` -> ``disabled``)."""
-    if requested not in JUDGED_REQUESTS or not effective:
-        return True
-    if requested == "mtp":
-        return effective.startswith("native-mtp")
-    if requested == "disabled":
-        return effective == "disabled"
-    return effective.endswith(requested)  # ngram-cache, or native-mtp+ngram-cache
-
-
-class NodeTotalRow(NamedTuple):
-    """One per-node total rollup of a revision, without its sketch and last report time (read for the
-    plans shown only, and for the sides of the speedups shown: baselines.speedups). A named tuple: the
-    busiest revision has thousands (2,180 at 10,000 nodes), and a frozen dataclass of these fields took
-    about 5 us each to build, a named tuple well under 1. Its fields 1 to 4 are its plan's key (PlanKey)."""
-
-    id: int
-    node_key: int
-    stage_splits: str
-    requested_strategy: str
-    strategy: str
-    reports: int
-    from_spans: int
-    unused: int
-    mtp_used: bool = False
-    accepted: int = 0
-    proposed: int = 0
-    tps_n: int = 0  # the decode rates in its sketch (the sketch's count)
-
-
-def _node_totals(revision_id: int) -> list[NodeTotalRow]:
-    """The revision's per-node total cells (one query): the plans, the node count, the alert's nodes. The
-    nodes' names are read apart (``_node_names``), for the cells the page names only: a name read with each
-    cell cost the busiest revision (2,180 cells at 10,000 nodes) as many probes of the node table."""
-    return list(map(NodeTotalRow._make, compiled.rows(_node_total_cells, revision_id)))
-
-
-def _node_total_cells(revision_id: int) -> QuerySet[Rollup, tuple[Any, ...]]:
-    return (
-        # node_key > ALL_NODES: a range of the natural key's index, which skips the every-node cells.
-        Rollup.objects.filter(
-            revision_id=revision_id, grain=Rollup.Grain.TOTAL, node_key__gt=Rollup.ALL_NODES
-        )
-        .filter(registered_nodes(revision_id, "node_key"))  # the nodes that move public figures
-        .values_list(*NodeTotalRow._fields)
-    )
-
-
-def _node_names(keys: Iterable[int]) -> dict[int, str]:
-    """The names of these nodes (one query; none for no node). A node deleted since has none: ""."""
-    wanted = sorted(set(keys))
-    return dict(compiled.rows(_names_of, wanted)) if wanted else {}
-
-
-def _names_of(node_ids: Sequence[int]) -> QuerySet[Node, tuple[int, str]]:
-    return Node.objects.filter(pk__in=node_ids).values_list("pk", "name")
-
-
-PlanKey = tuple[int, str, str, str]  # node id, stage split, requested and effective strategy
-PlanGroup = tuple[int, PlanKey, list[NodeTotalRow]]  # its reports, its key, its cells
-
-
-def _plan_candidates(nodes: list[NodeTotalRow]) -> list[PlanGroup]:
-    """The plan groups that may be among the busiest PLAN_ROWS: every group with at least the reports of
-    the PLAN_ROWS-th busiest (ties at the cut included), with its reports and cells. Which of the tied
-    ones are shown is decided by the node's name (``_plans``), read for these only. The groups' reports
-    are added up first and only the candidates' cells gathered (the busiest revision has 2,180 cells at
-    10,000 nodes, nearly one group each)."""
-    reports: dict[PlanKey, int] = {}
-    for cell in nodes:
-        key = cell[1:5]  # node, stage split, requested and effective strategy
-        reports[key] = reports.get(key, 0) + cell.reports
-    groups: dict[PlanKey, list[NodeTotalRow]] = {key: [] for key in _at_cut(reports, PLAN_ROWS)}
-    for cell in nodes:
-        cells = groups.get(cell[1:5])
-        if cells is not None:
-            cells.append(cell)
-    return [(reports[key], key, cells) for key, cells in groups.items()]
-
-
-def _plans(candidates: list[PlanGroup], names: Mapping[int, str]) -> list[NodePlan]:
-    """The busiest PLAN_ROWS plans (most reports first, then by node name, split and strategies); only
-    their cells' sketches are read (one query) and parsed (one call into the decoder, not one a plan)."""
-    named = [(reports, (names.get(key[0], ""), *key[1:]), cells) for reports, key, cells in candidates]
-    named.sort(key=lambda row: (-row[0], row[1]))
-    shown = named[:PLAN_ROWS]
-    ids = [cell.id for _, _, cells in shown for cell in cells]
-    rows = compiled.rows(_sketches_of, ids)
-    parsed = parsed_stored(row[1] for row in rows)
-    details = {pk: (bins, last_at) for (pk, _, last_at), bins in zip(rows, parsed, strict=True)}
-    return [_plan(key, reports, cells, details) for reports, key, cells in shown]
-
-
-def _sketches_of(cell_ids: Sequence[int]) -> QuerySet[Rollup, tuple[int, str, datetime]]:
-    cells = Rollup.objects.filter(pk__in=cell_ids).annotate(tps=stored("tps_sketch"))
-    return cells.values_list("pk", "tps", "last_at")
-
-
-def _plan(
-    key: tuple[str, str, str, str],
-    reports: int,
-    cells: list[NodeTotalRow],
-    details: dict[int, tuple[dict[str, int], datetime]],
-) -> NodePlan:
-    node, splits, requested, effective = key
-    return NodePlan(
-        node=node,
-        stage_splits=splits,
-        requested_strategy=requested,
-        effective_strategy=effective,
-        differs=not plan_honoured(requested, effective),
-        reports=reports,
-        from_spans=sum(c.from_spans for c in cells),
-        tps=sketch.median(merged_bins([details[c.id][0] for c in cells])),
-        last_seen=max(details[c.id][1] for c in cells),
-        unused=sum(c.unused for c in cells),
-    )

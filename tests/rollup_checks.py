@@ -6,9 +6,10 @@ from collections import Counter
 from typing import Any
 
 import pytest
+from django.db.models import QuerySet
 
 from packages_app import sketch
-from packages_app.models import RevisionRollup, Rollup
+from packages_app.models import PlanRollup, RevisionRollup, Rollup
 from packages_app.rollups import quartiles
 from packages_app.rollups import upsert as rollups_upsert
 
@@ -21,6 +22,24 @@ def assert_revision_rollups_add_up_the_every_node_cells() -> None:
     for key, row in expected.items():
         assert got[key] == {k: pytest.approx(v) if isinstance(v, float) else v for k, v in row.items()}, key
     assert_quartiles_kept()
+    assert_plan_rollups_add_up_the_node_total_cells()
+
+
+def assert_plan_rollups_add_up_the_node_total_cells() -> None:
+    """The PlanRollup rows are Rollup's per-node total cells added up over MTP used and topologies, as
+    the RevisionRollup rows are the every-node cells added up."""
+    got = plan_rollups()
+    cells = Rollup.objects.filter(grain=Rollup.Grain.TOTAL).exclude(node_key=Rollup.ALL_NODES)
+    expected = _added_up(cells, rollups_upsert.PLAN_KEY_COLUMNS)
+    assert got.keys() == expected.keys()
+    for key, row in expected.items():
+        assert got[key] == {k: pytest.approx(v) if isinstance(v, float) else v for k, v in row.items()}, key
+
+
+def plan_rollups() -> dict[tuple[Any, ...], dict[str, Any]]:
+    keys = rollups_upsert.PLAN_KEY_COLUMNS
+    rows = PlanRollup.objects.values(*keys, *rollups_upsert.FIGURE_COLUMNS)
+    return {tuple(row.pop(k) for k in keys): _read_sketches(row) for row in rows}
 
 
 def assert_quartiles_kept() -> None:
@@ -47,10 +66,15 @@ def revision_rollups() -> dict[tuple[Any, ...], dict[str, Any]]:
 
 
 def _revision_rollups_expected() -> dict[tuple[Any, ...], dict[str, Any]]:
-    added: dict[tuple[Any, ...], dict[str, Any]] = {}
     cells = Rollup.objects.filter(node_key=Rollup.ALL_NODES)
-    for row in cells.values(*rollups_upsert.REVISION_KEY_COLUMNS, *rollups_upsert.FIGURE_COLUMNS):
-        key = tuple(row.pop(k) for k in rollups_upsert.REVISION_KEY_COLUMNS)
+    return _added_up(cells, rollups_upsert.REVISION_KEY_COLUMNS)
+
+
+def _added_up(cells: QuerySet[Rollup], keys: tuple[str, ...]) -> dict[tuple[Any, ...], dict[str, Any]]:
+    """The cells added up per ``keys``, in Python."""
+    added: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for row in cells.values(*keys, *rollups_upsert.FIGURE_COLUMNS):
+        key = tuple(row.pop(k) for k in keys)
         row = _read_sketches(row)
         old = added.setdefault(key, row)
         if old is row:

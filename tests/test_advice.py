@@ -385,7 +385,7 @@ def test_alike_advice_is_one_note_naming_its_nodes_and_other_advice_its_own() ->
     box listed them, would be five lines."""
     from packages_app.audit.advice import Advice
     from packages_app.fleet import plans as fleet_plans
-    from packages_app.throughput import NodePlan
+    from packages_app.node_plans import NodePlan
 
     def plan(node: str, advice: Advice) -> fleet_plans.PlanAdvice:
         shape = NodePlan(node, "0..27|27..41", "auto", "disabled", False, 3, 0, 3.2, None, unused=3)

@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 from django.db.models import QuerySet
 
-from packages_app import compiled, throughput
+from packages_app import baselines, compiled, node_plans, throughput
 from packages_app.catalog import lookups
 from packages_app.fleet import plans
-from packages_app.models import Node, Revision, Rollup
+from packages_app.models import Node, Revision
 from tests import dashboard_factories as f
 
 pytestmark = pytest.mark.django_db
@@ -53,7 +53,13 @@ def test_each_compiled_read_of_the_package_page_reads_what_its_queryset_does() -
         totals = same(throughput._total_cells, revision.pk)
         assert totals and all(isinstance(row, dict) and isinstance(row["tps"], str) for row in totals)
         assert {row["first_at"].tzinfo is not None for row in totals} == {True}  # a time, on SQLite too
-        assert len(same(throughput._node_total_cells, revision.pk)) >= 2
+        assert len(same(baselines._node_cells_of, revision.pk)) >= 2
+        every = same(node_plans._busiest_of(node_plans.PLAN_ROWS), revision.pk)  # fewer plans: all of them
+        at_one = same(node_plans._busiest_of(1), revision.pk)
+        assert len(every) >= 2 and at_one and set(at_one) <= set(every)
+        assert {row[0] for row in every} == {nodes[0].pk, nodes[1].pk}  # box-2 never registered a run
+        assert same(node_plans._count_nodes_of, revision.pk) == [(2,)]  # box-2 never registered a run
+        assert same(node_plans._unused_of, revision.pk)
         recent = same(throughput._recent_reports, revision.pk)
         assert {row["node_name"] for row in recent} == {"box-0", "box-1"}  # box-2 never registered a run
         ranged = (f.BASE_TIME + timedelta(hours=4), f.BASE_TIME + timedelta(2))
@@ -61,9 +67,7 @@ def test_each_compiled_read_of_the_package_page_reads_what_its_queryset_does() -
             for start, until in ((None, None), ranged):
                 for regroup in (False, True):
                     assert same(throughput._series_cells, revision.pk, grain, start, until, regroup)
-        cells = Rollup.objects.filter(revision=revision, grain="total").values_list("pk", flat=True)
-        assert len(same(throughput._sketches_of, list(cells))) == len(cells)
-    assert same(throughput._names_of, [n.pk for n in nodes]) == [(n.pk, n.name) for n in nodes]
+    assert same(node_plans._names_of, [n.pk for n in nodes]) == [(n.pk, n.name) for n in nodes]
     runs = same(plans._runs_of, revisions[1].pk, ["box-0", "box-1", "box-2", "nobody"])
     assert sorted({row[0] for row in runs}) == ["box-0", "box-1"]  # box-2 never registered a run
     first = same(lookups._first_served, [r.pk for r in revisions])
@@ -72,16 +76,16 @@ def test_each_compiled_read_of_the_package_page_reads_what_its_queryset_does() -
 
 def test_a_read_that_can_match_nothing_reads_nothing() -> None:
     # An empty list of ids: the ORM refuses to compile it (EmptyResultSet) and its iteration answers [].
-    assert same(throughput._sketches_of, []) == []
+    assert same(node_plans._names_of, []) == []
     assert same(lookups._first_served, []) == []
-    assert throughput._plans([], {}) == []  # a revision none of whose nodes' cells is public
+    assert node_plans.ranked([], {}) == []  # a revision none of whose nodes' plans is public
 
 
 def test_one_compiled_read_serves_every_value_of_its_shape() -> None:
     revisions, _ = reported()
     compiled._compiled.cache_clear()
     for revision in revisions:
-        same(throughput._node_total_cells, revision.pk)
+        same(node_plans._count_nodes_of, revision.pk)
     assert compiled._compiled.cache_info().misses == 1 and compiled._compiled.cache_info().hits == 1
 
 

@@ -80,6 +80,8 @@ LAYERS: Mapping[str, int] = {
     "packages_app.nodes": SERVICES,
     "packages_app.catalog": SERVICES,
     "packages_app.throughput": SERVICES,
+    "packages_app.node_plans": SERVICES,  # a package page's plans, node count and alert, from PlanRollup
+    "packages_app.stored_sketch": SERVICES,  # sketch columns read as text, parsed in one call
     "packages_app.fleet": SERVICES,
     "packages_app.rollups": SERVICES,
     "packages_app.partitions": SERVICES,

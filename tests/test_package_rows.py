@@ -14,8 +14,8 @@ from django.template import Context, Template
 from packages_app import report_metrics
 from packages_app.audit.advice import Advice
 from packages_app.fleet.plans import PlanAdvice
+from packages_app.node_plans import NodePlan
 from packages_app.templatetags import package_rows
-from packages_app.throughput import NodePlan
 from packages_app.verdicts import Cause
 
 # The template text of the two loops before the tags (package_detail.html at 24a9b88), one file each.

@@ -14,9 +14,9 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from packages_app import reports, sketch, throughput
+from packages_app import node_plans, reports, sketch, throughput
 from packages_app.catalog.throughput import catalog_throughput, latest_alert_q
-from packages_app.models import Node, Package, Report, Revision
+from packages_app.models import Node, Package, Report, Revision, Rollup
 from packages_app.nodes import identity as nodes
 from packages_app.throughput import revision_throughput
 from tests.dashboard_factories import register_run
@@ -185,7 +185,7 @@ def test_it_alerts_when_mtp_weights_are_never_used(first: Revision, node_a: Node
     add(node_a, first, tps=3.17)
     add(node_b, first, tps=3.2)
     alert = figures(first.pk).alert
-    assert alert == throughput.Alert(
+    assert alert == node_plans.Alert(
         message="MTP weights present but never used in 3 reports from 2 nodes",
         reports=3,
         nodes=2,
@@ -204,12 +204,12 @@ def test_the_alert_names_the_nodes_with_most_unused_reports_and_counts_the_rest(
         add(made["node-c"], first, tps=3.0)
     for name in ("node-d", "node-b", "node-a"):
         add(made[name], first, tps=3.0)
-    monkeypatch.setattr(throughput, "ALERT_NAMES", 2)
+    monkeypatch.setattr(node_plans, "ALERT_NAMES", 2)
     alert = figures(first.pk).alert
     assert alert is not None
     assert (alert.names, alert.nodes, alert.unnamed, alert.reports) == (("node-c", "node-a"), 4, 2, 6)
     assert alert.message == "MTP weights present but never used in 6 reports from 4 nodes"
-    monkeypatch.setattr(throughput, "ALERT_NAMES", 4)
+    monkeypatch.setattr(node_plans, "ALERT_NAMES", 4)
     every = figures(first.pk).alert
     assert (
         every is not None and every.names == ("node-c", "node-a", "node-b", "node-d") and every.unnamed == 0
@@ -416,10 +416,10 @@ def test_a_time_range_limits_the_mtp_strategy_and_acceptance_figures_to_it(
 def test_the_plans_cut_keeps_the_busiest_and_breaks_ties_by_the_nodes_name(
     first: Revision, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Names are read for the plans at the cut only (throughput._plan_candidates): a tie at the cut is
+    """Names are read for the plans at the cut only (node_plans.busiest): a tie at the cut is
     still decided by the node's name, as when every cell came with its name. Nodes are created in the
     reverse order of their names, so an order by node id would keep node-d and node-c."""
-    monkeypatch.setattr(throughput, "PLAN_ROWS", 3)
+    monkeypatch.setattr(node_plans, "PLAN_ROWS", 3)
     made = {name: nodes.create_node(name).node for name in ("node-e", "node-d", "node-c", "node-b", "node-a")}
     for node in made.values():
         add(node, first, tps=3.0)
@@ -427,9 +427,9 @@ def test_the_plans_cut_keeps_the_busiest_and_breaks_ties_by_the_nodes_name(
     plans = figures(first.pk).plans
     assert [(p.node, p.reports) for p in plans] == [("node-e", 2), ("node-a", 1), ("node-b", 1)]
     with CaptureQueriesContext(connection) as queries:
-        throughput._node_names([made["node-a"].pk, made["node-b"].pk, made["node-a"].pk])
+        node_plans.node_names([made["node-a"].pk, made["node-b"].pk, made["node-a"].pk])
     assert len(queries) == 1
-    assert throughput._node_names([]) == {}
+    assert node_plans.node_names([]) == {}
 
 
 def test_a_plan_of_several_cells_is_cut_by_their_sum(
@@ -438,7 +438,7 @@ def test_a_plan_of_several_cells_is_cut_by_their_sum(
     """A plan adds up its node's cells of one split and strategy (here two topologies of the same split):
     node-a's two cells of 2 reports each make its plan the busiest (4), though each alone is below node-b's
     and node-c's 3. Control: its cells counted one by one would leave node-a out at a cut of two plans."""
-    monkeypatch.setattr(throughput, "PLAN_ROWS", 2)
+    monkeypatch.setattr(node_plans, "PLAN_ROWS", 2)
     made = {name: nodes.create_node(name).node for name in ("node-a", "node-b", "node-c")}
     for topology in ("mesh-1", "mesh-2"):
         for _ in range(2):
@@ -448,10 +448,10 @@ def test_a_plan_of_several_cells_is_cut_by_their_sum(
             add(made[name], first, tps=3.0)
     plans = figures(first.pk).plans
     assert [(p.node, p.reports) for p in plans] == [("node-a", 4), ("node-b", 3)]
-    cells = throughput._node_totals(first.pk)
-    assert sorted((c.node_key, c.reports) for c in cells if c.node_key == made["node-a"].pk) == [
+    cells = Rollup.objects.filter(revision=first, grain="total").exclude(node_key=Rollup.ALL_NODES)
+    assert sorted(cells.filter(node_key=made["node-a"].pk).values_list("node_key", "reports")) == [
         (made["node-a"].pk, 2),
         (made["node-a"].pk, 2),
     ]
-    one_by_one = sorted(cells, key=lambda c: -c.reports)[:2]
-    assert made["node-a"].pk not in {c.node_key for c in one_by_one}
+    one_by_one = cells.order_by("-reports").values_list("node_key", flat=True)[:2]
+    assert made["node-a"].pk not in set(one_by_one)

@@ -76,13 +76,13 @@ def test_the_alert_links_the_nodes_it_names_and_counts_the_others(
 ) -> None:
     """The page names and links what the API names (the nodes with the most unused reports) and says how
     many more there are; with room for both nodes it names both and says no more."""
-    from packages_app import throughput
+    from packages_app import node_plans
 
     f.qwen35_reports(qwen35.revisions.get(commit_sha=f.QWEN35_SHA))
-    monkeypatch.setattr(throughput, "ALERT_NAMES", 1)
+    monkeypatch.setattr(node_plans, "ALERT_NAMES", 1)
     (named,) = client.get(f"/api/v1/packages/{qwen35.repo_id}").json()["alerts"][0]["names"]
     assert alert_sentence(client) == f'<a href="/nodes/{named}/">{named}</a> and 1 more.'
-    monkeypatch.setattr(throughput, "ALERT_NAMES", 10)
+    monkeypatch.setattr(node_plans, "ALERT_NAMES", 10)
     both = alert_sentence(client)
     assert both.count('<a href="/nodes/') == 2 and "more" not in both
 

@@ -17,7 +17,7 @@ from django.db.models import OuterRef, Q, QuerySet, Subquery
 
 from packages_app import compiled, sketch
 from packages_app.models import Revision, RevisionRollup, Rollup
-from packages_app.throughput import merged_bins, parsed_stored, stored
+from packages_app.stored_sketch import merged_bins, parsed_stored, stored
 
 
 @dataclass(frozen=True)

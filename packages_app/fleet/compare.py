@@ -13,7 +13,7 @@ from typing import Any
 from django.db.models import QuerySet, TextField, Value
 from django.db.models.functions import Cast
 
-from packages_app import sketch, throughput
+from packages_app import sketch, stored_sketch, throughput
 from packages_app.fleet.figures import median_of
 from packages_app.models import NodeRun, Revision, RevisionRollup, Rollup
 from packages_app.rollups.cells import hourly_since
@@ -281,7 +281,7 @@ def _both_series(
         rows = rows.filter(requested_strategy__in=requested)
     grouped: dict[tuple[int, datetime], tuple[int, list[str]]] = {}
     for revision_id, node_key, at, reports, bins in rows.annotate(
-        tps=throughput.stored("tps_sketch")
+        tps=stored_sketch.stored("tps_sketch")
     ).values_list("revision_id", "node_key", "bucket_start", "reports", "tps"):
         if nodes is not None and node_key not in nodes[revision_id]:
             continue
@@ -292,7 +292,7 @@ def _both_series(
     series = []
     for revision in revisions:
         points = [
-            throughput.Point(at, "", topology, sketch.median(throughput.merged_stored(texts)), total)
+            throughput.Point(at, "", topology, sketch.median(stored_sketch.merged_stored(texts)), total)
             for (revision_id, at), (total, texts) in sorted(grouped.items())
             if revision_id == revision.pk
         ]
@@ -328,7 +328,7 @@ def _figures(cells: list[Mapping[str, Any]]) -> dict[int, dict[str, Any]]:
             "tps": median_of([c["tps"] for c in group]),
             "tps_mtp_on": median_of([c["tps"] for c in on]),
             "tps_mtp_off": median_of([c["tps"] for c in off]),
-            "distribution": throughput.merged_stored(c["tps"] for c in group),
+            "distribution": stored_sketch.merged_stored(c["tps"] for c in group),
         }
     return figures
 

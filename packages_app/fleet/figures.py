@@ -14,7 +14,7 @@ from typing import Any
 from django.db import connection
 from django.db.models import Model
 
-from packages_app import sketch, throughput
+from packages_app import sketch, stored_sketch
 from packages_app.fleet.sql import SqlPart, aliased, joined, value_rows
 from packages_app.fleet.window import window_terms
 from packages_app.models import NodeRollup, Rollup
@@ -44,8 +44,8 @@ class Figures:
         rounded; None without any report."""
         if not self.less:
             return median_of(self.bins)
-        bins = throughput.merged_stored(self.bins)
-        for index, count in throughput.merged_stored(self.less).items():
+        bins = stored_sketch.merged_stored(self.bins)
+        for index, count in stored_sketch.merged_stored(self.less).items():
             bins[index] = bins.get(index, 0) - count
         return rounded(sketch.median({index: count for index, count in bins.items() if count > 0}))
 
@@ -155,4 +155,4 @@ def rounded(value: float | None, digits: int = 2) -> float | None:
 
 def median_of(sketches: list[str]) -> float | None:
     """The median decode rate of sketches stored as JSON texts, rounded (None without any)."""
-    return rounded(sketch.median(throughput.merged_stored(sketches))) if sketches else None
+    return rounded(sketch.median(stored_sketch.merged_stored(sketches))) if sketches else None

@@ -9,7 +9,7 @@ from typing import Any
 
 from django.db.models import QuerySet
 
-from packages_app import compiled, throughput
+from packages_app import compiled, node_plans
 from packages_app.audit.advice import Advice, advise
 from packages_app.audit.assessment import Assessment
 from packages_app.fleet.runs import RUN_COLUMNS, RunFacts
@@ -19,15 +19,15 @@ from packages_app.verdicts import Cause
 
 @dataclass(frozen=True)
 class PlanAdvice:
-    """One node's plan on a revision (throughput.NodePlan) with the node's release and what it predicts."""
+    """One node's plan on a revision (node_plans.NodePlan) with the node's release and what it predicts."""
 
-    plan: throughput.NodePlan
+    plan: node_plans.NodePlan
     version: str
     advice: Advice
 
 
 def plan_advice(
-    revision_id: int, assessment: Assessment | None, plans: list[throughput.NodePlan]
+    revision_id: int, assessment: Assessment | None, plans: list[node_plans.NodePlan]
 ) -> list[PlanAdvice]:
     """Each plan judged against its node's release: the package page's per-node column and its findings
     (contradictions name the node, its version, what was predicted and what it did). One query."""
@@ -43,7 +43,7 @@ def _runs_of(revision_id: int, names: Sequence[str]) -> QuerySet[NodeRun, tuple[
     return rows.values_list("node__name", *RUN_COLUMNS)
 
 
-def _plan_advice(plan: throughput.NodePlan, run: RunFacts, assessment: Assessment | None) -> PlanAdvice:
+def _plan_advice(plan: node_plans.NodePlan, run: RunFacts, assessment: Assessment | None) -> PlanAdvice:
     used = plan.effective_strategy.startswith("native-mtp")
     facts = run.facts(
         plan.node,

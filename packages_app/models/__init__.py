@@ -11,10 +11,12 @@ workers write the same rows (docs/design.md).
 """
 
 from packages_app.models.aggregates import (
+    PLAN_ROLLUP_KEY,
     REVISION_ROLLUP_KEY,
     ROLLUP_KEY,
     LastServed,
     NodeRollup,
+    PlanRollup,
     RevisionRollup,
     Rollup,
     Serving,
@@ -51,6 +53,7 @@ from packages_app.models.operations import (
 __all__ = [
     "FILE_ROLES",
     "JUDGEMENT_EXPIRED",
+    "PLAN_ROLLUP_KEY",
     "REVISION_ROLLUP_KEY",
     "ROLLUP_KEY",
     "ActionLog",
@@ -68,6 +71,7 @@ __all__ = [
     "Package",
     "PackageFile",
     "PackageQuerySet",
+    "PlanRollup",
     "Report",
     "ReportKey",
     "Revision",

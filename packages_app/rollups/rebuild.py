@@ -12,7 +12,7 @@ from django.db import connections, transaction
 from django.db.models import Count, F, OuterRef, Q, Subquery
 
 from packages_app import sketch
-from packages_app.models import NodeRollup, Report, Revision, RevisionRollup, Rollup, Serving
+from packages_app.models import NodeRollup, PlanRollup, Report, Revision, RevisionRollup, Rollup, Serving
 from packages_app.rollups import quartiles
 from packages_app.rollups.cells import (
     NON_MTP_CHOICES,
@@ -43,11 +43,14 @@ from packages_app.rollups.upsert import (
     FIGURE_COLUMNS,
     NODE_ROLLUP_COLUMNS,
     NODE_ROLLUP_KEY,
+    PLAN_KEY_COLUMNS,
     REVISION_KEY_COLUMNS,
     node_rollups_of,
+    plan_rollups_of,
     revision_rollups_of,
     upsert,
     upsert_node_rollups,
+    upsert_plan_rollups,
     upsert_revision_rollups,
 )
 
@@ -132,7 +135,10 @@ def _rebuild_group(revision_ids: list[int]) -> int:
                 rebuild_last_served(revision_ids)
                 total = _rebuild_in_sql(cursor, revision_ids)
                 _rebuild_node_rollups_in_sql(cursor, revision_ids)
-                _rebuild_revision_rollups_in_sql(cursor, revision_ids)
+                _rebuild_merged_in_sql(cursor, revision_ids, PlanRollup, PLAN_KEY_COLUMNS, PLAN_CELLS)
+                _rebuild_merged_in_sql(
+                    cursor, revision_ids, RevisionRollup, REVISION_KEY_COLUMNS, EVERY_NODE_CELLS
+                )
                 quartiles.store_revisions(revision_ids)
                 return total
         _delete_rollups(revision_ids)
@@ -147,6 +153,7 @@ def _rebuild_group(revision_ids: list[int]) -> int:
         cells, total = cells_of(rows, hourly_since(), room)
         upsert(cells)
         upsert_node_rollups(node_rollups_of(cells))
+        upsert_plan_rollups(plan_rollups_of(cells))
         upsert_revision_rollups(revision_rollups_of(cells))
         upsert_serving(servings_of(cells))
         rebuild_last_served(revision_ids)
@@ -154,7 +161,7 @@ def _rebuild_group(revision_ids: list[int]) -> int:
 
 
 def _delete_rollups(revision_ids: list[int]) -> None:
-    for model in (Rollup, NodeRollup, RevisionRollup, Serving):
+    for model in (Rollup, NodeRollup, PlanRollup, RevisionRollup, Serving):
         model.objects.filter(revision_id__in=revision_ids).delete()
 
 
@@ -329,10 +336,22 @@ def _rebuild_node_rollups_in_sql(cursor: Any, revision_ids: list[int]) -> None:
     )
 
 
-def _rebuild_revision_rollups_in_sql(cursor: Any, revision_ids: list[int]) -> None:
-    """The revisions' RevisionRollup rows from their rebuilt every-node Rollup cells (as
-    revision_rollups_of does): counts and sums add, minimum and maximum compare, sketches add bin by bin."""
-    keys = ", ".join(REVISION_KEY_COLUMNS)
+# The rebuilt Rollup cells each merged table adds up (rollups.upsert.revision_rollups_of, plan_rollups_of).
+EVERY_NODE_CELLS = f"node_key = {Rollup.ALL_NODES}"
+PLAN_CELLS = f"grain = '{Rollup.Grain.TOTAL}' AND node_key <> {Rollup.ALL_NODES}"
+
+
+def _rebuild_merged_in_sql(
+    cursor: Any,
+    revision_ids: list[int],
+    model: type[RevisionRollup | PlanRollup],
+    key: tuple[str, ...],
+    cells: str,
+) -> None:
+    """The revisions' RevisionRollup (or PlanRollup) rows from their rebuilt Rollup ``cells`` (as
+    revision_rollups_of and plan_rollups_of do): counts and sums add, minimum and maximum compare, sketches
+    add bin by bin."""
+    keys = ", ".join(key)
     figures = [c for c in FIGURE_COLUMNS if not c.endswith("_sketch")]
     totals = [f"{_added(c)}({c}) AS {c}" for c in figures]
     binned = " UNION ALL ".join(
@@ -351,14 +370,14 @@ def _rebuild_revision_rollups_in_sql(cursor: Any, revision_ids: list[int]) -> No
         f"""
         WITH cells AS (
             SELECT * FROM {Rollup._meta.db_table}
-            WHERE revision_id = ANY(%(revisions)s) AND node_key = {Rollup.ALL_NODES}
+            WHERE revision_id = ANY(%(revisions)s) AND {cells}
         ), totals AS (
             SELECT {keys}, {", ".join(totals)} FROM cells GROUP BY {keys}
         ), binned AS ({binned}
         ), sketches AS (
             SELECT {keys}, {sketches} FROM binned GROUP BY {keys}
         )
-        INSERT INTO {RevisionRollup._meta.db_table} ({keys}, {", ".join(figures)}, {sketched})
+        INSERT INTO {model._meta.db_table} ({keys}, {", ".join(figures)}, {sketched})
         SELECT {keys}, {", ".join(figures)}, {merged}
         FROM totals LEFT JOIN sketches USING ({keys})
         """,  # noqa: S608

@@ -1,6 +1,6 @@
-"""The upserts that add cells to the stored rollups (models.Rollup, every node's models.RevisionRollup and
-each node's models.NodeRollup), in SQL on PostgreSQL and SQLite alike: counts and sums add, minimum and
-maximum compare, sketches add bin by bin.
+"""The upserts that add cells to the stored rollups (models.Rollup, every node's models.RevisionRollup, each
+node's models.NodeRollup and models.PlanRollup), in SQL on PostgreSQL and SQLite alike: counts and sums add,
+minimum and maximum compare, sketches add bin by bin.
 """
 
 from __future__ import annotations
@@ -9,12 +9,20 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from django.db import connections
 
 from packages_app import sketch
-from packages_app.models import REVISION_ROLLUP_KEY, ROLLUP_KEY, NodeRollup, RevisionRollup, Rollup
+from packages_app.models import (
+    PLAN_ROLLUP_KEY,
+    REVISION_ROLLUP_KEY,
+    ROLLUP_KEY,
+    NodeRollup,
+    PlanRollup,
+    RevisionRollup,
+    Rollup,
+)
 from packages_app.rollups import quartiles
 from packages_app.rollups.cells import METRICS, SUMMED, Cell, Key
 
@@ -27,11 +35,14 @@ def key_columns(key: tuple[str, ...]) -> tuple[str, ...]:
 
 KEY_COLUMNS = key_columns(ROLLUP_KEY)
 REVISION_KEY_COLUMNS = key_columns(REVISION_ROLLUP_KEY)
+PLAN_KEY_COLUMNS = key_columns(PLAN_ROLLUP_KEY)
 METRIC_COLUMNS = tuple(f"{m}_{part}" for m in METRICS for part in ("n", "sum", "min", "max", "sketch"))
 FIGURE_COLUMNS = (*SUMMED, "first_at", "last_at", *METRIC_COLUMNS)
 COLUMNS = (*KEY_COLUMNS, *FIGURE_COLUMNS)
 # revision, grain, bucket start, stage splits, requested strategy, strategy, MTP used (REVISION_ROLLUP_KEY)
 RevisionKey = tuple[int, str, datetime, str, str, str, bool]
+# revision, node, stage splits, requested strategy, strategy (PLAN_ROLLUP_KEY)
+PlanKey = tuple[int, int, str, str, str]
 
 
 def upsert(cells: dict[Key, Cell], *, using: str = "default") -> None:
@@ -44,14 +55,34 @@ def revision_rollups_of(cells: dict[Key, Cell]) -> dict[RevisionKey, Cell]:
     merged: dict[RevisionKey, Cell] = {}
     for key, cell in cells.items():
         revision, grain, node, start, splits, requested, strategy, mtp_used, _topology = key
-        if node != Rollup.ALL_NODES:
-            continue
-        found = merged.setdefault(
-            (revision, grain, start, splits, requested, strategy, mtp_used),
-            Cell(first_at=cell.first_at, last_at=cell.last_at),
-        )
-        found.merge(cell)
+        if node == Rollup.ALL_NODES:
+            _add(merged, (revision, grain, start, splits, requested, strategy, mtp_used), cell)
     return merged
+
+
+def plan_rollups_of(cells: dict[Key, Cell]) -> dict[PlanKey, Cell]:
+    """The PlanRollup rows the cells add to: their per-node total cells, added up over MTP used and
+    topologies."""
+    merged: dict[PlanKey, Cell] = {}
+    for key, cell in cells.items():
+        revision, grain, node, _start, splits, requested, strategy, _mtp_used, _topology = key
+        if node != Rollup.ALL_NODES and grain == Rollup.Grain.TOTAL:
+            _add(merged, (revision, node, splits, requested, strategy), cell)
+    return merged
+
+
+MergedKey = TypeVar("MergedKey", RevisionKey, PlanKey)
+
+
+def _add(merged: dict[MergedKey, Cell], key: MergedKey, cell: Cell) -> None:
+    found = merged.setdefault(key, Cell(first_at=cell.first_at, last_at=cell.last_at))
+    found.merge(cell)
+
+
+def upsert_plan_rollups(cells: dict[PlanKey, Cell], *, using: str = "default") -> None:
+    """Add to the stored PlanRollup rows, in key order (after ``upsert`` and ``upsert_node_rollups``,
+    before ``upsert_revision_rollups``, as every writer: no deadlock)."""
+    _upsert_cells(cells, PlanRollup._meta.db_table, PLAN_KEY_COLUMNS, using)
 
 
 def upsert_revision_rollups(cells: dict[RevisionKey, Cell], *, using: str = "default") -> None:

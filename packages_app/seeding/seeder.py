@@ -28,6 +28,7 @@ from packages_app.models import (
     NodeRun,
     Package,
     PackageFile,
+    PlanRollup,
     Report,
     ReportKey,
     Revision,
@@ -130,7 +131,16 @@ class Seeder:
         command = "ANALYZE" if connection.in_atomic_block else "VACUUM ANALYZE"
         with connection.cursor() as cursor:
             filled = (Node, NodeRun, Package, Revision, PackageFile, Report, ReportKey)
-            for model in (*filled, Rollup, RevisionRollup, NodeRollup, Serving, LastServed, NodeJudgement):
+            for model in (
+                *filled,
+                Rollup,
+                RevisionRollup,
+                NodeRollup,
+                PlanRollup,
+                Serving,
+                LastServed,
+                NodeJudgement,
+            ):
                 cursor.execute(f"{command} {connection.ops.quote_name(model._meta.db_table)}")
         self.say(f"{command.lower()}: {time.perf_counter() - start:.1f}s")
 

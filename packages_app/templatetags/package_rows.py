@@ -1,4 +1,4 @@
-"""The package page's two long tables built in Python: the nodes' plans (up to throughput.PLAN_ROWS, 50; one
+"""The package page's two long tables built in Python: the nodes' plans (up to node_plans.PLAN_ROWS, 50; one
 tag for them all) and the most recent reports (throughput.RECENT, 20; one tag a row).
 
 Their row templates cost the busiest package page about a third of its render in Django's variable

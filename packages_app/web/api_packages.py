@@ -21,7 +21,8 @@ from packages_app.catalog.lookups import get_package, resolve_revision, revision
 from packages_app.fleet.plans import PlanAdvice, plan_advice
 from packages_app.fleet.served import ServedRevision
 from packages_app.models import Package, Revision
-from packages_app.throughput import NodePlan, RevisionThroughput, revision_throughput
+from packages_app.node_plans import NodePlan
+from packages_app.throughput import RevisionThroughput, revision_throughput
 from packages_app.web import access
 from packages_app.web.api_read import advice_json, error, read_only
 from packages_app.web.forms import CatalogFilterForm

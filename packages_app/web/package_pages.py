@@ -80,11 +80,7 @@ def package_detail(request: HttpRequest, owner: str, name: str) -> HttpResponse:
         pair = default_comparison_pair(history, revision.pk)
         context["previous"] = next((r for r in history if pair and r.pk == pair[0]), None)
         context.update(_fix_context(package, revision, context["assessment"], context["suggested"]))
-        # The plans' per-node cells, read once for the speedups too (none read again without reports).
-        figures = context["throughput"]
-        context["speedups"] = baselines.speedups(
-            package, revision, cells=figures.node_cells if figures else None
-        )
+        context["speedups"] = baselines.speedups(package, revision)
     context["hub_url"] = hub_url(package, revision)
     context["base_model_url"] = source_model_url(package.base_model)
     context["plotly_guard_ids"] = staticfinders.installed_plotly_guard_ids()
