@@ -22,7 +22,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.db import transaction
 from django.db.models import QuerySet
@@ -336,9 +336,9 @@ def _cross_revision_pair(
     return _Pair(on_cells, off_cells, scope, tuple(apart), off_label=f"MTP off ({before.short_sha})")
 
 
-@dataclass(frozen=True)
-class _Cell:
-    """A per-node total cell of a revision, as a speedup reads it (without its sketch)."""
+class _Cell(NamedTuple):
+    """A per-node total cell of a revision, as a speedup reads it (without its sketch). A named tuple: the
+    busiest revision has 2,180 at 10,000 nodes, and a frozen dataclass took about 5 us each to build."""
 
     id: int
     node_key: int
@@ -360,7 +360,7 @@ def _node_cells(revision_id: int) -> list[_Cell]:
     """The revision's per-node total cells, without their sketches (one query, compiled once per process):
     the compare page read every node's sketch (1,123 cells of its 10M-report revision), where a speedup
     merges the sides it shows only (``_read_sketches``)."""
-    return [_Cell(*values) for values in compiled.rows(_node_cells_of, revision_id)]
+    return list(map(_Cell._make, compiled.rows(_node_cells_of, revision_id)))
 
 
 def _node_cells_of(revision_id: int) -> QuerySet[Rollup, tuple[Any, ...]]:
@@ -370,9 +370,7 @@ def _node_cells_of(revision_id: int) -> QuerySet[Rollup, tuple[Any, ...]]:
         revision_id=revision_id, grain=Rollup.Grain.TOTAL, node_key__gt=Rollup.ALL_NODES
     )
     rows = rows.filter(registered_nodes(revision_id, "node_key"))
-    return rows.values_list(
-        "id", "node_key", "stage_splits", "mtp_used", "reports", "accepted", "proposed", "tps_n"
-    )
+    return rows.values_list(*_Cell._fields)
 
 
 def _read_sketches(cells: Iterable[_Cell], texts: Texts) -> None:
