@@ -207,15 +207,15 @@ def processes_in_group(pgid: int) -> list[str]:
 
 def demo_settled(port: int) -> bool:
     """The demo's nodes have reported: Qwen3.5's republished revision has reports, and each node the
-    needing-action list names (demo-llama, demo-glm, demo-glm51) is there, matched by its link ("demo-glm"
-    alone would also match demo-glm51's name, and the test then raced the slower node)."""
+    needing-action list names (FIRST_STORY) is there, matched by its link ("demo-glm" alone would also match
+    demo-glm51's name, and the test then raced the slower node; without demo-local it raced that one on a
+    loaded machine)."""
     base = f"http://127.0.0.1:{port}"
     with urllib.request.urlopen(f"{base}/api/v1/packages?q=Qwen3.5", timeout=10) as r:
         (row,) = json.load(r)["results"]
     with urllib.request.urlopen(f"{base}/nodes/?action=1", timeout=10) as r:
         nodes = r.read().decode()
-    needing_action = ("demo-llama", "demo-glm", "demo-glm51")
-    listed = all(f"/nodes/{name}/" in nodes for name in needing_action)
+    listed = all(f"/nodes/{name}/" in nodes for name in FIRST_STORY)
     return bool((row["throughput"] or {}).get("reports")) and listed
 
 
