@@ -22,17 +22,16 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
-from typing import Any, NamedTuple
+from typing import Any
 
 from django.db import transaction
-from django.db.models import QuerySet
 from django.db.models.fields.json import KeyTransform
 
-from packages_app import compiled, sketch, stored_sketch
-from packages_app.models import BaselineReport, Node, NodeRun, Package, Report, Revision, Rollup
+from packages_app import sketch, speedup_cells, stored_sketch
+from packages_app.models import BaselineReport, Node, NodeRun, Package, Report, Revision
 from packages_app.nodes.exposition import acceptance_by_position, acceptance_rate, mean_acceptance_length
 from packages_app.nodes.report_schema import BaselineReportIn
-from packages_app.rollups.public_weight import registered_nodes
+from packages_app.speedup_cells import NodeCell, Texts, decoded, read_sketches
 
 BASELINE_DAYS = 30  # the baseline windows a page reads: the newest, within this many days
 MAX_BASELINE_ROWS = 5000
@@ -230,30 +229,32 @@ def speedups(
     (the compare page's other revision), a revision that never ran with MTP off on one split and release is
     compared with ``before``'s MTP-off reports instead, and the page says it is not like for like.
 
-    The revision's per-node total cells are read without their sketches: the sketches of the sides shown
-    only are read (one query) and merged, not every node's."""
-    node_cells = _node_cells(revision.pk)
+    The revision's per-node total cells are read without their sketches, and only when a speedup can be
+    shown (MTP ran both on and off, or on beside ``before``, or a baseline engine reported the source
+    model): the sketches of the sides shown only are read (one query) and merged, not every node's."""
+    source = source_of(package, revision)
+    groups = _baseline_groups(source.repo) if source.repo else []
+    ran = speedup_cells.ran(revision.pk)
+    crossed = before is not None and True in ran
+    if _nothing_to_show(ran, crossed, groups):
+        return Speedups(source, None, _mtp_missing(ran), [], _baseline_missing(source, groups, None))
+    node_cells = speedup_cells.node_cells(revision.pk)
     texts: Texts = {}
     # The nodes' releases tell MTP on from off apart on one release, or name the releases of a
-    # cross-revision pair (its MTP-on side is this revision's): not read when neither can be, as on the
-    # compare page of two revisions that ran without MTP (1,103 nodes' runs at 10,000 nodes).
-    ran = {bool(c.mtp_used) for c in node_cells}
-    crossed = before is not None and True in ran
+    # cross-revision pair (its MTP-on side is this revision's): read only when one of them can be.
     releases = _releases(revision) if len(ran) > 1 or crossed else {}
     pair, missing = _mtp_pair(node_cells, ran, releases)
     if pair is None and before is not None and crossed:
         pair = _cross_revision_pair(revision, node_cells, releases, before)
         missing = "" if pair else missing
-    source = source_of(package, revision)
-    groups = _baseline_groups(source.repo) if source.repo else []
     on_cells = pair.on if pair else [c for c in node_cells if c.mtp_used]
     # Against a baseline: mesh-llm with MTP where it ran, else mesh-llm as it ran (a revision served
     # without MTP is compared too: how far is mesh-llm without MTP from plain llama.cpp?).
-    used = _decoded(on_cells) > 0
+    used = decoded(on_cells) > 0
     mesh_cells = on_cells if used else [c for c in node_cells if not c.mtp_used]
-    _read_sketches([*pair.on, *pair.off] if pair else [], texts)
-    if groups and _decoded(mesh_cells):
-        _read_sketches(mesh_cells, texts)  # (on the page: a side of the pair already, or one query)
+    read_sketches([*pair.on, *pair.off] if pair else [], texts)
+    if groups and decoded(mesh_cells):
+        read_sketches(mesh_cells, texts)  # (on the page: a side of the pair already, or one query)
     mesh_on = _side(pair.on_label if pair else "mesh-llm, MTP on", on_cells, texts)
     if mesh_on.reports:
         mesh_on = _with_mesh_acceptance(mesh_on, revision)
@@ -268,8 +269,15 @@ def speedups(
     return Speedups(source, mtp, missing, rows, _baseline_missing(source, groups, mesh))
 
 
-def _baseline_missing(source: Source, groups: list[_Group], mesh: Side) -> str:
-    """Why there is no speedup over a baseline engine, when there is none."""
+def _nothing_to_show(ran: set[bool], crossed: bool, groups: list[_Group]) -> bool:
+    """Nothing to pair and nothing to set mesh-llm against: which ways the cells ran says why, and the cells
+    are not read (the busiest seeded revision, never run with MTP: 2,180 of them at 10,000 nodes)."""
+    return len(ran) < 2 and not crossed and not groups
+
+
+def _baseline_missing(source: Source, groups: list[_Group], mesh: Side | None) -> str:
+    """Why there is no speedup over a baseline engine, when there is none (``mesh``: None when no baseline
+    group reported, so no side was read)."""
     if not source.repo:
         return "The package names no source model (manifest source_model, card base_model): nothing to join."
     if not groups:
@@ -277,7 +285,7 @@ def _baseline_missing(source: Source, groups: list[_Group], mesh: Side) -> str:
             f"No baseline engine reports for {source.repo} yet. A plain llama.cpp or vLLM server serving it "
             'reports through meshdash-agent\'s baselines (docs/api.md, "Baseline engines").'
         )
-    if not mesh.reports:
+    if mesh is None or not mesh.reports:
         return "No node has reported decoding this revision yet."
     return ""
 
@@ -286,8 +294,8 @@ def _baseline_missing(source: Source, groups: list[_Group], mesh: Side) -> str:
 class _Pair:
     """The cells of MTP on and of MTP off a speedup compares, and how they are not like for like."""
 
-    on: list[_Cell]
-    off: list[_Cell]
+    on: list[NodeCell]
+    off: list[NodeCell]
     scope: str
     apart: tuple[str, ...]
     on_label: str = "MTP on"
@@ -300,11 +308,11 @@ def _releases(revision: Revision) -> dict[int, str]:
 
 
 def _cross_revision_pair(
-    revision: Revision, cells: list[_Cell], releases: Mapping[int, str], before: Revision
+    revision: Revision, cells: list[NodeCell], releases: Mapping[int, str], before: Revision
 ) -> _Pair | None:
     """This revision's MTP on against ``before``'s MTP off, on their most-reported shared stage split
     (``before``'s cells are read without their sketches, as this revision's)."""
-    before_cells = _node_cells(before.pk)
+    before_cells = speedup_cells.node_cells(before.pk)
     off_cells = [c for c in before_cells if not c.mtp_used]
     if not off_cells:
         return None
@@ -336,57 +344,7 @@ def _cross_revision_pair(
     return _Pair(on_cells, off_cells, scope, tuple(apart), off_label=f"MTP off ({before.short_sha})")
 
 
-class _Cell(NamedTuple):
-    """A per-node total cell of a revision, as a speedup reads it (without its sketch). A named tuple: the
-    busiest revision has 2,180 at 10,000 nodes, and a frozen dataclass took about 5 us each to build."""
-
-    id: int
-    node_key: int
-    stage_splits: str
-    mtp_used: bool
-    reports: int
-    accepted: int
-    proposed: int
-    tps_n: int
-
-
-# A cell's decode sketch as its stored JSON text, by the cell's id: a side merges its cells' texts in one
-# parse (stored_sketch.merged_stored), where parsing each cell's cost the busiest package's page a parse per
-# node that served it (about a thousand at 10,000 nodes).
-Texts = dict[int, str]
-
-
-def _node_cells(revision_id: int) -> list[_Cell]:
-    """The revision's per-node total cells, without their sketches (one query, compiled once per process):
-    the compare page read every node's sketch (1,123 cells of its 10M-report revision), where a speedup
-    merges the sides it shows only (``_read_sketches``)."""
-    return list(map(_Cell._make, compiled.rows(_node_cells_of, revision_id)))
-
-
-def _node_cells_of(revision_id: int) -> QuerySet[Rollup, tuple[Any, ...]]:
-    # Past ALL_NODES (an index range that skips the every-node cells), of the nodes that move the public
-    # figures (rollups/public_weight.py).
-    rows = Rollup.objects.filter(
-        revision_id=revision_id, grain=Rollup.Grain.TOTAL, node_key__gt=Rollup.ALL_NODES
-    )
-    rows = rows.filter(registered_nodes(revision_id, "node_key"))
-    return rows.values_list(*_Cell._fields)
-
-
-def _read_sketches(cells: Iterable[_Cell], texts: Texts) -> None:
-    """Add to ``texts`` the sketches of the cells it lacks, in one query (none when it has them all)."""
-    missing = sorted({c.id for c in cells} - texts.keys())
-    if missing:
-        found = Rollup.objects.filter(pk__in=missing).annotate(tps=stored_sketch.stored("tps_sketch"))
-        texts.update(found.values_list("pk", "tps"))
-
-
-def _decoded(cells: Iterable[_Cell]) -> int:
-    """The decode rates in the cells' sketches (a sketch's count is its cell's ``tps_n``)."""
-    return sum(c.tps_n for c in cells)
-
-
-def _side(label: str, cells: Iterable[_Cell], texts: Texts) -> Side:
+def _side(label: str, cells: Iterable[NodeCell], texts: Texts) -> Side:
     """The side's figures; its sketch merged from its cells' when they were read (a side no speedup shows,
     read only for its count of decode rates, keeps none)."""
     cells = list(cells)
@@ -395,16 +353,16 @@ def _side(label: str, cells: Iterable[_Cell], texts: Texts) -> Side:
     read = all(c.id in texts for c in cells)
     return Side(
         label,
-        _decoded(cells),
+        decoded(cells),
         stored_sketch.merged_stored(texts[c.id] for c in cells) if read else {},
         acceptance_rate(accepted, proposed) if proposed else None,
     )
 
 
-def _mtp_pair(cells: list[_Cell], ran: set[bool], releases: Mapping[int, str]) -> tuple[_Pair | None, str]:
+def _mtp_pair(cells: list[NodeCell], ran: set[bool], releases: Mapping[int, str]) -> tuple[_Pair | None, str]:
     """MTP on and off on one stage split and release (the one with the most reports on its thinner side);
     ``ran``: whether the cells ran with MTP, as the caller found it."""
-    groups: dict[tuple[str, str], list[_Cell]] = {}
+    groups: dict[tuple[str, str], list[NodeCell]] = {}
     # Nothing to group when every cell ran one way (the busiest revision has 2,180 cells at 10,000 nodes).
     for cell in cells if len(ran) > 1 else ():
         groups.setdefault((cell.stage_splits, releases.get(cell.node_key, "")), []).append(cell)
@@ -416,13 +374,7 @@ def _mtp_pair(cells: list[_Cell], ran: set[bool], releases: Mapping[int, str]) -
         if on and off and (best is None or thinner > best[0]):
             best = (thinner, splits, release, on, off)
     if best is None:
-        if not cells:
-            return None, "No node has reported decoding this revision yet."
-        if ran == {True}:
-            return None, "Every report of this revision ran with MTP on: no MTP-off run to compare with."
-        if ran == {False}:
-            return None, "No report of this revision ran with MTP on."
-        return None, "MTP on and MTP off never ran on the same stage split and mesh-llm release."
+        return None, _mtp_missing(ran)
     _, splits, release, on, off = best
     scope = f"stage split {splits or 'not reported'}, mesh-llm {release or 'release not reported'}"
     apart = []
@@ -431,6 +383,17 @@ def _mtp_pair(cells: list[_Cell], ran: set[bool], releases: Mapping[int, str]) -
     if not release:
         apart.append("the nodes' mesh-llm release is not reported, so it is not held equal")
     return _Pair(on, off, scope, tuple(apart)), ""
+
+
+def _mtp_missing(ran: set[bool]) -> str:
+    """Why there is no MTP on / off pair, by the ways the revision's cells ran (none: no cell)."""
+    if not ran:
+        return "No node has reported decoding this revision yet."
+    if ran == {True}:
+        return "Every report of this revision ran with MTP on: no MTP-off run to compare with."
+    if ran == {False}:
+        return "No report of this revision ran with MTP on."
+    return "MTP on and MTP off never ran on the same stage split and mesh-llm release."
 
 
 def _with_mesh_acceptance(side: Side, revision: Revision) -> Side:

@@ -15,7 +15,7 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
-from packages_app import baselines, sketch
+from packages_app import baselines, sketch, speedup_cells
 from packages_app.models import BaselineReport, NodeRun
 from packages_app.nodes import identity as nodes
 from tests.dashboard_factories import BASE_TIME, make_node, make_package, make_report, make_revision
@@ -507,8 +507,10 @@ def _sketch_reads(queries: Any) -> int:
 
 @pytest.mark.parametrize("fleet", FLEETS)
 def test_the_speedups_read_the_sketches_of_the_sides_shown_only(fleet: str) -> None:
-    """The speedups read the per-node cells without their sketches, then the sketches of the sides shown in
-    one query (none when no side is shown), and the nodes' releases only when MTP ran both on and off."""
+    """The speedups read which ways the cells ran, then, only when a speedup can be shown (MTP ran both on
+    and off, or a baseline engine reported), the per-node cells without their sketches and the sketches of
+    the sides shown in one query (none when no side is shown), and the nodes' releases only when MTP ran
+    both on and off. Each read of cells names the registered nodes' runs (rollups/public_weight.py)."""
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
@@ -517,9 +519,27 @@ def test_the_speedups_read_the_sketches_of_the_sides_shown_only(fleet: str) -> N
     with CaptureQueriesContext(connection) as queries:
         speedups = baselines.speedups(package, revision)
     assert _sketch_reads(queries.captured_queries) == reads
-    both = len({c.mtp_used for c in baselines._node_cells(revision.pk)}) == 2
-    assert sum("packages_app_noderun" in q["sql"] for q in queries.captured_queries) == 1 + int(both)
+    both = len({c.mtp_used for c in speedup_cells.node_cells(revision.pk)}) == 2
+    cells_read = both or "no baseline" not in fleet
+    cell_reads = sum(
+        '"accepted"' in q["sql"] and "packages_app_rollup" in q["sql"] for q in queries.captured_queries
+    )
+    assert cell_reads == int(cells_read)
+    runs = sum("packages_app_noderun" in q["sql"] for q in queries.captured_queries)
+    assert runs == 1 + int(cells_read) + int(both)
     assert speedups.mtp is not None or speedups.baselines or reads == 0
+
+
+@pytest.mark.parametrize("fleet", [name for name in FLEETS if "no baseline" in name])
+def test_speedups_that_read_no_cells_answer_what_reading_them_does(
+    fleet: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where nothing can be shown (no baseline engine, MTP ran one way or not at all), the speedups answer
+    from the ways the cells ran without reading them: the same answer as reading them (the control)."""
+    package, revision = FLEETS[fleet][0]()
+    short = baselines.speedups(package, revision)
+    monkeypatch.setattr(baselines, "_nothing_to_show", lambda ran, crossed, groups: False)
+    assert baselines.speedups(package, revision) == short
 
 
 def test_a_cells_decode_count_is_its_sketchs_count() -> None:

@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 from django.db.models import QuerySet
 
-from packages_app import baselines, compiled, node_plans, throughput
+from packages_app import compiled, node_plans, speedup_cells, throughput
 from packages_app.catalog import lookups
 from packages_app.fleet import plans
-from packages_app.models import Node, Revision
+from packages_app.models import Node, Revision, Rollup
 from tests import dashboard_factories as f
 
 pytestmark = pytest.mark.django_db
@@ -40,6 +40,12 @@ def reported() -> tuple[list[Revision], list[Node]]:
     return [old, new], nodes
 
 
+def cells(revision: Revision) -> QuerySet[Rollup]:
+    """The revision's per-node total cells of the nodes that registered a run of it (box-0 and box-1)."""
+    registered = Node.objects.filter(name__in=["box-0", "box-1"]).values("pk")
+    return Rollup.objects.filter(revision=revision, grain="total", node_key__in=registered)
+
+
 def same(build: Any, *args: Any) -> list[Any]:
     """compiled.rows(build, *args), checked against the queryset's own rows (order kept where it has one)."""
     rows = compiled.rows(build, *args)
@@ -53,7 +59,10 @@ def test_each_compiled_read_of_the_package_page_reads_what_its_queryset_does() -
         totals = same(throughput._total_cells, revision.pk)
         assert totals and all(isinstance(row, dict) and isinstance(row["tps"], str) for row in totals)
         assert {row["first_at"].tzinfo is not None for row in totals} == {True}  # a time, on SQLite too
-        assert len(same(baselines._node_cells_of, revision.pk)) >= 2
+        assert len(same(speedup_cells._node_cells_of, revision.pk)) >= 2
+        assert sorted(same(speedup_cells._ran_of, revision.pk)) == sorted(
+            {(c.mtp_used,) for c in cells(revision)}
+        )
         every = same(node_plans._busiest_of(node_plans.PLAN_ROWS), revision.pk)  # fewer plans: all of them
         at_one = same(node_plans._busiest_of(1), revision.pk)
         assert len(every) >= 2 and at_one and set(at_one) <= set(every)
