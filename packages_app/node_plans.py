@@ -3,11 +3,12 @@ unused-MTP alert counts and names.
 
 Read from models.PlanRollup (one row a node's plan: node, stage split, requested and effective strategy;
 rollups/ keeps them in the transaction that stores the reports), of the nodes that registered a run of the
-revision (rollups/public_weight.py), each read bounded by what it shows:
+revision (rollups/public_weight.py):
 
-- the busiest PLAN_ROWS plans and the ties at the cut, from the index by reports, with their sketches;
-- the count of the nodes (one number);
-- when the alert shows, each alerted node's reports showing MTP unused (one pair a node).
+- the busiest PLAN_ROWS plans and the ties at the cut, from the index by reports, with their sketches (a
+  cut where many plans tie, all of one report say, reads them all: their sketches are a bin or two);
+- the count of the nodes: one number, counted over the natural key's index;
+- when the alert shows, each alerted node's reports showing MTP unused: one pair a node.
 
 Before (issue 43) every request read the revision's per-node total cells (2,180 for the busiest seeded
 revision at 10,000 nodes) and grouped them into plans in Python. Names are read for the plans at the cut

@@ -4,7 +4,8 @@ They read the rollups (models.RevisionRollup, every node's cells without the top
 nodes' plans, models.PlanRollup, through node_plans; kept by rollups/), never the raw reports, except the
 bounded "recent reports" table: so a page's cost depends on how long and how varied a revision's traffic
 is (hours or days x strategies x splits), not on how many reports it got, nor on how many topologies its
-nodes form, nor (but for the alert's count of nodes) on how many nodes ran it. A package page's figures
+nodes form, nor (but for two counts over an index: its nodes, its alerted nodes) on how many nodes ran it.
+A package page's figures
 are five to nine small queries (the totals, the busiest plans, the node count, the names, and as needed
 the alerted nodes, a time range's cells, the weights' MTP, the series and the recent reports). Medians
 come from the rollups' sketches (packages_app.sketch, read through stored_sketch): medians on every
