@@ -22,7 +22,7 @@ import heapq
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, NamedTuple
 
 from django.db.models import Count, QuerySet, Subquery, Sum
 from django.db.models.functions import Coalesce
@@ -199,10 +199,7 @@ def alert(unused_by_node: Mapping[int, int], unused: int, names: Mapping[int, st
     )
 
 
-Key = TypeVar("Key")
-
-
-def alert_cut(counts: Mapping[Key, int]) -> dict[Key, int]:
+def alert_cut(counts: Mapping[int, int]) -> dict[int, int]:
     """The nodes that may be among the ALERT_NAMES with the most reports showing MTP unused: every node
     with at least the count of the ALERT_NAMES-th (ties at the cut included: which of them are named is
     decided by name, read for these only)."""

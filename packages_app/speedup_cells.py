@@ -1,6 +1,7 @@
 """A revision's per-node total cells as the speedups read them (baselines.speedups): without their sketches,
-of the nodes that registered a run of the revision (rollups/public_weight.py), each read compiled once per
-process; the sketches of the sides a speedup shows read apart, in one query.
+of the nodes that registered a run of the revision (rollups/public_weight.py). The cells, and the ways they
+ran, are each one query compiled once per process; the sketches of the sides a speedup shows are read apart,
+in one ORM query (its list of ids differs each time).
 """
 
 from __future__ import annotations
