@@ -802,6 +802,15 @@ def test_the_fleet_seed_has_topologies_whose_nodes_serve_one_to_three_revisions_
             stdout=quiet,
         )
     assert Report.objects.count() == 400
+    # 400 reports hold one a day by each of the 12 nodes over the 30 days, so every node reports on each
+    # day, as at 1M and 10M reports: the fleet pages' windows hold the same nodes whatever the total.
+    from packages_app.seeding.rows import NOW, REPORT_SPAN
+
+    days_by_node: dict[int, set[int]] = {}
+    for node, at in Report.objects.values_list("node_id", "received_at"):
+        days_by_node.setdefault(node, set()).add((at - (NOW - REPORT_SPAN)).days)
+    assert len(days_by_node) == 12
+    assert all(days == set(range(30)) for days in days_by_node.values()), days_by_node
     assert RevisionRollup.objects.exists()  # filled with the other rollups, and agreeing with them
     assert_revision_rollups_add_up_the_every_node_cells()
     if connection.vendor == "postgresql":  # the planner's statistics of every table the seed filled

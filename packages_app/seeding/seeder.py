@@ -367,8 +367,10 @@ class Seeder:
         return seen
 
     def create_fleet_reports(self) -> int:
-        """Reports of each topology (Zipf-like over topologies), each from one of its nodes, on the
-        revision it served at the time, with its split and id; then their keys and rollups."""
+        """Reports of each topology, each from one of its nodes, on the revision it served at the time,
+        with its split and id; then their keys and rollups. When the total allows, every node answers
+        at least one request on each day of the span (``daily_reports``), so the fleet pages' windows
+        hold the same nodes with 1M reports as with 10M; the rest go Zipf-like over the topologies."""
         total = self.options["reports"]
         if not total:
             return 0
@@ -376,9 +378,13 @@ class Seeder:
             partitions.create_months(NOW - REPORT_SPAN, NOW)
         self.next_id = reserve_report_ids(total)
         first_id = self.next_id
+        daily = self.daily_reports(total)
         loader = CopyLoader() if connection.vendor == "postgresql" else BulkLoader(self.batch)
         with loader:
-            for topology, count in zip(self.fleet, zipf_counts(total, len(self.fleet)), strict=True):
+            for topology, node, at in daily:
+                loader.add(self.fleet_report_row(topology, node, at))
+            rest = total - (self.next_id - first_id)
+            for topology, count in zip(self.fleet, zipf_counts(rest, len(self.fleet)), strict=True):
                 for _ in range(count):
                     loader.add(self.fleet_report_row(topology))
         add_report_keys(first_id, self.next_id)
@@ -386,11 +392,32 @@ class Seeder:
         rebuild(served)
         return loader.total
 
-    def fleet_report_row(self, topology: FleetTopology) -> SyntheticReport:
-        start, end = topology.segments[0].start, topology.segments[-1].end
-        at = start + timedelta(seconds=self.random.uniform(0, (end - start).total_seconds()))
+    def daily_reports(self, total: int) -> Iterator[tuple[FleetTopology, int, datetime]]:
+        """(topology, node, when) of one report by each node on each day of the span, at a random time
+        of the day, or none when ``total`` cannot hold them all: a node serving a package answers a
+        request a day, however many the busiest nodes answer."""
+        days = REPORT_SPAN.days
+        if total < days * sum(len(topology.nodes) for topology in self.fleet):
+            return
+        day = timedelta(days=1).total_seconds()
+        for topology in self.fleet:
+            for node in topology.nodes:
+                for index in range(days):
+                    yield (
+                        topology,
+                        node,
+                        topology.segments[0].start + timedelta(seconds=day * (index + self.random.random())),
+                    )
+
+    def fleet_report_row(
+        self, topology: FleetTopology, node: int | None = None, at: datetime | None = None
+    ) -> SyntheticReport:
+        """A report of ``topology`` by ``node`` at ``at``, each at random when not given."""
+        if at is None:
+            start, end = topology.segments[0].start, topology.segments[-1].end
+            at = start + timedelta(seconds=self.random.uniform(0, (end - start).total_seconds()))
         segment = next(s for s in topology.segments if at <= s.end)
-        node = self.random.choice(topology.nodes)
+        node = self.random.choice(topology.nodes) if node is None else node
         requested = next(value for since, value in reversed(self.settings[node]) if since <= at)
         _version, release = self.release_on(node, segment.revision)
         row = self.report_row(segment.revision, at, ran=resolved(requested, segment.revision, release))

@@ -12,7 +12,10 @@ the package's latest, sometimes another package), with the runs the nodes' agent
 revision only on a release that admits it (its own, else the newest that does: its operator moved it
 there), and runs what its operator's ``speculative.strategy`` setting does there as the revision's
 stored assessment predicts (most ``auto``; a few changed their setting once; a setting whose load
-fails is turned off). The catalog shape's reports each pick a strategy at random. ``--nodes N`` sizes
+fails is turned off). Every fleet node answers at least one request on each day of the 30 when
+``--reports`` holds them all (30 a node), so a fleet page's window holds the same nodes at 1M reports as
+at 10M; the rest go Zipf-like over the topologies. The catalog shape's reports each pick a strategy at
+random. ``--nodes N`` sizes
 the fleet (up to 10,000 and beyond: about 0.4 topologies a node, TOPOLOGY_SIZES). Last, every node's
 kept judgement (packages_app.judgements) is written as at the newest report, the benchmark's clock.
 """
