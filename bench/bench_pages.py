@@ -35,12 +35,14 @@ Exit status 1 when a page does not answer 200 or any ratio is over its target.
 
 The fleet pages (/nodes/ and its second page, the busiest node's page, the page of the topology the most
 nodes served, the catalog's served revisions and the before/after comparison of the package the most
-nodes ran) show what nodes reported in the last 7 days. Seeded reports end at the seed's NOW (the
-midnight UTC before it ran), so those pages are measured with the clock set to the newest report
-(``--fleet-clock newest``, the default); ``--fleet-clock now`` measures them at the real time, which on
-the day of the seed is nearly the same window. Their windows then start at midnight, so the nodes pages
-read whole days only; with ``--fleet-clock noon`` (12 hours before the newest report) the window's first
-day is split at noon, the most hour cells those pages read (fleet.window.window_terms).
+nodes ran) show what nodes reported in the last 7 days. The fleet seed's every node reports on each day
+when the total holds it (30 reports a node), so those pages list the same nodes and rows at 1M reports as
+at 10M, and ``--compare`` of the two measures the reports' cost, not other rows. Seeded reports end at
+the seed's NOW (the midnight UTC before it ran), so those pages are measured with the clock set to the
+newest report (``--fleet-clock newest``, the default); ``--fleet-clock now`` measures them at the real
+time, which on the day of the seed is nearly the same window. Their windows then start at midnight, so
+the nodes pages read whole days only; with ``--fleet-clock noon`` (12 hours before the newest report) the
+window's first day is split at noon, the most hour cells those pages read (fleet.window.window_terms).
 """
 
 from __future__ import annotations
