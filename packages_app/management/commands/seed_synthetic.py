@@ -15,9 +15,9 @@ stored assessment predicts (most ``auto``; a few changed their setting once; a s
 fails is turned off). Every fleet node answers at least one request on each day of the 30 when
 ``--reports`` holds them all (30 a node), so a fleet page's window holds the same nodes at 1M reports as
 at 10M; the rest go Zipf-like over the topologies. The catalog shape's reports each pick a strategy at
-random. ``--nodes N`` sizes
-the fleet (up to 10,000 and beyond: about 0.4 topologies a node, TOPOLOGY_SIZES). Last, every node's
-kept judgement (packages_app.judgements) is written as at the newest report, the benchmark's clock.
+random. ``--nodes N`` sizes the fleet (up to 10,000 and beyond: about 0.4 topologies a node,
+TOPOLOGY_SIZES). Last, every node's kept judgement (packages_app.judgements) is written as at the newest
+report, the benchmark's clock.
 """
 
 from typing import Any
