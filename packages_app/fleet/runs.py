@@ -11,8 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db.models import F, Q, QuerySet, Window
-from django.db.models.functions import RowNumber
+from django.db.models import OuterRef, Q, QuerySet, Subquery
 
 from packages_app.audit.advice import NodeFacts
 from packages_app.fleet.sql import rows_matching
@@ -94,15 +93,16 @@ def latest_runs(node_ids: NodeIds, show_private: bool, stages: bool = True) -> d
     newest run of a public package or of none (a run of a private package, of one whose privacy is
     unknown, or naming a repo no stored revision confirms would show its version and devices beside it).
     Read as values: a thousand model instances with their revisions and packages took longer than the
-    query. Each node's runs ranked by a window function: a correlated subquery per run took PostgreSQL
-    27 ms at 1,000 nodes."""
-    shown = NodeRun.objects.filter(node_id__in=node_ids)
+    query. Each node's newest run is the first its index on (node, updated_at, id) gives, read backwards
+    (noderun_node_newest): ranking every run of the nodes by a window function took 124 ms for /nodes/'
+    20 nodes on the catalog seed, where each registered 3,800 runs; this, 1 ms."""
+    shown = NodeRun.objects.filter(node_id=OuterRef("pk"))
     if not show_private:
         shown = shown.filter(Q(revision__package__private=False) | Q(revision__isnull=True, repo_id=""))
-    newest = Window(RowNumber(), partition_by=F("node_id"), order_by=(F("updated_at").desc(), F("id").desc()))
+    newest = shown.order_by("-updated_at", "-id").values("pk")[:1]
     rows = (
-        shown.annotate(newest=newest)
-        .filter(newest=1)
+        NodeRun.objects.filter(pk__in=Node.objects.filter(pk__in=node_ids).values(run=Subquery(newest)))
+        .order_by()
         .values_list(
             "node_id",
             "revision_id",

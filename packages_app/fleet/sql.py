@@ -53,6 +53,9 @@ def _pg_array(column: list[Any]) -> str:
     return _PG_ARRAYS.get(type(first), "text[]")
 
 
+FENCE = " OFFSET 0"  # keeps PostgreSQL from flattening a subquery into the query around it (``joined``)
+
+
 def joined(
     values: str, names: list[str], table: str, where: str, picked: str, columns: str, also: str = ""
 ) -> str:
@@ -60,10 +63,15 @@ def joined(
     list as ``aliased`` names it) joined to the rows of ``table`` (``t``) that ``where`` matches to each
     of its rows. PostgreSQL reads them by a LATERAL subquery selecting ``picked`` from them: it keeps the
     planner from hashing the list against a scan of the whole table; SQLite reads a plain join that way.
-    Only names and constant text are formatted in: values are the lists' parameters."""
+    With ``also``, the subquery is fenced (OFFSET 0) so that each pair of rows is one read of the index
+    with both rows' values: flattened into a join, the planner, expecting one cell a group, read every
+    cell of each group and filtered them by ``also``'s after (the catalog seed's /nodes/: 18,128 cells
+    for the 755 in the window, 83 ms; fenced, 4 ms). Only names and constant text are formatted in:
+    values are the lists' parameters."""
     lists = aliased(values, names, "v") + (f" CROSS JOIN {also}" if also else "")
     if connection.vendor == "postgresql":
-        lateral = f"SELECT {picked} FROM {table} AS t WHERE {where}"  # noqa: S608
+        fence = FENCE if also else ""
+        lateral = f"SELECT {picked} FROM {table} AS t WHERE {where}{fence}"  # noqa: S608
         return f"SELECT {columns} FROM {lists} CROSS JOIN LATERAL ({lateral}) AS t"  # noqa: S608
     return f"SELECT {columns} FROM {lists} JOIN {table} AS t ON {where}"  # noqa: S608
 

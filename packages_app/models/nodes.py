@@ -224,6 +224,8 @@ class NodeRun(models.Model):
             ),
             models.Index(fields=["served_revision", "node"], name="noderun_served_nodes"),
             models.Index(fields=["repo_id", "commit_sha", "node"], name="noderun_named_nodes"),
+            # Each node's newest run, read backwards from its last entry (fleet.runs.latest_runs).
+            models.Index(fields=["node", "updated_at", "id"], name="noderun_node_newest"),
         ]
 
     def __str__(self) -> str:
