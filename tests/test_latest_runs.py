@@ -12,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.db import connection
 
+from packages_app.fleet import sql as fleet_sql
 from packages_app.fleet.runs import latest_runs
 from packages_app.models import Node, NodeRun, Package, Revision
 from tests.dashboard_factories import make_node
@@ -71,25 +72,42 @@ def test_each_nodes_newest_run_is_the_one_the_rule_picks(seed: int) -> None:
     assert latest_runs([], show_private=True) == {}
 
 
-def test_the_newest_run_is_read_from_the_nodes_index_in_order() -> None:
-    """PostgreSQL finds each node's newest run as the first entry of noderun_node_newest it reads
-    backwards, never ranking all its runs (a node of the catalog seed registered 3,800)."""
+def plan_of_latest_runs() -> str:
+    """PostgreSQL's plan, run, of latest_runs for every node (the judging read) of ``random_runs``."""
+    from django.test.utils import CaptureQueriesContext
+
     if connection.vendor != "postgresql":
         pytest.skip("the plan is PostgreSQL's")
     random_runs(0)
-    with connection.cursor() as cursor:  # a few rows: make the planner use an index if one can answer
-        cursor.execute("SET LOCAL enable_seqscan = off; SET LOCAL enable_bitmapscan = off")
-        cursor.execute("EXPLAIN " + _latest_runs_sql())
-        plan = "\n".join(row[0] for row in cursor.fetchall())
-    assert "Index Scan Backward using noderun_node_newest" in plan, plan
-    assert "WindowAgg" not in plan and "Sort" not in plan, plan
-
-
-def _latest_runs_sql() -> str:
-    """The SQL latest_runs sends for every node, as PostgreSQL gets it."""
-    from django.test.utils import CaptureQueriesContext
-
     with CaptureQueriesContext(connection) as queries:
         latest_runs(Node.objects.values_list("pk", flat=True), show_private=False)
     (query,) = queries.captured_queries
-    return query["sql"]
+    with connection.cursor() as cursor:  # a few rows: make the planner use an index if one can answer
+        cursor.execute("SET LOCAL enable_seqscan = off; SET LOCAL enable_bitmapscan = off")
+        cursor.execute("EXPLAIN ANALYZE " + query["sql"])
+        return "\n".join(row[0] for row in cursor.fetchall())
+
+
+def test_the_newest_run_is_read_from_the_nodes_index_once_a_node() -> None:
+    """PostgreSQL finds each node's newest run as the first entry of noderun_node_newest it reads
+    backwards, never ranking all its runs (a node of the catalog seed registered 3,800), and once a node
+    (``fleet.sql.Fenced``)."""
+    plan = plan_of_latest_runs()
+    assert "Index Scan Backward using noderun_node_newest" in plan, plan
+    assert "WindowAgg" not in plan and "Sort" not in plan, plan
+    assert _reads_per_node(plan) == [Node.objects.count()], plan
+
+
+def test_control_unfenced_each_nodes_newest_run_is_read_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(fleet_sql.Fenced, "template", "(%(subquery)s)")
+    plan = plan_of_latest_runs()
+    assert _reads_per_node(plan) != [Node.objects.count()], plan
+
+
+def _reads_per_node(plan: str) -> list[int]:
+    """How many times the plan read noderun_node_newest (the loops of each scan of it)."""
+    return [
+        int(line.rsplit("loops=", 1)[1].rstrip(")"))
+        for line in plan.splitlines()
+        if "using noderun_node_newest" in line
+    ]

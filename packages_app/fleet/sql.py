@@ -9,7 +9,7 @@ from datetime import datetime
 from typing import Any
 
 from django.db import connection
-from django.db.models import Model
+from django.db.models import Model, Subquery
 from django.db.models.expressions import RawSQL
 
 SqlPart = tuple[str, list[Any]]  # SQL text with %s placeholders, and its parameters
@@ -54,6 +54,17 @@ def _pg_array(column: list[Any]) -> str:
 
 
 FENCE = " OFFSET 0"  # keeps PostgreSQL from flattening a subquery into the query around it (``joined``)
+
+
+class Fenced(Subquery):
+    """A subquery PostgreSQL keeps whole (FENCE), so each of its rows' values is computed once: flattened,
+    a correlated subquery in its SELECT list was run again wherever the plan used its value (three
+    times a row for ``pk__in``: 154 ms against 72 for 10,000 nodes' newest runs). SQLite's as written."""
+
+    template = f"(%(subquery)s{FENCE})"
+
+    def as_sqlite(self, compiler: Any, connection: Any, **extra: Any) -> Any:
+        return self.as_sql(compiler, connection, template="(%(subquery)s)", **extra)
 
 
 def joined(
