@@ -83,6 +83,27 @@ def test_each_compiled_read_of_the_package_page_reads_what_its_queryset_does() -
     assert first and all(at.tzinfo is not None for _, at in first)
 
 
+def test_the_nodes_pages_candidate_rows_read_what_their_queryset_does() -> None:
+    """fleet.ranking.top_revisions for a page's nodes: each node's busiest and flagged revisions and its
+    count, for visitors and operators, at the nodes pages' and a node's page's limits."""
+    from django.utils import timezone
+
+    from packages_app.fleet import ranking
+
+    f.qwen35_fleet(timezone.now())
+    reported()  # and nodes whose reports are outside the window
+    ids = list(Node.objects.order_by("name").values_list("pk", flat=True))
+    since = timezone.now() - timedelta(days=7)
+    for show_private in (False, True):
+        for limit in (1, ranking.NODES_PAGE_ROWS, ranking.NODE_PAGE_ROWS):
+            rows = same(ranking._tops_of(limit), ids, since, show_private)
+            assert len(rows) == len(ids)
+            served = ranking.top_revisions(ids, since, show_private, limit).served
+            assert served == {row[0]: int(row[3] or 0) for row in rows}
+    # What the pages read: some node ran a revision in the window, and each node is counted.
+    assert any(ranking.top_revisions(ids, since, False, 5).revisions.values())
+
+
 def test_a_read_that_can_match_nothing_reads_nothing() -> None:
     # An empty list of ids: the ORM refuses to compile it (EmptyResultSet) and its iteration answers [].
     assert same(node_plans._names_of, []) == []
