@@ -1,5 +1,6 @@
 """Lists of keys as SQL: the rows that a list of key tuples names, each looked up by whichever index serves
-its keys, in one query on PostgreSQL (one array a column) and SQLite (a VALUES list).
+its keys, in one query on PostgreSQL (one array a column) and SQLite (a VALUES list); and subqueries
+PostgreSQL keeps whole (``FENCE``), where flattening them let the planner read more.
 """
 
 from __future__ import annotations
