@@ -9,10 +9,11 @@ from typing import Any
 
 import pytest
 from django.db.models import QuerySet
+from django.utils import timezone
 
 from packages_app import compiled, node_plans, speedup_cells, throughput
 from packages_app.catalog import lookups
-from packages_app.fleet import plans
+from packages_app.fleet import plans, ranking
 from packages_app.models import Node, Revision, Rollup
 from tests import dashboard_factories as f
 
@@ -86,10 +87,6 @@ def test_each_compiled_read_of_the_package_page_reads_what_its_queryset_does() -
 def test_the_nodes_pages_candidate_rows_read_what_their_queryset_does() -> None:
     """fleet.ranking.top_revisions for a page's nodes: each node's busiest and flagged revisions and its
     count, for visitors and operators, at the nodes pages' and a node's page's limits."""
-    from django.utils import timezone
-
-    from packages_app.fleet import ranking
-
     f.qwen35_fleet(timezone.now())
     reported()  # and nodes whose reports are outside the window
     ids = list(Node.objects.order_by("name").values_list("pk", flat=True))
