@@ -1,0 +1,136 @@
+"""The catalog's counts are what its filters show: over random catalogs (privacy, latest verdicts and
+statuses, architectures, older broken revisions nodes ran in the window or before it), the count, every
+verdict facet and every status facet of catalog.facets equal the rows the catalog's own query lists with
+that filter (catalog.listing.catalog_queryset, built from filters.verdict_q and headline_q), under the
+other filters, for readers who may and may not see private packages."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+from datetime import timedelta
+from unittest import mock
+
+import pytest
+from django.db.models import F
+from django.utils import timezone
+
+from packages_app.catalog import facets
+from packages_app.catalog.facets import CatalogCounts, catalog_counts
+from packages_app.catalog.filters import ANY_INCONSISTENT, ANY_NEEDS_ACTION, NOT_AUDITED, CatalogFilters
+from packages_app.catalog.listing import catalog_queryset
+from packages_app.models import LastServed, Package, Revision
+from packages_app.verdicts import INCONSISTENT_VERDICTS, NEEDS_ACTION, STATUSES, VERDICTS
+from tests import dashboard_factories as f
+
+pytestmark = pytest.mark.django_db
+
+ARCHITECTURES = ("qwen35moe", "llama", "")
+PRIVACY = (False, False, False, True, None)  # None: not synced yet, hidden like a private one
+
+
+def random_catalog(seed: int, packages: int = 14) -> None:
+    """Packages with a random latest revision (or none, or one still ingesting), some with older
+    revisions, broken or not, that nodes ran inside the window, before it, or never."""
+    rng = random.Random(seed)
+    now = timezone.now()
+    for i in range(packages):
+        package = f.make_package(f"meshllm/P{seed}x{i}-layers")
+        Package.objects.filter(pk=package.pk).update(private=rng.choice(PRIVACY))
+        for _ in range(rng.choice((0, 1, 1, 2))):  # older revisions
+            older = f.make_revision(
+                package,
+                rng.choice(VERDICTS),
+                latest=False,
+                headline=rng.choice(STATUSES),
+                architecture=rng.choice(ARCHITECTURES),
+            )
+            served = rng.choice((None, 1, 3, 20))  # days ago; None: never
+            if served is not None:
+                at = now - timedelta(days=served)
+                LastServed.objects.create(revision=older, package=package, last_at=at, last_unused_at=at)
+        if rng.random() < 0.1:
+            continue  # tracked, no revision yet
+        latest = f.make_revision(
+            package,
+            rng.choice((*VERDICTS, "")),
+            committed_at=f.BASE_TIME + timedelta(days=1),
+            headline=rng.choice((*STATUSES, "")),
+            architecture=rng.choice(ARCHITECTURES),
+            schema_version=rng.choice((1, 2)),
+        )
+        if rng.random() < 0.15:
+            ingesting = {"status": Revision.Status.RUNNING, "verdict": "", "headline": ""}
+            Revision.objects.filter(pk=latest.pk).update(**ingesting)
+        if rng.random() < 0.4:
+            at = now - timedelta(days=rng.choice((0, 2, 20)))
+            LastServed.objects.create(revision=latest, package=package, last_at=at, last_unused_at=at)
+
+
+FILTERS = (
+    CatalogFilters(),
+    CatalogFilters(q="x1"),
+    CatalogFilters(architecture="llama"),
+    CatalogFilters(schema=2, mtp_detected=True),
+    CatalogFilters(alert=True),
+    CatalogFilters(window_days=2),
+    CatalogFilters(verdict=ANY_INCONSISTENT),
+    CatalogFilters(verdict="consistent-mtp", architecture="qwen35moe"),
+    CatalogFilters(verdict=NOT_AUDITED),
+    CatalogFilters(headline=ANY_NEEDS_ACTION),
+    CatalogFilters(headline="serves-mtp", q="layers"),
+    CatalogFilters(verdict=ANY_INCONSISTENT, headline=ANY_NEEDS_ACTION, window_days=30),
+)
+
+
+def listed(filters: CatalogFilters, show_private: bool) -> int:
+    return catalog_queryset(filters, show_private).count()
+
+
+def disagreements(counts: CatalogCounts, filters: CatalogFilters, show_private: bool) -> list[str]:
+    """Where the counts say other than the catalog's rows would."""
+    wrong = []
+    if counts.matching != (n := listed(filters, show_private)):
+        wrong.append(f"matching {counts.matching} != {n}")
+    for verdict in (ANY_INCONSISTENT, *VERDICTS, NOT_AUDITED):
+        if counts.facets[verdict] != (n := listed(replace(filters, verdict=verdict), show_private)):
+            wrong.append(f"verdict {verdict}: {counts.facets[verdict]} != {n}")
+    for status in (ANY_NEEDS_ACTION, *STATUSES):
+        if counts.headlines[status] != (n := listed(replace(filters, headline=status), show_private)):
+            wrong.append(f"status {status}: {counts.headlines[status]} != {n}")
+    visible = Package.objects.visible(show_private).exclude(latest_revision__architecture="")
+    architectures = sorted(set(visible.values_list("latest_revision__architecture", flat=True)) - {None})
+    if counts.architectures != architectures:
+        wrong.append(f"architectures {counts.architectures} != {architectures}")
+    return wrong
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_every_count_is_what_its_filter_lists(seed: int) -> None:
+    random_catalog(seed)
+    for show_private in (False, True):
+        for filters in FILTERS:
+            counts = catalog_counts(filters, show_private)
+            assert disagreements(counts, filters, show_private) == [], (filters, show_private)
+
+
+def test_the_catalogs_hold_older_broken_revisions_nodes_ran_in_the_window() -> None:
+    """What the random catalogs must hold for the counts' second read to matter, and the control: the
+    counts without what nodes ran (``_served_facets`` read as nothing) disagree with the rows."""
+    for seed in range(4):
+        random_catalog(seed)
+    since = timezone.now() - timedelta(days=7)
+    found = facets._served_facets(since)
+    older = {package for packages in found.values() for package in packages}
+    assert len(older) >= 4
+    broken = LastServed.objects.filter(last_at__gte=since, revision__verdict__in=INCONSISTENT_VERDICTS)
+    assert broken.exclude(revision_id=F("package__latest_revision_id")).exists()
+    assert LastServed.objects.filter(last_at__gte=since, revision__headline__in=NEEDS_ACTION).exists()
+    with mock.patch.object(facets, "_served_facets", return_value={}):
+        wrong = [
+            problem
+            for filters in FILTERS
+            for problem in disagreements(catalog_counts(filters, True), filters, True)
+        ]
+    assert any(problem.startswith("verdict inconsistent") for problem in wrong), wrong
+    assert any(problem.startswith("status needs-action") for problem in wrong), wrong
