@@ -1,6 +1,6 @@
-"""The nodes pages' groups, built by one tag a node (templatetags/node_rows.py): byte for byte the markup of
-the template loop it replaces (kept in tests/reference/node_rows.html), on every branch, with hostile text
-from nodes escaped."""
+"""The nodes pages' groups and a node page's rows, built by one tag each (templatetags/node_rows.py): byte for
+byte the markup of the template loops they replace (kept in tests/reference/), on every branch, with hostile
+text from nodes escaped."""
 
 from __future__ import annotations
 
@@ -19,8 +19,11 @@ from packages_app.models import Node
 from packages_app.templatetags import node_rows
 from packages_app.verdicts import Cause
 
-# The template text of the loop's body before the tag (nodes.html at 875a51f).
-GROUP_LOOP = "\n" + (Path(__file__).parent / "reference" / "node_rows.html").read_text()
+# The template text of the loops' bodies before the tags (nodes.html and node_detail.html at 875a51f, the
+# include of _serving_badges.html written out).
+REFERENCE = Path(__file__).parent / "reference"
+GROUP_LOOP = "\n" + (REFERENCE / "node_rows.html").read_text()
+ROW_LOOP = "\n" + (REFERENCE / "node_serving_rows.html").read_text()
 
 HOSTILE = '<script>alert("x")</script> & co'
 HOSTILE_NAME = '<b onmouseover="x">&co'  # a name in a URL path: no slash
@@ -141,3 +144,21 @@ def test_text_from_nodes_is_shown_escaped_never_as_markup() -> None:
 def test_the_control_a_group_built_without_escaping_would_carry_the_script() -> None:
     # What escaped_format stops: the same row written with str.format.
     assert "<script>" in node_rows.SERVING.format(*([HOSTILE] * node_rows.SERVING.count("{}")))
+
+
+SERVED = [s for row in ROWS for s in row.serving] + [
+    serving(identity="unaudited", topology_id="", layer_range="", version=""),
+    serving(reports=0, topology_id=HOSTILE_NAME, advice=Advice(Cause.OK, "fine", None, observed="said")),
+]
+
+
+def test_a_node_pages_rows_are_the_markup_the_template_loop_wrote() -> None:
+    before = rendered(
+        "{% load verdicts %}{% for s in served %}" + ROW_LOOP + "    {% endfor %}", served=SERVED
+    )
+    now = rendered(
+        "{% load node_rows %}{% for s in served %}{% node_serving_row s %}\n    {% endfor %}", served=SERVED
+    )
+    assert now == before
+    assert now.count("<tr") == len(SERVED) and "(no report ran on it)" in now and "named in reports" in now
+    assert "<script>" not in now and "<b " not in now

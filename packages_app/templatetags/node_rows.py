@@ -106,7 +106,6 @@ def _serving(row: NodeRow, s: NodeServing, first: SafeString | str) -> SafeStrin
     if s.identity:
         tone = "muted" if s.identity == "confirmed" else "bad"
         identity = escaped_format(' <span class="{}">{}</span>', tone, s.identity_label)
-    alert = escaped_format(' <a class="badge alert" href="{}#runtime-alert">MTP unused</a>', _glossary_url())
     advice = s.advice
     on_version = escaped_format(' <span class="muted">on {}</span>', s.version)
     text = escaped_format('<p class="advice">{}</p>', advice.text)
@@ -120,7 +119,7 @@ def _serving(row: NodeRow, s: NodeServing, first: SafeString | str) -> SafeStrin
         s.short_sha,
         "" if s.is_latest else NOT_LATEST,
         identity,
-        escaped_format("{}{}", headline_badge(s.headline), alert if s.alert else ""),
+        _badges(s),
         cause_badge(advice.cause),
         on_version if s.version and s.version != row.version else "",
         text if advice.cause != "ok" or advice.observed else "",
@@ -129,6 +128,58 @@ def _serving(row: NodeRow, s: NodeServing, first: SafeString | str) -> SafeStrin
         hundredths(s.tps),
         s.reports,
     )
+
+
+NODE_SERVING = (
+    '\n      <tr{}>\n        <td data-label="Package"><a href="{}?revision={}">{}</a></td>\n'
+    '        <td data-label="Revision"><code>{}</code><span class="sub {}">{}</span></td>\n'
+    '        <td data-label="Status">{}\n</td>\n'
+    '        <td data-label="Advice">{}{}{}</td>\n'
+    '        <td data-label="Layers">{}</td>\n'
+    '        <td data-label="Split"><code>{}</code></td>\n'
+    '        <td data-label="Topology">{}</td>\n'
+    '        <td data-label="tok/s" class="num">{}</td>\n'
+    '        <td data-label="Reports" class="num">{}</td>\n      </tr>'
+)
+
+
+@register.simple_tag
+def node_serving_row(s: NodeServing) -> SafeString:
+    """``{% node_serving_row s %}``: a row of a node's page: a revision it ran, its status and advice, where
+    it sat and what it decoded (the template adds the line's end)."""
+    advice = s.advice
+    topology: SafeString | str = DASH
+    if s.topology_id and s.reports:
+        topology = escaped_format('<a href="{}">{}</a>', topology_url(s.topology_id), s.topology_id)
+    elif s.topology_id:
+        topology = escaped_format('{} <span class="muted">(no report ran on it)</span>', s.topology_id)
+    return escaped_format(
+        NODE_SERVING,
+        ALERT_ROW if s.broken else "",
+        package_url(s.owner, s.name),
+        s.commit_sha,
+        s.repo_id,
+        s.short_sha,
+        "bad" if s.identity in ("unaudited", "other") else "muted",
+        s.identity_label or "named in reports",
+        _badges(s),
+        cause_badge(advice.cause),
+        escaped_format(' <span class="muted">on {}</span>', s.version) if s.version else "",
+        escaped_format('<p class="advice">{}</p>', advice.text)
+        if advice.cause != "ok" or advice.observed
+        else "",
+        s.layer_range or DASH,
+        s.stage_splits or DASH,
+        topology,
+        hundredths(s.tps),
+        s.reports,
+    )
+
+
+def _badges(s: NodeServing) -> SafeString:
+    """The revision's headline badge, and the unused-MTP alert's."""
+    alert = escaped_format(' <a class="badge alert" href="{}#runtime-alert">MTP unused</a>', _glossary_url())
+    return escaped_format("{}{}", headline_badge(s.headline), alert if s.alert else "")
 
 
 def _layers(s: NodeServing) -> SafeString:
