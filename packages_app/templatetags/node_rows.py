@@ -1,11 +1,11 @@
-"""The nodes pages' table, one tag a node: its ``<tbody>`` group, a row for each revision it ran in the
-window (or one saying it ran none).
+"""The fleet's node tables built in Python: the nodes pages' groups (one tag a node: its ``<tbody>``, a row
+for each revision it ran in the window, or one saying it ran none) and a node page's rows (one tag a row).
 
-The group's template loop cost /nodes/ most of its render in Django's variable lookups, ``{% if %}``, ``{% url
-%}``, the ``date`` filter and an ``{% include %}`` a row (issue 43), as the catalog's and the package page's
-rows did (catalog_rows.py, package_rows.py, which this follows). Each group is the markup the template held,
-byte for byte, every value escaped (``package_rows.escaped_format``); tests/test_node_rows.py renders both
-against the template text it replaces.
+Their template loops cost /nodes/ and a node's page most of their render in Django's variable lookups,
+``{% if %}``, ``{% url %}``, the ``date`` filter and an ``{% include %}`` a row (issue 43), as the catalog's
+and the package page's rows did (catalog_rows.py, package_rows.py, which this follows). Each is the markup
+the template held, byte for byte, every value escaped (``package_rows.escaped_format``);
+tests/test_node_rows.py renders both against the template text they replace.
 """
 
 from __future__ import annotations
@@ -53,6 +53,17 @@ UNCERTIFIED = mark_safe(
 )
 NOT_LATEST = mark_safe(' <span class="muted">(not the latest)</span>')
 LAYERS = "layers {} of <code>{}</code>"
+NODE_SERVING = (
+    '\n      <tr{}>\n        <td data-label="Package"><a href="{}?revision={}">{}</a></td>\n'
+    '        <td data-label="Revision"><code>{}</code><span class="sub {}">{}</span></td>\n'
+    '        <td data-label="Status">{}\n</td>\n'
+    '        <td data-label="Advice">{}{}{}</td>\n'
+    '        <td data-label="Layers">{}</td>\n'
+    '        <td data-label="Split"><code>{}</code></td>\n'
+    '        <td data-label="Topology">{}</td>\n'
+    '        <td data-label="tok/s" class="num">{}</td>\n'
+    '        <td data-label="Reports" class="num">{}</td>\n      </tr>'
+)
 
 
 @register.simple_tag
@@ -128,19 +139,6 @@ def _serving(row: NodeRow, s: NodeServing, first: SafeString | str) -> SafeStrin
         hundredths(s.tps),
         s.reports,
     )
-
-
-NODE_SERVING = (
-    '\n      <tr{}>\n        <td data-label="Package"><a href="{}?revision={}">{}</a></td>\n'
-    '        <td data-label="Revision"><code>{}</code><span class="sub {}">{}</span></td>\n'
-    '        <td data-label="Status">{}\n</td>\n'
-    '        <td data-label="Advice">{}{}{}</td>\n'
-    '        <td data-label="Layers">{}</td>\n'
-    '        <td data-label="Split"><code>{}</code></td>\n'
-    '        <td data-label="Topology">{}</td>\n'
-    '        <td data-label="tok/s" class="num">{}</td>\n'
-    '        <td data-label="Reports" class="num">{}</td>\n      </tr>'
-)
 
 
 @register.simple_tag
