@@ -118,8 +118,6 @@ def _serving(row: NodeRow, s: NodeServing, first: SafeString | str) -> SafeStrin
         tone = "muted" if s.identity == "confirmed" else "bad"
         identity = escaped_format(' <span class="{}">{}</span>', tone, s.identity_label)
     advice = s.advice
-    on_version = escaped_format(' <span class="muted">on {}</span>', s.version)
-    text = escaped_format('<p class="advice">{}</p>', advice.text)
     return escaped_format(
         SERVING,
         ALERT_ROW if advice.needs_action else "",
@@ -132,8 +130,8 @@ def _serving(row: NodeRow, s: NodeServing, first: SafeString | str) -> SafeStrin
         identity,
         _badges(s),
         cause_badge(advice.cause),
-        on_version if s.version and s.version != row.version else "",
-        text if advice.cause != "ok" or advice.observed else "",
+        _on_version(s.version) if s.version != row.version else "",
+        _advice_text(s),
         _layers(s),
         _topology(s),
         hundredths(s.tps),
@@ -162,10 +160,8 @@ def node_serving_row(s: NodeServing) -> SafeString:
         s.identity_label or "named in reports",
         _badges(s),
         cause_badge(advice.cause),
-        escaped_format(' <span class="muted">on {}</span>', s.version) if s.version else "",
-        escaped_format('<p class="advice">{}</p>', advice.text)
-        if advice.cause != "ok" or advice.observed
-        else "",
+        _on_version(s.version),
+        _advice_text(s),
         s.layer_range or DASH,
         s.stage_splits or DASH,
         topology,
@@ -176,8 +172,25 @@ def node_serving_row(s: NodeServing) -> SafeString:
 
 def _badges(s: NodeServing) -> SafeString:
     """The revision's headline badge, and the unused-MTP alert's."""
+    if not s.alert:
+        return headline_badge(s.headline)
     alert = escaped_format(' <a class="badge alert" href="{}#runtime-alert">MTP unused</a>', _glossary_url())
-    return escaped_format("{}{}", headline_badge(s.headline), alert if s.alert else "")
+    return escaped_format("{}{}", headline_badge(s.headline), alert)
+
+
+def _on_version(version: str) -> SafeString | str:
+    """The release the node ran this revision on, when it names one."""
+    return escaped_format(' <span class="muted">on {}</span>', version) if version else ""
+
+
+def _advice_text(s: NodeServing) -> SafeString | str:
+    """The advice in words, unless all is well and the node said nothing it rests on."""
+    advice = s.advice
+    return (
+        escaped_format('<p class="advice">{}</p>', advice.text)
+        if advice.cause != "ok" or advice.observed
+        else ""
+    )
 
 
 def _layers(s: NodeServing) -> SafeString:
