@@ -40,8 +40,12 @@ def stand_ins(count: int) -> list[int]:
 
 
 def bound(params: Sequence[Any], values: Mapping[Any, Any]) -> list[Any]:
-    """The compiled parameters with each stand-in (a key of ``values``) replaced by its value."""
-    return [values.get(param, param) for param in params]
+    """The compiled parameters with each stand-in (a key of ``values``) replaced by its value, in a list
+    parameter too (an array: fleet.sql.value_rows)."""
+    return [
+        [values.get(item, item) for item in param] if isinstance(param, list) else values.get(param, param)
+        for param in params
+    ]
 
 
 def ids_bound(ids: Sequence[int]) -> dict[int, int]:
@@ -155,7 +159,7 @@ def _compiled(build: Callable[..., QuerySet[Any, Any]], stand: tuple[Any, ...]) 
         sql, params = compiler.as_sql()
     except EmptyResultSet:
         return None
-    missing = _stand_in_values(stand) - set(params)
+    missing = _stand_in_values(stand) - _flattened(params)
     if missing:  # a lookup changed the value (e.g. startswith): binding would search for the stand-in
         raise ValueError(f"{build.__qualname__}: stand-ins {sorted(missing, key=str)} are not parameters")
     fields = [column[0] for column in compiler.select[0 : compiler.col_count]]
@@ -173,6 +177,17 @@ def _compiled(build: Callable[..., QuerySet[Any, Any]], stand: tuple[Any, ...]) 
     names += [] if query.selected else list(query.annotation_select)
     width = compiler.col_count if compiler.has_extra_select else None
     return Read(queryset.db, sql, tuple(params), width, converters, tuple(names), iterable is ValuesIterable)
+
+
+def _flattened(params: Sequence[Any]) -> set[Any]:
+    """The parameters, each list's (an array's) items among them."""
+    found: set[Any] = set()
+    for param in params:
+        if isinstance(param, list):
+            found.update(param)
+        else:
+            found.add(param)
+    return found
 
 
 def _stand_in_values(stand: Sequence[Any]) -> set[Any]:

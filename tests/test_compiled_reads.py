@@ -8,13 +8,14 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.db import connection
 from django.db.models import QuerySet
 from django.utils import timezone
 
 from packages_app import compiled, node_plans, speedup_cells, throughput
 from packages_app.catalog import lookups
-from packages_app.fleet import plans, ranking
-from packages_app.models import Node, Revision, Rollup
+from packages_app.fleet import plans, ranking, runs
+from packages_app.models import Node, NodeRun, Revision, Rollup
 from tests import dashboard_factories as f
 
 pytestmark = pytest.mark.django_db
@@ -99,6 +100,59 @@ def test_the_nodes_pages_candidate_rows_read_what_their_queryset_does() -> None:
             assert served == {row[0]: int(row[3] or 0) for row in rows}
     # What the pages read: some node ran a revision in the window, and each node is counted.
     assert any(ranking.top_revisions(ids, since, False, 5).revisions.values())
+
+
+def unordered(build: Any, *args: Any) -> list[Any]:
+    """``same`` for a read without an order: the same rows, in any order."""
+    rows = compiled.rows(build, *args)
+    assert sorted(map(repr, rows)) == sorted(map(repr, build(*args)))
+    return rows
+
+
+def test_the_nodes_pages_reads_by_pairs_and_newest_runs_read_what_their_querysets_do() -> None:
+    """The shown groups (fleet.ranking._groups_read), their runs' facts (fleet.runs._runs_read) and each
+    node's newest run (fleet.runs._latest_runs_read): the pairs go in as arrays, their stand-ins bound
+    inside them (compiled.bound), for visitors and operators, with and without what only the rows shown
+    read."""
+    f.qwen35_fleet(timezone.now())
+    reported()
+    pairs = sorted(NodeRun.objects.values_list("node_id", "revision_id").distinct())
+    nodes, revision_ids = [n for n, _ in pairs], [r for _, r in pairs]
+    ids = sorted(Node.objects.values_list("pk", flat=True))
+    since = f.BASE_TIME - timedelta(days=1)
+    for show_private in (False, True):
+        groups = unordered(ranking._groups_read, revision_ids, nodes, since, show_private)
+        assert groups and {(g["node_key"], g["revision_id"]) for g in groups} <= set(pairs)
+        for stages in (False, True):
+            newest = unordered(runs._latest_runs_read, ids, show_private, stages)
+            assert {row[0] for row in newest} <= set(ids) and newest
+    for stages in (False, True):
+        facts = same(runs._runs_read, nodes, revision_ids, stages)  # ordered: the newest run last
+        assert {(row[0], row[1]) for row in facts} == set(pairs)
+    ranked = ranking._ranked_groups(revision_ids, nodes, since, True)
+    assert {(g["node_key"], g["revision_id"]) for g in ranked} == {
+        (g["node_key"], g["revision_id"]) for g in groups
+    }
+
+
+def _bound_outside_lists(params: Sequence[Any], values: dict[Any, Any]) -> list[Any]:
+    """compiled.bound as it was: a list parameter (an array) sent as compiled."""
+    return [param if isinstance(param, list) else values.get(param, param) for param in params]
+
+
+def test_control_with_the_arrays_bound_as_compiled_the_pairs_read_nothing(monkeypatch: Any) -> None:
+    # What binding inside a list parameter is for: the pairs' arrays compiled for stand-ins (negative ids)
+    # and sent as they are name no row, where the queryset finds the runs.
+    if connection.vendor != "postgresql":
+        pytest.skip("SQLite's VALUES list binds each value alone: no array to bind inside")
+    f.qwen35_fleet(timezone.now())
+    pairs = sorted(NodeRun.objects.values_list("node_id", "revision_id").distinct())
+    nodes, revision_ids = [n for n, _ in pairs], [r for _, r in pairs]
+    assert list(runs._runs_read(nodes, revision_ids, False))
+    compiled._compiled.cache_clear()
+    monkeypatch.setattr(compiled, "bound", _bound_outside_lists)
+    assert compiled.rows(runs._runs_read, nodes, revision_ids, False) == []
+    compiled._compiled.cache_clear()
 
 
 def test_a_read_that_can_match_nothing_reads_nothing() -> None:

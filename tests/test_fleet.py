@@ -372,7 +372,7 @@ def test_a_group_ran_one_strategy_only_when_every_topology_of_it_ran_that_one() 
     window = fleet_ranking.few_window_rows([node.pk], since, False, 100)
     assert window is not None and len(window) == 4
     from_window = fleet_ranking._groups_of(window, since, {(node.pk, revision.pk)})
-    ranked = fleet_ranking._ranked_groups(Serving.objects.filter(node_key=node.pk), since)
+    ranked = fleet_ranking._ranked_groups([revision.pk], [node.pk], since, False)
     sole = {g["stage_splits"]: g["sole_strategy"] for g in from_window}
     assert sole == {g["stage_splits"]: g["sole_strategy"] for g in ranked}
     assert sole == {"0..41": '["auto", "disabled", false]', "0..27|27..41": ""}

@@ -5,7 +5,7 @@ ranked in SQL (node by node, from an index) or from every row of the window when
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -213,13 +213,7 @@ def shown_groups(
     if window is not None:
         groups = _groups_of(window, since, set(pairs))
     else:
-        servings = Serving.objects.filter(
-            pk__in=rows_matching(Serving, ("revision_id", "node_key"), [(r, n) for n, r in pairs]),
-            last_at__gte=since,
-        )
-        if not show_private:
-            servings = servings.filter(revision__package__private=False)
-        groups = _ranked_groups(servings, since)
+        groups = _ranked_groups([r for _n, r in pairs], [n for n, _r in pairs], since, show_private)
     by_node: dict[int, list[dict[str, Any]]] = {}
     for group in groups:
         by_node.setdefault(group["node_key"], []).append(group)
@@ -232,11 +226,28 @@ def shown_groups(
     return shown, hidden
 
 
-def _ranked_groups(servings: QuerySet[Serving], since: datetime) -> list[dict[str, Any]]:
-    """Per (node, revision, split), its Serving rows (one a topology) added up, flagged (``stale``) as
-    likely to need action by ``flagged_servings``' conditions, judged here from the values read (one
-    query)."""
-    rows = (
+def _ranked_groups(
+    revision_ids: list[int], node_ids: list[int], since: datetime, show_private: bool
+) -> list[dict[str, Any]]:
+    """Per (node, revision, split) of these (revision, node) pairs, its Serving rows (one a topology)
+    added up, flagged (``stale``) as likely to need action by ``flagged_servings``' conditions, judged
+    here from the values read (one query, compiled once per number of pairs: built by the ORM on each
+    read it took 3 ms more for the catalog seed's /nodes/)."""
+    rows = compiled.rows(_groups_read, revision_ids, node_ids, since, show_private)
+    return [{**row, "stale": int(_likely_stale(row)), "sole_strategy": _one_of(row)} for row in rows]
+
+
+def _groups_read(
+    revision_ids: Sequence[int], node_ids: Sequence[int], since: datetime, show_private: bool
+) -> QuerySet[Any, Any]:
+    """``_ranked_groups``' read: the pairs' Serving rows in the window, grouped."""
+    pairs = list(zip(revision_ids, node_ids, strict=True))
+    servings = Serving.objects.filter(
+        pk__in=rows_matching(Serving, ("revision_id", "node_key"), pairs), last_at__gte=since
+    )
+    if not show_private:
+        servings = servings.filter(revision__package__private=False)
+    rows: QuerySet[Any, Any] = (
         servings.values(
             "node_key",
             "revision_id",
@@ -256,7 +267,7 @@ def _ranked_groups(servings: QuerySet[Serving], since: datetime) -> list[dict[st
         )
         .order_by()
     )
-    return [{**row, "stale": int(_likely_stale(row)), "sole_strategy": _one_of(row)} for row in rows]
+    return rows
 
 
 def _one_of(row: Mapping[str, Any]) -> str:
