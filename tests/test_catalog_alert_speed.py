@@ -1,20 +1,24 @@
 """The catalog's cheaper reads keep their answers: the served revisions' query compiled once per process,
-the catalog's fix pull requests read through the rows' ids, the architectures from the counts' scan."""
+the catalog's fix pull requests read through the rows' ids, the architectures from the counts' scan, the
+alert filter as one list of LastServed rows, the search over the stored upper-cased repo id."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+import random
+from datetime import datetime, timedelta
 
 import pytest
+from django.db import connection
 from django.utils import timezone
 
+from packages_app.catalog import throughput
 from packages_app.catalog.facets import catalog_counts
-from packages_app.catalog.filters import CatalogFilters
+from packages_app.catalog.filters import CatalogFilters, alert_q, other_filters_q
 from packages_app.catalog.listing import catalog_page
 from packages_app.catalog.throughput import catalog_throughput
 from packages_app.fleet import served as fleet_served
 from packages_app.fleet import window as fleet_window
-from packages_app.models import FixProposal, Package, Revision
+from packages_app.models import FixProposal, LastServed, Package, Revision
 from tests import dashboard_factories as f
 
 pytestmark = pytest.mark.django_db
@@ -128,3 +132,90 @@ def test_the_architectures_ignore_every_filter_but_what_the_reader_may_see() -> 
         "llama",
         "qwen35moe",
     ]
+
+
+def random_alerts(seed: int, packages: int = 16) -> None:
+    """Packages whose latest and older revisions have weights with MTP or without, and LastServed rows
+    whose newest report of MTP unused is inside the window, before it, or never."""
+    rng = random.Random(seed)
+    now = timezone.now()
+    for i in range(packages):
+        package = f.make_package(f"meshllm/U{seed}x{i}-layers")
+        for latest in (False, True) if rng.random() < 0.5 else (True,):
+            revision = f.make_revision(
+                package,
+                rng.choice(("undeclared-mtp", "consistent-no-mtp")),
+                latest=latest,
+                committed_at=f.BASE_TIME + timedelta(days=int(latest)),
+            )
+            if rng.random() < 0.8:
+                unused = rng.choice((None, now - timedelta(days=1), now - timedelta(days=20)))
+                last = now - timedelta(days=rng.choice((0, 20)))
+                LastServed.objects.create(
+                    revision=revision, package=package, last_at=last, last_unused_at=unused
+                )
+
+
+def alerting_as_two(since: datetime) -> set[int]:
+    """The packages the alert filter listed as two conditions (the latest revision's, the window's)."""
+    return set(
+        Package.objects.filter(throughput.latest_alert_q() | fleet_served.served_alert_q(since)).values_list(
+            "pk", flat=True
+        )
+    )
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_alert_filter_as_one_list_keeps_what_its_two_conditions_kept(seed: int) -> None:
+    random_alerts(seed)
+    for days in (2, 7, 30):
+        since = fleet_window.window_start(days)
+        kept = set(Package.objects.filter(alert_q(since)).values_list("pk", flat=True))
+        assert kept == alerting_as_two(since), days
+    assert alerting_as_two(fleet_window.window_start(7))  # something to keep, and something not
+    assert Package.objects.exclude(pk__in=alerting_as_two(fleet_window.window_start(7))).exists()
+
+
+def test_control_the_window_alone_misses_the_latest_revisions_unused_before_it() -> None:
+    # What the latest revision's own condition adds: without it, a package whose latest revision's MTP
+    # went unused before the window is no longer listed.
+    for seed in range(3):
+        random_alerts(seed)
+    since = fleet_window.window_start(7)
+    window_only = LastServed.objects.filter(last_unused_at__gte=since, revision__mtp_detected=True)
+    assert set(
+        Package.objects.filter(pk__in=window_only.values("package_id")).values_list("pk", flat=True)
+    ) != (alerting_as_two(since))
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Qwen3.5",
+        "qwen3.5",
+        "QWEN",
+        "v0",
+        "50%",
+        "a_b",
+        "\\",
+        "-layers",
+        "\u0131",
+        "\u00e9",
+    ],  # dotless i, e acute
+)
+def test_the_search_reads_the_stored_upper_cased_repo_id_as_icontains_would(text: str) -> None:
+    for name in ("meshllm/Qwen3.5-35B-layers", "meshllm/qwen3.5-9B-v0-layers", "meshllm/a_b-50%-layers"):
+        f.make_package(name)
+    f.make_package("meshllm/Other-layers")
+    searched = set(
+        Package.objects.filter(other_filters_q(CatalogFilters(q=text))).values_list("pk", flat=True)
+    )
+    assert searched == set(Package.objects.filter(repo_id__icontains=text).values_list("pk", flat=True))
+
+
+def test_control_the_stored_column_searched_as_typed_misses_another_case() -> None:
+    if connection.vendor != "postgresql":
+        pytest.skip("SQLite's LIKE ignores ASCII case itself")
+    f.make_package("meshllm/Qwen3.5-35B-layers")
+    assert Package.objects.filter(repo_id__icontains="qwen3.5").exists()
+    assert not Package.objects.filter(repo_upper__contains="qwen3.5").exists()

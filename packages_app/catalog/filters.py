@@ -6,11 +6,12 @@ apart: a facet's counts ignore its own filter."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 
-from django.db.models import Q
+from django.db.models import F, Q, Value
+from django.db.models.functions import Upper
 
-from packages_app.catalog import throughput
-from packages_app.fleet.served import served_alert_q, served_headline_q, served_inconsistent_q
+from packages_app.fleet.served import served_headline_q, served_inconsistent_q
 from packages_app.fleet.window import DEFAULT_WINDOW_DAYS, window_start
 from packages_app.models import LastServed
 from packages_app.verdicts import INCONSISTENT_VERDICTS, NEEDS_ACTION, Status
@@ -43,7 +44,8 @@ def other_filters_q(filters: CatalogFilters) -> Q:
     """Every filter except the two facets (verdict, headline), whose counts must ignore their own."""
     q = Q()
     if filters.q:
-        q &= Q(repo_id__icontains=filters.q)
+        # ``repo_id__icontains``, upper-cased once when stored (Package.repo_upper).
+        q &= Q(repo_upper__contains=Upper(Value(filters.q)))
     if filters.architecture:
         q &= Q(latest_revision__architecture=filters.architecture)
     if filters.schema is not None:
@@ -55,14 +57,24 @@ def other_filters_q(filters: CatalogFilters) -> Q:
     if filters.status:
         q &= Q(latest_revision__status=filters.status)
     if filters.alert:
-        since = window_start(filters.window_days)
-        # Either alert needs a revision whose MTP went unused: the packages of those (LastServed rows)
-        # lead the query where they are few, not a walk of the whole catalog in its order.
-        unused = Q(id__in=LastServed.objects.filter(last_unused_at__isnull=False).values("package_id"))
-        q &= unused & (throughput.latest_alert_q() | served_alert_q(since))
+        q &= alert_q(window_start(filters.window_days))
     if filters.refused_by:
         q &= Q(latest_revision__refused_by__contains=f"|{filters.refused_by}|")
     return q
+
+
+def alert_q(since: datetime) -> Q:
+    """Packages with MTP weights nodes reported unused: in their latest revision's reports
+    (throughput.latest_alert_q), or in any revision's since ``since`` (fleet.served.served_alert_q). Both
+    need a LastServed row of a revision with MTP weights and a report of them unused, so the packages are
+    read as one list of those rows' (a semi-join): PostgreSQL walks the LastServed rows, not the whole
+    catalog in its order, and hashes the list once for the catalog's counts, where the two conditions
+    joined every package's latest revision to its LastServed row and hashed a second list (the catalog
+    seed's counts filtered to alerts: 20 ms against 11)."""
+    unused = LastServed.objects.filter(last_unused_at__isnull=False, revision__mtp_detected=True).filter(
+        Q(revision_id=F("package__latest_revision_id")) | Q(last_unused_at__gte=since)
+    )
+    return Q(id__in=unused.values("package_id"))
 
 
 def wanted_verdicts(verdict: str) -> tuple[str, ...]:

@@ -8,6 +8,7 @@ from functools import cached_property
 
 from django.db import models
 from django.db.models import Q
+from django.db.models.functions import Upper
 
 from packages_app import verdicts
 from packages_app.audit.revision import StoredAudit
@@ -30,6 +31,13 @@ class Package(models.Model):
     """A layer-package repo on the Hub, e.g. ``meshllm/Qwen3.5-35B-A3B-UD-Q4_K_XL-layers``."""
 
     repo_id = models.CharField(max_length=96, unique=True)
+    # The repo id upper-cased by the database, as a case-insensitive search upper-cases it (``icontains``:
+    # UPPER(repo_id) LIKE UPPER(%q%)), stored once instead of upper-cased for every package on every search
+    # (the catalog's search reads the whole catalog twice, for its counts and its rows: 5 ms each for the
+    # catalog seed's 10,000 packages; catalog.filters.other_filters_q).
+    repo_upper = models.GeneratedField(
+        expression=Upper("repo_id"), output_field=models.CharField(max_length=96), db_persist=True
+    )
     tracked = models.BooleanField(default=True, help_text="Synced by the periodic task.")
     # Private until the Hub says public: None (not yet known: tracked, not synced, or every sync failed)
     # is hidden like True; only False is shown to readers without the permission (PackageQuerySet.visible).
