@@ -69,8 +69,9 @@ def alert_q(since: datetime) -> Q:
     need a LastServed row of a revision with MTP weights and a report of them unused, so the packages are
     read as one list of those rows' (a semi-join): PostgreSQL walks the LastServed rows, not the whole
     catalog in its order, and hashes the list once for the catalog's counts, where the two conditions
-    joined every package's latest revision to its LastServed row and hashed a second list (the catalog
-    seed's counts filtered to alerts: 20 ms against 11)."""
+    (and a list of every package with MTP unused, leading them) joined every package's latest revision
+    to its LastServed row and hashed two lists. On the catalog seed, where 5,321 of 10,000 packages
+    alert, the first page's ids took 3.7 ms against 8.6, the counts 29.0 against 32.3."""
     unused = LastServed.objects.filter(last_unused_at__isnull=False, revision__mtp_detected=True).filter(
         Q(revision_id=F("package__latest_revision_id")) | Q(last_unused_at__gte=since)
     )
