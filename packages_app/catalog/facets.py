@@ -138,15 +138,15 @@ def _served_facets(since: datetime) -> dict[tuple[str, str], dict[int, set[tuple
     nodes ran since ``since`` that count in a facet (an inconsistent verdict or a status needing action),
     for every package.
 
-    One query (``_older_served_sql``): the revisions nodes ran in the window that are not their
-    package's latest, found as the LastServed rows whose revision no package has as its latest (a
-    revision is only ever its own package's latest: an anti-join with the ``package_latest_visible``
-    index's list, where joining each row to its package hashed the packages whole: 3.7 ms against 4.8
-    in process on the catalog seed, none found; 0.9 against 0.8 on the fleet seed, 39), kept whole
-    (FENCE), then the verdict and status of the few it finds and of their packages' latest, by id. Joined as the ORM writes it, PostgreSQL read every served
-    revision's verdict and status before comparing it with the latest: 16.6 ms against 6.1 on the
-    catalog seed (no such revision), 2.4 against 0.9 on the fleet seed (39). As two queries, the older
-    rows and then their facets by id, the fleet seed's took a millisecond more.
+    One query (``_older_served_sql``): the revisions nodes ran in the window that are not their package's
+    latest, found as the LastServed rows whose revision no package has as its latest (a revision is only ever
+    its own package's latest: an anti-join with the ``package_latest_visible`` index's list, where joining
+    each row to its package hashed the packages whole: 3.7 ms against 4.8 in process on the catalog seed, none
+    found; 0.9 against 0.8 on the fleet seed, 39), kept whole (FENCE), then the verdict and status of the few
+    it finds and of their packages' latest, by id. Joined as the ORM writes it, PostgreSQL read every served
+    revision's verdict and status before comparing it with the latest: 16.6 ms against 6.1 on the catalog seed
+    (no such revision), 2.4 against 0.9 on the fleet seed (39). As two queries, the older rows and then their
+    facets by id, the fleet seed's took a millisecond more.
 
     Which packages the reader may see and the catalog's other filters keep is left to catalog_counts'
     scan of the packages: with them in this query, PostgreSQL, not expecting so few rows (an older,
