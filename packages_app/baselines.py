@@ -25,17 +25,15 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
-from django.db.models.fields.json import KeyTransform
 
-from packages_app import sketch, speedup_cells, stored_sketch
-from packages_app.models import BaselineReport, Node, NodeRun, Package, Report, Revision
+from packages_app import mesh_acceptance, sketch, speedup_cells, stored_sketch
+from packages_app.models import BaselineReport, Node, NodeRun, Package, Revision
 from packages_app.nodes.exposition import acceptance_by_position, acceptance_rate, mean_acceptance_length
 from packages_app.nodes.report_schema import BaselineReportIn
 from packages_app.speedup_cells import NodeCell, Texts, decoded, read_sketches
 
 BASELINE_DAYS = 30  # the baseline windows a page reads: the newest, within this many days
 MAX_BASELINE_ROWS = 5000
-MAX_MESH_ROWS = 2000  # mesh-llm reports read for the mean acceptance length
 # A GGUF quantization as file and repo names spell it: Q4_K_M, UD-Q4_K_XL, IQ2_XXS, Q8_0, BF16, F16, MXFP4.
 _QUANT = re.compile(
     r"(?<![A-Za-z0-9])((?:UD-)?(?:I?Q\d(?:_[A-Z0-9]+)*|BF16|F16|F32|MXFP4(?:_MOE)?))(?![A-Za-z0-9])", re.I
@@ -398,39 +396,11 @@ def _mtp_missing(ran: set[bool]) -> str:
 
 def _with_mesh_acceptance(side: Side, revision: Revision) -> Side:
     """The mean acceptance length of mesh-llm's own counters: accepted tokens over drafts, a draft being a
-    speculative window (n-gram) or a native-MTP verification (docs/node-report.md sections 1.1, 1.4; a
-    span's ``llama_stage.native_mtp.*`` attributes, section 4). A report without both counts is left out."""
-    timings = KeyTransform("timings", "body")
-    rows = (
-        Report.objects.filter(revision=revision, mtp_used=True)
-        .order_by("-received_at")
-        .annotate(
-            verifications=KeyTransform("native_mtp_verifications", timings),
-            native_accepted=KeyTransform("native_mtp_accepted", timings),
-        )
-        .values_list(
-            "draft_n_accepted",
-            "speculative_accepted_n",
-            "native_accepted",
-            "speculative_windows",
-            "verifications",
-        )[:MAX_MESH_ROWS]
-    )
-    accepted = drafts = 0
-    for took, spec_took, native_took, windows, verifications in rows:
-        took = next((v for v in (took, spec_took, native_took) if _count(v, least=0)), None)
-        steps = windows if _count(windows) else verifications if _count(verifications) else None
-        if took is not None and steps is not None:
-            accepted += took
-            drafts += steps
+    speculative window (n-gram) or a native-MTP verification (packages_app.mesh_acceptance)."""
+    accepted, drafts = mesh_acceptance.counts(revision.pk)
     return Side(
         side.label, side.reports, side.sketch, side.acceptance_rate, mean_acceptance_length(accepted, drafts)
     )
-
-
-def _count(value: Any, least: int = 1) -> bool:
-    """A count a report can hold (a JSON value read from the body may be anything)."""
-    return isinstance(value, int) and not isinstance(value, bool) and least <= value <= 10**15
 
 
 @dataclass

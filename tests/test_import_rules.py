@@ -91,6 +91,7 @@ LAYERS: Mapping[str, int] = {
     "packages_app.certify_reports": SERVICES,
     "packages_app.baselines": SERVICES,
     "packages_app.speedup_cells": SERVICES,  # the per-node cells the speedups read
+    "packages_app.mesh_acceptance": SERVICES,  # the speedups' acceptance counts, added up where stored
     "packages_app.judgements": SERVICES,
     "packages_app.seeding": SERVICES,  # the synthetic rows seed_synthetic writes, for the benchmarks
     # Celery tasks: ids in, one service call, follow-ups enqueued
