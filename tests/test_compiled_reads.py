@@ -14,8 +14,8 @@ from django.utils import timezone
 
 from packages_app import compiled, node_plans, speedup_cells, throughput
 from packages_app.catalog import lookups
-from packages_app.fleet import plans, ranking, runs
-from packages_app.models import Node, NodeRun, Revision, Rollup
+from packages_app.fleet import plans, ranking, runs, topology
+from packages_app.models import Node, NodeRun, Revision, Rollup, Serving
 from tests import dashboard_factories as f
 
 pytestmark = pytest.mark.django_db
@@ -133,6 +133,21 @@ def test_the_nodes_pages_reads_by_pairs_and_newest_runs_read_what_their_queryset
     assert {(g["node_key"], g["revision_id"]) for g in ranked} == {
         (g["node_key"], g["revision_id"]) for g in groups
     }
+
+
+def test_a_topologys_rows_read_what_their_queryset_does() -> None:
+    """fleet.topology's read of its rows for each topology nodes ran (its id bound as a text), for visitors
+    and operators: the rows in their order, with the count of all."""
+    f.qwen35_fleet(timezone.now())
+    reported()
+    since = f.BASE_TIME - timedelta(days=1)
+    topologies = sorted(set(Serving.objects.exclude(topology_id="").values_list("topology_id", flat=True)))
+    assert len(topologies) >= 2
+    for topology_id in [*topologies, "no-such-topology"]:
+        for show_private in (False, True):
+            rows = same(topology._shown_read_of(50), [topology_id], since, show_private)
+            assert all(row["groups"] >= len(rows) for row in rows)
+    assert len(same(topology._shown_read_of(1), [topologies[0]], since, False)) == 1
 
 
 def _bound_outside_lists(params: Sequence[Any], values: dict[Any, Any]) -> list[Any]:
