@@ -78,10 +78,10 @@ class Read:
 
 def rows(build: Callable[..., QuerySet[Any, Any]], *args: Any) -> list[Any]:
     """``list(build(*args))`` for a ``values()`` or ``values_list()`` queryset, its SQL compiled once per
-    process for each shape of the arguments (``_compiled``): ints, times and lists of ints (ids) or of
-    texts (names) are bound in their stand-ins' places. The rows are converted by the ORM's converters of
-    the columns, as the queryset's iteration would. A str, a bool or None is part of the shape, compiled as
-    it is (``build`` may branch on it): only a value of a few (a grain, an option)."""
+    process for each shape of the arguments (``_compiled``): ints, times and lists of ints (ids), of texts
+    (names) or of times are bound in their stand-ins' places. The rows are converted by the ORM's
+    converters of the columns, as the queryset's iteration would. A str, a bool or None is part of the
+    shape, compiled as it is (``build`` may branch on it): only a value of a few (a grain, an option)."""
     stand, values = _stand_ins(args)
     read = _compiled(build, stand)
     if read is None:  # nothing can match (an empty list of ids), as the queryset's iteration answers
@@ -136,6 +136,11 @@ def _stand_ins(args: Sequence[Any]) -> tuple[tuple[Any, ...], dict[Any, Any]]:
             stand.append(ids)
             values.update(zip(ids, arg, strict=True))
             next_id -= len(arg)
+        elif isinstance(arg, (list, tuple)) and all(isinstance(i, datetime) for i in arg):
+            times = tuple(ANY_TIME + timedelta(microseconds=-(next_id - i)) for i in range(len(arg)))
+            stand.append(times)
+            values.update({db_time(at): db_time(value) for at, value in zip(times, arg, strict=True)})
+            next_id -= len(arg)
         elif isinstance(arg, (list, tuple)) and all(type(i) is str for i in arg):
             # Texts no row holds: a NUL, which PostgreSQL refuses in a text parameter (never sent unbound).
             texts = tuple(f"\x00stand-in {next_id - i}" for i in range(len(arg)))
@@ -144,7 +149,7 @@ def _stand_ins(args: Sequence[Any]) -> tuple[tuple[Any, ...], dict[Any, Any]]:
             next_id -= len(arg)
         else:
             raise TypeError(
-                f"compiled.rows binds ints, times and lists of ints or texts, not {type(arg).__name__}"
+                f"compiled.rows binds ints, times and lists of ints, texts or times, not {type(arg).__name__}"
             )
     return tuple(stand), values
 
@@ -194,7 +199,7 @@ def _stand_in_values(stand: Sequence[Any]) -> set[Any]:
     found: set[Any] = set()
     for value in stand:
         if isinstance(value, tuple):
-            found.update(value)
+            found.update(db_time(item) if isinstance(item, datetime) else item for item in value)
         elif isinstance(value, datetime):
             found.add(db_time(value))
         elif isinstance(value, int) and not isinstance(value, bool):

@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from packages_app import compiled, node_plans, speedup_cells, throughput
 from packages_app.catalog import lookups
-from packages_app.fleet import plans, ranking, runs, topology
+from packages_app.fleet import plans, ranking, runs, serving, stages, topology
 from packages_app.models import Node, NodeRun, Revision, Rollup, Serving
 from tests import dashboard_factories as f
 
@@ -123,11 +123,11 @@ def test_the_nodes_pages_reads_by_pairs_and_newest_runs_read_what_their_queryset
     for show_private in (False, True):
         groups = unordered(ranking._groups_read, revision_ids, nodes, since, show_private)
         assert groups and {(g["node_key"], g["revision_id"]) for g in groups} <= set(pairs)
-        for stages in (False, True):
-            newest = unordered(runs._latest_runs_read, ids, show_private, stages)
+        for with_stages in (False, True):
+            newest = unordered(runs._latest_runs_read, ids, show_private, with_stages)
             assert {row[0] for row in newest} <= set(ids) and newest
-    for stages in (False, True):
-        facts = same(runs._runs_read, nodes, revision_ids, stages)  # ordered: the newest run last
+    for with_stages in (False, True):
+        facts = same(runs._runs_read, nodes, revision_ids, with_stages)  # ordered: the newest run last
         assert {(row[0], row[1]) for row in facts} == set(pairs)
     ranked = ranking._ranked_groups(revision_ids, nodes, since, True)
     assert {(g["node_key"], g["revision_id"]) for g in ranked} == {
@@ -148,6 +148,44 @@ def test_a_topologys_rows_read_what_their_queryset_does() -> None:
             rows = same(topology._shown_read_of(50), [topology_id], since, show_private)
             assert all(row["groups"] >= len(rows) for row in rows)
     assert len(same(topology._shown_read_of(1), [topologies[0]], since, False)) == 1
+
+
+def test_the_newest_reports_topologies_and_the_window_rows_read_what_their_querysets_do() -> None:
+    """fleet.stages' newest topologies (lists of ids, texts and times bound; on one topology or any),
+    fleet.ranking's rows of the window and their capped count, fleet.serving's shown revisions."""
+    f.qwen35_fleet(timezone.now())
+    revisions, _ = reported()
+    since = f.BASE_TIME - timedelta(days=1)
+    newest = list(
+        Serving.objects.exclude(node_key=0).values_list("node_key", "revision_id", "stage_splits", "last_at")
+    )
+    columns = [list(column) for column in zip(*newest, strict=True)]
+    first, last = min(columns[3]), max(columns[3])
+    by_node = same(
+        stages._newest_of(("node_id", "revision_id", "stage_splits"), False), *columns, first, last, []
+    )
+    assert len(by_node) >= len(newest) and any(isinstance(row[3], dict) for row in by_node)
+    on = list(
+        Serving.objects.filter(node_key=0).values_list(
+            "revision_id", "stage_splits", "last_at", "topology_id"
+        )
+    )
+    for topology_id in {row[3] for row in on}:
+        mine = [row[:3] for row in on if row[3] == topology_id]
+        columns = [list(column) for column in zip(*mine, strict=True)]
+        times = columns[2]
+        assert same(
+            stages._newest_of(("revision_id", "stage_splits"), True),
+            *columns,
+            min(times),
+            max(times),
+            [topology_id],
+        )
+    ids = sorted(Node.objects.values_list("pk", flat=True))
+    for show_private in (False, True):
+        assert unordered(ranking._window_read, ids, since, show_private)
+    assert len(same(ranking._counted_of(2), ids, since)) == 3
+    assert unordered(serving._revisions_read, [r.pk for r in revisions] + [10**9])
 
 
 def _bound_outside_lists(params: Sequence[Any], values: dict[Any, Any]) -> list[Any]:

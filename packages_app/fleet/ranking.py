@@ -169,15 +169,42 @@ def few_window_rows(
     None (one query). A fleet of a thousand nodes each running a few revisions has fewer rows in the
     window than the per-node queries of ``top_revisions`` and ``shown_groups`` cost (about 40 ms at 1,000
     nodes); a few nodes serving thousands each have many more, and there those read each node's
-    busiest rows only. The count takes in the rows of private packages too: never fewer than shown."""
-    if isinstance(ids, list) and not ids:
-        return []
-    rows = Serving.objects.filter(node_key__in=ids, last_at__gte=since).order_by()
-    if rows.values("pk")[: cap + 1].count() > cap:  # counted first, from the index alone
+    busiest rows only. The count takes in the rows of private packages too: never fewer than shown. For a
+    list of ids (a page's nodes) both reads are compiled once per shape (``compiled.rows``): built by the
+    ORM, the count took 1.4 ms of its 1.7 on the catalog seed's /nodes/."""
+    if isinstance(ids, list):
+        if not ids:
+            return []
+        if len(compiled.rows(_counted_of(cap), ids, since)) > cap:  # from the index alone
+            return None
+        return compiled.rows(_window_read, ids, since, show_private)
+    if _window_rows(ids, since).values("pk")[: cap + 1].count() > cap:
         return None
+    return list(_window_read(ids, since, show_private))
+
+
+def _window_rows(ids: NodeIds | Sequence[int], since: datetime) -> QuerySet[Serving]:
+    return Serving.objects.filter(node_key__in=ids, last_at__gte=since).order_by()
+
+
+@functools.cache
+def _counted_of(cap: int) -> Callable[[Sequence[int], datetime], QuerySet[Any, Any]]:
+    """The read of at most ``cap + 1`` of the nodes' rows in the window (one build per cap: SQL text)."""
+
+    def read(ids: Sequence[int], since: datetime) -> QuerySet[Any, Any]:
+        counted: QuerySet[Any, Any] = _window_rows(ids, since).values_list("pk")[: cap + 1]
+        return counted
+
+    return read
+
+
+def _window_read(ids: NodeIds | Sequence[int], since: datetime, show_private: bool) -> QuerySet[Any, Any]:
+    """``few_window_rows``' rows: the nodes' rows in the window, with what ranking them reads."""
+    rows = _window_rows(ids, since)
     if not show_private:
         rows = rows.filter(revision__package__private=False)
-    return list(rows.values(*_WINDOW_ROW))
+    read: QuerySet[Any, Any] = rows.values(*_WINDOW_ROW)
+    return read
 
 
 def tops_of_window(window: list[dict[str, Any]], since: datetime, limit: int) -> Tops:

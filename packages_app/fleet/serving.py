@@ -4,14 +4,15 @@ strategy, layers and stages in the window, and its advice, judged against the no
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
-from django.db.models import Case, F, Q, TextField, Value, When
+from django.db.models import Case, F, Q, QuerySet, TextField, Value, When
 from django.db.models.functions import Cast
 
+from packages_app import compiled
 from packages_app.audit.advice import Advice, Newer, NodeFacts, advise, moved_on, strategy_can_change_cause
 from packages_app.audit.assessment import parse_stored
 from packages_app.fleet.figures import Figures, strategy_of, window_figures
@@ -158,15 +159,9 @@ def shown_revisions(ids: Iterable[int]) -> dict[int, dict[str, Any]]:
     text: ``parse_stored``) and their package's latest (one query). The latest's assessment is read only
     for a revision that is not its package's latest (``_newer`` reads it): PostgreSQL's cast of a
     stored assessment to text is most of this read's time (about 25 microseconds each on the catalog
-    seed), and most rows the fleet pages show are of a latest revision."""
-    others = ~Q(package__latest_revision_id=F("pk"))
-    latest = Cast("package__latest_revision__assessment", TextField())
-    rows = Revision.objects.filter(pk__in=set(ids)).values(
-        "pk",
-        *_SERVED_REVISION,
-        assessment_text=Cast("assessment", TextField()),
-        latest_text=Case(When(others, then=latest), default=Value(None), output_field=TextField()),
-    )
+    seed), and most rows the fleet pages show are of a latest revision. Its SQL is compiled once per
+    number of revisions (``compiled.rows``): built by the ORM for each read, 2 ms of a node page's 5.8."""
+    rows = compiled.rows(_revisions_read, sorted(set(ids)))
     return {
         row["pk"]: {
             **row,
@@ -175,6 +170,19 @@ def shown_revisions(ids: Iterable[int]) -> dict[int, dict[str, Any]]:
         }
         for row in rows
     }
+
+
+def _revisions_read(ids: Sequence[int]) -> QuerySet[Any, Any]:
+    """``shown_revisions``' read."""
+    others = ~Q(package__latest_revision_id=F("pk"))
+    latest = Cast("package__latest_revision__assessment", TextField())
+    rows: QuerySet[Any, Any] = Revision.objects.filter(pk__in=ids).values(
+        "pk",
+        *_SERVED_REVISION,
+        assessment_text=Cast("assessment", TextField()),
+        latest_text=Case(When(others, then=latest), default=Value(None), output_field=TextField()),
+    )
+    return rows
 
 
 def _registered_only(
@@ -217,7 +225,7 @@ def group_figures(since: datetime, groups: list[dict[str, Any]], sketches: bool 
 def last_topologies(groups: list[dict[str, Any]]) -> dict[Any, Any]:
     """The topology of each (node, revision, split) group's newest report (one query)."""
     newest = [(g["node_key"], g["revision_id"], g["stage_splits"], g["last_at_max"]) for g in groups]
-    return newest_topologies(Q(), ("node_id", "revision_id", "stage_splits"), newest)
+    return newest_topologies(("node_id", "revision_id", "stage_splits"), newest)
 
 
 def _node_serving(

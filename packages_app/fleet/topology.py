@@ -10,7 +10,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
-from django.db.models import Case, Q, QuerySet, Value, When
+from django.db.models import Case, QuerySet, Value, When
 
 from packages_app import compiled
 from packages_app.fleet.figures import Figures, window_figures
@@ -67,7 +67,7 @@ def topology_runs(topology_id: str, since: datetime, show_private: bool = False)
         return TopologyRuns([])
     figures = _topology_figures(topology_id, since, shown)
     newest = [(g["revision_id"], g["stage_splits"], g["last_at"]) for g in shown]
-    bodies = newest_topologies(Q(topology_id=topology_id), ("revision_id", "stage_splits"), newest)
+    bodies = newest_topologies(("revision_id", "stage_splits"), newest, topology_id)
     registrations = _topology_registrations(topology_id, [g["revision_id"] for g in shown])
     runs = []
     for g in shown:
