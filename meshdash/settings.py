@@ -141,10 +141,10 @@ MIDDLEWARE = [
     # speaks plain HTTP to 127.0.0.1); packages_app/web/health.py.
     "packages_app.web.health.ProbeMiddleware",
     "django.middleware.security.SecurityMiddleware",
-    # An address holding a NUL character: 400 (PostgreSQL refuses one in any text it is asked to find).
-    "meshdash.middleware.NulInAddressMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "meshdash.middleware.ContentSecurityPolicyMiddleware",
+    # An address holding a NUL character: 400 (PostgreSQL refuses one in any text it is asked to find).
+    "meshdash.middleware.NulInAddressMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
