@@ -19,18 +19,18 @@ counters exist, and the reasons the two sides are not like for like.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
 
-from packages_app import mesh_acceptance, sketch, speedup_cells, stored_sketch
+from packages_app import mesh_acceptance, sketch, speedup_cells
 from packages_app.models import BaselineReport, Node, NodeRun, Package, Revision
 from packages_app.nodes.exposition import acceptance_by_position, acceptance_rate, mean_acceptance_length
 from packages_app.nodes.report_schema import BaselineReportIn
-from packages_app.speedup_cells import NodeCell, Texts, decoded, read_sketches
+from packages_app.speedup_cells import NodeCell, decoded, merged_sketches
 
 BASELINE_DAYS = 30  # the baseline windows a page reads: the newest, within this many days
 MAX_BASELINE_ROWS = 5000
@@ -237,7 +237,6 @@ def speedups(
     if _nothing_to_show(ran, crossed, groups):
         return Speedups(source, None, _mtp_missing(ran), [], _baseline_missing(source, groups, None))
     node_cells = speedup_cells.node_cells(revision.pk)
-    texts: Texts = {}
     # The nodes' releases tell MTP on from off apart on one release, or name the releases of a
     # cross-revision pair (its MTP-on side is this revision's): read only when one of them can be.
     releases = _releases(revision) if len(ran) > 1 or crossed else {}
@@ -250,17 +249,24 @@ def speedups(
     # without MTP is compared too: how far is mesh-llm without MTP from plain llama.cpp?).
     used = decoded(on_cells) > 0
     mesh_cells = on_cells if used else [c for c in node_cells if not c.mtp_used]
-    read_sketches([*pair.on, *pair.off] if pair else [], texts)
-    if groups and decoded(mesh_cells):
-        read_sketches(mesh_cells, texts)  # (on the page: a side of the pair already, or one query)
-    mesh_on = _side(pair.on_label if pair else "mesh-llm, MTP on", on_cells, texts)
+    # The sketches of the sides shown only, merged in one query: the pair's, and mesh-llm's against a
+    # baseline when it is not the pair's MTP-on side.
+    against = bool(groups and decoded(mesh_cells))
+    on_sketch, off_sketch, mesh_sketch = merged_sketches(
+        [
+            on_cells if pair or (against and used) else [],
+            pair.off if pair else [],
+            mesh_cells if against and not used else [],
+        ]
+    )
+    mesh_on = _side(pair.on_label if pair else "mesh-llm, MTP on", on_cells, on_sketch)
     if mesh_on.reports:
         mesh_on = _with_mesh_acceptance(mesh_on, revision)
     mtp = None
     if pair:
-        off = _side(pair.off_label, pair.off, texts)
+        off = _side(pair.off_label, pair.off, off_sketch)
         mtp = Speedup("mtp", "MTP on against MTP off", mesh_on, off, pair.scope, pair.apart)
-    mesh = mesh_on if used else _side("mesh-llm without MTP", mesh_cells, texts)
+    mesh = mesh_on if used else _side("mesh-llm without MTP", mesh_cells, mesh_sketch)
     splits = {c.stage_splits for c in node_cells if c.mtp_used == used}
     rows = [_baseline_speedup(mesh, group, source, splits, used) for group in groups] if mesh.reports else []
     rows.sort(key=lambda s: (s.other_quantization, -s.slower.reports))
@@ -342,19 +348,12 @@ def _cross_revision_pair(
     return _Pair(on_cells, off_cells, scope, tuple(apart), off_label=f"MTP off ({before.short_sha})")
 
 
-def _side(label: str, cells: Iterable[NodeCell], texts: Texts) -> Side:
-    """The side's figures; its sketch merged from its cells' when they were read (a side no speedup shows,
-    read only for its count of decode rates, keeps none)."""
-    cells = list(cells)
+def _side(label: str, cells: Sequence[NodeCell], merged: sketch.Sketch) -> Side:
+    """The side's figures with its cells' merged sketch (a side no speedup shows, read only for its count of
+    decode rates, keeps none: ``merged`` is empty)."""
     accepted = sum(c.accepted for c in cells)
     proposed = sum(c.proposed for c in cells)
-    read = all(c.id in texts for c in cells)
-    return Side(
-        label,
-        decoded(cells),
-        stored_sketch.merged_stored(texts[c.id] for c in cells) if read else {},
-        acceptance_rate(accepted, proposed) if proposed else None,
-    )
+    return Side(label, decoded(cells), merged, acceptance_rate(accepted, proposed) if proposed else None)
 
 
 def _mtp_pair(cells: list[NodeCell], ran: set[bool], releases: Mapping[int, str]) -> tuple[_Pair | None, str]:

@@ -1,20 +1,28 @@
 """A revision's per-node total cells as the speedups read them (baselines.speedups): without their sketches,
 of the nodes that registered a run of the revision (rollups/public_weight.py). The cells, and the ways they
-ran, are each one query compiled once per process; the sketches of the sides a speedup shows are read apart,
-in one ORM query (its list of ids differs each time).
+ran, are each one query compiled once per process; the sketches of the sides a speedup shows are merged
+apart, in one query (``merged_sketches``).
+
+Why the bins are added up in SQL on PostgreSQL: the busiest revision with MTP on the catalog seed shows
+MTP on against MTP off over 120 cells a side; reading their 240 sketches as text and merging them in Python
+took about 4.6 ms, adding each side's bins up where they are stored about 2.5 ms (measured side by side,
+the same cells). SQLite reads the texts and merges them in Python (``stored_sketch.merged_stored``); the
+tests check both give the same sketches.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import functools
+from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 
+from django.db import connection
 from django.db.models import QuerySet
 
-from packages_app import compiled
+from packages_app import compiled, sketch
 from packages_app.models import Rollup
 from packages_app.rollups.public_weight import registered_nodes
-from packages_app.stored_sketch import stored
+from packages_app.stored_sketch import merged_stored, stored
 
 
 class NodeCell(NamedTuple):
@@ -66,12 +74,46 @@ def _public_cells(revision_id: int) -> QuerySet[Rollup]:
     return rows.filter(registered_nodes(revision_id, "node_key")).order_by()
 
 
-def read_sketches(cells: Iterable[NodeCell], texts: Texts) -> None:
-    """Add to ``texts`` the sketches of the cells it lacks, in one query (none when it has them all)."""
-    missing = sorted({c.id for c in cells} - texts.keys())
-    if missing:
-        found = Rollup.objects.filter(pk__in=missing).annotate(tps=stored("tps_sketch"))
-        texts.update(found.values_list("pk", "tps"))
+def merged_sketches(sides: Sequence[Sequence[NodeCell]]) -> list[sketch.Sketch]:
+    """Each side's decode sketch: its cells' sketches merged (an empty side: an empty sketch). One query
+    for every side, none without a cell."""
+    if not any(sides):
+        return [{} for _ in sides]
+    if connection.vendor == "postgresql":
+        return _merged_in_sql(sides)
+    texts = read_sketches(cell for side in sides for cell in side)
+    return [merged_stored(texts[c.id] for c in side) if side else {} for side in sides]
+
+
+def read_sketches(cells: Iterable[NodeCell]) -> Texts:
+    """The cells' sketches as their stored JSON texts, by cell id (one query)."""
+    found = Rollup.objects.filter(pk__in=sorted({c.id for c in cells})).annotate(tps=stored("tps_sketch"))
+    return dict(found.values_list("pk", "tps"))
+
+
+def _merged_in_sql(sides: Sequence[Sequence[NodeCell]]) -> list[sketch.Sketch]:
+    ids = [cell.id for side in sides for cell in side]
+    numbers = [number for number, side in enumerate(sides) for _ in side]
+    with connection.cursor() as cursor:
+        cursor.execute(_merged_sql(), [ids, numbers])
+        merged: list[sketch.Sketch] = [{} for _ in sides]
+        for number, index, count in cursor.fetchall():
+            merged[number][index] = count
+    return merged
+
+
+@functools.cache
+def _merged_sql() -> str:
+    """Each (cell, side) pair's bins, added up per side and bin: only the table's and columns' names are
+    formatted in. A bin's count is a whole number the rollups wrote (rollups/cells.py)."""
+    quote = connection.ops.quote_name
+    return f"""
+        SELECT s.side, b.bin::int, SUM(b.n::bigint)::bigint
+        FROM unnest(%s::bigint[], %s::int[]) AS s (id, side)
+        JOIN {quote(Rollup._meta.db_table)} AS r ON r.{quote("id")} = s.id
+        CROSS JOIN LATERAL jsonb_each_text(r.{quote("tps_sketch")}) AS b (bin, n)
+        GROUP BY s.side, b.bin
+    """  # noqa: S608
 
 
 def decoded(cells: Iterable[NodeCell]) -> int:

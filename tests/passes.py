@@ -80,6 +80,7 @@ SQLITE_PATHS: dict[str, tuple[str, ...]] = {
     "packages_app/catalog/facets.py": ("tests/test_catalog_counts.py", "tests/test_fleet.py"),
     # Its SQLite path: the acceptance counts added up in Python, as PostgreSQL adds them up in SQL.
     "packages_app/mesh_acceptance.py": ("tests/test_mesh_acceptance.py", "tests/test_baselines.py"),
+    "packages_app/speedup_cells.py": ("tests/test_speedup_sketches.py", "tests/test_baselines.py"),
     # Migrations that fill tables with SQL of each database's own, and their tests.
     "packages_app/migrations/0009_issue12_report_partitions.py": ("tests/test_partitions.py",),
     "packages_app/migrations/0022_h25_node_rollups.py": ("tests/test_rollups.py",),
