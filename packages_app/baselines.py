@@ -25,8 +25,9 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
+from django.db.models import QuerySet
 
-from packages_app import mesh_acceptance, sketch, speedup_cells
+from packages_app import compiled, mesh_acceptance, sketch, speedup_cells
 from packages_app.models import BaselineReport, Node, NodeRun, Package, Revision
 from packages_app.nodes.exposition import acceptance_by_position, acceptance_rate, mean_acceptance_length
 from packages_app.nodes.report_schema import BaselineReportIn
@@ -308,7 +309,11 @@ class _Pair:
 
 def _releases(revision: Revision) -> dict[int, str]:
     """node -> the mesh-llm release its agent registered for its run of the revision (the newest)."""
-    return {node: version for _, node, version in NodeRun.objects.releases([revision.pk])}
+    return {node: version for _, node, version in compiled.rows(_releases_of, revision.pk)}
+
+
+def _releases_of(revision_id: int) -> QuerySet[NodeRun, tuple[int, int, str]]:
+    return NodeRun.objects.releases([revision_id])
 
 
 def _cross_revision_pair(

@@ -90,7 +90,11 @@ def find_better_revision(package: Package, revision: Revision) -> Revision | Non
 
 def supersede_refusal(package: Package, revision: Revision) -> str | None:
     """Why no PR is made from ``revision`` when it is not the head: a newer, better revision, or the head."""
-    better = find_better_revision(package, revision)
+    return superseded_by(package, revision, find_better_revision(package, revision))
+
+
+def superseded_by(package: Package, revision: Revision, better: Revision | None) -> str | None:
+    """``supersede_refusal`` with ``find_better_revision``'s answer in hand (the package page shows both)."""
     if better is not None:
         return (
             f"{better.short_sha} {status_of(better.headline).label}: move nodes still on "

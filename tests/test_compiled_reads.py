@@ -12,7 +12,7 @@ from django.db import connection
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from packages_app import compiled, judgements, node_plans, speedup_cells, throughput
+from packages_app import baselines, compiled, judgements, node_plans, speedup_cells, throughput
 from packages_app.catalog import lookups
 from packages_app.fleet import plans, ranking, runs, serving, stages, topology
 from packages_app.models import Node, NodeJudgement, NodeRun, Revision, Rollup, Serving
@@ -71,6 +71,9 @@ def test_each_compiled_read_of_the_package_page_reads_what_its_queryset_does() -
         assert {row[0] for row in every} == {nodes[0].pk, nodes[1].pk}  # box-2 never registered a run
         assert same(node_plans._count_nodes_of, revision.pk) == [(2,)]  # box-2 never registered a run
         assert same(node_plans._unused_of, revision.pk)
+        assert same(baselines._releases_of, revision.pk) == []  # no agent named its release
+        NodeRun.objects.filter(revision=revision, node=nodes[0]).update(version="0.78.0")
+        assert same(baselines._releases_of, revision.pk) == [(revision.pk, nodes[0].pk, "0.78.0")]
         recent = same(throughput._recent_reports, revision.pk)
         assert {row["node_name"] for row in recent} == {"box-0", "box-1"}  # box-2 never registered a run
         ranged = (f.BASE_TIME + timedelta(hours=4), f.BASE_TIME + timedelta(2))

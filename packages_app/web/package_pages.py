@@ -169,13 +169,14 @@ def _fix_context(
 ) -> dict[str, Any]:
     """The pull request part of the fix section: what was proposed, and whether one may be."""
     applies = assessment is not None and assessment.headline.action.kind == ActionKind.APPLY_PATCH
+    better = fix_plans.find_better_revision(package, revision) if applies else None
     fix = fix_proposal_for(package)
     return {
         "fix": fix,
         "fix_pr_link": hub_pr_link(fix.pr_url if fix else ""),
         "fix_pr_v1": fix_plans.v1_refusal(revision) if suggested else None,
-        "fix_pr_superseded": fix_plans.supersede_refusal(package, revision) if applies else None,
-        "fix_pr_better": fix_plans.find_better_revision(package, revision) if applies else None,
+        "fix_pr_superseded": fix_plans.superseded_by(package, revision, better) if applies else None,
+        "fix_pr_better": better,
         "fix_pr_offer": applies and revision.schema_version == 2,
         "fix_author": fix_proposals.author_label(),
         "fix_token": bool(fix_proposals.write_token()),
