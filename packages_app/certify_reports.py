@@ -6,14 +6,15 @@ dropped). ``import_certify`` and ``POST /api/v1/certify-reports`` store through 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from django.db import IntegrityError, transaction
-from django.db.models import Exists, OuterRef
+from django.db.models import Exists, OuterRef, QuerySet
 
+from packages_app import compiled
 from packages_app.audit.certify_report import CertifyReport as Parsed
 from packages_app.audit.certify_report import parse_certify_report
 from packages_app.models import CertifyReport, Package, Revision
@@ -69,7 +70,13 @@ def revision_certify_reports(revision: Revision) -> list[CertifyReport]:
     """The reports for this revision's exact manifest bytes, newest first (one query)."""
     if not revision.manifest_sha256:
         return []
-    return list(CertifyReport.objects.filter(manifest_sha256=revision.manifest_sha256)[:20])
+    return compiled.instances(_reports_of, [revision.manifest_sha256])
+
+
+def _reports_of(digests: Sequence[str]) -> QuerySet[CertifyReport]:
+    """The newest 20 reports of these manifest digests (one digest bound as a list: ``compiled.instances``
+    compiles a plain text into its SQL)."""
+    return CertifyReport.objects.filter(manifest_sha256__in=digests)[:20]
 
 
 def visible_certify_reports(show_private: bool, limit: int = UNTRACKED_LIMIT) -> list[CertifyReport]:

@@ -29,7 +29,8 @@ from typing import Any
 
 from django.core.exceptions import EmptyResultSet
 from django.db import connection, connections
-from django.db.models.query import QuerySet, ValuesIterable, ValuesListIterable
+from django.db.models import Model
+from django.db.models.query import ModelIterable, QuerySet, ValuesIterable, ValuesListIterable
 
 ANY_TIME = datetime(2000, 1, 1, tzinfo=UTC)  # the stand-in of a time a read binds
 
@@ -72,8 +73,9 @@ class Read:
     params: tuple[Any, ...]
     width: int | None  # the columns a row keeps, when the SQL selects more (for its ordering)
     converters: tuple[tuple[int, tuple[Any, ...], Any], ...]  # column, its converters, its expression
-    names: tuple[str, ...]  # a values() row's keys
+    names: tuple[str, ...]  # a values() row's keys; a model read's fields, as ``Model.from_db`` takes them
     as_dicts: bool
+    model: type[Model] | None = None  # a model read's (``instances``)
 
 
 def rows(build: Callable[..., QuerySet[Any, Any]], *args: Any) -> list[Any]:
@@ -86,17 +88,39 @@ def rows(build: Callable[..., QuerySet[Any, Any]], *args: Any) -> list[Any]:
     read = _compiled(build, stand)
     if read is None:  # nothing can match (an empty list of ids), as the queryset's iteration answers
         return []
+    fetched = _fetched(read, values)
+    if read.as_dicts:
+        return [dict(zip(read.names, row, strict=True)) for row in fetched]
+    return [tuple(row) for row in fetched] if read.converters else fetched
+
+
+def instances(build: Callable[..., QuerySet[Any, Any]], *args: Any) -> list[Any]:
+    """``list(build(*args))`` for a queryset of one model's instances, compiled once per shape of the
+    arguments as ``rows`` is; each row made an instance by ``Model.from_db`` with the fields the queryset
+    selects (``only()``'s, the others deferred), as its iteration does. Refused when compiled: a queryset
+    that also reads related rows or annotations, or that a related manager made (its instances get the
+    related object the manager holds, ``_known_related_objects``: the caller sets it instead)."""
+    stand, values = _stand_ins(args)
+    read = _compiled_model(build, stand)
+    if read is None:
+        return []
+    model = read.model
+    assert model is not None  # (a model read's)
+    made: list[Any] = [model.from_db(read.alias, read.names, row) for row in _fetched(read, values)]
+    return made
+
+
+def _fetched(read: Read, values: Mapping[Any, Any]) -> list[Any]:
+    """The read's rows, its stand-ins bound to ``values``, cut to its width and converted."""
     database = connections[read.alias]
     with database.cursor() as cursor:
         cursor.execute(read.sql, bound(read.params, values))
-        fetched = cursor.fetchall()
+        fetched: list[Any] = cursor.fetchall()
     if read.width is not None:
         fetched = [row[: read.width] for row in fetched]
     if read.converters:
         fetched = [_converted(row, read.converters, database) for row in fetched]
-    if read.as_dicts:
-        return [dict(zip(read.names, row, strict=True)) for row in fetched]
-    return [tuple(row) for row in fetched] if read.converters else fetched
+    return fetched
 
 
 def _converted(
@@ -159,6 +183,53 @@ def _compiled(build: Callable[..., QuerySet[Any, Any]], stand: tuple[Any, ...]) 
     """``build(*stand)`` compiled by the ORM (once per build and shape of the arguments, which the stand-ins
     are); None when the ORM finds that no row can match (``EmptyResultSet``)."""
     queryset = build(*stand)
+    iterable = queryset._iterable_class
+    if iterable not in (ValuesIterable, ValuesListIterable):
+        raise TypeError(f"{build.__qualname__}: compiled.rows reads values() and values_list() querysets")
+    compiled = _sql(build, stand, queryset)
+    if compiled is None:
+        return None
+    compiler, sql, params, converters = compiled
+    query = queryset.query
+    # As ValuesIterable names a row's values (Django 5.2: in the order values() was given them);
+    # values_list()'s rows are the select's, in the order it was given.
+    names = list(query.selected) if query.selected else [*query.extra_select, *query.values_select]
+    names += [] if query.selected else list(query.annotation_select)
+    width = compiler.col_count if compiler.has_extra_select else None
+    return Read(queryset.db, sql, tuple(params), width, converters, tuple(names), iterable is ValuesIterable)
+
+
+@functools.lru_cache(maxsize=64)
+def _compiled_model(build: Callable[..., QuerySet[Any, Any]], stand: tuple[Any, ...]) -> Read | None:
+    """``build(*stand)``, a queryset of model instances, compiled as ``_compiled`` compiles a values()
+    one; the fields its rows hold named as ``ModelIterable`` names them for ``Model.from_db``."""
+    queryset = build(*stand)
+    # (Private to QuerySet, not in the stubs: what a related manager and prefetch_related() set.)
+    manager_made = getattr(queryset, "_known_related_objects", None) or getattr(
+        queryset, "_prefetch_related_lookups", None
+    )
+    if queryset._iterable_class is not ModelIterable or manager_made:
+        raise TypeError(f"{build.__qualname__}: compiled.instances reads plain querysets of model instances")
+    compiled = _sql(build, stand, queryset)
+    if compiled is None:
+        return None
+    compiler, sql, params, converters = compiled
+    klass_info = compiler.klass_info
+    if klass_info.get("related_klass_infos") or compiler.annotation_col_map:
+        raise TypeError(f"{build.__qualname__}: compiled.instances reads no related rows nor annotations")
+    start, end = klass_info["select_fields"][0], klass_info["select_fields"][-1] + 1
+    if (start, end) != (0, compiler.col_count):
+        raise TypeError(f"{build.__qualname__}: compiled.instances reads the model's fields only")
+    fields = tuple(column[0].target.attname for column in compiler.select[start:end])
+    width = compiler.col_count if compiler.has_extra_select else None
+    return Read(queryset.db, sql, tuple(params), width, converters, fields, False, queryset.model)
+
+
+def _sql(
+    build: Callable[..., Any], stand: tuple[Any, ...], queryset: QuerySet[Any, Any]
+) -> tuple[Any, str, list[Any], tuple[tuple[int, tuple[Any, ...], Any], ...]] | None:
+    """The queryset's compiler, SQL and parameters, and the converters of the columns its rows keep; None
+    when no row can match. The stand-ins must each be a parameter."""
     compiler = queryset.query.get_compiler(queryset.db)
     try:
         sql, params = compiler.as_sql()
@@ -172,16 +243,7 @@ def _compiled(build: Callable[..., QuerySet[Any, Any]], stand: tuple[Any, ...]) 
         (position, tuple(functions), expression)
         for position, (functions, expression) in compiler.get_converters(fields).items()
     )
-    iterable = queryset._iterable_class
-    if iterable not in (ValuesIterable, ValuesListIterable):
-        raise TypeError(f"{build.__qualname__}: compiled.rows reads values() and values_list() querysets")
-    query = queryset.query
-    # As ValuesIterable names a row's values (Django 5.2: in the order values() was given them);
-    # values_list()'s rows are the select's, in the order it was given.
-    names = list(query.selected) if query.selected else [*query.extra_select, *query.values_select]
-    names += [] if query.selected else list(query.annotation_select)
-    width = compiler.col_count if compiler.has_extra_select else None
-    return Read(queryset.db, sql, tuple(params), width, converters, tuple(names), iterable is ValuesIterable)
+    return compiler, sql, list(params), converters
 
 
 def _flattened(params: Sequence[Any]) -> set[Any]:

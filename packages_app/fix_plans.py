@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from datetime import datetime
 
 from django.conf import settings
+from django.db.models import QuerySet
 from django.urls import reverse
 
-from packages_app import stored_audit
+from packages_app import compiled, stored_audit
 from packages_app.audit import Assessment
 from packages_app.audit.model import Detected, WriterShape
 from packages_app.manifest import MANIFEST_FILE
@@ -79,13 +81,19 @@ def find_better_revision(package: Package, revision: Revision) -> Revision | Non
     """The newest revision after ``revision`` whose headline is better: the one its nodes should move to."""
     if revision.committed_at is None:
         return None
-    newer = (
-        package.revisions.filter(committed_at__gt=revision.committed_at)
-        .only("commit_sha", "headline", "committed_at")
-        .order_by("-committed_at", "-id")
-    )
     current = status_of(revision.headline)
-    return next((r for r in newer if improves(status_of(r.headline), current)), None)
+    newer: list[Revision] = compiled.instances(_newer_of, package.pk, revision.committed_at)
+    better = next((r for r in newer if improves(status_of(r.headline), current)), None)
+    if better is not None:
+        better.package = package  # as the related manager's read sets it
+    return better
+
+
+def _newer_of(package_id: int, committed_at: datetime) -> QuerySet[Revision]:
+    """The package's revisions committed after ``committed_at``, newest first (compiled once per process:
+    ``compiled.instances``)."""
+    newer = Revision.objects.filter(package_id=package_id, committed_at__gt=committed_at)
+    return newer.only("commit_sha", "headline", "committed_at").order_by("-committed_at", "-id")
 
 
 def supersede_refusal(package: Package, revision: Revision) -> str | None:

@@ -9,7 +9,9 @@ from dataclasses import dataclass
 from typing import Any, TypeAlias
 
 from django.core.paginator import Page, Paginator
+from django.db.models import QuerySet
 
+from packages_app import compiled
 from packages_app.audit.model import FileCheck
 from packages_app.catalog.errors import LookupFailed
 from packages_app.layout import FileRole
@@ -104,7 +106,9 @@ def revision_file_overview(revision: Revision, mtp_blocks: Iterable[int] = ()) -
     """Layer files grouped into ranges, with mismatches, failed headers and MTP blocks kept as rows."""
     files = revision.files.only(*_OVERVIEW_FIELDS)
     checks = revision.audited.provenance.by_path()
-    every = list(files.order_by("path")[: OVERVIEW_ONE_READ + 1])
+    every: list[PackageFile] = compiled.instances(_first_files_of, revision.pk)
+    for file in every:
+        file.revision = revision  # as the related manager's read sets it
     if len(every) <= OVERVIEW_ONE_READ:
         layers = [f for f in every if f.role == FileRole.LAYER.value][:OVERVIEW_LAYER_FILES]
         others = [f for f in every if f.role != FileRole.LAYER.value][: OVERVIEW_OTHER_FILES + 1]
@@ -119,6 +123,13 @@ def revision_file_overview(revision: Revision, mtp_blocks: Iterable[int] = ()) -
     shown_others = min(len(others), OVERVIEW_OTHER_FILES)
     more = total - len(layers) - shown_others
     return FileOverview(items, total, max(more, 0))
+
+
+def _first_files_of(revision_id: int) -> QuerySet[PackageFile]:
+    """The revision's first OVERVIEW_ONE_READ + 1 files by path (compiled once per process:
+    ``compiled.instances``)."""
+    files = PackageFile.objects.filter(revision_id=revision_id).only(*_OVERVIEW_FIELDS)
+    return files.order_by("path")[: OVERVIEW_ONE_READ + 1]
 
 
 def _layer_items(

@@ -55,8 +55,16 @@ def _first_served(revision_ids: Sequence[int]) -> QuerySet[Serving, tuple[int, d
 
 
 def fix_proposal_for(package: Package) -> FixProposal | None:
-    """The package's newest fix proposal, whatever became of it (a stale or refused one says why)."""
-    return package.fix_proposals.order_by("-id").first()
+    """The package's newest fix proposal, whatever became of it (a stale or refused one says why). Read by
+    SQL compiled once per process (``compiled.instances``), its package the one in hand."""
+    newest: list[FixProposal] = compiled.instances(_newest_fix_of, package.pk)
+    for fix in newest:
+        fix.package = package  # as the related manager's read sets it
+    return newest[0] if newest else None
+
+
+def _newest_fix_of(package_id: int) -> QuerySet[FixProposal]:
+    return FixProposal.objects.filter(package_id=package_id).order_by("-id")[:1]
 
 
 def get_package(owner: str, name: str, show_private: bool = False, *, with_latest: bool = False) -> Package:
@@ -143,8 +151,14 @@ def revision_with_manifest(digests: set[str], show_private: bool = False) -> Rev
 
 
 def revision_history(package: Package) -> list[Revision]:
-    """The newest revisions, lightest columns only (the audit JSON stays in the database)."""
-    revisions = package.revisions.only(*_HISTORY_FIELDS).order_by(
-        F("committed_at").desc(nulls_last=True), "-id"
-    )
-    return list(revisions[:HISTORY_LIMIT])
+    """The newest revisions, lightest columns only (the audit JSON stays in the database). Read by SQL
+    compiled once per process (``compiled.instances``), each revision's package the one in hand."""
+    revisions: list[Revision] = compiled.instances(_history_of, package.pk)
+    for revision in revisions:
+        revision.package = package  # as the related manager's read sets it
+    return revisions
+
+
+def _history_of(package_id: int) -> QuerySet[Revision]:
+    revisions = Revision.objects.filter(package_id=package_id).only(*_HISTORY_FIELDS)
+    return revisions.order_by(F("committed_at").desc(nulls_last=True), "-id")[:HISTORY_LIMIT]
