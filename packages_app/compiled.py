@@ -30,7 +30,13 @@ from typing import Any
 from django.core.exceptions import EmptyResultSet
 from django.db import connection, connections
 from django.db.models import Model
-from django.db.models.query import ModelIterable, QuerySet, ValuesIterable, ValuesListIterable
+from django.db.models.query import (
+    ModelIterable,
+    QuerySet,
+    ValuesIterable,
+    ValuesListIterable,
+    get_related_populators,
+)
 
 ANY_TIME = datetime(2000, 1, 1, tzinfo=UTC)  # the stand-in of a time a read binds
 
@@ -76,6 +82,8 @@ class Read:
     names: tuple[str, ...]  # a values() row's keys; a model read's fields, as ``Model.from_db`` takes them
     as_dicts: bool
     model: type[Model] | None = None  # a model read's (``instances``)
+    fields_end: int = 0  # a model read's: its model's fields are the row's first ``fields_end`` values
+    populators: tuple[Any, ...] = ()  # a model read's: what sets each related row it reads (select_related)
 
 
 def rows(build: Callable[..., QuerySet[Any, Any]], *args: Any) -> list[Any]:
@@ -97,16 +105,22 @@ def rows(build: Callable[..., QuerySet[Any, Any]], *args: Any) -> list[Any]:
 def instances(build: Callable[..., QuerySet[Any, Any]], *args: Any) -> list[Any]:
     """``list(build(*args))`` for a queryset of one model's instances, compiled once per shape of the
     arguments as ``rows`` is; each row made an instance by ``Model.from_db`` with the fields the queryset
-    selects (``only()``'s, the others deferred), as its iteration does. Refused when compiled: a queryset
-    that also reads related rows or annotations, or that a related manager made (its instances get the
-    related object the manager holds, ``_known_related_objects``: the caller sets it instead)."""
+    selects (``only()``'s, the others deferred), and its select_related() rows set by Django's own
+    populators, as its iteration does. Refused when compiled: a queryset with annotations, or that a
+    related manager made (its instances get the related object the manager holds,
+    ``_known_related_objects``: the caller sets it instead) or that prefetches."""
     stand, values = _stand_ins(args)
     read = _compiled_model(build, stand)
     if read is None:
         return []
     model = read.model
     assert model is not None  # (a model read's)
-    made: list[Any] = [model.from_db(read.alias, read.names, row) for row in _fetched(read, values)]
+    made: list[Any] = []
+    for row in _fetched(read, values):
+        instance = model.from_db(read.alias, read.names, row[: read.fields_end])
+        for populator in read.populators:  # as ModelIterable sets a select_related() row
+            populator.populate(row, instance)
+        made.append(instance)
     return made
 
 
@@ -215,14 +229,20 @@ def _compiled_model(build: Callable[..., QuerySet[Any, Any]], stand: tuple[Any, 
         return None
     compiler, sql, params, converters = compiled
     klass_info = compiler.klass_info
-    if klass_info.get("related_klass_infos") or compiler.annotation_col_map:
-        raise TypeError(f"{build.__qualname__}: compiled.instances reads no related rows nor annotations")
+    if compiler.annotation_col_map:
+        raise TypeError(f"{build.__qualname__}: compiled.instances reads no annotations")
     start, end = klass_info["select_fields"][0], klass_info["select_fields"][-1] + 1
-    if (start, end) != (0, compiler.col_count):
-        raise TypeError(f"{build.__qualname__}: compiled.instances reads the model's fields only")
+    if start != 0:
+        raise TypeError(f"{build.__qualname__}: compiled.instances reads the model's fields first")
     fields = tuple(column[0].target.attname for column in compiler.select[start:end])
     width = compiler.col_count if compiler.has_extra_select else None
-    return Read(queryset.db, sql, tuple(params), width, converters, fields, False, queryset.model)
+    # Django's own setters of select_related() rows, as ModelIterable makes them (each sets its model's
+    # columns of a row on the instance: they hold positions only, so one serves every read).
+    # (The stubs name a fetch_mode argument of a later Django; Django 5.2's takes these three.)
+    populators = tuple(get_related_populators(klass_info, compiler.select, queryset.db))  # type: ignore[call-arg]
+    return Read(
+        queryset.db, sql, tuple(params), width, converters, fields, False, queryset.model, end, populators
+    )
 
 
 def _sql(

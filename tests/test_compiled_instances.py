@@ -62,10 +62,21 @@ def history() -> tuple[Package, list[Revision]]:
     return package, revisions
 
 
-def state(instance: Model) -> tuple[Any, ...]:
-    """What an instance holds: its class, its loaded fields' values and which fields are deferred."""
-    values = {k: v for k, v in vars(instance).items() if k != "_state" and not k.startswith("_")}
-    return type(instance), values, instance.get_deferred_fields(), instance._state.db, instance._state.adding
+def state(instance: Model | None) -> tuple[Any, ...]:
+    """What an instance holds: its class, its loaded fields' values, which fields are deferred, and the
+    related rows read with it (select_related), each as a state."""
+    if instance is None:
+        return (None,)
+    values = {k: v for k, v in vars(instance).items() if not k.startswith("_")}
+    related = {name: state(row) for name, row in instance._state.fields_cache.items()}
+    return (
+        type(instance),
+        values,
+        instance.get_deferred_fields(),
+        instance._state.db,
+        instance._state.adding,
+        related,
+    )
 
 
 def same(build: Any, *args: Any) -> list[Any]:
@@ -87,6 +98,18 @@ def test_each_compiled_model_read_makes_the_instances_its_queryset_does() -> Non
         overview = same(files._first_files_of, revision.pk)
         assert bool(overview) == (revision.pk in (revisions[0].pk, revisions[1].pk))
         assert overview == sorted(overview, key=lambda file: file.path)
+    hidden = f.make_package("meshllm/Hidden-layers")
+    Package.objects.filter(pk=hidden.pk).update(private=True)
+    f.make_revision(hidden, "undeclared-mtp")
+    for repo_id in (package.repo_id, hidden.repo_id, "meshllm/Unknown-layers"):
+        for show_private in (False, True):
+            for with_latest in (False, True):
+                found = same(lookups._package_of, [repo_id], show_private, with_latest)
+                assert len(found) == (
+                    repo_id == package.repo_id or (show_private and repo_id == hidden.repo_id)
+                )
+                if found and with_latest:
+                    assert found[0].latest_revision.audit is not None  # read with it, every field
     # The loaded fields are only()'s (the audit JSON stays in the database).
     assert {"audit", "manifest_json"} <= same(lookups._history_of, package.pk)[0].get_deferred_fields()
 
@@ -112,10 +135,12 @@ def test_the_page_reads_keep_the_related_managers_answers(django_assert_num_quer
     assert overview.total == revisions[0].files.count() > 0
     with django_assert_num_queries(0):
         assert all(row.file.revision is revisions[0] for row in overview.items if hasattr(row, "file"))
-
-
-def _with_package(ids: Sequence[int]) -> QuerySet[Revision]:
-    return Revision.objects.filter(pk__in=ids).select_related("package")
+    owner, name = package.repo_id.split("/")
+    with django_assert_num_queries(1):  # the package and its latest revision in one read
+        latest = lookups.get_package(owner, name, with_latest=True).latest_revision
+    assert latest is not None and latest.pk == revisions[2].pk and latest.audit == revisions[2].audit
+    with pytest.raises(lookups.LookupFailed, match="No package meshllm/Hidden-layers is tracked"):
+        lookups.get_package("meshllm", "Hidden-layers")
 
 
 def _counted(ids: Sequence[int]) -> QuerySet[Revision]:
@@ -126,7 +151,7 @@ def _values(ids: Sequence[int]) -> QuerySet[Revision, dict[str, Any]]:
     return Revision.objects.filter(pk__in=ids).values("pk")
 
 
-@pytest.mark.parametrize("build", [_with_package, _counted, _values])
+@pytest.mark.parametrize("build", [_counted, _values])
 def test_only_plain_model_reads_are_compiled(build: Any) -> None:
     with pytest.raises(TypeError, match=r"compiled\.instances"):
         compiled.instances(build, [1, 2])

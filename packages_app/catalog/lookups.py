@@ -72,13 +72,21 @@ def get_package(owner: str, name: str, show_private: bool = False, *, with_lates
     ``with_latest``: its latest revision read in the same query, for ``resolve_revision`` without a ref
     (the package page and its API: one query fewer, about a millisecond of the ORM's)."""
     repo_id = f"{owner}/{name}"
-    packages = Package.objects.visible(show_private).filter(repo_id=repo_id)
+    found: list[Package] = compiled.instances(_package_of, [repo_id], show_private, with_latest)
+    if not found:
+        raise LookupFailed(f"No package {repo_id} is tracked.")
+    return found[0]
+
+
+def _package_of(repo_ids: Sequence[str], show_private: bool, with_latest: bool) -> QuerySet[Package]:
+    """The package of this repo id (one, bound as a list: ``compiled.instances`` compiles a plain text
+    into its SQL), with its latest revision when asked. Compiled once per process and option: the catalog
+    seed's busiest revision with MTP and its package took 1.3 ms built by the ORM each read, 0.85 compiled
+    (medians of 100 reads, side by side; its audit alone is 38 kB of JSON)."""
+    packages = Package.objects.visible(show_private).filter(repo_id__in=repo_ids)
     if with_latest:
         packages = packages.select_related("latest_revision")
-    package = packages.first()
-    if package is None:
-        raise LookupFailed(f"No package {repo_id} is tracked.")
-    return package
+    return packages.order_by("pk")[:1]
 
 
 def package_counts(package: Package) -> dict[str, int]:
