@@ -15,10 +15,12 @@ import pytest
 from django.db.models import F
 from django.utils import timezone
 
+from packages_app import compiled
 from packages_app.catalog import facets
 from packages_app.catalog.facets import CatalogCounts, catalog_counts
 from packages_app.catalog.filters import ANY_INCONSISTENT, ANY_NEEDS_ACTION, NOT_AUDITED, CatalogFilters
 from packages_app.catalog.listing import catalog_queryset
+from packages_app.fleet.window import window_start
 from packages_app.models import LastServed, Package, Revision
 from packages_app.verdicts import INCONSISTENT_VERDICTS, NEEDS_ACTION, STATUSES, VERDICTS
 from tests import dashboard_factories as f
@@ -134,3 +136,42 @@ def test_the_catalogs_hold_older_broken_revisions_nodes_ran_in_the_window() -> N
         ]
     assert any(problem.startswith("verdict inconsistent") for problem in wrong), wrong
     assert any(problem.startswith("status needs-action") for problem in wrong), wrong
+
+
+COMPILED = (
+    *FILTERS,
+    CatalogFilters(status="running"),
+    CatalogFilters(refused_by="v0.78.0"),  # built by the ORM each time (its text sits in a LIKE pattern)
+    CatalogFilters(q="%_\\ x", architecture="llama", status="done", schema=1, mtp_detected=False, alert=True),
+    CatalogFilters(q="P1X", mtp_declared=True, window_days=30),
+)
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_the_compiled_counts_read_what_their_queryset_does(seed: int) -> None:
+    """facets._counted (compiled once per shape of the filters) reads the rows its queryset reads, for
+    every filter, reader and list of packages that ran broken revisions (none, one, all)."""
+    random_catalog(seed)
+    for filters in COMPILED:
+        since = window_start(filters.window_days)
+        served = facets._served_facets(since)
+        ran = sorted({package for packages in served.values() for package in packages})
+        assert ran
+        for show_private in (False, True):
+            for ran_broken in (ran, ran[:1], []):
+                read = facets._counted(filters, since, show_private, ran_broken)
+                built = list(facets._counts_of(filters, since, show_private, ran_broken))
+                assert sorted(read, key=repr) == sorted(built, key=repr), (filters, show_private)
+
+
+def test_one_compiled_counts_read_serves_every_value_of_its_filters() -> None:
+    random_catalog(0)
+    since = window_start(7)
+    compiled._compiled.cache_clear()
+    for q in ("x1", "X2", "layers"):
+        for days in (1, 7):
+            filters = CatalogFilters(q=q, schema=2, alert=True)
+            facets._counted(filters, since - timedelta(days=days), False, [days, days + 1])
+    assert compiled._compiled.cache_info().misses == 1 and compiled._compiled.cache_info().hits == 5
+    facets._counted(CatalogFilters(q="x1", schema=1, alert=True), since, False, [1, 2])  # compiled in
+    assert compiled._compiled.cache_info().misses == 2

@@ -40,8 +40,9 @@ class CatalogFilters:
     refused_by: str = ""  # a release name from releases.toml: packages whose latest revision it refuses
 
 
-def other_filters_q(filters: CatalogFilters) -> Q:
-    """Every filter except the two facets (verdict, headline), whose counts must ignore their own."""
+def other_filters_q(filters: CatalogFilters, since: datetime | None = None) -> Q:
+    """Every filter except the two facets (verdict, headline), whose counts must ignore their own;
+    ``since``: the window's start, when the caller holds it (else from the filters' window)."""
     q = Q()
     if filters.q:
         # ``repo_id__icontains``, upper-cased once when stored (Package.repo_upper).
@@ -57,7 +58,7 @@ def other_filters_q(filters: CatalogFilters) -> Q:
     if filters.status:
         q &= Q(latest_revision__status=filters.status)
     if filters.alert:
-        q &= alert_q(window_start(filters.window_days))
+        q &= alert_q(since or window_start(filters.window_days))
     if filters.refused_by:
         q &= Q(latest_revision__refused_by__contains=f"|{filters.refused_by}|")
     return q
