@@ -4,6 +4,7 @@ architectures the filter offers."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -130,13 +131,10 @@ def _counted(
     """The visible packages counted by their latest revision's verdict, status and architecture, whether
     the other filters keep them, and (of ``ran_broken``) by the package. Read by SQL compiled once per
     process and shape of the filters (``compiled.rows``: which filters are set, how many packages ran
-    broken revisions), the filters' values bound; a search of a release's refusals is built each time
-    (its text reaches the SQL inside a LIKE pattern, which a stand-in cannot take)."""
-    if filters.refused_by:
-        return list(_counts_of(filters, since, show_private, ran_broken))
+    broken revisions), the filters' values bound; built each time for a filter the compiled read does
+    not carry (``_carries``)."""
     texts = {name: text for name in _TEXT_FILTERS if (text := getattr(filters, name))}
-    return compiled.rows(
-        _counts_read,
+    carried = (
         show_private,
         ran_broken,
         ",".join(texts),
@@ -146,9 +144,44 @@ def _counted(
         filters.mtp_declared,
         [since] if filters.alert else [],
     )
+    if not _carries(filters, _filters_of(*carried[2:])):
+        return list(_counts_of(filters, since, show_private, ran_broken))
+    return compiled.rows(_counts_read, *carried)
 
 
 _TEXT_FILTERS = ("q", "architecture", "status")  # the filters of a text bound by the compiled counts
+# The filters the counts' own query does not read: the two facets (counted apart) and the rows' order; the
+# window reaches it as ``since``.
+_NOT_READ = frozenset({"verdict", "headline", "sort", "window_days"})
+
+
+def _carries(filters: CatalogFilters, carried: CatalogFilters) -> bool:
+    """Whether the compiled read's arguments carry every filter the counts' query reads: a filter they
+    leave out (a release's refusals, whose text sits in a LIKE pattern a stand-in cannot take, or one
+    added later) sends the counts to the ORM, built for its values."""
+    return all(
+        getattr(filters, f.name) == getattr(carried, f.name)
+        for f in dataclasses.fields(CatalogFilters)
+        if f.name not in _NOT_READ
+    )
+
+
+def _filters_of(
+    names: str,
+    texts: Sequence[str],
+    schema: str | None,
+    mtp_detected: bool | None,
+    mtp_declared: bool | None,
+    since: Sequence[datetime],
+) -> CatalogFilters:
+    text_filters: dict[str, Any] = dict(zip(names.split(",") if names else [], texts, strict=True))
+    return CatalogFilters(
+        **text_filters,
+        schema=None if schema is None else int(schema),
+        mtp_detected=mtp_detected,
+        mtp_declared=mtp_declared,
+        alert=bool(since),
+    )
 
 
 def _counts_read(
@@ -165,14 +198,7 @@ def _counts_read(
     schema version is compiled in, not bound: a stand-in id is negative, which the ORM finds out of a
     positive field's range and compiles as a condition no row meets (a layer package's schema is 1 or
     2, the filter's form takes no other)."""
-    text_filters: dict[str, Any] = dict(zip(names.split(",") if names else [], texts, strict=True))
-    filters = CatalogFilters(
-        **text_filters,
-        schema=None if schema is None else int(schema),
-        mtp_detected=mtp_detected,
-        mtp_declared=mtp_declared,
-        alert=bool(since),
-    )
+    filters = _filters_of(names, texts, schema, mtp_detected, mtp_declared, since)
     return _counts_of(filters, since[0] if since else ANY_TIME, show_private, list(ran_broken))
 
 
