@@ -184,21 +184,13 @@ def _filters_of(
     )
 
 
-def _counts_read(
-    show_private: bool,
-    ran_broken: Sequence[int],
-    names: str,
-    texts: Sequence[str],
-    schema: str | None,
-    mtp_detected: bool | None,
-    mtp_declared: bool | None,
-    since: Sequence[datetime],
-) -> QuerySet[Any, Any]:
-    """``_counts_of`` for the filters these values make (``_counted``'s arguments, as stand-ins). The
-    schema version is compiled in, not bound: a stand-in id is negative, which the ORM finds out of a
-    positive field's range and compiles as a condition no row meets (a layer package's schema is 1 or
-    2, the filter's form takes no other)."""
-    filters = _filters_of(names, texts, schema, mtp_detected, mtp_declared, since)
+def _counts_read(show_private: bool, ran_broken: Sequence[int], *filter_args: Any) -> QuerySet[Any, Any]:
+    """``_counts_of`` for the filters ``_filters_of`` makes of ``filter_args`` (``_counted``'s arguments,
+    as stand-ins). The schema version is compiled in, not bound: a stand-in id is negative, which the ORM
+    finds out of a positive field's range and compiles as a condition no row meets (a layer package's
+    schema is 1 or 2, the filter's form takes no other)."""
+    since: Sequence[datetime] = filter_args[-1]
+    filters = _filters_of(*filter_args)
     return _counts_of(filters, since[0] if since else ANY_TIME, show_private, list(ran_broken))
 
 
