@@ -15,10 +15,11 @@ the queryset's iteration applies: a time, a flag or JSON reads the same on SQLit
 stand-in that does not reach the parameters as it is (a lookup that rewrites its value) is refused when
 compiled. The package page makes about 15 reads: built and compiled each time they took about 0.5 ms each.
 
-``instances(build, *args)`` does the same for a queryset of model instances (``only()`` and
-``select_related()`` allowed): each row is made an instance by ``Model.from_db`` and its related rows set
-by Django's own populators (``get_related_populators``, which ``ModelIterable`` uses: Django offers no
-public way to make instances from rows it did not fetch itself). A related manager's queryset is refused:
+``instances(build, *args)`` does the same for a queryset of model instances (``only()``,
+``select_related()`` and annotations allowed): each row is made an instance by ``Model.from_db``, its
+annotations set as attributes and its related rows set by Django's own populators
+(``get_related_populators``, which ``ModelIterable`` uses: Django offers no public way to make instances
+from rows it did not fetch itself). A related manager's queryset is refused:
 its instances would lose the object the manager holds; the caller filters by the id and sets it.
 
 A queryset compiled this way must hold no constant equal to a stand-in (a negative id): ``bound`` would
@@ -92,6 +93,7 @@ class Read:
     model: type[Model] | None = None  # a model read's (``instances``)
     fields_end: int = 0  # a model read's: its model's fields are the row's first ``fields_end`` values
     populators: tuple[Any, ...] = ()  # a model read's: what sets each related row it reads (select_related)
+    annotations: tuple[tuple[str, int], ...] = ()  # a model read's: each annotation's name and column
 
 
 def rows(build: Callable[..., QuerySet[Any, Any]], *args: Any) -> list[Any]:
@@ -113,9 +115,9 @@ def rows(build: Callable[..., QuerySet[Any, Any]], *args: Any) -> list[Any]:
 def instances(build: Callable[..., QuerySet[Any, Any]], *args: Any) -> list[Any]:
     """``list(build(*args))`` for a queryset of one model's instances, compiled once per shape of the
     arguments as ``rows`` is; each row made an instance by ``Model.from_db`` with the fields the queryset
-    selects (``only()``'s, the others deferred), and its select_related() rows set by Django's own
-    populators, as its iteration does. Refused when compiled: a queryset with annotations, or that a
-    related manager made (its instances get the related object the manager holds,
+    selects (``only()``'s, the others deferred), its select_related() rows set by Django's own
+    populators and its annotations as attributes, as its iteration does. Refused when compiled: a
+    queryset that a related manager made (its instances get the related object the manager holds,
     ``_known_related_objects``: the caller sets it instead) or that prefetches."""
     stand, values = _stand_ins(args)
     read = _compiled_model(build, stand)
@@ -128,6 +130,8 @@ def instances(build: Callable[..., QuerySet[Any, Any]], *args: Any) -> list[Any]
         instance = model.from_db(read.alias, read.names, row[: read.fields_end])
         for populator in read.populators:  # as ModelIterable sets a select_related() row
             populator.populate(row, instance)
+        for name, column in read.annotations:  # and an annotation
+            setattr(instance, name, row[column])
         made.append(instance)
     return made
 
@@ -221,7 +225,7 @@ def _compiled(build: Callable[..., QuerySet[Any, Any]], stand: tuple[Any, ...]) 
     return Read(queryset.db, sql, tuple(params), width, converters, tuple(names), iterable is ValuesIterable)
 
 
-@functools.lru_cache(maxsize=64)
+@functools.lru_cache(maxsize=256)
 def _compiled_model(build: Callable[..., QuerySet[Any, Any]], stand: tuple[Any, ...]) -> Read | None:
     """``build(*stand)``, a queryset of model instances, compiled as ``_compiled`` compiles a values()
     one; the fields its rows hold named as ``ModelIterable`` names them for ``Model.from_db``."""
@@ -237,8 +241,6 @@ def _compiled_model(build: Callable[..., QuerySet[Any, Any]], stand: tuple[Any, 
         return None
     compiler, sql, params, converters = compiled
     klass_info = compiler.klass_info
-    if compiler.annotation_col_map:
-        raise TypeError(f"{build.__qualname__}: compiled.instances reads no annotations")
     start, end = klass_info["select_fields"][0], klass_info["select_fields"][-1] + 1
     if start != 0:
         raise TypeError(f"{build.__qualname__}: compiled.instances reads the model's fields first")
@@ -248,8 +250,19 @@ def _compiled_model(build: Callable[..., QuerySet[Any, Any]], stand: tuple[Any, 
     # columns of a row on the instance: they hold positions only, so one serves every read).
     # (The stubs name a fetch_mode argument of a later Django; Django 5.2's takes these three.)
     populators = tuple(get_related_populators(klass_info, compiler.select, queryset.db))  # type: ignore[call-arg]
+    annotations = tuple(compiler.annotation_col_map.items())
     return Read(
-        queryset.db, sql, tuple(params), width, converters, fields, False, queryset.model, end, populators
+        queryset.db,
+        sql,
+        tuple(params),
+        width,
+        converters,
+        fields,
+        False,
+        queryset.model,
+        end,
+        populators,
+        annotations,
     )
 
 

@@ -17,9 +17,16 @@ from django.db.models import F
 from django.utils import timezone
 
 from packages_app import compiled
-from packages_app.catalog import facets
+from packages_app.catalog import facets, listing
 from packages_app.catalog.facets import CatalogCounts, catalog_counts
-from packages_app.catalog.filters import ANY_INCONSISTENT, ANY_NEEDS_ACTION, NOT_AUDITED, CatalogFilters
+from packages_app.catalog.filters import (
+    ANY_INCONSISTENT,
+    ANY_NEEDS_ACTION,
+    NOT_AUDITED,
+    CatalogFilters,
+    as_arguments,
+    carried,
+)
 from packages_app.catalog.listing import catalog_queryset
 from packages_app.fleet.window import window_start
 from packages_app.models import LastServed, Package, Revision
@@ -185,19 +192,37 @@ def test_a_filter_the_compiled_read_does_not_carry_is_counted_by_the_orm(monkeyp
     random_catalog(1)
     since = window_start(7)
     refused = CatalogFilters(refused_by="v0.78.0")
-    assert all(
-        facets._carries(f, facets._filters_of(*_carried_args(f, since))) for f in COMPILED if f != refused
-    )
-    assert not facets._carries(refused, facets._filters_of(*_carried_args(refused, since)))
+    for filters in COMPILED:
+        arguments = as_arguments(filters, since, window=filters.alert)
+        assert carried(filters, arguments) == (filters != refused), filters
     built = sorted(facets._counts_of(refused, since, False, []), key=repr)
     assert sorted(facets._counted(refused, since, False, []), key=repr) == built
-    monkeypatch.setattr(facets, "_carries", lambda filters, carried: True)
+    monkeypatch.setattr(facets, "carried", lambda filters, arguments: True)
     unfiltered = sorted(facets._counts_of(CatalogFilters(), since, False, []), key=repr)
     assert sorted(facets._counted(refused, since, False, []), key=repr) == unfiltered != built
 
 
-def _carried_args(filters: CatalogFilters, since: Any) -> tuple[Any, ...]:
-    texts = {name: getattr(filters, name) for name in facets._TEXT_FILTERS if getattr(filters, name)}
-    schema = None if filters.schema is None else str(filters.schema)
-    alert = [since] if filters.alert else []
-    return ",".join(texts), list(texts.values()), schema, filters.mtp_detected, filters.mtp_declared, alert
+@pytest.mark.parametrize("seed", range(2))
+def test_the_compiled_first_page_reads_what_the_catalogs_queryset_does(seed: int) -> None:
+    """The catalog's first page in the packages' own order, read by SQL compiled once per shape of the
+    filters and page (listing._first_page): the instances the catalog's queryset makes, their latest
+    revision and annotations included, for every filter, reader and page length; none for a filter the
+    arguments do not carry (the paginator's page reads it)."""
+    random_catalog(seed)
+    for filters in (*COMPILED, *(replace(one, sort="-repo") for one in FILTERS)):
+        for show_private in (False, True):
+            for per_page in (1, 3, 50):
+                read = listing._first_page(filters, show_private, per_page)
+                if filters.refused_by:
+                    assert read is None
+                    continue
+                built = list(catalog_queryset(filters, show_private)[:per_page])
+                assert read is not None and [_row(p) for p in read] == [_row(p) for p in built], filters
+
+
+def _row(package: Package) -> tuple[Any, ...]:
+    """What a catalog row reads of a package: its fields, its latest revision's and its annotations."""
+    revision = package.latest_revision
+    latest = None if revision is None else {k: v for k, v in vars(revision).items() if not k.startswith("_")}
+    own = {k: v for k, v in vars(package).items() if not k.startswith("_")}
+    return own, latest, package.get_deferred_fields()

@@ -151,10 +151,15 @@ def _values(ids: Sequence[int]) -> QuerySet[Revision, dict[str, Any]]:
     return Revision.objects.filter(pk__in=ids).values("pk")
 
 
-@pytest.mark.parametrize("build", [_counted, _values])
-def test_only_plain_model_reads_are_compiled(build: Any) -> None:
+def test_only_model_reads_are_compiled() -> None:
     with pytest.raises(TypeError, match=r"compiled\.instances"):
-        compiled.instances(build, [1, 2])
+        compiled.instances(_values, [1, 2])
+
+
+def test_an_annotation_is_set_as_its_querysets_iteration_sets_it() -> None:
+    _, revisions = history()
+    counted = same(_counted, [r.pk for r in revisions])
+    assert sorted(r.n for r in counted) == sorted(r.files.count() for r in revisions)
 
 
 def test_a_related_managers_queryset_is_refused() -> None:

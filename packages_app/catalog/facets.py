@@ -4,10 +4,9 @@ architectures the filter offers."""
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -20,6 +19,9 @@ from packages_app.catalog.filters import (
     ANY_NEEDS_ACTION,
     NOT_AUDITED,
     CatalogFilters,
+    as_arguments,
+    carried,
+    from_arguments,
     other_filters_q,
     wanted_statuses,
     wanted_verdicts,
@@ -131,66 +133,19 @@ def _counted(
     """The visible packages counted by their latest revision's verdict, status and architecture, whether
     the other filters keep them, and (of ``ran_broken``) by the package. Read by SQL compiled once per
     process and shape of the filters (``compiled.rows``: which filters are set, how many packages ran
-    broken revisions), the filters' values bound; built each time for a filter the compiled read does
-    not carry (``_carries``)."""
-    texts = {name: text for name in _TEXT_FILTERS if (text := getattr(filters, name))}
-    carried = (
-        show_private,
-        ran_broken,
-        ",".join(texts),
-        list(texts.values()),
-        None if filters.schema is None else str(filters.schema),  # (part of the shape: see _counts_read)
-        filters.mtp_detected,
-        filters.mtp_declared,
-        [since] if filters.alert else [],
-    )
-    if not _carries(filters, _filters_of(*carried[2:])):
+    broken revisions), the filters' values bound (``filters.as_arguments``); built each time for a
+    filter the arguments do not carry (``filters.carried``)."""
+    others = replace(filters, verdict="", headline="", sort="repo")  # (the counts read the other filters)
+    arguments = as_arguments(others, since, window=filters.alert)
+    if not carried(others, arguments):
         return list(_counts_of(filters, since, show_private, ran_broken))
-    return compiled.rows(_counts_read, *carried)
+    return compiled.rows(_counts_read, show_private, ran_broken, *arguments)
 
 
-_TEXT_FILTERS = ("q", "architecture", "status")  # the filters of a text bound by the compiled counts
-# The filters the counts' own query does not read: the two facets (counted apart) and the rows' order; the
-# window reaches it as ``since``.
-_NOT_READ = frozenset({"verdict", "headline", "sort", "window_days"})
-
-
-def _carries(filters: CatalogFilters, carried: CatalogFilters) -> bool:
-    """Whether the compiled read's arguments carry every filter the counts' query reads: a filter they
-    leave out (a release's refusals, whose text sits in a LIKE pattern a stand-in cannot take, or one
-    added later) sends the counts to the ORM, built for its values."""
-    return all(
-        getattr(filters, f.name) == getattr(carried, f.name)
-        for f in dataclasses.fields(CatalogFilters)
-        if f.name not in _NOT_READ
-    )
-
-
-def _filters_of(
-    names: str,
-    texts: Sequence[str],
-    schema: str | None,
-    mtp_detected: bool | None,
-    mtp_declared: bool | None,
-    since: Sequence[datetime],
-) -> CatalogFilters:
-    text_filters: dict[str, Any] = dict(zip(names.split(",") if names else [], texts, strict=True))
-    return CatalogFilters(
-        **text_filters,
-        schema=None if schema is None else int(schema),
-        mtp_detected=mtp_detected,
-        mtp_declared=mtp_declared,
-        alert=bool(since),
-    )
-
-
-def _counts_read(show_private: bool, ran_broken: Sequence[int], *filter_args: Any) -> QuerySet[Any, Any]:
-    """``_counts_of`` for the filters ``_filters_of`` makes of ``filter_args`` (``_counted``'s arguments,
-    as stand-ins). The schema version is compiled in, not bound: a stand-in id is negative, which the ORM
-    finds out of a positive field's range and compiles as a condition no row meets (a layer package's
-    schema is 1 or 2, the filter's form takes no other)."""
-    since: Sequence[datetime] = filter_args[-1]
-    filters = _filters_of(*filter_args)
+def _counts_read(show_private: bool, ran_broken: Sequence[int], *arguments: Any) -> QuerySet[Any, Any]:
+    """``_counts_of`` for the filters of these arguments (``_counted``'s, as stand-ins)."""
+    since: Sequence[datetime] = arguments[-1]
+    filters = from_arguments(*arguments)
     return _counts_of(filters, since[0] if since else ANY_TIME, show_private, list(ran_broken))
 
 

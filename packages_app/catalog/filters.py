@@ -5,8 +5,10 @@ apart: a facet's counts ignore its own filter."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from datetime import datetime
+from typing import Any
 
 from django.db.models import F, Q, Value
 from django.db.models.functions import Upper
@@ -87,31 +89,98 @@ def wanted_statuses(headline: str) -> tuple[str, ...]:
     return NEEDS_ACTION if headline == ANY_NEEDS_ACTION else (headline,)
 
 
-def verdict_q(filters: CatalogFilters) -> Q:
-    """The verdict filter; an inconsistent verdict also matches a package whose nodes ran such a revision."""
+def verdict_q(filters: CatalogFilters, since: datetime | None = None) -> Q:
+    """The verdict filter; an inconsistent verdict also matches a package whose nodes ran such a revision
+    (since ``since``, when the caller holds the window's start; else from the filters' window)."""
     verdict = filters.verdict
     if not verdict:
         return Q()
     if verdict == NOT_AUDITED:
         return Q(latest_revision__isnull=True) | Q(latest_revision__verdict="")
-    verdicts = wanted_verdicts(verdict)
-    latest = Q(latest_revision__verdict__in=verdicts)
-    served = [v for v in verdicts if v in INCONSISTENT_VERDICTS]
+    latest = Q(latest_revision__verdict__in=wanted_verdicts(verdict))
+    served = served_verdicts(filters)
     if not served:
         return latest
-    return latest | served_inconsistent_q(window_start(filters.window_days), served)
+    return latest | served_inconsistent_q(since or window_start(filters.window_days), served)
 
 
-def headline_q(filters: CatalogFilters) -> Q:
+def headline_q(filters: CatalogFilters, since: datetime | None = None) -> Q:
     """The headline filter; a status that needs action also matches a package whose nodes ran a revision
     with it in the window (the row then says so)."""
     if not filters.headline:
         return Q()
     if filters.headline == Status.NOT_ASSESSED:
         return Q(latest_revision__isnull=True) | Q(latest_revision__headline__in=["", Status.NOT_ASSESSED])
-    statuses = wanted_statuses(filters.headline)
-    latest = Q(latest_revision__headline__in=statuses)
-    served = [s for s in statuses if s in NEEDS_ACTION]
+    latest = Q(latest_revision__headline__in=wanted_statuses(filters.headline))
+    served = served_statuses(filters)
     if not served:
         return latest
-    return latest | served_headline_q(window_start(filters.window_days), served)
+    return latest | served_headline_q(since or window_start(filters.window_days), served)
+
+
+def served_verdicts(filters: CatalogFilters) -> list[str]:
+    """The verdicts the verdict filter also matches in the revisions nodes ran in the window."""
+    if not filters.verdict or filters.verdict == NOT_AUDITED:
+        return []
+    return [v for v in wanted_verdicts(filters.verdict) if v in INCONSISTENT_VERDICTS]
+
+
+def served_statuses(filters: CatalogFilters) -> list[str]:
+    """The statuses the headline filter also matches in the revisions nodes ran in the window."""
+    if not filters.headline or filters.headline == Status.NOT_ASSESSED:
+        return []
+    return [s for s in wanted_statuses(filters.headline) if s in NEEDS_ACTION]
+
+
+def reads_window(filters: CatalogFilters) -> bool:
+    """Whether the catalog's rows read the window (its start is then one of their query's values)."""
+    return filters.alert or bool(served_verdicts(filters)) or bool(served_statuses(filters))
+
+
+# --- The filters as a compiled read's arguments (packages_app/compiled.py) --------------------------------
+
+TEXT_FILTERS = ("q", "architecture", "status")  # bound; the other filters are part of the read's shape
+
+
+def as_arguments(filters: CatalogFilters, since: datetime, window: bool) -> tuple[Any, ...]:
+    """The filters as a compiled read's arguments: their texts bound, the others part of its shape (the
+    schema version as a text: a stand-in id is negative, which the ORM finds out of a positive field's
+    range and compiles as a condition no row meets); the window's start bound when ``window`` (only a
+    query that reads it may take it: a stand-in must be one of the query's values)."""
+    texts = {name: text for name in TEXT_FILTERS if (text := getattr(filters, name))}
+    schema = None if filters.schema is None else str(filters.schema)
+    shape = (filters.mtp_detected, filters.mtp_declared, filters.alert, filters.verdict, filters.headline)
+    return (",".join(texts), list(texts.values()), schema, *shape, filters.sort, [since] if window else [])
+
+
+def from_arguments(
+    names: str,
+    texts: Sequence[str],
+    schema: str | None,
+    mtp_detected: bool | None,
+    mtp_declared: bool | None,
+    alert: bool,
+    verdict: str,
+    headline: str,
+    sort: str,
+    since: Sequence[datetime],
+) -> CatalogFilters:
+    """The filters ``as_arguments`` made these arguments of (the window's start apart: ``since``)."""
+    text_filters: dict[str, Any] = dict(zip(names.split(",") if names else [], texts, strict=True))
+    return CatalogFilters(
+        **text_filters,
+        schema=None if schema is None else int(schema),
+        mtp_detected=mtp_detected,
+        mtp_declared=mtp_declared,
+        alert=alert,
+        verdict=verdict,
+        headline=headline,
+        sort=sort,
+    )
+
+
+def carried(filters: CatalogFilters, arguments: tuple[Any, ...]) -> bool:
+    """Whether the arguments carry every filter (the window as its start): a filter they leave out (a
+    release's refusals, whose text sits in a LIKE pattern a stand-in cannot take, or one added later)
+    sends its read to the ORM, built for its values."""
+    return replace(from_arguments(*arguments), window_days=filters.window_days) == filters

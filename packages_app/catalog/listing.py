@@ -6,17 +6,30 @@ A fixed number of queries, however many packages, revisions or reports exist (te
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from django.core.paginator import Page, Paginator
 from django.db.models import Case, F, IntegerField, OuterRef, QuerySet, Subquery, Value, When
 from django.db.models.functions import NullIf
 
+from packages_app import compiled
 from packages_app.audit.assessment import Headline
 from packages_app.catalog import throughput
 from packages_app.catalog.facets import catalog_counts
-from packages_app.catalog.filters import CatalogFilters, headline_q, other_filters_q, verdict_q
+from packages_app.catalog.filters import (
+    CatalogFilters,
+    as_arguments,
+    carried,
+    from_arguments,
+    headline_q,
+    other_filters_q,
+    reads_window,
+    verdict_q,
+)
+from packages_app.compiled import ANY_TIME
 from packages_app.fleet.served import ServedRevision, served_revisions
 from packages_app.fleet.window import window_start
 from packages_app.models import FixProposal, Package, Revision
@@ -119,10 +132,14 @@ class CatalogResult:
     headlines: dict[str, int] = field(default_factory=dict)  # per status (and "needs-action"), likewise
 
 
-def catalog_queryset(filters: CatalogFilters, show_private: bool = False) -> QuerySet[Package]:
-    """Packages matching ``filters``, each with its latest revision joined, in the requested order."""
+def catalog_queryset(
+    filters: CatalogFilters, show_private: bool = False, since: datetime | None = None
+) -> QuerySet[Package]:
+    """Packages matching ``filters``, each with its latest revision joined, in the requested order
+    (``since``: the window's start, when the caller holds it)."""
     packages = Package.objects.visible(show_private).select_related("latest_revision").only(*_CATALOG_FIELDS)
-    packages = packages.filter(other_filters_q(filters), verdict_q(filters), headline_q(filters))
+    conditions = (other_filters_q(filters, since), verdict_q(filters, since), headline_q(filters, since))
+    packages = packages.filter(*conditions)
     packages = packages.annotate(headline_doc=F("latest_revision__assessment__headline"), fix_id=_LATEST_FIX)
     return packages.order_by(*_SORT_ORDER.get(filters.sort, _SORT_ORDER["repo"]))
 
@@ -139,7 +156,11 @@ def catalog_page(
     paginator = Paginator(packages_in_order, per_page)
     paginator.count = counts.matching  # counted by the facets' scans already
     page = paginator.get_page(page_number) if clamp else paginator.page(page_number)
-    packages = _packages_of(page, packages_in_order, by_revision=filters.sort not in _PACKAGE_ORDER)
+    by_revision = filters.sort not in _PACKAGE_ORDER
+    first = None
+    if page.number == 1 and not by_revision and per_page <= PAGE_BY_IDS:
+        first = _first_page(filters, show_private, per_page)
+    packages = first if first is not None else _packages_of(page, packages_in_order, by_revision)
     latest_ids = [p.latest_revision_id for p in packages if p.latest_revision_id]
     figures = throughput.catalog_throughput(latest_ids) if latest_ids else {}
     served = served_revisions([p.pk for p in packages], window_start(filters.window_days), latest=False)
@@ -180,6 +201,26 @@ def _packages_of(
     ids = list(page.object_list.values_list("pk", flat=True))  # type: ignore[attr-defined]
     rows = {package.pk: package for package in packages_in_order.filter(pk__in=ids).order_by()}
     return [rows[pk] for pk in ids if pk in rows]
+
+
+def _first_page(filters: CatalogFilters, show_private: bool, per_page: int) -> list[Package] | None:
+    """The first page in the packages' own order, read by SQL compiled once per process and shape of the
+    filters and page (``compiled.instances``; the filters' values bound, ``filters.as_arguments``); None
+    for a filter the arguments do not carry, which the paginator's page reads."""
+    since = window_start(filters.window_days)
+    arguments = as_arguments(filters, since, window=reads_window(filters))
+    if not carried(filters, arguments):
+        return None
+    first: list[Package] = compiled.instances(_first_page_read, show_private, str(per_page), *arguments)
+    return first
+
+
+def _first_page_read(show_private: bool, per_page: str, *arguments: Any) -> QuerySet[Package]:
+    """``catalog_queryset``'s first ``per_page`` rows for the filters of these arguments (``_first_page``'s,
+    as stand-ins). The page's length is part of the shape: the ORM writes a LIMIT as a number."""
+    since: Sequence[datetime] = arguments[-1]
+    filters = from_arguments(*arguments)
+    return catalog_queryset(filters, show_private, since[0] if since else ANY_TIME)[: int(per_page)]
 
 
 def latest_fix_proposals(packages: list[Package]) -> dict[int, FixProposal]:
