@@ -10,8 +10,11 @@ Why SQL on PostgreSQL: reading the 2,000 newest reports' counters into Python, t
 report's JSON body, took 8.3 ms for the catalog seed's busiest revision with MTP; adding them up where
 they are stored, 4.8 ms (the same reports are read). The SQL reads the JSON values as their text, which is
 what Python would parse (PostgreSQL prints a stored ``1e3`` as ``1000``): a whole number is one written
-without a point or an exponent. SQLite adds them up in Python (``_counts_in_python``); on PostgreSQL the
-tests check both give the same counts over hostile values.
+without a point or an exponent. Each count is the first of its sources a report holds, so the body is read
+only for a report whose columns lack it: measured side by side (medians of 60 reads, three rounds), 2.3 to
+2.7 ms against 1.8 to 2.4 ms when every count was read with the body's timings at hand, and 2.3 to 4.1 ms
+against 1.5 to 1.6 ms on the same reports with bodies of 1.6 kB. SQLite adds them up in Python
+(``_counts_in_python``); on PostgreSQL the tests check both give the same counts over hostile values.
 """
 
 from __future__ import annotations
@@ -77,36 +80,37 @@ def _counts_in_sql(revision_id: int) -> tuple[int, int]:
 def _json_count(key: str, least: int) -> str:
     """The body's ``timings.<key>`` as a number where ``is_count`` would take it, else NULL. CASE keeps
     the cast after the test (PostgreSQL may evaluate an AND's terms in any order)."""
-    value = f"(t ->> '{key}')"
-    whole = f"jsonb_typeof(t -> '{key}') = 'number' AND {value} ~ '^-?[0-9]+$'"
+    timings = f"{connection.ops.quote_name('body')} -> 'timings'"
+    value = f"({timings} ->> '{key}')"
+    whole = f"jsonb_typeof({timings} -> '{key}') = 'number' AND {value} ~ '^-?[0-9]+$'"
     in_range = f"{value}::numeric BETWEEN {least} AND {MAX_COUNT}"
     return f"CASE WHEN {whole} THEN CASE WHEN {in_range} THEN {value}::numeric END END"
 
 
 def _column_count(column: str, least: int) -> str:
+    column = connection.ops.quote_name(column)
     return f"CASE WHEN {column} BETWEEN {least} AND {MAX_COUNT} THEN {column} END"
 
 
 @functools.cache
 def _counts_sql() -> str:
-    """``_counts_in_python`` as one query: only constant names and numbers are formatted in."""
+    """``_counts_in_python`` as one query: only constant names and numbers are formatted in. Each count
+    is the first of its sources a report holds (COALESCE stops there), so a report's JSON body is read
+    only when its columns do not hold the count."""
     quote = connection.ops.quote_name
     took = ", ".join(
         (
-            _column_count("a", 0),
-            _column_count("b", 0),
+            _column_count("draft_n_accepted", 0),
+            _column_count("speculative_accepted_n", 0),
             _json_count("native_mtp_accepted", 0),
         )
     )
-    steps = ", ".join((_column_count("w", 1), _json_count("native_mtp_verifications", 1)))
+    steps = ", ".join((_column_count("speculative_windows", 1), _json_count("native_mtp_verifications", 1)))
     return f"""
         SELECT SUM(took), SUM(steps) FROM (
-            SELECT COALESCE({took}) AS took, COALESCE({steps}) AS steps FROM (
-                SELECT {quote("draft_n_accepted")} AS a, {quote("speculative_accepted_n")} AS b,
-                    {quote("speculative_windows")} AS w, {quote("body")} -> 'timings' AS t
-                FROM {quote(Report._meta.db_table)}
-                WHERE {quote("revision_id")} = %s AND {quote("mtp_used")}
-                ORDER BY {quote("received_at")} DESC LIMIT %s
-            ) newest
-        ) counted WHERE took IS NOT NULL AND steps IS NOT NULL
+            SELECT COALESCE({took}) AS took, COALESCE({steps}) AS steps
+            FROM {quote(Report._meta.db_table)}
+            WHERE {quote("revision_id")} = %s AND {quote("mtp_used")}
+            ORDER BY {quote("received_at")} DESC LIMIT %s
+        ) newest WHERE took IS NOT NULL AND steps IS NOT NULL
     """  # noqa: S608

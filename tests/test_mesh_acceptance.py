@@ -94,9 +94,10 @@ def test_control_without_the_whole_number_test_the_sql_counts_fractions_too(
     mesh_acceptance._counts_sql.cache_clear()
 
     def any_number(key: str, least: int) -> str:
-        value = f"(t ->> '{key}')"
+        value = f"(body -> 'timings' ->> '{key}')"
         in_range = f"{value}::numeric BETWEEN {least} AND {mesh_acceptance.MAX_COUNT}"
-        return f"CASE WHEN jsonb_typeof(t -> '{key}') = 'number' AND {in_range} THEN {value}::numeric END"
+        typed = f"jsonb_typeof(body -> 'timings' -> '{key}') = 'number'"
+        return f"CASE WHEN {typed} AND {in_range} THEN {value}::numeric END"
 
     monkeypatch.setattr(mesh_acceptance, "_json_count", any_number)
     differ = [
