@@ -180,8 +180,18 @@ class PlanRollup(RollupFigures):
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=[*PLAN_ROLLUP_KEY], name="planrollup_natural_key")]
-        # A revision's busiest plans, walked from the most reports down.
-        indexes = [models.Index(fields=["revision", "-reports"], name="planrollup_busiest")]
+        indexes = [
+            # A revision's busiest plans, walked from the most reports down.
+            models.Index(fields=["revision", "-reports"], name="planrollup_busiest"),
+            # The nodes a revision's unused-MTP alert names (node_plans.unused_by_node), from the index
+            # alone: the plans whose reports show it, not every plan of the revision.
+            models.Index(
+                fields=["revision", "node_key"],
+                include=["unused"],
+                condition=Q(unused__gt=0),
+                name="planrollup_unused",
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"{self.revision_id}:{self.node_key}:{self.stage_splits}:{self.requested_strategy}"
