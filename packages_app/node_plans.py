@@ -130,7 +130,8 @@ def _count_nodes_of(revision_id: int) -> QuerySet[PlanRollup, tuple[int]]:
 
 
 def unused_by_node(revision_id: int) -> dict[int, int]:
-    """Per node whose reports show MTP unused: how many (one pair a node, not one a plan). One query."""
+    """Per node whose reports show MTP unused: how many (one pair a node, not one a plan). One query, read
+    from the index of the plans that show it (``planrollup_unused``), not from every plan's row."""
     return dict(compiled.rows(_unused_of, revision_id))
 
 
