@@ -11,9 +11,10 @@ report's JSON body, took 8.3 ms for the catalog seed's busiest revision with MTP
 they are stored, 4.8 ms (the same reports are read). The SQL reads the JSON values as their text, which is
 what Python would parse (PostgreSQL prints a stored ``1e3`` as ``1000``): a whole number is one written
 without a point or an exponent. Each count is the first of its sources a report holds, so the body is read
-only for a report whose columns lack it: measured side by side (medians of 60 reads, three rounds), 2.3 to
-2.7 ms against 1.8 to 2.4 ms when every count was read with the body's timings at hand, and 2.3 to 4.1 ms
-against 1.5 to 1.6 ms on the same reports with bodies of 1.6 kB. SQLite adds them up in Python
+only for a report whose columns lack it. Measured side by side (medians of 60 reads, three rounds) against
+reading every report's timings whatever its columns held: 1.8 to 2.4 ms against 2.3 to 2.7 on the seed, and
+1.5 to 1.6 ms against 2.3 to 4.1 on a copy of the same reports with their bodies padded to 1.6 kB (a node's
+report is larger than the seed's 63 bytes). SQLite adds them up in Python
 (``_counts_in_python``); on PostgreSQL the tests check both give the same counts over hostile values.
 """
 
