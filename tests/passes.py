@@ -87,6 +87,7 @@ SQLITE_PATHS: dict[str, tuple[str, ...]] = {
     "packages_app/migrations/0023_h25_serving_sole_strategy.py": ("tests/test_rollups.py",),
     "packages_app/migrations/0032_revision_rollups.py": ("tests/test_rollups.py",),
     "packages_app/migrations/0036_plan_rollups.py": ("tests/test_rollups.py",),
+    "packages_app/migrations/0042_split_rollups.py": ("tests/test_rollups.py",),
 }
 SQLITE_TEST_MODULES = frozenset(module for modules in SQLITE_PATHS.values() for module in modules)
 ROOT = Path(__file__).resolve().parent.parent

@@ -9,7 +9,7 @@ import pytest
 from django.db.models import QuerySet
 
 from packages_app import sketch
-from packages_app.models import PlanRollup, RevisionRollup, Rollup
+from packages_app.models import PlanRollup, RevisionRollup, Rollup, SplitRollup
 from packages_app.rollups import quartiles
 from packages_app.rollups import upsert as rollups_upsert
 
@@ -23,22 +23,42 @@ def assert_revision_rollups_add_up_the_every_node_cells() -> None:
         assert got[key] == {k: pytest.approx(v) if isinstance(v, float) else v for k, v in row.items()}, key
     assert_quartiles_kept()
     assert_plan_rollups_add_up_the_node_total_cells()
+    assert_split_rollups_add_up_the_node_total_cells()
 
 
 def assert_plan_rollups_add_up_the_node_total_cells() -> None:
     """The PlanRollup rows are Rollup's per-node total cells added up over MTP used and topologies, as
     the RevisionRollup rows are the every-node cells added up."""
-    got = plan_rollups()
+    _assert_node_total_cells_added_up(plan_rollups(), rollups_upsert.PLAN_KEY_COLUMNS)
+
+
+def assert_split_rollups_add_up_the_node_total_cells() -> None:
+    """The SplitRollup rows are Rollup's per-node total cells added up over strategies and topologies."""
+    _assert_node_total_cells_added_up(split_rollups(), rollups_upsert.SPLIT_KEY_COLUMNS)
+
+
+def _assert_node_total_cells_added_up(
+    got: dict[tuple[Any, ...], dict[str, Any]], keys: tuple[str, ...]
+) -> None:
     cells = Rollup.objects.filter(grain=Rollup.Grain.TOTAL).exclude(node_key=Rollup.ALL_NODES)
-    expected = _added_up(cells, rollups_upsert.PLAN_KEY_COLUMNS)
+    expected = _added_up(cells, keys)
     assert got.keys() == expected.keys()
     for key, row in expected.items():
         assert got[key] == {k: pytest.approx(v) if isinstance(v, float) else v for k, v in row.items()}, key
 
 
 def plan_rollups() -> dict[tuple[Any, ...], dict[str, Any]]:
-    keys = rollups_upsert.PLAN_KEY_COLUMNS
-    rows = PlanRollup.objects.values(*keys, *rollups_upsert.FIGURE_COLUMNS)
+    return _merged_rows(PlanRollup, rollups_upsert.PLAN_KEY_COLUMNS)
+
+
+def split_rollups() -> dict[tuple[Any, ...], dict[str, Any]]:
+    return _merged_rows(SplitRollup, rollups_upsert.SPLIT_KEY_COLUMNS)
+
+
+def _merged_rows(
+    model: type[PlanRollup | SplitRollup], keys: tuple[str, ...]
+) -> dict[tuple[Any, ...], dict[str, Any]]:
+    rows = model.objects.values(*keys, *rollups_upsert.FIGURE_COLUMNS)
     return {tuple(row.pop(k) for k in keys): _read_sketches(row) for row in rows}
 
 

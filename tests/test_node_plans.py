@@ -8,21 +8,20 @@ from __future__ import annotations
 
 import random
 from collections import defaultdict
-from datetime import timedelta
+from datetime import datetime, timedelta
 from io import StringIO
 from typing import Any
 
 import pytest
 from django.core.management import call_command
-from django.db import transaction
 from django.db.models import Sum
 
 from packages_app import node_plans, sketch
 from packages_app.models import Node, PlanRollup, Revision, Rollup
-from packages_app.rollups.adding import add_registered_reports
 from packages_app.rollups.public_weight import registered_pairs
 from packages_app.throughput import revision_throughput
 from tests import dashboard_factories as f
+from tests.fleet_events import FleetEvents
 from tests.rollup_checks import assert_plan_rollups_add_up_the_node_total_cells
 
 pytestmark = pytest.mark.django_db
@@ -97,38 +96,26 @@ def test_random_fleets_plans_count_and_alert_are_their_cells_after_every_event()
     rng = random.Random(43)
     package = f.make_package("meshllm/Planned-layers")
     revisions = [f.make_revision(package, "undeclared-mtp"), f.make_revision(package, "consistent-no-mtp")]
-    fleet = [f.make_node(f"box-{i}") for i in range(7)]
-    at = f.BASE_TIME
-    events = 0
+    events = FleetEvents(rng, [f.make_node(f"box-{i}") for i in range(7)])
+
+    def report(node: Node, revision: Revision, at: datetime) -> None:
+        f.make_report(
+            node,
+            revision,
+            rng.choice([2.5, 3.1, 4.0, 6.2, 11.0]),
+            at=at,
+            registered=rng.random() < 0.7,
+            mtp_used=rng.random() < 0.4,
+            requested_strategy=rng.choice(["auto", "mtp", "disabled"]),
+            stage_splits=rng.choice(["0..20|20..41", "0..27|27..41"]),
+            topology_id=rng.choice(["two-node", "lab-2"]),
+        )
+
     for step in range(60):
-        revision = rng.choice(revisions)
-        kind = rng.random()
-        live = [node for node in fleet if Node.objects.filter(pk=node.pk).exists()]
-        if kind < 0.8 or not live:
-            node = rng.choice(live or [f.make_node(f"late-{step}")])
-            at += timedelta(minutes=rng.randint(1, 300))
-            f.make_report(
-                node,
-                revision,
-                rng.choice([2.5, 3.1, 4.0, 6.2, 11.0]),
-                at=at,
-                registered=rng.random() < 0.7,
-                mtp_used=rng.random() < 0.4,
-                requested_strategy=rng.choice(["auto", "mtp", "disabled"]),
-                stage_splits=rng.choice(["0..20|20..41", "0..27|27..41"]),
-                topology_id=rng.choice(["two-node", "lab-2"]),
-            )
-        elif kind < 0.93:
-            node = rng.choice(live)  # a run registered after the node's reports: they go public now
-            with transaction.atomic():
-                add_registered_reports(node.pk, revision.pk)
-                f.register_run(node, revision)
-        else:
-            rng.choice(live).delete()  # its runs go with it: its plans are no longer public
-        events += 1
+        events.step(step, revisions, report)
         for shown in revisions:
             assert_kept_as_computed(shown)
-    assert events == 60 and PlanRollup.objects.exists()
+    assert PlanRollup.objects.exists()
     # Rebuilt from the raw reports, the rows of the nodes still there are the kept ones (a deleted node's
     # reports went with it: --force drops what its cells counted).
     live = PlanRollup.objects.filter(node_key__in=Node.objects.values("pk"))

@@ -41,6 +41,7 @@ from packages_app.models import (
     RevisionRollup,
     Rollup,
     Serving,
+    SplitRollup,
 )
 from packages_app.nodes.report_schema import validate_report_body
 from packages_app.rollups import cells as rollups_cells
@@ -53,6 +54,7 @@ from tests.rollup_checks import (
     assert_revision_rollups_add_up_the_every_node_cells,
     plan_rollups,
     revision_rollups,
+    split_rollups,
 )
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -346,8 +348,8 @@ def test_every_nodes_cells_without_topologies_are_the_every_node_rollups_added_u
     """Three topologies, strategies, splits, hours and days of two registered nodes, one of them over the
     daily cap, and a node that never registered a run: the RevisionRollup rows are Rollup's every-node
     cells added up over topologies, so they count neither the unregistered node nor the reports past the
-    cap; the rebuild and the migrations' fills give the same rows (and the same PlanRollup rows, the per-node
-    total cells added up)."""
+    cap; the rebuild and the migrations' fills give the same rows (and the same PlanRollup and SplitRollup
+    rows, the per-node total cells added up)."""
     settings.MESHDASH_PUBLIC_REPORTS_PER_NODE_DAY = 12
     rng = random.Random(43)
     a, b = node("node-a"), node("node-b")
@@ -378,14 +380,18 @@ def test_every_nodes_cells_without_topologies_are_the_every_node_rollups_added_u
     for key, row in stored.items():
         assert filled[key] == {k: pytest.approx(v) if isinstance(v, float) else v for k, v in row.items()}
 
-    planned = plan_rollups()
-    PlanRollup.objects.all().delete()
-    filling = importlib.import_module("packages_app.migrations.0036_plan_rollups")
-    filling.fill(None, SimpleNamespace(connection=connection))
-    filled = plan_rollups()
-    assert planned and filled.keys() == planned.keys()
-    for key, row in planned.items():
-        assert filled[key] == {k: pytest.approx(v) if isinstance(v, float) else v for k, v in row.items()}
+    for model, read, migration in (
+        (PlanRollup, plan_rollups, "0036_plan_rollups"),
+        (SplitRollup, split_rollups, "0042_split_rollups"),
+    ):
+        kept = read()
+        model.objects.all().delete()
+        filling = importlib.import_module(f"packages_app.migrations.{migration}")
+        filling.fill(None, SimpleNamespace(connection=connection))
+        filled = read()
+        assert kept and filled.keys() == kept.keys(), model
+        for key, row in kept.items():
+            assert filled[key] == {k: pytest.approx(v) if isinstance(v, float) else v for k, v in row.items()}
 
 
 @pytest.mark.django_db
@@ -434,7 +440,7 @@ def test_a_replayed_spool_is_placed_when_observed_and_a_clock_not_believed_when_
 
 def assert_rebuild_writes_the_same_rows() -> None:
     before, servings, nodes, every = _rows(), _serving_rows(), _node_rollups(), revision_rollups()
-    plans = plan_rollups()
+    plans, splits = plan_rollups(), split_rollups()
     assert servings, "the stores wrote no Serving rows"
     assert nodes == _node_rollups_expected(), "the stores wrote NodeRollup rows unlike their cells"
     assert_revision_rollups_add_up_the_every_node_cells()
@@ -444,10 +450,12 @@ def assert_rebuild_writes_the_same_rows() -> None:
     assert rebuilt.keys() == every.keys()
     for key, row in every.items():
         assert rebuilt[key] == {k: pytest.approx(v) if isinstance(v, float) else v for k, v in row.items()}
-    replanned = plan_rollups()
-    assert replanned.keys() == plans.keys()
-    for key, row in plans.items():
-        assert replanned[key] == {k: pytest.approx(v) if isinstance(v, float) else v for k, v in row.items()}
+    for kept, rebuilt in ((plans, plan_rollups()), (splits, split_rollups())):
+        assert rebuilt.keys() == kept.keys()
+        for key, row in kept.items():
+            assert rebuilt[key] == {
+                k: pytest.approx(v) if isinstance(v, float) else v for k, v in row.items()
+            }
     after = _rows()
     assert after.keys() == before.keys()
     for key, row in before.items():
@@ -609,7 +617,7 @@ def test_two_writers_of_one_timeline_point_leave_its_quartiles_right(
     assert_revision_rollups_add_up_the_every_node_cells()  # (it checks each row's point quartiles)
 
     Report.objects.all().delete()
-    for model in (Rollup, RevisionRollup, NodeRollup, PlanRollup, Serving, LastServed):
+    for model in (Rollup, RevisionRollup, NodeRollup, PlanRollup, SplitRollup, Serving, LastServed):
         model.objects.all().delete()
     monkeypatch.setattr(rollups_quartiles, "lock", lambda points, using="default": None)
     _two_writers_of_one_point(seed=13)  # other report ids: not replays of the deleted ones

@@ -14,12 +14,14 @@ from packages_app.models.aggregates import (
     PLAN_ROLLUP_KEY,
     REVISION_ROLLUP_KEY,
     ROLLUP_KEY,
+    SPLIT_ROLLUP_KEY,
     LastServed,
     NodeRollup,
     PlanRollup,
     RevisionRollup,
     Rollup,
     Serving,
+    SplitRollup,
 )
 from packages_app.models.catalog import (
     FILE_ROLES,
@@ -56,6 +58,7 @@ __all__ = [
     "PLAN_ROLLUP_KEY",
     "REVISION_ROLLUP_KEY",
     "ROLLUP_KEY",
+    "SPLIT_ROLLUP_KEY",
     "ActionLog",
     "BaselineReport",
     "CertifyReport",
@@ -80,6 +83,7 @@ __all__ = [
     "Rollup",
     "RunClaim",
     "Serving",
+    "SplitRollup",
     "TrackRequest",
     "node_judgements",
 ]

@@ -197,6 +197,32 @@ class PlanRollup(RollupFigures):
         return f"{self.revision_id}:{self.node_key}:{self.stage_splits}:{self.requested_strategy}"
 
 
+SPLIT_ROLLUP_KEY = ("revision", "node_key", "stage_splits", "mtp_used")
+
+
+class SplitRollup(RollupFigures):
+    """A node's figures on a revision per stage split and MTP used over its whole life, every strategy and
+    topology together: Rollup's per-node total cells added up (``node_key`` a node's id, never ALL_NODES).
+
+    Kept by packages_app.rollups from the same cells as Rollup, in the same transaction (and rebuilt and
+    deleted with them). The speedups (baselines.speedups, through speedup_cells) pair MTP on with MTP off
+    per stage split and node release from these: the catalog seed's busiest revision with MTP has 240 rows
+    where its per-node total cells (one a node, split, strategy and MTP used) are 720, which every package
+    page read before, merging 240 of their sketches where it now merges 80 (issue 43).
+    """
+
+    revision = models.ForeignKey(Revision, on_delete=models.CASCADE, related_name="+", db_index=False)
+    node_key = models.BigIntegerField(help_text="Node id.")
+    stage_splits = models.CharField(max_length=400, blank=True)
+    mtp_used = models.BooleanField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=[*SPLIT_ROLLUP_KEY], name="splitrollup_natural_key")]
+
+    def __str__(self) -> str:
+        return f"{self.revision_id}:{self.node_key}:{self.stage_splits}:{self.mtp_used}"
+
+
 class NodeRollup(models.Model):
     """A node's report figures per revision x stage split x hour or day, every strategy and topology
     together: its reports, decode-rate sketch and reports per strategy (``strategies``, keyed by the

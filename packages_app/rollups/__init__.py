@@ -2,14 +2,14 @@
 
 Cut by concern: ``adding`` (the store paths' one door: ``add_reports``, ``add_report_ids``, ``link_reports``),
 ``cells`` (the cells a batch adds to and what each report adds), ``public_weight`` (whose reports the
-every-node cells count), ``upsert`` (adding them to Rollup, RevisionRollup, NodeRollup and PlanRollup in SQL),
-``quartiles`` (the decode-rate quartiles of each timeline point, kept on its RevisionRollup rows),
-``serving`` (who served what: Serving and LastServed) and ``rebuild`` (pruning hour cells, rebuilding from
-the raw reports).
+every-node cells count), ``upsert`` (adding them to Rollup, RevisionRollup, NodeRollup, PlanRollup and
+SplitRollup in SQL), ``quartiles`` (the decode-rate quartiles of each timeline point, kept on its
+RevisionRollup rows), ``serving`` (who served what: Serving and LastServed) and ``rebuild`` (pruning hour
+cells, rebuilding from the raw reports).
 
-Owns: every write to models.Rollup, RevisionRollup, NodeRollup, PlanRollup, Serving and LastServed. Never
-imports: a selector (fleet/, catalog/, throughput, node_plans), the tasks, web/ or the Hub. Callers import
-each name from the module that owns it: this file imports nothing.
+Owns: every write to models.Rollup, RevisionRollup, NodeRollup, PlanRollup, SplitRollup, Serving and
+LastServed. Never imports: a selector (fleet/, catalog/, throughput, node_plans), the tasks, web/ or the
+Hub. Callers import each name from the module that owns it: this file imports nothing.
 
 Exactly once, without a task: the store paths (reports.store_report, reports.store_reports,
 telemetry's span insert) and the paths that link stored reports to a revision call ``add_reports``
@@ -38,12 +38,13 @@ run of a revision it already reported on has those reports added to the every-no
 Beside them, per node, its hour and day cells with every strategy and topology together
 (models.NodeRollup: reports, decode-rate sketch, reports per strategy), which the nodes pages read; and its
 total cells added up over MTP used and topologies, one row a plan (models.PlanRollup: node, stage split,
-requested and effective strategy), which the package page's plans, node count and alert read.
-And the same transaction adds to models.Serving (per revision x node x topology x
-split: reports, first and last arrival, last report showing MTP unused), derived from the batch's
-total cells, so "which revisions did nodes run since T" is a comparison per Serving row, not a sum
-over cells; and to models.LastServed (per revision: the newest of its every-node Serving rows' times),
-so "did nodes run this revision since T" is one comparison.
+requested and effective strategy), which the package page's plans, node count and alert read; and over
+strategies and topologies, one row a node's stage split with MTP used or not (models.SplitRollup), which
+the speedups pair MTP on with MTP off from. And the same transaction adds to models.Serving (per
+revision x node x topology x split: reports, first and last arrival, last report showing MTP unused),
+derived from the batch's total cells, so "which revisions did nodes run since T" is a comparison per
+Serving row, not a sum over cells; and to models.LastServed (per revision: the newest of its every-node
+Serving rows' times), so "did nodes run this revision since T" is one comparison.
 
 Quantiles: packages_app.sketch, a fixed log-bucket histogram (DDSketch's mapping) written by this
 module, not the ``ddsketch`` package and not PostgreSQL's percentile_cont, because: merging is

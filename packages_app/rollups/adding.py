@@ -1,6 +1,6 @@
 """The store paths' one door to the rollups: the reports a transaction stored or linked are added to every
-rollup they count in (Rollup, NodeRollup, PlanRollup, RevisionRollup, Serving, LastServed), exactly once,
-inside that transaction.
+rollup they count in (Rollup, NodeRollup, PlanRollup, SplitRollup, RevisionRollup, Serving, LastServed),
+exactly once, inside that transaction.
 """
 
 from __future__ import annotations
@@ -20,10 +20,12 @@ from packages_app.rollups.upsert import (
     node_rollups_of,
     plan_rollups_of,
     revision_rollups_of,
+    split_rollups_of,
     upsert,
     upsert_node_rollups,
     upsert_plan_rollups,
     upsert_revision_rollups,
+    upsert_split_rollups,
 )
 
 
@@ -49,6 +51,7 @@ def add_reports(
             upsert(cells, using=using)
             upsert_node_rollups(node_rollups_of(cells), using=using)
             upsert_plan_rollups(plan_rollups_of(cells), using=using)
+            upsert_split_rollups(split_rollups_of(cells), using=using)
             upsert_revision_rollups(revision_rollups_of(cells), using=using)
             servings = servings_of(cells)
             then = serving(servings) if serving is not None else None

@@ -12,7 +12,16 @@ from django.db import connections, transaction
 from django.db.models import Count, F, OuterRef, Q, Subquery
 
 from packages_app import sketch
-from packages_app.models import NodeRollup, PlanRollup, Report, Revision, RevisionRollup, Rollup, Serving
+from packages_app.models import (
+    NodeRollup,
+    PlanRollup,
+    Report,
+    Revision,
+    RevisionRollup,
+    Rollup,
+    Serving,
+    SplitRollup,
+)
 from packages_app.rollups import quartiles
 from packages_app.rollups.cells import (
     NON_MTP_CHOICES,
@@ -45,13 +54,16 @@ from packages_app.rollups.upsert import (
     NODE_ROLLUP_KEY,
     PLAN_KEY_COLUMNS,
     REVISION_KEY_COLUMNS,
+    SPLIT_KEY_COLUMNS,
     node_rollups_of,
     plan_rollups_of,
     revision_rollups_of,
+    split_rollups_of,
     upsert,
     upsert_node_rollups,
     upsert_plan_rollups,
     upsert_revision_rollups,
+    upsert_split_rollups,
 )
 
 REBUILD_CHUNK = 20_000
@@ -135,7 +147,8 @@ def _rebuild_group(revision_ids: list[int]) -> int:
                 rebuild_last_served(revision_ids)
                 total = _rebuild_in_sql(cursor, revision_ids)
                 _rebuild_node_rollups_in_sql(cursor, revision_ids)
-                _rebuild_merged_in_sql(cursor, revision_ids, PlanRollup, PLAN_KEY_COLUMNS, PLAN_CELLS)
+                _rebuild_merged_in_sql(cursor, revision_ids, PlanRollup, PLAN_KEY_COLUMNS, NODE_TOTAL_CELLS)
+                _rebuild_merged_in_sql(cursor, revision_ids, SplitRollup, SPLIT_KEY_COLUMNS, NODE_TOTAL_CELLS)
                 _rebuild_merged_in_sql(
                     cursor, revision_ids, RevisionRollup, REVISION_KEY_COLUMNS, EVERY_NODE_CELLS
                 )
@@ -154,6 +167,7 @@ def _rebuild_group(revision_ids: list[int]) -> int:
         upsert(cells)
         upsert_node_rollups(node_rollups_of(cells))
         upsert_plan_rollups(plan_rollups_of(cells))
+        upsert_split_rollups(split_rollups_of(cells))
         upsert_revision_rollups(revision_rollups_of(cells))
         upsert_serving(servings_of(cells))
         rebuild_last_served(revision_ids)
@@ -161,7 +175,7 @@ def _rebuild_group(revision_ids: list[int]) -> int:
 
 
 def _delete_rollups(revision_ids: list[int]) -> None:
-    for model in (Rollup, NodeRollup, PlanRollup, RevisionRollup, Serving):
+    for model in (Rollup, NodeRollup, PlanRollup, SplitRollup, RevisionRollup, Serving):
         model.objects.filter(revision_id__in=revision_ids).delete()
 
 
@@ -336,21 +350,22 @@ def _rebuild_node_rollups_in_sql(cursor: Any, revision_ids: list[int]) -> None:
     )
 
 
-# The rebuilt Rollup cells each merged table adds up (rollups.upsert.revision_rollups_of, plan_rollups_of).
+# The rebuilt Rollup cells each merged table adds up (rollups.upsert.revision_rollups_of; plan_rollups_of
+# and split_rollups_of).
 EVERY_NODE_CELLS = f"node_key = {Rollup.ALL_NODES}"
-PLAN_CELLS = f"grain = '{Rollup.Grain.TOTAL}' AND node_key <> {Rollup.ALL_NODES}"
+NODE_TOTAL_CELLS = f"grain = '{Rollup.Grain.TOTAL}' AND node_key <> {Rollup.ALL_NODES}"
 
 
 def _rebuild_merged_in_sql(
     cursor: Any,
     revision_ids: list[int],
-    model: type[RevisionRollup | PlanRollup],
+    model: type[RevisionRollup | PlanRollup | SplitRollup],
     key: tuple[str, ...],
     cells: str,
 ) -> None:
-    """The revisions' RevisionRollup (or PlanRollup) rows from their rebuilt Rollup ``cells`` (as
-    revision_rollups_of and plan_rollups_of do): counts and sums add, minimum and maximum compare, sketches
-    add bin by bin."""
+    """The revisions' RevisionRollup (or PlanRollup, or SplitRollup) rows from their rebuilt Rollup ``cells``
+    (as revision_rollups_of, plan_rollups_of and split_rollups_of do): counts and sums add, minimum and
+    maximum compare, sketches add bin by bin."""
     keys = ", ".join(key)
     figures = [c for c in FIGURE_COLUMNS if not c.endswith("_sketch")]
     totals = [f"{_added(c)}({c}) AS {c}" for c in figures]

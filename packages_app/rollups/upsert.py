@@ -1,6 +1,6 @@
 """The upserts that add cells to the stored rollups (models.Rollup, every node's models.RevisionRollup, each
-node's models.NodeRollup and models.PlanRollup), in SQL on PostgreSQL and SQLite alike: counts and sums add,
-minimum and maximum compare, sketches add bin by bin.
+node's models.NodeRollup, models.PlanRollup and models.SplitRollup), in SQL on PostgreSQL and SQLite alike:
+counts and sums add, minimum and maximum compare, sketches add bin by bin.
 """
 
 from __future__ import annotations
@@ -18,10 +18,12 @@ from packages_app.models import (
     PLAN_ROLLUP_KEY,
     REVISION_ROLLUP_KEY,
     ROLLUP_KEY,
+    SPLIT_ROLLUP_KEY,
     NodeRollup,
     PlanRollup,
     RevisionRollup,
     Rollup,
+    SplitRollup,
 )
 from packages_app.rollups import quartiles
 from packages_app.rollups.cells import METRICS, SUMMED, Cell, Key
@@ -36,6 +38,7 @@ def key_columns(key: tuple[str, ...]) -> tuple[str, ...]:
 KEY_COLUMNS = key_columns(ROLLUP_KEY)
 REVISION_KEY_COLUMNS = key_columns(REVISION_ROLLUP_KEY)
 PLAN_KEY_COLUMNS = key_columns(PLAN_ROLLUP_KEY)
+SPLIT_KEY_COLUMNS = key_columns(SPLIT_ROLLUP_KEY)
 METRIC_COLUMNS = tuple(f"{m}_{part}" for m in METRICS for part in ("n", "sum", "min", "max", "sketch"))
 FIGURE_COLUMNS = (*SUMMED, "first_at", "last_at", *METRIC_COLUMNS)
 COLUMNS = (*KEY_COLUMNS, *FIGURE_COLUMNS)
@@ -43,6 +46,8 @@ COLUMNS = (*KEY_COLUMNS, *FIGURE_COLUMNS)
 RevisionKey = tuple[int, str, datetime, str, str, str, bool]
 # revision, node, stage splits, requested strategy, strategy (PLAN_ROLLUP_KEY)
 PlanKey = tuple[int, int, str, str, str]
+# revision, node, stage splits, MTP used (SPLIT_ROLLUP_KEY)
+SplitKey = tuple[int, int, str, bool]
 
 
 def upsert(cells: dict[Key, Cell], *, using: str = "default") -> None:
@@ -63,15 +68,27 @@ def revision_rollups_of(cells: dict[Key, Cell]) -> dict[RevisionKey, Cell]:
 def plan_rollups_of(cells: dict[Key, Cell]) -> dict[PlanKey, Cell]:
     """The PlanRollup rows the cells add to: their per-node total cells, added up over MTP used and
     topologies."""
-    merged: dict[PlanKey, Cell] = {}
-    for key, cell in cells.items():
-        revision, grain, node, _start, splits, requested, strategy, _mtp_used, _topology = key
+    return _node_totals_by(cells, PLAN_ROLLUP_KEY)
+
+
+def split_rollups_of(cells: dict[Key, Cell]) -> dict[SplitKey, Cell]:
+    """The SplitRollup rows the cells add to: their per-node total cells, added up over strategies and
+    topologies."""
+    return _node_totals_by(cells, SPLIT_ROLLUP_KEY)
+
+
+def _node_totals_by(cells: dict[Key, Cell], key: tuple[str, ...]) -> dict[tuple[Any, ...], Cell]:
+    """The per-node total cells added up per ``key``, a model's key of ROLLUP_KEY's names."""
+    at = [ROLLUP_KEY.index(name) for name in key]
+    merged: dict[tuple[Any, ...], Cell] = {}
+    for cell_key, cell in cells.items():
+        _revision, grain, node, *_ = cell_key
         if node != Rollup.ALL_NODES and grain == Rollup.Grain.TOTAL:
-            _add(merged, (revision, node, splits, requested, strategy), cell)
+            _add(merged, tuple(cell_key[i] for i in at), cell)
     return merged
 
 
-MergedKey = TypeVar("MergedKey", RevisionKey, PlanKey)
+MergedKey = TypeVar("MergedKey", RevisionKey, tuple[Any, ...])
 
 
 def _add(merged: dict[MergedKey, Cell], key: MergedKey, cell: Cell) -> None:
@@ -83,6 +100,12 @@ def upsert_plan_rollups(cells: dict[PlanKey, Cell], *, using: str = "default") -
     """Add to the stored PlanRollup rows, in key order (after ``upsert`` and ``upsert_node_rollups``,
     before ``upsert_revision_rollups``, as every writer: no deadlock)."""
     _upsert_cells(cells, PlanRollup._meta.db_table, PLAN_KEY_COLUMNS, using)
+
+
+def upsert_split_rollups(cells: dict[SplitKey, Cell], *, using: str = "default") -> None:
+    """Add to the stored SplitRollup rows, in key order (after ``upsert_plan_rollups``, before
+    ``upsert_revision_rollups``, as every writer: no deadlock)."""
+    _upsert_cells(cells, SplitRollup._meta.db_table, SPLIT_KEY_COLUMNS, using)
 
 
 def upsert_revision_rollups(cells: dict[RevisionKey, Cell], *, using: str = "default") -> None:

@@ -35,6 +35,7 @@ from packages_app.models import (
     RevisionRollup,
     Rollup,
     Serving,
+    SplitRollup,
 )
 from packages_app.rollups.rebuild import rebuild
 from packages_app.seeding.bulk import (
@@ -137,6 +138,7 @@ class Seeder:
                 RevisionRollup,
                 NodeRollup,
                 PlanRollup,
+                SplitRollup,
                 Serving,
                 LastServed,
                 NodeJudgement,
