@@ -331,7 +331,9 @@ def _cross_revision_pair(
         "and release"
     ]
     shared = {c.stage_splits for c in on_cells} & {c.stage_splits for c in off_cells}
-    split = max(shared, key=lambda x: sum(c.reports for c in cells if c.stage_splits == x)) if shared else ""
+    # The most reported, the first by name of those that tie (not the set's order, which varies by process).
+    reported = {x: sum(c.reports for c in cells if c.stage_splits == x) for x in sorted(shared)}
+    split = max(reported, key=reported.__getitem__) if shared else ""
     if shared:
         on_cells = [c for c in on_cells if c.stage_splits == split]
         off_cells = [c for c in off_cells if c.stage_splits == split]
@@ -362,8 +364,9 @@ def _side(label: str, cells: Sequence[NodeCell], merged: sketch.Sketch) -> Side:
 
 
 def _mtp_pair(cells: list[NodeCell], ran: set[bool], releases: Mapping[int, str]) -> tuple[_Pair | None, str]:
-    """MTP on and off on one stage split and release (the one with the most reports on its thinner side);
-    ``ran``: whether the cells ran with MTP, as the caller found it."""
+    """MTP on and off on one stage split and release: the one with the most reports on its thinner side,
+    then the most on both, then the first split and release by name (whatever order the cells were read
+    in); ``ran``: whether the cells ran with MTP, as the caller found it."""
     groups: dict[tuple[str, str], list[NodeCell]] = {}
     # Nothing to group when every cell ran one way (the busiest revision has 2,180 cells at 10,000 nodes).
     for cell in cells if len(ran) > 1 else ():
@@ -372,9 +375,10 @@ def _mtp_pair(cells: list[NodeCell], ran: set[bool], releases: Mapping[int, str]
     for (splits, release), mine in groups.items():
         on = [c for c in mine if c.mtp_used]
         off = [c for c in mine if not c.mtp_used]
-        thinner = min(sum(c.reports for c in on), sum(c.reports for c in off))
-        if on and off and (best is None or thinner > best[0]):
-            best = (thinner, splits, release, on, off)
+        on_reports, off_reports = sum(c.reports for c in on), sum(c.reports for c in off)
+        rank = (-min(on_reports, off_reports), -(on_reports + off_reports), splits, release)
+        if on and off and (best is None or rank < best[0]):
+            best = (rank, splits, release, on, off)
     if best is None:
         return None, _mtp_missing(ran)
     _, splits, release, on, off = best

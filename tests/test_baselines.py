@@ -242,6 +242,29 @@ def test_no_mtp_ratio_across_releases() -> None:
     assert found.mtp_missing == "MTP on and MTP off never ran on the same stage split and mesh-llm release."
 
 
+def test_a_tie_between_splits_is_decided_by_their_figures_and_names_not_the_order_the_cells_come_in() -> None:
+    """Two stage splits tie on their thinner side (one MTP-on report each): the one with more reports on
+    both sides is paired, and between splits that tie on both too, the first by name, whichever order
+    the database returns the cells in (the speedups read them without an ORDER BY)."""
+    cell = speedup_cells.NodeCell
+
+    def cells(extra_off: int) -> list[speedup_cells.NodeCell]:
+        return [
+            cell(1, 1, "0..41", True, 1, 70, 100, 1),
+            cell(2, 2, "0..41", False, 2, 0, 0, 2),
+            cell(3, 3, "0..20|20..41", True, 1, 70, 100, 1),
+            cell(4, 4, "0..20|20..41", False, 2 + extra_off, 0, 0, 2 + extra_off),
+        ]
+
+    for extra_off, split in ((0, "0..20|20..41"), (1, "0..20|20..41"), (-1, "0..41")):
+        scopes = set()
+        for order in (cells(extra_off), cells(extra_off)[::-1]):
+            pair, missing = baselines._mtp_pair(order, {True, False}, {})
+            assert pair is not None and not missing
+            scopes.add(pair.scope)
+        assert scopes == {f"stage split {split}, mesh-llm release not reported"}
+
+
 def test_baseline_speedup_like_for_like_and_another_quantization_apart() -> None:
     package, revision = _mtp_fleet([6.0 + i * 0.01 for i in range(20)], [3.0] * 5)
     box = make_node("baseline-box")
