@@ -512,7 +512,7 @@ def _two_releases_and_a_baseline() -> tuple[Any, Any]:
     return fleet
 
 
-# Per fleet: the Rollup cells' sketches the page's speedups read (one query each time).
+# Per fleet: the SplitRollup cells' sketches the page's speedups read (one query each time).
 FLEETS = {
     "MTP on and off, no baseline": (lambda: _mtp_fleet([5.0 + i * 0.01 for i in range(12)], [3.0] * 12), 1),
     "MTP on and off, two baselines": (_on_off_and_baselines, 1),
@@ -525,7 +525,7 @@ FLEETS = {
 
 
 def _sketch_reads(queries: Any) -> int:
-    return sum('"tps_sketch"' in q["sql"] and "packages_app_rollup" in q["sql"] for q in queries)
+    return sum('"tps_sketch"' in q["sql"] and "packages_app_splitrollup" in q["sql"] for q in queries)
 
 
 @pytest.mark.parametrize("fleet", FLEETS)
@@ -545,7 +545,7 @@ def test_the_speedups_read_the_sketches_of_the_sides_shown_only(fleet: str) -> N
     both = len({c.mtp_used for c in speedup_cells.node_cells(revision.pk)}) == 2
     cells_read = both or "no baseline" not in fleet
     cell_reads = sum(
-        '"accepted"' in q["sql"] and "packages_app_rollup" in q["sql"] for q in queries.captured_queries
+        '"accepted"' in q["sql"] and "packages_app_splitrollup" in q["sql"] for q in queries.captured_queries
     )
     assert cell_reads == int(cells_read)
     runs = sum("packages_app_noderun" in q["sql"] for q in queries.captured_queries)
@@ -567,8 +567,8 @@ def test_speedups_that_read_no_cells_answer_what_reading_them_does(
 
 def test_a_cells_decode_count_is_its_sketchs_count() -> None:
     """What the speedups count a side's reports by, without reading its sketch."""
-    from packages_app.models import Rollup
+    from packages_app.models import SplitRollup
 
     _on_off_and_baselines()
-    cells = list(Rollup.objects.values_list("tps_n", "tps_sketch"))
+    cells = list(SplitRollup.objects.values_list("tps_n", "tps_sketch"))
     assert cells and all(n == sketch.count(sketch.from_json(bins)) for n, bins in cells)

@@ -10,7 +10,7 @@ from datetime import timedelta
 import pytest
 
 from packages_app import sketch, speedup_cells
-from packages_app.models import Revision, Rollup
+from packages_app.models import Revision, SplitRollup
 from packages_app.speedup_cells import NodeCell
 from tests.dashboard_factories import BASE_TIME, make_node, make_package, make_report, make_revision
 
@@ -37,7 +37,7 @@ def _fleet(seed: int) -> Revision:
 
 def _stored(cells: list[NodeCell]) -> sketch.Sketch:
     """What a side's sketch must be: its cells' sketches read through the ORM, merged."""
-    stored = dict(Rollup.objects.filter(pk__in=[c.id for c in cells]).values_list("pk", "tps_sketch"))
+    stored = dict(SplitRollup.objects.filter(pk__in=[c.id for c in cells]).values_list("pk", "tps_sketch"))
     return sketch.merged(sketch.from_json(stored[c.id]) for c in cells)
 
 
