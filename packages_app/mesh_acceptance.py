@@ -1,5 +1,7 @@
 """The counts behind mesh-llm's mean acceptance length on a package page: accepted tokens and drafts over a
-revision's newest reports with MTP used (baselines.speedups; docs/node-report.md sections 1.1, 1.4, 4).
+revision's newest reports with MTP used (baselines.speedups; docs/node-report.md sections 1.1, 1.4, 4), of
+the nodes that registered a run of the revision, as every public figure (docs/fleet.md, "Whose reports make
+a public figure"; rollups/public_weight.py).
 
 A draft is a speculative window (n-gram) or a native-MTP verification; a report counts when it holds both
 an accepted count (``draft_n_accepted``, else ``speculative_accepted_n``, else the span's
@@ -27,6 +29,7 @@ from django.db import connection
 from django.db.models.fields.json import KeyTransform
 
 from packages_app.models import Report
+from packages_app.rollups.public_weight import registered_nodes, registered_nodes_sql
 
 MAX_MESH_ROWS = 2000  # mesh-llm reports read for the mean acceptance length
 MAX_COUNT = 10**15  # a count past this is not one (a hostile or broken report)
@@ -38,7 +41,8 @@ def is_count(value: Any, least: int = 1) -> bool:
 
 
 def counts(revision_id: int) -> tuple[int, int]:
-    """(accepted tokens, drafts) over the revision's MAX_MESH_ROWS newest reports with MTP used."""
+    """(accepted tokens, drafts) over the revision's MAX_MESH_ROWS newest reports with MTP used, of the
+    nodes that registered a run of it."""
     if connection.vendor == "postgresql":
         return _counts_in_sql(revision_id)
     return _counts_in_python(revision_id)
@@ -47,7 +51,9 @@ def counts(revision_id: int) -> tuple[int, int]:
 def _counts_in_python(revision_id: int) -> tuple[int, int]:
     timings = KeyTransform("timings", "body")
     rows = (
-        Report.objects.filter(revision_id=revision_id, mtp_used=True)
+        Report.objects.filter(
+            registered_nodes(revision_id, "node_id"), revision_id=revision_id, mtp_used=True
+        )
         .order_by("-received_at")
         .annotate(
             verifications=KeyTransform("native_mtp_verifications", timings),
@@ -72,8 +78,11 @@ def _counts_in_python(revision_id: int) -> tuple[int, int]:
 
 
 def _counts_in_sql(revision_id: int) -> tuple[int, int]:
+    registered, params = registered_nodes_sql(revision_id, connection.ops.quote_name("node_id"))
     with connection.cursor() as cursor:
-        cursor.execute(_counts_sql(), [revision_id, MAX_MESH_ROWS])
+        cursor.execute(
+            _counts_sql().replace("{registered}", registered, 1), [revision_id, *params, MAX_MESH_ROWS]
+        )
         accepted, drafts = cursor.fetchone()
     return int(accepted or 0), int(drafts or 0)
 
@@ -95,9 +104,10 @@ def _column_count(column: str, least: int) -> str:
 
 @functools.cache
 def _counts_sql() -> str:
-    """``_counts_in_python`` as one query: only constant names and numbers are formatted in. Each count
-    is the first of its sources a report holds (COALESCE stops there), so a report's JSON body is read
-    only when its columns do not hold the count."""
+    """``_counts_in_python`` as one query: only constant names and numbers are formatted in, and
+    ``{registered}`` is where the caller puts the registered nodes' condition (the ORM's own SQL, its
+    values parameters). Each count is the first of its sources a report holds (COALESCE stops there), so
+    a report's JSON body is read only when its columns do not hold the count."""
     quote = connection.ops.quote_name
     took = ", ".join(
         (
@@ -111,7 +121,7 @@ def _counts_sql() -> str:
         SELECT SUM(took), SUM(steps) FROM (
             SELECT COALESCE({took}) AS took, COALESCE({steps}) AS steps
             FROM {quote(Report._meta.db_table)}
-            WHERE {quote("revision_id")} = %s AND {quote("mtp_used")}
+            WHERE {quote("revision_id")} = %s AND {quote("mtp_used")} AND {{registered}}
             ORDER BY {quote("received_at")} DESC LIMIT %s
         ) newest WHERE took IS NOT NULL AND steps IS NOT NULL
     """  # noqa: S608

@@ -533,7 +533,8 @@ def test_the_speedups_read_the_sketches_of_the_sides_shown_only(fleet: str) -> N
     """The speedups read which ways the cells ran, then, only when a speedup can be shown (MTP ran both on
     and off, or a baseline engine reported), the per-node cells without their sketches and the sketches of
     the sides shown in one query (none when no side is shown), and the nodes' releases only when MTP ran
-    both on and off. Each read of cells names the registered nodes' runs (rollups/public_weight.py)."""
+    both on and off. Each read of cells, and of the reports' acceptance counts, names the registered nodes'
+    runs (rollups/public_weight.py)."""
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
@@ -548,7 +549,11 @@ def test_the_speedups_read_the_sketches_of_the_sides_shown_only(fleet: str) -> N
         '"accepted"' in q["sql"] and "packages_app_splitrollup" in q["sql"] for q in queries.captured_queries
     )
     assert cell_reads == int(cells_read)
-    runs = sum("packages_app_noderun" in q["sql"] for q in queries.captured_queries)
+    # The mean acceptance length's read names them too (mesh_acceptance), where MTP ran.
+    acceptance = [q["sql"] for q in queries.captured_queries if "native_mtp_verifications" in q["sql"]]
+    assert len(acceptance) == int(cells_read and "off only" not in fleet)
+    assert all("packages_app_noderun" in sql for sql in acceptance)
+    runs = sum("packages_app_noderun" in q["sql"] for q in queries.captured_queries) - len(acceptance)
     assert runs == 1 + int(cells_read) + int(both)
     assert speedups.mtp is not None or speedups.baselines or reads == 0
 

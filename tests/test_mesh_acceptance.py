@@ -112,3 +112,28 @@ def test_control_without_the_whole_number_test_the_sql_counts_fractions_too(
 def test_a_revision_without_reports_counts_nothing() -> None:
     revision = f.make_revision(f.make_package("meshllm/Quiet-layers"), "consistent-mtp")
     assert mesh_acceptance.counts(revision.pk) == (0, 0)
+
+
+@pytest.mark.parametrize("path", ["counts", "_counts_in_python"])
+def test_a_node_that_never_registered_a_run_moves_no_acceptance_count(path: str) -> None:
+    """A node that never registered a run of the revision posts reports with MTP counters that would pull
+    the mean acceptance length to 1.0 (no token accepted in 1,000 drafts): they are not counted, as in
+    every public figure (docs/fleet.md). Control: once it registers a run, its reports count."""
+    counts = getattr(mesh_acceptance, path)
+    revision = f.make_revision(f.make_package("meshllm/Registered-layers"), "consistent-mtp")
+    steady, stranger = f.make_node("steady"), f.make_node("stranger")
+    f.make_report(steady, revision, 6.0, mtp_used=True)  # 70 accepted in 100 windows (the factory's)
+    for minute in range(1, 4):
+        f.make_report(
+            stranger,
+            revision,
+            6.0,
+            at=f.BASE_TIME + timedelta(minutes=minute),
+            registered=False,
+            mtp_used=True,
+            speculative_accepted_n=0,
+            speculative_windows=1000,
+        )
+    assert counts(revision.pk) == (70, 100)
+    f.register_run(stranger, revision)
+    assert counts(revision.pk) == (70, 3100)

@@ -71,6 +71,16 @@ def registered_nodes(revision_id: int, field: str) -> Q:
     return registered
 
 
+def registered_nodes_sql(revision_id: int, column: str) -> tuple[str, list[Any]]:
+    """``registered_nodes`` for a read written in SQL: the condition on ``column`` (a node id, its name
+    quoted by the caller) and its parameters, the same three subqueries."""
+    conditions, params = [], []
+    for sql, subquery_params in _registered_subqueries():
+        conditions.append(f"{column} IN ({sql})")
+        params += compiled.bound(subquery_params, {_ANY_REVISION: revision_id})
+    return "(" + " OR ".join(conditions) + ")", params
+
+
 _ANY_REVISION = compiled.stand_ins(1)[0]  # the compiled subqueries' stand-in for the revision read
 
 
