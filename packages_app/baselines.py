@@ -228,9 +228,10 @@ def speedups(
     (the compare page's other revision), a revision that never ran with MTP off on one split and release is
     compared with ``before``'s MTP-off reports instead, and the page says it is not like for like.
 
-    The revision's per-node total cells are read without their sketches, and only when a speedup can be
-    shown (MTP ran both on and off, or on beside ``before``, or a baseline engine reported the source
-    model): the sketches of the sides shown only are read (one query) and merged, not every node's."""
+    The revision's per-node cells (a node's stage split, MTP on or off: speedup_cells, from SplitRollup)
+    are read without their sketches, and only when a speedup can be shown (MTP ran both on and off, or on
+    beside ``before``, or a baseline engine reported the source model): the sketches of the sides shown only
+    are read (one query) and merged, not every node's."""
     source = source_of(package, revision)
     groups = _baseline_groups(source.repo) if source.repo else []
     ran = speedup_cells.ran(revision.pk)
